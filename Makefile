@@ -1,0 +1,104 @@
+# tpuemu — build, test, bench.  See README.md and CONTRIBUTING.md.
+#
+# The simulator core (mxu/, hbm/, interconnect/, firmware/, emu/ minus the
+# front ends) builds into build/libtpuemu.a with no SDL dependency.  The CLI
+# (emu/cli_*.c) and the SDL viewer (emu/view_*.c) link that library.
+
+CC      ?= cc
+PKGS_CORE := libcjson libpng
+PKGS_VIEW := sdl2
+PKG_CONFIG ?= pkg-config
+
+BUILD   ?= build
+OPT     ?= -O2
+CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
+WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+CORE_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS_CORE) 2>/dev/null)
+VIEW_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS_VIEW) 2>/dev/null)
+CORE_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS_CORE) 2>/dev/null) -lm
+VIEW_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS_VIEW) 2>/dev/null)
+CFLAGS  ?=
+CFLAGS  += $(CSTD) $(OPT) -g $(WARN) -I. $(CORE_CFLAGS) -MMD -MP
+LDFLAGS ?=
+
+FRONT_SRCS := $(wildcard emu/cli_*.c) $(wildcard emu/view_*.c)
+CORE_SRCS  := $(wildcard mxu/*.c hbm/*.c interconnect/*.c firmware/*.c) \
+              $(filter-out $(FRONT_SRCS) emu/main.c,$(wildcard emu/*.c))
+CLI_SRCS   := emu/main.c $(wildcard emu/cli_*.c)
+VIEW_SRCS  := $(wildcard emu/view_*.c)
+TEST_SRCS  := $(wildcard test/test_*.c) test/harness.c
+
+CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/%.o)
+CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+VIEW_OBJS := $(VIEW_SRCS:%.c=$(BUILD)/%.o)
+TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/registry.o
+LIB       := $(BUILD)/libtpuemu.a
+
+.PHONY: all deps run test bench asan clean fuzz check-perf rebaseline
+all: tpuemu
+
+# Only the viewer objects see SDL's headers.
+$(BUILD)/emu/view_%.o: CFLAGS += $(VIEW_CFLAGS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(CORE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+tpuemu: $(CLI_OBJS) $(VIEW_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(VIEW_OBJS) $(LIB) $(VIEW_LIBS) $(CORE_LIBS)
+
+# The test registry is generated from every `void th_suite_NAME(th_ctx *t)`
+# in test/test_*.c, so adding a suite is adding a file.
+$(BUILD)/test/registry.c: $(wildcard test/test_*.c) scripts/gen_registry.sh
+	@mkdir -p $(dir $@)
+	sh scripts/gen_registry.sh $(wildcard test/test_*.c) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/test/registry.o: $(BUILD)/test/registry.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/test_runner: $(TEST_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(LIB) $(CORE_LIBS)
+
+# First-time set-up on a fresh Debian machine: installs what pkg-config
+# cannot find (as root, with apt-get), otherwise says what to install.
+deps:
+	@sh scripts/deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory tpuemu
+	./tpuemu run traces/retinanet-1280-v3-8.json
+
+# The runner prints one line per test and ends with "N passed, N failed".
+test: deps
+	@$(MAKE) --no-print-directory tpuemu $(BUILD)/test_runner
+	@TPUEMU=./tpuemu $(BUILD)/test_runner
+
+bench: deps
+	@$(MAKE) --no-print-directory tpuemu $(BUILD)/bench
+	@sh scripts/bench.sh
+
+$(BUILD)/bench: test/bench.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O3 -o $@ test/bench.c $(LIB) $(CORE_LIBS)
+
+# AddressSanitizer + UndefinedBehaviorSanitizer over the whole test suite,
+# in its own build tree so it never mixes objects with the normal build.
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	  LDFLAGS="-fsanitize=address,undefined" TPUEMU_BIN=build-asan/tpuemu \
+	  build-asan/tpuemu build-asan/test_runner
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  TPUEMU=./build-asan/tpuemu TPUEMU_ASAN=1 build-asan/test_runner
+
+build-asan/tpuemu: $(CLI_OBJS) $(VIEW_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(VIEW_OBJS) $(LIB) $(VIEW_LIBS) $(CORE_LIBS)
+
+clean:
+	rm -rf build build-asan build-fuzz tpuemu
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,45 @@
+/* cli — the command-line front end.  One file per command (cli_NAME.c),
+ * each exporting `int cli_NAME(int argc, char **argv)` where argv[0] is
+ * the command's name; the return value is the exit status (SPEC.md). */
+#ifndef EMU_CLI_H
+#define EMU_CLI_H
+
+#include <stdint.h>
+
+#include "emu/status.h"
+
+int cli_run(int argc, char **argv);
+int cli_mxu(int argc, char **argv);
+int cli_lower(int argc, char **argv);
+int cli_view(int argc, char **argv);
+int cli_check(int argc, char **argv);
+int cli_validate(int argc, char **argv);
+int cli_probe(int argc, char **argv);
+int cli_probe_hbm(int argc, char **argv);
+int cli_probe_ici(int argc, char **argv);   /* allreduce, permute */
+int cli_sweep(int argc, char **argv);
+
+/* Prints "tpuemu: error: <msg>" on stderr (one line); returns code. */
+int cli_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prints e's message the same way and returns its code. */
+int cli_fail(const tpu_error *e);
+
+/* Parses a whole decimal integer in [lo, hi] given to option opt; on
+ * failure prints a clear error and returns 2 (usage), else 0. */
+int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi,
+            int64_t *out);
+int cli_double(const char *opt, const char *s, double lo, double hi,
+               double *out);
+/* The value after option argv[*i], advancing *i; prints an error and
+ * returns NULL when it is missing. */
+const char *cli_value(int argc, char **argv, int *i);
+/* True when argv has -h or --help. */
+int cli_wants_help(int argc, char **argv);
+
+#define TPUEMU_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,123 @@
+/* graph — a trace's layer graph after reading and shape inference.
+ *
+ * trace.c fills it from a `tpuemu-trace/1` file (every error names the
+ * file and the JSON path); graph.c infers shapes, FLOPs and bytes.  The
+ * graph is per example (batch is in the run section), channels last.
+ * Inputs are layers too (op GOP_INPUT), so `in` indices point into one
+ * array, and every index is smaller than the layer's own.
+ */
+#ifndef EMU_GRAPH_H
+#define EMU_GRAPH_H
+
+#include <stdint.h>
+
+#include "emu/status.h"
+
+#define GRAPH_NAME_MAX 64
+#define GRAPH_MAX_IN 8     /* inputs of one add/concat/loss layer */
+#define GRAPH_MAX_SP 3     /* spatial rank: 0 (flat), 2 (H,W) or 3 (D,H,W) */
+#define GRAPH_MAX_PDIMS 5  /* N + up to 3 spatial + C */
+
+typedef enum {
+    GOP_INPUT,
+    GOP_CONV,
+    GOP_CONV_T,
+    GOP_DENSE,
+    GOP_BATCHNORM,
+    GOP_RELU,
+    GOP_SIGMOID,
+    GOP_FLATTEN,
+    GOP_GAP,        /* global_avgpool */
+    GOP_ADD,
+    GOP_CONCAT,
+    GOP_MAXPOOL,
+    GOP_AVGPOOL,
+    GOP_UPSAMPLE,
+    GOP_DROPOUT,
+    GOP_LOSS,
+    GOP_COUNT
+} graph_op;
+
+typedef enum {
+    GLOSS_SOFTMAX_XENT,
+    GLOSS_SIGMOID_FOCAL,
+    GLOSS_DICE,
+    GLOSS_L2,
+    GLOSS_SMOOTH_L1
+} graph_loss;
+
+/* A per-example tensor shape: spatial extents then channels. */
+typedef struct {
+    int nsp;                     /* 0, 2 or 3 */
+    int64_t sp[GRAPH_MAX_SP];    /* D,H,W (3D) or H,W (2D) */
+    int64_t c;                   /* channels (features when nsp == 0) */
+} gshape;
+
+typedef struct {
+    char name[GRAPH_NAME_MAX];
+    graph_op op;
+    int n_in;
+    int in[GRAPH_MAX_IN];        /* indices of earlier layers */
+    int dtype_bytes;             /* 2 (bf16, default) or 4 (f32) */
+    gshape out;                  /* inferred output shape */
+
+    /* conv, conv_transpose, pooling (spatial rank = out.nsp) */
+    int filters;                 /* conv, conv_t; units for dense */
+    int kernel[GRAPH_MAX_SP];    /* conv window; pooling window */
+    int strides[GRAPH_MAX_SP];
+    int dilation[GRAPH_MAX_SP];
+    int pad_same;                /* 1: same, 0: valid */
+    int use_bias;
+    /* Explicit padding of the input, derived from padding/kernel/strides
+     * (TensorFlow rules: same pads total max((ceil(in/s)-1)*s + (k-1)*d + 1 - in, 0),
+     * low = total / 2, the extra one on the high side). */
+    int64_t pad_lo[GRAPH_MAX_SP], pad_hi[GRAPH_MAX_SP];
+    int factor[GRAPH_MAX_SP];    /* upsample */
+    double rate;                 /* dropout */
+    graph_loss loss;
+
+    /* derived, per example */
+    int64_t weights;             /* trainable parameters (incl. bias, BN gamma/beta) */
+    double macs;                 /* forward multiply-adds (conv, conv_t, dense) */
+} glayer;
+
+typedef struct {
+    char name[128];
+    char system[32];
+    int train;                   /* 1: train, 0: infer */
+    int64_t global_batch;
+    int cores_per_replica;
+    /* input_partition_dims for the first input (all 1 when absent or null);
+     * rank = 2 + nsp of that input.  Order N, [D,] H, W, C. */
+    int pdims_rank;
+    int pdims[GRAPH_MAX_PDIMS];
+    int labels_partitioned;      /* the labels' entry was a list, not null */
+    int has_reference;
+    double reference_step_s;
+    char reference_source[512];
+
+    int n_layers;
+    glayer *layers;              /* owned */
+    int n_inputs;                /* layers[0..n_inputs) need not be inputs:
+                                    inputs are the GOP_INPUT layers */
+} graph;
+
+/* Reads and checks a trace file.  On failure returns TPU_ERR_INPUT (or
+ * TPU_ERR_SYSTEM for I/O) with "FILE: JSON.path: what is wrong" in err. */
+tpu_status graph_load(graph *g, const char *path, tpu_error *err);
+/* Same, from text already in memory; `path` only names it in messages. */
+tpu_status graph_parse(graph *g, const char *text, size_t len,
+                       const char *path, tpu_error *err);
+void graph_free(graph *g);
+
+/* Elements of a shape (per example). */
+int64_t gshape_elems(const gshape *s);
+/* Forward FLOPs of the whole graph per example (2 x MACs of the matrix
+ * layers + elementwise work). */
+double graph_forward_flops(const graph *g);
+/* Name of an op as it is written in traces ("conv", "global_avgpool"). */
+const char *graph_op_name(graph_op op);
+/* Index of the layer called name, or -1. */
+int graph_find(const graph *g, const char *name);
+
+#endif

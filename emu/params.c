@@ -1,0 +1,240 @@
+/* The chip data.  Every hardware value tpuemu uses is here, once, with
+ * where it comes from.  Tags follow ../shared/REFERENCE.md:
+ *   [C] read in the named source, [D] derived from [C] values,
+ *   [U] unconfirmed: an assumption, stated, revisited when a source turns up.
+ * Calibrated values say what measurement they were fitted to.
+ */
+#include "emu/params.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Slices: the number counts cores; two cores per chip; chips on a 2D torus
+ * (full pods: v2 16x16, v3 32x32; Cloud TPU docs).  Partial slices take a
+ * rectangle of the pod, the longer side along x. */
+static const tpu_system systems[] = {
+    {"v2-8", 2, 8, 2, 2, 0},       {"v2-32", 2, 32, 4, 4, 0},
+    {"v2-128", 2, 128, 8, 8, 0},   {"v2-256", 2, 256, 16, 8, 0},
+    {"v2-512", 2, 512, 16, 16, 1}, {"v3-8", 3, 8, 2, 2, 0},
+    {"v3-32", 3, 32, 4, 4, 0},     {"v3-64", 3, 64, 8, 4, 0},
+    {"v3-128", 3, 128, 8, 8, 0},   {"v3-256", 3, 256, 16, 8, 0},
+    {"v3-512", 3, 512, 16, 16, 0}, {"v3-1024", 3, 1024, 32, 16, 0},
+    {"v3-2048", 3, 2048, 32, 32, 1}, {NULL, 0, 0, 0, 0, 0},
+};
+
+const tpu_system *tpu_systems(void) { return systems; }
+
+const tpu_system *tpu_system_find(const char *name)
+{
+    for (const tpu_system *s = systems; name && s->name; s++)
+        if (strcmp(s->name, name) == 0)
+            return s;
+    return NULL;
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MIB (1024.0 * 1024.0)
+
+void tpu_params_default(tpu_params *p, int gen)
+{
+    memset(p, 0, sizeof *p);
+    p->gen = gen == 2 ? 2 : 3;
+    int v3 = p->gen == 3;
+    /* [U] Jouppi et al., CACM 63(7) 2020; [D] consistent with the
+     * published peaks: v2 2 cores x 1 MXU x 128^2 x 2 x 700 MHz = 45.9
+     * TFLOP/s per chip, v3 2 x 2 x 128^2 x 2 x 940 MHz = 123 TFLOP/s. */
+    p->clock_hz = v3 ? 940e6 : 700e6;
+    p->cores_per_chip = 2;                 /* [C] cloud.google.com/tpu/docs */
+    p->mxus_per_core = v3 ? 2 : 1;         /* [C] same; jax tpu_info.py */
+    p->mxu.rows = 128;                     /* [C] Hot Chips 2020 */
+    p->mxu.cols = 128;
+    p->vpu_lanes = 128;                    /* [C] tpu_info NUM_LANES */
+    p->vpu_sublanes = 8;                   /* [C] tpu_info NUM_SUBLANES */
+    p->vpu_alus = 2;                       /* [C] Hot Chips 2020 */
+    p->vmem_bytes = 16 * MIB;              /* [C] tpu_info; Hot Chips 2020 */
+    p->lane_pad = 128;                     /* [C] Cloud TPU performance guide */
+    p->sublane_pad = 8;                    /* [C] same */
+    /* [U] cycles of issue/sync around one matrix instruction (push setup,
+     * result pop hand-off to the vector unit).  Set by the VLIW bundle
+     * issue; no public figure.  See docs/VALIDATION.md for sensitivity. */
+    p->mxu_op_overhead_cycles = 0;
+    p->vpu_op_overhead_cycles = 0;         /* [U] same, vector instructions */
+
+    /* HBM2, per core (half a chip).  [C] capacity: v2 16 GiB, v3 32 GiB
+     * per chip (Cloud TPU docs).  [C] bandwidth: 700 / 900 GB/s per chip
+     * (Norrie et al., IEEE Micro 2021).  [U] organisation: each core owns
+     * two HBM2 stacks of 8 x 128-bit channels (JESD235 legacy mode, BL2,
+     * 2 KiB rows, 16 banks per channel for 8 Gb dies); the pin rate is
+     * [D] set so that the peak equals the published per-core bandwidth.
+     * [U] timings: JESD235-class HBM2 speed bin (tRCD = tRP = tCL = 14 ns,
+     * tRAS = 33 ns, tRFC = 350 ns for 8 Gb, tREFI = 3.9 us). */
+    p->hbm.capacity_bytes = (v3 ? 16 : 8) * GIB;
+    p->hbm.channels = 16;
+    p->hbm.banks = 16;
+    p->hbm.bus_bytes = 16;
+    p->hbm.burst_beats = 2;
+    p->hbm.row_bytes = 2048;
+    p->hbm.interleave_bytes = 256;
+    p->hbm.t_rcd_ns = 14;
+    p->hbm.t_rp_ns = 14;
+    p->hbm.t_cl_ns = 14;
+    p->hbm.t_ras_ns = 33;
+    p->hbm.t_rfc_ns = 350;
+    p->hbm.t_refi_ns = 3900;
+    p->hbm.data_rate_gtps = 1.0;
+    hbm_set_peak_gbs(&p->hbm, v3 ? 450.0 : 350.0);
+
+    /* ICI.  [U] link bandwidth one way: v2 496 Gbit/s = 62 GB/s, v3
+     * 656 Gbit/s = 82 GB/s (CACM 2020; the scaling book says 100 GB/s for
+     * v3).  [U] hop latency 1 us.  [U] on-chip core-to-core link at twice
+     * a link's speed (Norrie et al. 2021 mention internal links at 2x).
+     * [U] partial slices have no wrap-around links (they are a rectangle
+     * cut from the pod's torus); full pods wrap. */
+    p->ici.link_gbs = v3 ? 82.0 : 62.0;
+    p->ici.hop_latency_s = 1.0e-6;
+    p->ici.onchip_gbs = 2.0 * p->ici.link_gbs;
+    p->ici.onchip_latency_s = 0.5e-6;
+    p->ici.wrap = 0;
+}
+
+double tpu_core_peak_flops(const tpu_params *p)
+{
+    return 2.0 * p->mxus_per_core * p->mxu.rows * p->mxu.cols * p->clock_hz;
+}
+
+/* ---- the --set table ---------------------------------------------------- */
+
+typedef enum { PK_DOUBLE, PK_INT, PK_HBM_PEAK, PK_GIB } pkind;
+
+typedef struct {
+    tpu_param_info info;
+    pkind kind;
+    size_t off;
+    double lo, hi; /* accepted range */
+} pentry;
+
+#define D(key, field, unit, lo, hi, src) \
+    {{key, unit, src}, PK_DOUBLE, offsetof(tpu_params, field), lo, hi}
+#define I(key, field, unit, lo, hi, src) \
+    {{key, unit, src}, PK_INT, offsetof(tpu_params, field), lo, hi}
+
+static const pentry table[] = {
+    D("clock_hz", clock_hz, "Hz", 1e6, 1e11, "[U] CACM 2020"),
+    I("mxus_per_core", mxus_per_core, "", 1, 64, "[C] Cloud TPU docs"),
+    I("mxu.rows", mxu.rows, "PEs", 1, 4096, "[C] Hot Chips 2020"),
+    I("mxu.cols", mxu.cols, "PEs", 1, 4096, "[C] Hot Chips 2020"),
+    I("vpu.lanes", vpu_lanes, "", 1, 65536, "[C] tpu_info"),
+    I("vpu.sublanes", vpu_sublanes, "", 1, 1024, "[C] tpu_info"),
+    I("vpu.alus", vpu_alus, "", 1, 64, "[C] Hot Chips 2020"),
+    D("vmem_bytes", vmem_bytes, "B", 65536, 1e12, "[C] tpu_info"),
+    I("layout.lane_pad", lane_pad, "", 1, 4096, "[C] TPU performance guide"),
+    I("layout.sublane_pad", sublane_pad, "", 1, 4096, "[C] same"),
+    D("mxu.op_overhead_cycles", mxu_op_overhead_cycles, "cycles", 0, 1e6,
+      "[U] no public figure"),
+    D("vpu.op_overhead_cycles", vpu_op_overhead_cycles, "cycles", 0, 1e6,
+      "[U] no public figure"),
+    {{"hbm.bandwidth_gbs", "GB/s", "[C] IEEE Micro 2021: 700/900 per chip"},
+     PK_HBM_PEAK, 0, 1, 1e6},
+    {{"hbm.capacity_gib", "GiB", "[C] Cloud TPU docs"},
+     PK_GIB, offsetof(tpu_params, hbm.capacity_bytes), 1.0 / 1024, 1e6},
+    I("hbm.channels", hbm.channels, "", 1, 1024, "[U] 2 stacks x 8"),
+    I("hbm.banks", hbm.banks, "", 1, 256, "[U] JESD235 8 Gb die"),
+    I("hbm.bus_bytes", hbm.bus_bytes, "B", 1, 1024, "[C] JESD235 128-bit"),
+    D("hbm.data_rate_gtps", hbm.data_rate_gtps, "GT/s", 0.01, 100,
+      "[D] from the published bandwidth"),
+    I("hbm.burst_beats", hbm.burst_beats, "", 1, 64, "[C] JESD235 BL2"),
+    I("hbm.row_bytes", hbm.row_bytes, "B", 32, 1 << 20, "[C] JESD235 2 KiB"),
+    I("hbm.interleave_bytes", hbm.interleave_bytes, "B", 32, 1 << 24,
+      "[U] address map"),
+    D("hbm.t_rcd_ns", hbm.t_rcd_ns, "ns", 0, 1000, "[U] JESD235 class"),
+    D("hbm.t_rp_ns", hbm.t_rp_ns, "ns", 0, 1000, "[U] JESD235 class"),
+    D("hbm.t_cl_ns", hbm.t_cl_ns, "ns", 0, 1000, "[U] JESD235 class"),
+    D("hbm.t_ras_ns", hbm.t_ras_ns, "ns", 0, 1000, "[U] JESD235 class"),
+    D("hbm.t_rfc_ns", hbm.t_rfc_ns, "ns", 0, 100000, "[U] JESD235 8 Gb"),
+    D("hbm.t_refi_ns", hbm.t_refi_ns, "ns", 100, 1e7, "[U] JESD235"),
+    D("ici.link_gbs", ici.link_gbs, "GB/s", 0.001, 1e6, "[U] CACM 2020"),
+    D("ici.hop_latency_s", ici.hop_latency_s, "s", 0, 1, "[U]"),
+    D("ici.onchip_gbs", ici.onchip_gbs, "GB/s", 0.001, 1e6,
+      "[U] IEEE Micro 2021: 2x a link"),
+    D("ici.onchip_latency_s", ici.onchip_latency_s, "s", 0, 1, "[U]"),
+    I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),
+};
+#define NTABLE (sizeof table / sizeof table[0])
+
+const tpu_param_info *tpu_param_key(size_t i)
+{
+    return i < NTABLE ? &table[i].info : NULL;
+}
+
+static const pentry *find(const char *key)
+{
+    for (size_t i = 0; i < NTABLE; i++)
+        if (strcmp(table[i].info.key, key) == 0)
+            return &table[i];
+    return NULL;
+}
+
+tpu_status tpu_params_set(tpu_params *p, const char *key, const char *value,
+                          tpu_error *err)
+{
+    const pentry *e = find(key);
+    if (!e)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--set %s: unknown parameter (see tpuemu run --help "
+                        "for the list)", key);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (!*value || *end || errno || !isfinite(v))
+        return tpu_fail(err, TPU_ERR_INPUT, "--set %s=%s: expected a number",
+                        key, value);
+    if (v < e->lo || v > e->hi)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--set %s=%s: out of range [%g, %g]", key, value,
+                        e->lo, e->hi);
+    char *base = (char *)p;
+    switch (e->kind) {
+    case PK_DOUBLE:
+        *(double *)(base + e->off) = v;
+        break;
+    case PK_INT:
+        if (v != floor(v))
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "--set %s=%s: expected an integer", key, value);
+        *(int *)(base + e->off) = (int)v;
+        break;
+    case PK_GIB:
+        *(double *)(base + e->off) = v * GIB;
+        break;
+    case PK_HBM_PEAK:
+        hbm_set_peak_gbs(&p->hbm, v);
+        break;
+    }
+    return TPU_OK;
+}
+
+tpu_status tpu_params_get(const tpu_params *p, const char *key, double *out,
+                          tpu_error *err)
+{
+    const pentry *e = find(key);
+    if (!e)
+        return tpu_fail(err, TPU_ERR_INPUT, "unknown parameter %s", key);
+    const char *base = (const char *)p;
+    switch (e->kind) {
+    case PK_DOUBLE:
+        *out = *(const double *)(base + e->off);
+        break;
+    case PK_INT:
+        *out = *(const int *)(base + e->off);
+        break;
+    case PK_GIB:
+        *out = *(const double *)(base + e->off) / GIB;
+        break;
+    case PK_HBM_PEAK:
+        *out = hbm_peak_bps(&p->hbm) / 1e9;
+        break;
+    }
+    return TPU_OK;
+}

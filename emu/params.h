@@ -1,0 +1,73 @@
+/* params — the hardware of a TPU v2/v3 chip and pod slice, as data.
+ *
+ * Every value lives in one table in emu/params.c with its source (see
+ * ../shared/REFERENCE.md: [C] confirmed, [D] derived, [U] unconfirmed and
+ * assumed).  `--set KEY=VALUE` overrides any entry by name.
+ */
+#ifndef EMU_PARAMS_H
+#define EMU_PARAMS_H
+
+#include <stddef.h>
+
+#include "emu/status.h"
+#include "hbm/hbm.h"
+#include "interconnect/ici.h"
+#include "mxu/mxu.h"
+
+typedef struct {
+    int gen;                 /* 2 or 3 */
+    double clock_hz;         /* TensorCore clock */
+    int cores_per_chip;
+    int mxus_per_core;
+    mxu_params mxu;
+    int vpu_lanes;           /* vector unit lanes */
+    int vpu_sublanes;        /* vector unit sublanes */
+    int vpu_alus;            /* ALUs per lane x sublane */
+    double vmem_bytes;       /* vector memory per core */
+    int lane_pad;            /* minor dim padded to this multiple (lanes) */
+    int sublane_pad;         /* second-minor padded to this multiple */
+    double mxu_op_overhead_cycles; /* per matmul instruction: issue, drain sync */
+    double vpu_op_overhead_cycles; /* per vector instruction */
+    hbm_params hbm;
+    ici_params ici;
+} tpu_params;
+
+/* A pod slice as Cloud TPU names it. */
+typedef struct {
+    const char *name;  /* "v3-64" */
+    int gen;
+    int cores;
+    int dim_x, dim_y;  /* chip torus */
+    int full_pod;      /* wrap-around links exist on full pods */
+} tpu_system;
+
+/* Looks up a slice by name; NULL when unknown. */
+const tpu_system *tpu_system_find(const char *name);
+/* The table of slices, terminated by an entry with name == NULL. */
+const tpu_system *tpu_systems(void);
+
+/* The chip data of generation gen (2 or 3). */
+void tpu_params_default(tpu_params *p, int gen);
+
+/* One settable parameter: name, unit, source. */
+typedef struct {
+    const char *key;     /* "hbm.bandwidth_gbs" */
+    const char *unit;
+    const char *source;  /* where the default comes from */
+} tpu_param_info;
+
+/* The i-th key accepted by tpu_params_set; NULL past the last. */
+const tpu_param_info *tpu_param_key(size_t i);
+
+/* Overrides one parameter from text ("hbm.bandwidth_gbs", "1200").
+ * TPU_ERR_INPUT with a message for an unknown key or a bad value. */
+tpu_status tpu_params_set(tpu_params *p, const char *key, const char *value,
+                          tpu_error *err);
+/* Reads a parameter's current value (for reports and docs). */
+tpu_status tpu_params_get(const tpu_params *p, const char *key, double *out,
+                          tpu_error *err);
+
+/* Derived figures. */
+double tpu_core_peak_flops(const tpu_params *p); /* bf16, per core */
+
+#endif

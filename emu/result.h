@@ -1,0 +1,104 @@
+/* result — what one simulated step produced: per-core step time and its
+ * exclusive breakdown, memory and traffic counters, and (optionally) the
+ * recorded timeline that the Chrome trace, the PNG chart and the viewer
+ * draw.  Front ends read results through this header only.
+ */
+#ifndef EMU_RESULT_H
+#define EMU_RESULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The report's exclusive categories, in report order (SPEC.md). */
+typedef enum {
+    CAT_MXU,        /* critical path in matrix work */
+    CAT_VECTOR,     /* vector unit work */
+    CAT_HBM_STALL,  /* waiting on HBM transfers not hidden by compute */
+    CAT_HALO,       /* waiting on spatial-partition halo exchange */
+    CAT_ALLREDUCE,  /* waiting on gradient / partial-sum all-reduce */
+    CAT_IDLE,       /* waiting on other cores */
+    CAT_COUNT
+} emu_cat;
+
+/* The units a core's timeline is drawn in. */
+typedef enum {
+    UNIT_CORE,  /* the critical path: one event per category span */
+    UNIT_MXU,
+    UNIT_VPU,
+    UNIT_DMA,
+    UNIT_ICI,
+    UNIT_COUNT
+} emu_unit;
+
+typedef enum { PHASE_FWD, PHASE_BWD, PHASE_UPDATE, PHASE_COUNT } emu_phase;
+
+const char *emu_cat_name(emu_cat c);    /* "mxu", "hbm_stall", ... */
+const char *emu_unit_name(emu_unit u);  /* "core", "mxu", ... */
+const char *emu_phase_name(emu_phase p);
+
+/* One span on one unit.  Consecutive identical instructions of a loop may
+ * be merged into one event (count > 1). */
+typedef struct {
+    double t0, t1;      /* seconds from the start of the step */
+    uint8_t unit;       /* emu_unit */
+    uint8_t cat;        /* emu_cat */
+    uint8_t phase;      /* emu_phase */
+    uint8_t opcode;     /* firmware opcode (fw_op) */
+    int32_t layer;      /* index into emu_result.layer_names, -1: none */
+    uint32_t count;     /* instructions merged into this event */
+    double bytes;       /* bytes moved (DMA, ICI) */
+    double flops;       /* FLOPs done (MXU, VPU) */
+} emu_event;
+
+typedef struct {
+    int core, chip;
+    int replica;        /* data-parallel replica this core belongs to */
+    int shard;          /* index within its partition group */
+    double step_time_s;
+    double breakdown_s[CAT_COUNT]; /* exclusive; sums to step_time_s */
+    double mxu_utilization;        /* useful MACs / (peak MACs x step time) */
+    double hbm_peak_bytes;
+    double hbm_read_bytes, hbm_write_bytes;
+    double ici_bytes_sent;
+    double flops;                  /* FLOPs this core executed */
+    emu_event *events;             /* NULL unless the timeline was recorded */
+    size_t n_events;
+} emu_core_result;
+
+typedef struct {
+    char key[64];
+    char value[64];
+} emu_override;
+
+typedef struct {
+    char trace[128];
+    char system[32];
+    int gen;
+    int chips, cores, dim_x, dim_y;
+    int64_t global_batch;
+    int cores_per_replica, replicas;
+    int train;
+    int fits;
+    double hbm_needed_bytes;       /* the largest core's peak */
+    double hbm_capacity_bytes;
+    double step_time_s;            /* the slowest core's */
+    double flops_per_step;         /* all cores, useful work */
+    int n_overrides;
+    emu_override *overrides;
+    emu_core_result *per_core;     /* cores entries */
+    /* ICI link busy time: chips x 4 (dirs +x, -x, +y, -y), seconds. */
+    double *link_busy_s;
+    /* Names of the graph's layers, for event labels (n_layers entries). */
+    int n_layers;
+    char (*layer_names)[64];
+    /* Per-layer critical-path time of core 0, by category (n_layers x CAT_COUNT). */
+    double *layer_time_s;
+    /* --functional */
+    int has_values;
+    uint64_t output_checksum;
+    double loss;
+} emu_result;
+
+void emu_result_free(emu_result *r);
+
+#endif

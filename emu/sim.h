@@ -1,0 +1,36 @@
+/* sim — run one step of a trace on an emulated pod slice.
+ * The whole pipeline of DESIGN.md: graph -> partition plan -> firmware ->
+ * pod engine -> step accounting. */
+#ifndef EMU_SIM_H
+#define EMU_SIM_H
+
+#include <stdint.h>
+
+#include "emu/graph.h"
+#include "emu/params.h"
+#include "emu/result.h"
+#include "emu/status.h"
+
+typedef struct {
+    const char *system;        /* NULL: the trace's */
+    int64_t global_batch;      /* 0: the trace's */
+    int n_sets;
+    const char *const *set_keys;   /* --set KEY=VALUE overrides */
+    const char *const *set_values;
+    int functional;            /* compute values too */
+    uint64_t seed;
+    int record_timeline;       /* fill per-core events */
+    int no_dedup;              /* simulate every core, skip no shortcut */
+    /* Called now and then with the fraction done; may be NULL. */
+    void (*progress)(void *ctx, double fraction);
+    void *progress_ctx;
+} sim_opts;
+
+void sim_opts_default(sim_opts *o);
+
+/* Simulates one step.  TPU_ERR_NOFIT (with the figures in err) when the
+ * workload does not fit; the result is still filled (fits = 0) then. */
+tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
+                   tpu_error *err);
+
+#endif

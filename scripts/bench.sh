@@ -1,0 +1,4 @@
+#!/bin/sh
+# make bench: prints the figures recorded in BENCHMARKS.md.
+set -e
+build/bench "$@"

@@ -1,0 +1,164 @@
+#include "test/harness.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern const th_suite th_suites[];
+
+struct th_ctx {
+    const char *suite;
+    const char *name; /* open case, or NULL */
+    int case_failed;
+    int passed, failed;
+    int fail_msgs; /* failure lines printed in the open case */
+};
+
+static void close_case(th_ctx *t)
+{
+    if (!t->name)
+        return;
+    if (t->case_failed) {
+        t->failed++;
+        printf("FAIL %s: %s\n", t->suite, t->name);
+    } else {
+        t->passed++;
+        printf("ok   %s: %s\n", t->suite, t->name);
+    }
+    fflush(stdout);
+    t->name = NULL;
+    t->case_failed = 0;
+    t->fail_msgs = 0;
+}
+
+void th_case(th_ctx *t, const char *name)
+{
+    close_case(t);
+    t->name = name;
+}
+
+static void note_failure(th_ctx *t)
+{
+    if (!t->name)
+        t->name = "(unnamed)";
+    t->case_failed = 1;
+}
+
+int th_check(th_ctx *t, int ok, const char *expr, const char *file, int line)
+{
+    if (ok)
+        return 1;
+    note_failure(t);
+    if (t->fail_msgs++ < 10)
+        printf("     %s:%d: check failed: %s\n", file, line, expr);
+    return 0;
+}
+
+void th_failf(th_ctx *t, const char *file, int line, const char *fmt, ...)
+{
+    note_failure(t);
+    if (t->fail_msgs++ >= 10)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("     %s:%d: ", file, line);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+int th_asan(void)
+{
+    const char *e = getenv("TPUEMU_ASAN");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+const char *th_bin(void)
+{
+    const char *b = getenv("TPUEMU");
+    return (b && *b) ? b : "./tpuemu";
+}
+
+const char *th_tmpdir(void)
+{
+    static char dir[256];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "build/test-tmp/%ld", (long)getpid());
+        char cmd[320];
+        snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+        if (system(cmd) != 0)
+            snprintf(dir, sizeof dir, "/tmp");
+    }
+    return dir;
+}
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    fclose(f);
+}
+
+int th_run(th_cmd_result *r, const char *fmt, ...)
+{
+    char cmd[4096], full[4800], outp[300], errp[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(outp, sizeof outp, "%s/cmd.out", th_tmpdir());
+    snprintf(errp, sizeof errp, "%s/cmd.err", th_tmpdir());
+    snprintf(full, sizeof full, "(%s) >%s 2>%s", cmd, outp, errp);
+    int st = system(full);
+    if (st == -1)
+        r->status = -1;
+    else if (WIFEXITED(st))
+        r->status = WEXITSTATUS(st);
+    else
+        r->status = -1;
+    slurp(outp, r->out, sizeof r->out);
+    slurp(errp, r->err, sizeof r->err);
+    return r->status;
+}
+
+int main(int argc, char **argv)
+{
+    th_ctx t = {0};
+    int ran = 0;
+    for (const th_suite *s = th_suites; s->name; s++) {
+        if (argc > 1) {
+            int want = 0;
+            for (int i = 1; i < argc; i++)
+                if (strcmp(argv[i], s->name) == 0)
+                    want = 1;
+            if (!want)
+                continue;
+        }
+        t.suite = s->name;
+        s->fn(&t);
+        close_case(&t);
+        ran++;
+    }
+    if (argc > 1 && ran == 0) {
+        fprintf(stderr, "test_runner: no suite named");
+        for (int i = 1; i < argc; i++)
+            fprintf(stderr, " %s", argv[i]);
+        fprintf(stderr, "; suites:");
+        for (const th_suite *s = th_suites; s->name; s++)
+            fprintf(stderr, " %s", s->name);
+        fprintf(stderr, "\n");
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    printf("%d passed, %d failed\n", t.passed, t.failed);
+    return t.failed ? 1 : 0;
+}

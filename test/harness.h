@@ -1,0 +1,54 @@
+/* A tiny test harness in the spirit of Redis' testhelp.h.
+ *
+ * A suite is a function `void th_suite_NAME(th_ctx *t)` in test/test_*.c;
+ * scripts/gen_registry.sh finds it, so adding a suite is adding a file.
+ * Inside a suite, each test case is a block opened with th_case(): the
+ * runner counts cases, not individual checks, and prints one line each.
+ *
+ *   void th_suite_bf16(th_ctx *t) {
+ *       th_case(t, "ties round to even");
+ *       TH_CHECK(t, bf16_from_f32(x) == 0x3f80);
+ *   }
+ *
+ * Run all:  build/test_runner          Run one:  build/test_runner bf16
+ * The last line of a run is "N passed, N failed".
+ */
+#ifndef TH_HARNESS_H
+#define TH_HARNESS_H
+
+#include <stddef.h>
+
+typedef struct th_ctx th_ctx;
+typedef struct {
+    const char *name;
+    void (*fn)(th_ctx *t);
+} th_suite;
+
+/* Opens a new test case; the previous one is closed and counted. */
+void th_case(th_ctx *t, const char *name);
+/* Records a failed check in the open case (with file:line and a message). */
+int th_check(th_ctx *t, int ok, const char *expr, const char *file, int line);
+void th_failf(th_ctx *t, const char *file, int line, const char *fmt, ...);
+/* True when running under the ASan build: suites may shrink long loops. */
+int th_asan(void);
+
+#define TH_CHECK(t, cond) th_check((t), !!(cond), #cond, __FILE__, __LINE__)
+#define TH_FAIL(t, ...) th_failf((t), __FILE__, __LINE__, __VA_ARGS__)
+/* Checks a condition and, when false, prints a formatted explanation. */
+#define TH_CHECKF(t, cond, ...) \
+    ((cond) ? 1 : (th_failf((t), __FILE__, __LINE__, __VA_ARGS__), 0))
+
+/* Runs a shell command, captures its exit status and (truncated) stdout and
+ * stderr.  `$TPUEMU` in the environment names the binary under test; the
+ * helper th_bin() returns it ("./tpuemu" by default). */
+typedef struct {
+    int status;      /* exit status, or -1 when killed by a signal */
+    char out[65536]; /* stdout, NUL-terminated, truncated */
+    char err[8192];  /* stderr, NUL-terminated, truncated */
+} th_cmd_result;
+const char *th_bin(void);
+int th_run(th_cmd_result *r, const char *fmt, ...);
+/* A scratch directory unique to this run (created on first use). */
+const char *th_tmpdir(void);
+
+#endif
