@@ -81,9 +81,35 @@ bench: deps
 	@$(MAKE) --no-print-directory tpuemu $(BUILD)/bench
 	@sh scripts/bench.sh
 
-$(BUILD)/bench: test/bench.c $(LIB)
+# Benchmarks: every `void tb_bench_NAME(void)` in test/bench_*.c, run in
+# file order by test/bench_main.c; each prints "name: value unit" lines.
+BENCH_SRCS := $(wildcard test/bench_*.c)
+$(BUILD)/test/bench_registry.c: $(BENCH_SRCS) scripts/gen_registry.sh
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O3 -o $@ test/bench.c $(LIB) $(CORE_LIBS)
+	sh scripts/gen_registry.sh --bench $(filter-out test/bench_main.c,$(BENCH_SRCS)) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/bench: $(BENCH_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/bench_registry.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LIBS)
+
+# The trace parser under libFuzzer + ASan/UBSan (clang).  FUZZ_SECONDS sets
+# the run length; the seed corpus is test/fuzz/corpus.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@mkdir -p build-fuzz/corpus
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -I. $(CORE_CFLAGS) \
+	  -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_trace \
+	  test/fuzz/fuzz_trace.c $(CORE_SRCS) $(CORE_LIBS)
+	build-fuzz/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	  build-fuzz/corpus test/fuzz/corpus
+
+# The performance gate: re-run the reference traces and compare them with
+# the committed reports in baselines/ (tpuemu check).  rebaseline refreshes
+# them on purpose, so a reviewer sees the diff.
+check-perf: tpuemu
+	@sh scripts/check_perf.sh
+
+rebaseline: tpuemu
+	@sh scripts/check_perf.sh --rebaseline
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the whole test suite,
 # in its own build tree so it never mixes objects with the normal build.
