@@ -9,6 +9,7 @@
 #ifndef EMU_GRAPH_H
 #define EMU_GRAPH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "emu/status.h"
