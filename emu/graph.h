@@ -76,6 +76,9 @@ typedef struct {
     int factor[GRAPH_MAX_SP];    /* upsample */
     double rate;                 /* dropout */
     graph_loss loss;
+    int share_from;              /* optional "share_weights": index of the
+                                    layer whose weights this one reuses
+                                    (RetinaNet's heads across FPN levels), -1 */
 
     /* derived, per example */
     int64_t weights;             /* trainable parameters (incl. bias, BN gamma/beta) */
@@ -110,6 +113,15 @@ tpu_status graph_load(graph *g, const char *path, tpu_error *err);
 tpu_status graph_parse(graph *g, const char *text, size_t len,
                        const char *path, tpu_error *err);
 void graph_free(graph *g);
+
+/* Checks the run section against a slice and batch (which --system and
+ * --batch may override): known system, cores divisible by
+ * cores_per_replica, batch divisible by replicas, partition dims that
+ * split only spatial dimensions no smaller than their factor.  `path`
+ * names the trace in messages ("FILE: run.global_batch: ..."). */
+tpu_status graph_check_run(const graph *g, const char *system,
+                           int64_t global_batch, const char *path,
+                           tpu_error *err);
 
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);
