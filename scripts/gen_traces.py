@@ -1,0 +1,639 @@
+#!/usr/bin/env python3
+"""Generates the tpuemu-trace/1 files in traces/ and traces/reference/.
+
+The models follow the reference code they stand for (tensorflow/tpu
+models/official/detection for RetinaNet, models/official/unet3d for 3D UNet,
+models/official/resnet for ResNet-50, the seeds' Keras article for CIFAR-10);
+traces/README.md says how each maps to its source and what is simplified.
+
+Every layer's output shape is inferred here (TensorFlow's padding rules) and
+checked: names unique and defined before use, add inputs of equal shape,
+concat inputs of equal spatial extent, shared weights only between convs of
+the same geometry.  The output is deterministic: same bytes on every run.
+
+    python3 scripts/gen_traces.py            write every trace, print totals
+    python3 scripts/gen_traces.py --check    exit 1 if a file on disk differs
+    python3 scripts/gen_traces.py --table    print the totals as markdown
+"""
+
+import json
+import os
+import sys
+
+FORMAT = "tpuemu-trace/1"
+NAME_MAX = 63          # emu/graph.h GRAPH_NAME_MAX minus the terminator
+MAX_IN = 8             # emu/graph.h GRAPH_MAX_IN
+LINE_WIDTH = 150       # pretty printer: inline a value when it fits
+
+SRC_LARGE_IMAGES = (
+    "Cloud TPU guide 'Processing large images with Cloud TPU' (Dec 2019) and "
+    "Google Cloud blog 'Train ML models on large images and 3D volumes with "
+    "spatial partitioning on Cloud TPUs' (seeds/cloud-tpu-large-images-guide.txt, "
+    "seeds/spatial-partitioning-blog.txt)")
+
+
+class TraceError(Exception):
+    pass
+
+
+def _prod(xs):
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def _same_out(n, s):
+    return -(-n // s)
+
+
+def _valid_out(n, k, s, d):
+    eff = (k - 1) * d + 1
+    if n < eff:
+        raise TraceError("window %d larger than input %d" % (eff, n))
+    return (n - eff) // s + 1
+
+
+class Graph:
+    """A layer list with shape inference, weight and MAC counting."""
+
+    def __init__(self, nsp):
+        self.nsp = nsp
+        self.inputs = []
+        self.layers = []
+        self.shape = {}      # name -> (spatial tuple, channels)
+        self.kind = {}       # name -> layer dict (inputs: None)
+        self.weights = 0
+        self.macs = 0
+
+    # -- helpers ---------------------------------------------------------
+    def _new_name(self, name):
+        if not name or len(name) > NAME_MAX:
+            raise TraceError("bad layer name %r" % name)
+        if name in self.shape:
+            raise TraceError("duplicate layer name %r" % name)
+
+    def _get(self, name):
+        if name not in self.shape:
+            raise TraceError("%r used before it is defined" % name)
+        return self.shape[name]
+
+    def _vec(self, v, nsp):
+        if isinstance(v, int):
+            return [v] * nsp
+        if len(v) != nsp:
+            raise TraceError("expected %d numbers, got %r" % (nsp, v))
+        return list(v)
+
+    def _emit(self, layer, out):
+        self._new_name(layer["name"])
+        sp, c = out
+        if c <= 0 or any(x <= 0 for x in sp):
+            raise TraceError("%s: empty output %r" % (layer["name"], out))
+        self.layers.append(layer)
+        self.shape[layer["name"]] = (tuple(sp), c)
+        self.kind[layer["name"]] = layer
+        return layer["name"]
+
+    # -- ops -------------------------------------------------------------
+    def input(self, name, shape):
+        self._new_name(name)
+        sp, c = tuple(shape[:-1]), shape[-1]
+        if len(sp) != self.nsp:
+            raise TraceError("input %s: rank" % name)
+        self.inputs.append({"name": name, "shape": list(shape)})
+        self.shape[name] = (sp, c)
+        self.kind[name] = None
+        return name
+
+    def conv(self, name, x, filters, kernel, strides=1, padding="same",
+             dilation=1, use_bias=False, share=None, dtype=None):
+        sp, cin = self._get(x)
+        nsp = len(sp)
+        k = self._vec(kernel, nsp)
+        s = self._vec(strides, nsp)
+        d = self._vec(dilation, nsp)
+        if padding == "same":
+            out = [_same_out(n, si) for n, si in zip(sp, s)]
+        elif padding == "valid":
+            out = [_valid_out(n, ki, si, di) for n, ki, si, di in zip(sp, k, s, d)]
+        else:
+            raise TraceError("%s: padding %r" % (name, padding))
+        layer = {"name": name, "op": "conv", "in": x, "filters": filters, "kernel": k}
+        if any(v != 1 for v in s):
+            layer["strides"] = s
+        if padding != "same":
+            layer["padding"] = padding
+        if any(v != 1 for v in d):
+            layer["dilation"] = d
+        if use_bias:
+            layer["use_bias"] = True
+        if share is not None:
+            src = self.kind.get(share)
+            if src is None or src["op"] != "conv":
+                raise TraceError("%s: share_weights %r is not a conv" % (name, share))
+            if (src["filters"] != filters or src["kernel"] != k
+                    or self.shape[src["in"]][1] != cin
+                    or bool(src.get("use_bias")) != bool(use_bias)):
+                raise TraceError("%s: shares weights of %s with another geometry"
+                                 % (name, share))
+            layer["share_weights"] = share
+        if dtype:
+            layer["dtype"] = dtype
+        self.macs += _prod(out) * _prod(k) * cin * filters
+        if share is None:
+            self.weights += _prod(k) * cin * filters + (filters if use_bias else 0)
+        return self._emit(layer, (out, filters))
+
+    def conv_t(self, name, x, filters, kernel, strides, padding="same", dtype=None):
+        sp, cin = self._get(x)
+        nsp = len(sp)
+        k = self._vec(kernel, nsp)
+        s = self._vec(strides, nsp)
+        if padding == "same":
+            out = [n * si for n, si in zip(sp, s)]
+        elif padding == "valid":
+            out = [(n - 1) * si + max(ki, si) for n, ki, si in zip(sp, k, s)]
+        else:
+            raise TraceError("%s: padding %r" % (name, padding))
+        layer = {"name": name, "op": "conv_transpose", "in": x, "filters": filters,
+                 "kernel": k, "strides": s, "padding": padding}
+        if dtype:
+            layer["dtype"] = dtype
+        # Every input element meets every weight once (scatter form).
+        self.macs += _prod(sp) * _prod(k) * cin * filters
+        self.weights += _prod(k) * cin * filters
+        return self._emit(layer, (out, filters))
+
+    def dense(self, name, x, units, use_bias=True, dtype=None):
+        sp, cin = self._get(x)
+        if sp:
+            raise TraceError("%s: dense needs a flat input" % name)
+        layer = {"name": name, "op": "dense", "in": x, "units": units}
+        if not use_bias:
+            layer["use_bias"] = False
+        if dtype:
+            layer["dtype"] = dtype
+        self.macs += cin * units
+        self.weights += cin * units + (units if use_bias else 0)
+        return self._emit(layer, ((), units))
+
+    def _simple(self, name, op, x, dtype=None, **params):
+        layer = {"name": name, "op": op, "in": x}
+        layer.update(params)
+        if dtype:
+            layer["dtype"] = dtype
+        return layer
+
+    def bn(self, name, x, dtype=None):
+        sp, c = self._get(x)
+        self.weights += 2 * c          # gamma and beta
+        return self._emit(self._simple(name, "batchnorm", x, dtype), (sp, c))
+
+    def relu(self, name, x, dtype=None):
+        return self._emit(self._simple(name, "relu", x, dtype), self._get(x))
+
+    def dropout(self, name, x, rate, dtype=None):
+        return self._emit(self._simple(name, "dropout", x, dtype, rate=rate),
+                          self._get(x))
+
+    def flatten(self, name, x, dtype=None):
+        sp, c = self._get(x)
+        return self._emit(self._simple(name, "flatten", x, dtype), ((), _prod(sp) * c))
+
+    def gap(self, name, x, dtype=None):
+        sp, c = self._get(x)
+        if not sp:
+            raise TraceError("%s: global_avgpool needs spatial input" % name)
+        return self._emit(self._simple(name, "global_avgpool", x, dtype), ((), c))
+
+    def pool(self, name, op, x, window, strides=None, padding="valid", dtype=None):
+        sp, c = self._get(x)
+        w = self._vec(window, len(sp))
+        s = self._vec(strides, len(sp)) if strides is not None else list(w)
+        if padding == "same":
+            out = [_same_out(n, si) for n, si in zip(sp, s)]
+        elif padding == "valid":
+            out = [_valid_out(n, wi, si, 1) for n, wi, si in zip(sp, w, s)]
+        else:
+            raise TraceError("%s: padding %r" % (name, padding))
+        params = {"window": w}
+        if s != w:
+            params["strides"] = s
+        if padding != "valid":
+            params["padding"] = padding
+        return self._emit(self._simple(name, op, x, dtype, **params), (out, c))
+
+    def maxpool(self, name, x, window, strides=None, padding="valid", dtype=None):
+        return self.pool(name, "maxpool", x, window, strides, padding, dtype)
+
+    def upsample(self, name, x, factor, dtype=None):
+        sp, c = self._get(x)
+        f = self._vec(factor, len(sp))
+        return self._emit(self._simple(name, "upsample", x, dtype, factor=f),
+                          ([n * fi for n, fi in zip(sp, f)], c))
+
+    def add(self, name, xs, dtype=None):
+        shapes = [self._get(x) for x in xs]
+        if len(xs) < 2 or len(xs) > MAX_IN:
+            raise TraceError("%s: add of %d tensors" % (name, len(xs)))
+        if any(s != shapes[0] for s in shapes):
+            raise TraceError("%s: add of unequal shapes %r" % (name, shapes))
+        return self._emit(self._simple(name, "add", list(xs), dtype), shapes[0])
+
+    def concat(self, name, xs, dtype=None):
+        shapes = [self._get(x) for x in xs]
+        if len(xs) < 2 or len(xs) > MAX_IN:
+            raise TraceError("%s: concat of %d tensors" % (name, len(xs)))
+        if any(s[0] != shapes[0][0] for s in shapes):
+            raise TraceError("%s: concat of unequal extents %r" % (name, shapes))
+        return self._emit(self._simple(name, "concat", list(xs), dtype),
+                          (shapes[0][0], sum(s[1] for s in shapes)))
+
+    def loss(self, name, xs, kind, dtype=None):
+        if kind not in ("softmax_xent", "sigmoid_focal", "dice", "l2", "smooth_l1"):
+            raise TraceError("%s: loss kind %r" % (name, kind))
+        if isinstance(xs, str):
+            self._get(xs)
+            src = xs
+        else:
+            if len(xs) > MAX_IN:
+                raise TraceError("%s: loss of %d tensors" % (name, len(xs)))
+            for x in xs:
+                self._get(x)
+            src = list(xs)
+        layer = {"name": name, "op": "loss", "in": src, "kind": kind}
+        if dtype:
+            layer["dtype"] = dtype
+        return self._emit(layer, ((), 1))
+
+    def layer_count(self):
+        return len(self.layers)
+
+
+# -- models ---------------------------------------------------------------
+
+RESNET50_STAGES = ((2, 64, 3, 1), (3, 128, 4, 2), (4, 256, 6, 2), (5, 512, 3, 2))
+
+
+def resnet50_backbone(g, x):
+    """ResNet-50 v1.5 as tensorflow/tpu builds it (post-activation, BN after
+    every conv, stride 2 in the 3x3 conv of a stage's first block, projection
+    shortcut conv+BN on every stage's first block, convs without bias).
+    Returns the outputs of stages 3, 4 and 5 (C3, C4, C5)."""
+    x = g.conv("conv1", x, 64, 7, strides=2)
+    x = g.bn("bn_conv1", x)
+    x = g.relu("conv1_relu", x)
+    x = g.maxpool("pool1", x, 3, strides=2, padding="same")
+    outs = {}
+    for stage, mid, blocks, stride in RESNET50_STAGES:
+        for b in range(blocks):
+            tag = "%d%s" % (stage, "abcdef"[b])
+            s = stride if b == 0 else 1
+            if b == 0:
+                sc = g.conv("res%s_branch1" % tag, x, 4 * mid, 1, strides=s)
+                sc = g.bn("bn%s_branch1" % tag, sc)
+            else:
+                sc = x
+            y = g.conv("res%s_branch2a" % tag, x, mid, 1)
+            y = g.bn("bn%s_branch2a" % tag, y)
+            y = g.relu("res%s_branch2a_relu" % tag, y)
+            y = g.conv("res%s_branch2b" % tag, y, mid, 3, strides=s)
+            y = g.bn("bn%s_branch2b" % tag, y)
+            y = g.relu("res%s_branch2b_relu" % tag, y)
+            y = g.conv("res%s_branch2c" % tag, y, 4 * mid, 1)
+            y = g.bn("bn%s_branch2c" % tag, y)
+            y = g.add("res%s" % tag, [y, sc])
+            x = g.relu("res%s_relu" % tag, y)
+        outs[stage] = x
+    return outs
+
+
+RETINANET_CLASSES = 90      # COCO ids as the TPU RetinaNet counts them
+RETINANET_ANCHORS = 9       # 3 scales x 3 aspect ratios
+FPN_DIMS = 256
+
+
+def retinanet(size):
+    """RetinaNet ResNet-50 + FPN P3-P7 (models/official/detection:
+    resnet.py, fpn.py, heads.py RetinanetHead, retinanet losses)."""
+    g = Graph(2)
+    img = g.input("image", [size, size, 3])
+    c = resnet50_backbone(g, img)
+    lat = {lvl: g.conv("fpn_l%d" % lvl, c[lvl], FPN_DIMS, 1, use_bias=True)
+           for lvl in (3, 4, 5)}
+    top = {5: lat[5]}
+    for lvl in (4, 3):
+        up = g.upsample("fpn_up%d" % (lvl + 1), top[lvl + 1], 2)
+        top[lvl] = g.add("fpn_td%d" % lvl, [lat[lvl], up])
+    feat = {}
+    for lvl in (3, 4, 5):
+        feat[lvl] = g.conv("fpn_post%d" % lvl, top[lvl], FPN_DIMS, 3, use_bias=True)
+    # P6 from P5 (after its 3x3 post-hoc conv), P7 from relu(P6): fpn.py
+    # "coarser FPN levels"; the older models/official/retinanet took C5.
+    feat[6] = g.conv("fpn_p6", feat[5], FPN_DIMS, 3, strides=2, use_bias=True)
+    p6r = g.relu("fpn_p6_relu", feat[6])
+    feat[7] = g.conv("fpn_p7", p6r, FPN_DIMS, 3, strides=2, use_bias=True)
+    p = {lvl: g.bn("p%d_bn" % lvl, feat[lvl]) for lvl in range(3, 8)}
+
+    outs = {"class": [], "box": []}
+    for lvl in range(3, 8):
+        for head, n_out in (("class", RETINANET_CLASSES * RETINANET_ANCHORS),
+                            ("box", 4 * RETINANET_ANCHORS)):
+            x = p[lvl]
+            for i in range(1, 5):
+                share = None if lvl == 3 else "p3_%s_conv%d" % (head, i)
+                x = g.conv("p%d_%s_conv%d" % (lvl, head, i), x, FPN_DIMS, 3,
+                           use_bias=True, share=share)
+                # Convs are shared across levels, batchnorm is per level.
+                x = g.bn("p%d_%s_bn%d" % (lvl, head, i), x)
+                x = g.relu("p%d_%s_relu%d" % (lvl, head, i), x)
+            share = None if lvl == 3 else "p3_%s_out" % head
+            outs[head].append(g.conv("p%d_%s_out" % (lvl, head), x, n_out, 3,
+                                     use_bias=True, share=share))
+    g.loss("class_loss", outs["class"], "sigmoid_focal", dtype="f32")
+    g.loss("box_loss", outs["box"], "smooth_l1", dtype="f32")
+    return g
+
+
+def resnet50_classifier(size):
+    g = Graph(2)
+    img = g.input("image", [size, size, 3])
+    c = resnet50_backbone(g, img)
+    x = g.gap("pool5", c[5])
+    x = g.dense("fc1000", x, 1000)
+    g.loss("loss", x, "softmax_xent", dtype="f32")
+    return g
+
+
+UNET_DEPTH = 4
+UNET_BASE = 32
+UNET_CLASSES = 3
+
+
+def unet3d(size):
+    """3D UNet of models/official/unet3d/unet_model.py (unet3d_base) with the
+    defaults of unet_config.py: depth 4, 32 base filters, batchnorm,
+    deconvolution, 3 classes, 1 channel, channels_last."""
+    g = Graph(3)
+    x = g.input("image", [size, size, size, 1])
+
+    def block(name, x, filters):
+        # Conv3D keeps its default bias; batchnorm follows, then relu.
+        x = g.conv(name + "_conv", x, filters, 3, use_bias=True)
+        x = g.bn(name + "_bn", x)
+        return g.relu(name + "_relu", x)
+
+    skips = []
+    for d in range(UNET_DEPTH):
+        f = UNET_BASE * 2 ** d
+        x = block("enc%d_a" % d, x, f)
+        # The second conv of each level doubles the filters (unet3d_base).
+        x = block("enc%d_b" % d, x, 2 * f)
+        skips.append(x)
+        if d < UNET_DEPTH - 1:
+            x = g.maxpool("pool%d" % d, x, 2)
+    for d in range(UNET_DEPTH - 2, -1, -1):
+        # Conv3DTranspose keeps the channel count of its input (num_filters =
+        # current_layer's channels), 2x2x2 stride 2, padding valid.
+        ch = g.shape[x][1]
+        up = g.conv_t("dec%d_up" % d, x, ch, 2, 2, padding="valid")
+        x = g.concat("dec%d_concat" % d, [up, skips[d]])
+        f = g.shape[skips[d]][1]
+        x = block("dec%d_a" % d, x, f)
+        x = block("dec%d_b" % d, x, f)
+    x = g.conv("final_conv", x, UNET_CLASSES, 1, padding="valid", use_bias=True)
+    g.loss("loss", x, "softmax_xent", dtype="f32")
+    return g
+
+
+def cifar10_keras():
+    """The seeds' Keras CIFAR-10 CNN (keras-cifar10-on-tpu-article.txt).  The
+    Keras model is float32 throughout, so every layer is f32."""
+    f = "f32"
+    g = Graph(2)
+    x = g.input("image", [32, 32, 3])
+    x = g.bn("bn1", x, dtype=f)
+    x = g.conv("conv1", x, 32, 3, use_bias=True, dtype=f)
+    x = g.relu("conv1_relu", x, dtype=f)
+    x = g.conv("conv2", x, 32, 3, use_bias=True, dtype=f)
+    x = g.relu("conv2_relu", x, dtype=f)
+    x = g.maxpool("pool1", x, 2, dtype=f)
+    x = g.dropout("drop1", x, 0.25, dtype=f)
+    x = g.bn("bn2", x, dtype=f)
+    x = g.conv("conv3", x, 64, 3, use_bias=True, dtype=f)
+    x = g.relu("conv3_relu", x, dtype=f)
+    x = g.conv("conv4", x, 64, 3, padding="valid", use_bias=True, dtype=f)
+    x = g.relu("conv4_relu", x, dtype=f)
+    x = g.maxpool("pool2", x, 2, dtype=f)
+    x = g.dropout("drop2", x, 0.25, dtype=f)
+    x = g.flatten("flatten", x, dtype=f)
+    x = g.dense("fc1", x, 512, dtype=f)
+    x = g.relu("fc1_relu", x, dtype=f)
+    x = g.dropout("drop3", x, 0.5, dtype=f)
+    x = g.dense("fc2", x, 10, dtype=f)
+    g.loss("loss", x, "softmax_xent", dtype=f)
+    return g
+
+
+# -- trace files ----------------------------------------------------------
+
+def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None):
+    if _prod(pdims) != cores_per_replica:
+        raise TraceError("%s: partition dims %r do not multiply to %d"
+                         % (name, pdims, cores_per_replica))
+    if len(pdims) != graph.nsp + 2:
+        raise TraceError("%s: partition dims rank" % name)
+    cores = int(system.split("-")[1])
+    if cores % cores_per_replica or batch % (cores // cores_per_replica):
+        raise TraceError("%s: batch %d does not divide over %d replicas"
+                         % (name, batch, cores // cores_per_replica))
+    t = {
+        "format": FORMAT,
+        "name": name,
+        "system": system,
+        "run": {
+            "mode": "train",
+            "global_batch": batch,
+            "num_cores_per_replica": cores_per_replica,
+            "input_partition_dims": [list(pdims), None],
+        },
+    }
+    if reference is not None:
+        t["reference"] = {"step_time_s": reference[0], "source": reference[1]}
+    t["graph"] = {"inputs": graph.inputs, "layers": graph.layers}
+    return t
+
+
+def all_traces():
+    """(path, trace, graph) for every file this script owns."""
+    r1280 = retinanet(1280)
+    r2560 = retinanet(2560)
+    u128 = unet3d(128)
+    u256 = unet3d(256)
+    rn50 = resnet50_classifier(224)
+    cifar = cifar10_keras()
+
+    ref_r1280 = (0.910, SRC_LARGE_IMAGES + ": RetinaNet 1280x1280, v3-8, 8 cores, "
+                 "global batch 64, step time 910 ms")
+    ref_r2560 = (0.822, SRC_LARGE_IMAGES + ": RetinaNet 2560x2560, v3-64, 64 cores, "
+                 "global batch 64, step time 822 ms (8 cores per replica, "
+                 "[1,4,2,1] assumed: the code's default)")
+    ref_u128 = (3.428, SRC_LARGE_IMAGES + ": 3D UNet 128x128x128, v3-8, 8 cores, "
+                "global batch 32, step time 3.428 s")
+    ref_u256 = (3.02, SRC_LARGE_IMAGES + ": 3D UNet 256x256x256 (the guide misprints "
+                "2560x2560; the blog gives 256^3 on 128 cores), v3-128, global batch "
+                "32, step time 3.02 s, 16-way spatial partitioning")
+
+    out = []
+    t = trace("retinanet-r50-fpn-1280", r1280, "v3-8", 64, 1, [1, 1, 1, 1], ref_r1280)
+    out.append(("traces/retinanet-1280-v3-8.json", t, r1280))
+    out.append(("traces/reference/retinanet-1280-v3-8.json", t, r1280))
+    out.append(("traces/reference/retinanet-2560-v3-64.json",
+                trace("retinanet-r50-fpn-2560", r2560, "v3-64", 64, 8, [1, 4, 2, 1],
+                      ref_r2560), r2560))
+    out.append(("traces/reference/unet3d-128-v3-8.json",
+                trace("unet3d-128", u128, "v3-8", 32, 1, [1, 1, 1, 1, 1], ref_u128),
+                u128))
+    out.append(("traces/reference/unet3d-256-v3-128.json",
+                trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256),
+                u256))
+    # The seeds' memory boundary: 8 examples of 2560x2560 on one core do not
+    # fit; the same 8 per replica fit again when split 4 or 8 ways.
+    out.append(("traces/retinanet-2560-v3-8.json",
+                trace("retinanet-r50-fpn-2560", r2560, "v3-8", 64, 1, [1, 1, 1, 1]),
+                r2560))
+    out.append(("traces/retinanet-2560-v3-8-p4.json",
+                trace("retinanet-r50-fpn-2560-p4", r2560, "v3-8", 16, 4, [1, 2, 2, 1]),
+                r2560))
+    out.append(("traces/retinanet-2560-v3-8-p8.json",
+                trace("retinanet-r50-fpn-2560-p8", r2560, "v3-8", 8, 8, [1, 4, 2, 1]),
+                r2560))
+    out.append(("traces/resnet50-224-v3-8.json",
+                trace("resnet50-224", rn50, "v3-8", 1024, 1, [1, 1, 1, 1]), rn50))
+    out.append(("traces/resnet50-224-v3-2048.json",
+                trace("resnet50-224", rn50, "v3-2048", 65536, 1, [1, 1, 1, 1]), rn50))
+    out.append(("traces/cifar10-keras-v2-8.json",
+                trace("cifar10-keras", cifar, "v2-8", 1024, 1, [1, 1, 1, 1]), cifar))
+    return out
+
+
+# -- output ---------------------------------------------------------------
+
+def _fmt(v, indent, col=None):
+    """v as JSON starting at column col (default indent); nested lines are
+    indented by 2 more than the line that opens them."""
+    col = indent if col is None else col
+    flat = json.dumps(v, ensure_ascii=True, separators=(", ", ": "))
+    if not isinstance(v, (dict, list)) or col + len(flat) <= LINE_WIDTH:
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(v, dict):
+        if not v:
+            return "{}"
+        items = []
+        for k, x in v.items():
+            key = json.dumps(k, ensure_ascii=True) + ": "
+            items.append(pad + key + _fmt(x, indent + 2, indent + 2 + len(key)))
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    if not v:
+        return "[]"
+    items = [pad + _fmt(x, indent + 2) for x in v]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+def render(t):
+    """Pretty JSON, 2-space indent; values that fit on a line stay inline
+    (one layer per line), so the files read and diff well."""
+    text = _fmt(t, 0) + "\n"
+    if json.loads(text) != t:
+        raise TraceError("pretty printer changed the value")
+    return text
+
+
+def check_refs(t):
+    """Re-checks the written form: every `in` defined before use, keys only
+    from SPEC.md's list plus share_weights."""
+    allowed = {
+        "conv": {"filters", "kernel", "strides", "padding", "dilation", "use_bias",
+                 "share_weights"},
+        "conv_transpose": {"filters", "kernel", "strides", "padding"},
+        "dense": {"units", "use_bias"},
+        "batchnorm": set(), "relu": set(), "sigmoid": set(), "flatten": set(),
+        "global_avgpool": set(), "add": set(), "concat": set(),
+        "maxpool": {"window", "strides", "padding"},
+        "avgpool": {"window", "strides", "padding"},
+        "upsample": {"factor"}, "dropout": {"rate"}, "loss": {"kind"},
+    }
+    seen = {i["name"] for i in t["graph"]["inputs"]}
+    for layer in t["graph"]["layers"]:
+        extra = set(layer) - {"name", "op", "in", "dtype"} - allowed[layer["op"]]
+        if extra:
+            raise TraceError("%s: keys %r" % (layer["name"], sorted(extra)))
+        ins = layer["in"] if isinstance(layer["in"], list) else [layer["in"]]
+        for x in ins:
+            if x not in seen:
+                raise TraceError("%s: input %r not defined before" % (layer["name"], x))
+        if "share_weights" in layer and layer["share_weights"] not in seen:
+            raise TraceError("%s: share_weights not defined before" % layer["name"])
+        seen.add(layer["name"])
+
+
+def totals(g):
+    return g.layer_count(), g.weights, g.macs / 1e9
+
+
+def main(argv):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mode = argv[1] if len(argv) > 1 else ""
+    if mode not in ("", "--check", "--table"):
+        sys.stderr.write("usage: gen_traces.py [--check | --table]\n")
+        return 2
+    try:
+        items = all_traces()
+        texts = []
+        for path, t, g in items:
+            check_refs(t)
+            texts.append((path, render(t), t, g))
+    except TraceError as e:
+        sys.stderr.write("gen_traces: error: %s\n" % e)
+        return 1
+
+    if mode == "--table":
+        print("| file | system | batch | cores/replica | partition | layers | weights | GMACs/example |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    bad = 0
+    for path, text, t, g in texts:
+        full = os.path.join(root, path)
+        if mode == "--check":
+            try:
+                with open(full, encoding="utf-8") as f:
+                    same = f.read() == text
+            except OSError:
+                same = False
+            if not same:
+                print("differs: %s" % path)
+                bad += 1
+            continue
+        n, w, gm = totals(g)
+        run = t["run"]
+        if mode == "--table":
+            print("| `%s` | %s | %d | %d | `%s` | %d | %s | %.2f |" % (
+                path, t["system"], run["global_batch"], run["num_cores_per_replica"],
+                json.dumps(run["input_partition_dims"][0], separators=(",", ":")),
+                n, "{:,}".format(w), gm))
+            continue
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        tmp = full + ".tmp"
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp, full)
+        print("%-46s %4d layers %12s weights %9.3f GMACs/example" % (
+            path, n, "{:,}".format(w), gm))
+    if mode == "--check":
+        print("%d of %d traces up to date" % (len(texts) - bad, len(texts)))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
