@@ -1,0 +1,159 @@
+/* tpuemu check, end to end through the binary: identical reports pass, a
+ * grown category beyond the tolerance fails and is named, a change within
+ * the tolerance passes, reports of different runs are refused (exit 2). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/report.h"
+#include "test/harness.h"
+
+/* Eight cores in two kinds (even and odd shards of 2-way replicas), so the
+ * table's core grouping has something to group. */
+static void make_result(emu_result *r, const char *trace, const char *system)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->trace, sizeof r->trace, "%s", trace);
+    snprintf(r->system, sizeof r->system, "%s", system);
+    r->gen = 3;
+    r->chips = 4;
+    r->cores = 8;
+    r->global_batch = 64;
+    r->cores_per_replica = 2;
+    r->replicas = 4;
+    r->train = 1;
+    r->fits = 1;
+    r->per_core = calloc(8, sizeof *r->per_core);
+    static const double cat[2][CAT_COUNT] = {
+        {0.50, 0.20, 0.10, 0.01, 0.05, 0.04},
+        {0.50, 0.20, 0.10, 0.01, 0.05, 0.03}};
+    for (int i = 0; i < 8; i++) {
+        emu_core_result *c = &r->per_core[i];
+        c->core = i;
+        c->chip = i / 2;
+        c->replica = i / 2;
+        c->shard = i % 2;
+        for (int k = 0; k < CAT_COUNT; k++) {
+            c->breakdown_s[k] = cat[i % 2][k];
+            c->step_time_s += cat[i % 2][k];
+        }
+        if (c->step_time_s > r->step_time_s)
+            r->step_time_s = c->step_time_s;
+    }
+}
+
+static void grow(emu_result *r, int core_parity, emu_cat cat, double frac)
+{
+    r->step_time_s = 0;
+    for (int i = 0; i < r->cores; i++) {
+        emu_core_result *c = &r->per_core[i];
+        if (core_parity < 0 || i % 2 == core_parity) {
+            double d = c->breakdown_s[cat] * frac;
+            c->breakdown_s[cat] += d;
+            c->step_time_s += d;
+        }
+        if (c->step_time_s > r->step_time_s)
+            r->step_time_s = c->step_time_s;
+    }
+}
+
+static void save(th_ctx *t, const emu_result *r, const char *name, char *path,
+                 size_t cap)
+{
+    tpu_error err = {0};
+    snprintf(path, cap, "%s/%s", th_tmpdir(), name);
+    TH_CHECKF(t, report_write(r, path, &err) == TPU_OK, "%s", err.msg);
+}
+
+void th_suite_check(th_ctx *t)
+{
+    char base[512], same[512], slow[512], bit[512], other[512], odd[512];
+    emu_result r;
+    th_cmd_result c;
+
+    make_result(&r, "tiny", "v3-8");
+    save(t, &r, "base.json", base, sizeof base);
+    save(t, &r, "same.json", same, sizeof same);
+    emu_result_free(&r);
+
+    make_result(&r, "tiny", "v3-8");
+    grow(&r, -1, CAT_MXU, 0.10); /* +0.05 s on 0.91: +5.5% */
+    save(t, &r, "slow.json", slow, sizeof slow);
+    emu_result_free(&r);
+
+    make_result(&r, "tiny", "v3-8");
+    grow(&r, -1, CAT_VECTOR, 0.05); /* +0.01 s: +1.1%, within 2% */
+    save(t, &r, "bit.json", bit, sizeof bit);
+    emu_result_free(&r);
+
+    make_result(&r, "tiny", "v3-8");
+    grow(&r, 1, CAT_HBM_STALL, 0.5); /* only odd cores: +5.6% on them */
+    save(t, &r, "odd.json", odd, sizeof odd);
+    emu_result_free(&r);
+
+    make_result(&r, "other", "v3-8");
+    save(t, &r, "other.json", other, sizeof other);
+    emu_result_free(&r);
+
+    th_case(t, "identical reports: exit 0 with a one-line OK");
+    th_run(&c, "%s check --baseline %s %s", th_bin(), base, same);
+    TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out, c.err);
+    TH_CHECKF(t, strncmp(c.out, "ok:", 3) == 0 && strchr(c.out, '\n') ==
+                                                       c.out + strlen(c.out) - 1,
+              "out: %s", c.out);
+
+    th_case(t, "a category grown 10% beyond tolerance: exit 1, named");
+    th_run(&c, "%s check --baseline %s %s", th_bin(), base, slow);
+    TH_CHECKF(t, c.status == 1, "status %d: %s%s", c.status, c.out, c.err);
+    TH_CHECKF(t, strstr(c.out, "REGRESSION") != NULL, "out: %s", c.out);
+    /* The mxu row of the core group is marked, no other category is. */
+    const char *row = strstr(c.out, "\n  mxu ");
+    TH_CHECKF(t, row && strstr(row, "grew") &&
+                     strstr(row, "grew") < strchr(row + 1, '\n'),
+              "out: %s", c.out);
+    TH_CHECKF(t, !strstr(c.out, "  vector ") ||
+                     !strstr(strstr(c.out, "  vector "), "grew") ||
+                     strstr(strstr(c.out, "  vector "), "grew") >
+                         strchr(strstr(c.out, "  vector ") + 1, '\n'),
+              "vector marked: %s", c.out);
+    TH_CHECKF(t, strstr(c.out, "cores 0,2,4,6") && strstr(c.out, "cores 1,3,5,7"),
+              "groups: %s", c.out);
+
+    th_case(t, "the same change with a larger tolerance passes");
+    th_run(&c, "%s check --tolerance 0.06 --baseline %s %s", th_bin(), base,
+           slow);
+    TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out, c.err);
+
+    th_case(t, "a change within the tolerance: exit 0");
+    th_run(&c, "%s check --baseline %s %s", th_bin(), base, bit);
+    TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out, c.err);
+    TH_CHECK(t, strstr(c.out, "+1.1") != NULL);
+
+    th_case(t, "one core group slower (step time too): only it is listed");
+    th_run(&c, "%s check --baseline %s %s", th_bin(), base, odd);
+    TH_CHECKF(t, c.status == 1, "status %d: %s%s", c.status, c.out, c.err);
+    TH_CHECKF(t, strstr(c.out, "cores 1,3,5,7") && !strstr(c.out, "cores 0,"),
+              "out: %s", c.out);
+    row = strstr(c.out, "  hbm_stall ");
+    TH_CHECKF(t, row && strstr(row, "grew"), "out: %s", c.out);
+
+    th_case(t, "faster is not a regression");
+    th_run(&c, "%s check --baseline %s %s", th_bin(), slow, base);
+    TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out, c.err);
+
+    th_case(t, "different traces: exit 2, says so");
+    th_run(&c, "%s check --baseline %s %s", th_bin(), base, other);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "different traces"),
+              "status %d: %s", c.status, c.err);
+
+    th_case(t, "unreadable report and bad usage: exit 2");
+    th_run(&c, "%s check --baseline %s/nope.json %s", th_bin(), th_tmpdir(),
+           base);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "tpuemu: error:") &&
+                     strstr(c.err, "nope.json"),
+              "status %d: %s", c.status, c.err);
+    th_run(&c, "%s check %s", th_bin(), base);
+    TH_CHECK(t, c.status == 2);
+    th_run(&c, "%s check --baseline %s %s --tolerance x", th_bin(), base, base);
+    TH_CHECK(t, c.status == 2);
+}
