@@ -1,0 +1,592 @@
+#include "emu/chart.h"
+
+#include <errno.h>
+#include <math.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "emu/font.h"
+
+/* Okabe & Ito (2008), "Color Universal Design": eight colours that stay
+ * distinct for deuteranopes and protanopes.  Idle is a neutral grey so the
+ * eye goes to the busy categories first. */
+static const uint32_t cat_colors[CAT_COUNT] = {
+    0x0072B2, /* mxu: blue */
+    0x009E73, /* vector: bluish green */
+    0xE69F00, /* hbm_stall: orange */
+    0xCC79A7, /* halo: reddish purple */
+    0xD55E00, /* allreduce: vermillion */
+    0xBBBBBB, /* idle: grey */
+};
+static const uint32_t series_colors[] = {0x0072B2, 0xD55E00, 0x009E73,
+                                         0xCC79A7, 0xE69F00, 0x56B4E9,
+                                         0x000000, 0xF0E442};
+
+#define BG 0xFFFFFF
+#define INK 0x202020
+#define GRID 0xE4E4E4
+#define MUTED 0x606060
+
+uint32_t chart_cat_color(emu_cat c)
+{
+    return (unsigned)c < CAT_COUNT ? cat_colors[c] : 0x000000;
+}
+
+/* ---- raster ---------------------------------------------------------- */
+
+tpu_status chart_image_init(chart_image *im, int w, int h, uint32_t bg,
+                            tpu_error *err)
+{
+    im->w = w;
+    im->h = h;
+    im->rgb = NULL;
+    if (w <= 0 || h <= 0 || w > 16384 || h > 16384)
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: bad image size %dx%d", w,
+                        h);
+    im->rgb = malloc((size_t)w * h * 3);
+    if (!im->rgb)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
+    chart_fill(im, 0, 0, w, h, bg);
+    return TPU_OK;
+}
+
+void chart_image_free(chart_image *im)
+{
+    free(im->rgb);
+    im->rgb = NULL;
+}
+
+static void put(chart_image *im, int x, int y, uint32_t c)
+{
+    if (x < 0 || y < 0 || x >= im->w || y >= im->h)
+        return;
+    uint8_t *p = im->rgb + 3 * ((size_t)y * im->w + x);
+    p[0] = (uint8_t)(c >> 16);
+    p[1] = (uint8_t)(c >> 8);
+    p[2] = (uint8_t)c;
+}
+
+void chart_fill(chart_image *im, int x, int y, int w, int h, uint32_t c)
+{
+    int x0 = x < 0 ? 0 : x, y0 = y < 0 ? 0 : y;
+    int x1 = x + w > im->w ? im->w : x + w;
+    int y1 = y + h > im->h ? im->h : y + h;
+    for (int yy = y0; yy < y1; yy++)
+        for (int xx = x0; xx < x1; xx++)
+            put(im, xx, yy, c);
+}
+
+void chart_line(chart_image *im, int x0, int y0, int x1, int y1, uint32_t c)
+{
+    /* Bresenham; callers pass clipped-enough coordinates (charts only). */
+    int dx = abs(x1 - x0), sx = x0 < x1 ? 1 : -1;
+    int dy = -abs(y1 - y0), sy = y0 < y1 ? 1 : -1;
+    int e = dx + dy;
+    for (int guard = 0; guard < 100000; guard++) {
+        put(im, x0, y0, c);
+        if (x0 == x1 && y0 == y1)
+            break;
+        int e2 = 2 * e;
+        if (e2 >= dy) {
+            e += dy;
+            x0 += sx;
+        }
+        if (e2 <= dx) {
+            e += dx;
+            y0 += sy;
+        }
+    }
+}
+
+static void thick_line(chart_image *im, int x0, int y0, int x1, int y1,
+                       uint32_t c)
+{
+    chart_line(im, x0, y0, x1, y1, c);
+    chart_line(im, x0, y0 + 1, x1, y1 + 1, c);
+    chart_line(im, x0 + 1, y0, x1 + 1, y1, c);
+}
+
+void chart_text(chart_image *im, int x, int y, const char *s, int scale,
+                uint32_t c)
+{
+    font_draw_rgb(im->rgb, im->w, im->h, x, y, s, scale, c);
+}
+
+/* ---- PNG ------------------------------------------------------------- */
+
+static void png_fail_fn(png_structp png, png_const_charp msg)
+{
+    (void)msg;
+    longjmp(png_jmpbuf(png), 1);
+}
+
+static void png_warn_fn(png_structp png, png_const_charp msg)
+{
+    (void)png;
+    (void)msg;
+}
+
+tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
+                           int channels, tpu_error *err)
+{
+    if (!path || !pix || w <= 0 || h <= 0 || (channels != 3 && channels != 4))
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: bad PNG arguments");
+    /* Atomic: write a temporary file beside the target, then rename, so a
+     * failure never leaves a partial PNG (SPEC.md).  Kept local rather than
+     * tpu_write_atomic because libpng streams to a FILE. */
+    size_t n = strlen(path);
+    char *tmp = malloc(n + 16);
+    if (!tmp)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        tpu_status st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot create: %s",
+                                 path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot write", path);
+    }
+    png_structp png =
+        png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, png_fail_fn,
+                                png_warn_fn);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    /* volatile: read after longjmp back from libpng's error handler */
+    volatile int ok = 0;
+    if (png && info && !setjmp(png_jmpbuf(png))) {
+        png_init_io(png, f);
+        png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
+                     channels == 4 ? PNG_COLOR_TYPE_RGBA : PNG_COLOR_TYPE_RGB,
+                     PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+                     PNG_FILTER_TYPE_DEFAULT);
+        png_write_info(png, info);
+        for (int y = 0; y < h; y++)
+            png_write_row(png, (png_const_bytep)(pix + (size_t)y * w *
+                                                     channels));
+        png_write_end(png, info);
+        ok = 1;
+    }
+    png_destroy_write_struct(png ? &png : NULL, info ? &info : NULL);
+    if (fclose(f) != 0)
+        ok = 0;
+    if (ok && rename(tmp, path) != 0)
+        ok = 0;
+    if (!ok) {
+        unlink(tmp);
+        free(tmp);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot write PNG: %s", path,
+                        strerror(errno));
+    }
+    free(tmp);
+    return TPU_OK;
+}
+
+/* ---- axes ------------------------------------------------------------ */
+
+/* A "nice" tick step (1, 2 or 5 x 10^k) giving about `want` ticks. */
+static double nice_step(double range, int want)
+{
+    if (!(range > 0) || !isfinite(range))
+        return 1;
+    double raw = range / want, p = pow(10, floor(log10(raw)));
+    double m = raw / p;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+static void fmt_tick(char *buf, size_t cap, double v, double step)
+{
+    if (fabs(v) < step * 1e-9)
+        v = 0;
+    int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    if (dec > 6)
+        snprintf(buf, cap, "%.3g", v);
+    else if (fabs(v) >= 1e6)
+        snprintf(buf, cap, "%.3g", v);
+    else
+        snprintf(buf, cap, "%.*f", dec, v);
+}
+
+typedef struct {
+    int x0, y0, x1, y1; /* plot area, pixels: left, top, right, bottom */
+    double xmin, xmax, ymin, ymax;
+} frame;
+
+static int fx(const frame *f, double x)
+{
+    return f->x0 + (int)lround((x - f->xmin) / (f->xmax - f->xmin) *
+                               (f->x1 - f->x0));
+}
+
+static int fy(const frame *f, double y)
+{
+    return f->y1 - (int)lround((y - f->ymin) / (f->ymax - f->ymin) *
+                               (f->y1 - f->y0));
+}
+
+/* Horizontal grid and y tick labels; returns the step. */
+static double y_axis(chart_image *im, const frame *f, const char *label)
+{
+    double step = nice_step(f->ymax - f->ymin, 6);
+    char buf[64];
+    for (double v = ceil(f->ymin / step) * step; v <= f->ymax + step * 1e-6;
+         v += step) {
+        int y = fy(f, v);
+        chart_line(im, f->x0, y, f->x1, y, GRID);
+        fmt_tick(buf, sizeof buf, v, step);
+        chart_text(im, f->x0 - 6 - font_text_width(buf, 1), y - FONT_H / 2,
+                   buf, 1, INK);
+    }
+    if (label)
+        chart_text(im, f->x0 - 6 - 6 * FONT_W, f->y0 - FONT_H - 8, label, 1,
+                   INK);
+    return step;
+}
+
+static void axes_box(chart_image *im, const frame *f)
+{
+    chart_line(im, f->x0, f->y0, f->x0, f->y1, INK);
+    chart_line(im, f->x0, f->y1, f->x1, f->y1, INK);
+}
+
+static void fmt_time(char *buf, size_t cap, double s)
+{
+    if (s >= 1)
+        snprintf(buf, cap, "%.3f s", s);
+    else if (s >= 1e-3)
+        snprintf(buf, cap, "%.1f ms", s * 1e3);
+    else
+        snprintf(buf, cap, "%.1f us", s * 1e6);
+}
+
+/* ---- breakdown ------------------------------------------------------- */
+
+static int same_breakdown(const emu_core_result *a, const emu_core_result *b)
+{
+    for (int c = 0; c < CAT_COUNT; c++) {
+        double x = a->breakdown_s[c], y = b->breakdown_s[c];
+        if (fabs(x - y) > 1e-12 * (fabs(x) + fabs(y)) + 1e-15)
+            return 0;
+    }
+    return 1;
+}
+
+int chart_bars(const emu_result *r, int *core_bar, int *mode)
+{
+    int n = r->cores;
+    if (n <= CHART_MAX_BARS) {
+        for (int c = 0; c < n; c++)
+            core_bar[c] = c;
+        *mode = 0;
+        return n;
+    }
+    /* Groups of identical cores: data-parallel replicas usually collapse
+     * into one or a few groups, which says more than 2048 equal bars. */
+    int *rep = malloc(sizeof(int) * CHART_MAX_GROUPS);
+    if (!rep)
+        return -1;
+    int ng = 0;
+    for (int c = 0; c < n && ng <= CHART_MAX_GROUPS; c++) {
+        int g = 0;
+        while (g < ng && !same_breakdown(&r->per_core[rep[g]], &r->per_core[c]))
+            g++;
+        if (g == ng) {
+            if (ng == CHART_MAX_GROUPS) {
+                ng++;
+                break;
+            }
+            rep[ng++] = c;
+        }
+        core_bar[c] = g;
+    }
+    free(rep);
+    if (ng <= CHART_MAX_GROUPS) {
+        *mode = 1;
+        return ng;
+    }
+    int per = (n + CHART_MAX_BARS - 1) / CHART_MAX_BARS;
+    for (int c = 0; c < n; c++)
+        core_bar[c] = c / per;
+    *mode = 2;
+    return (n + per - 1) / per;
+}
+
+tpu_status chart_breakdown_png(const emu_result *r, const char *path,
+                               tpu_error *err)
+{
+    if (!r || !r->per_core || r->cores <= 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: no per-core results to chart",
+                        path ? path : "chart");
+    int n = r->cores;
+    int *core_bar = malloc(sizeof(int) * n);
+    if (!core_bar)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
+    int mode = 0, nb = chart_bars(r, core_bar, &mode);
+    if (nb <= 0) {
+        free(core_bar);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
+    }
+    /* Per bar: mean breakdown, min/max step time, member count, first core. */
+    double(*mean)[CAT_COUNT] = calloc((size_t)nb, sizeof *mean);
+    double *tmin = malloc(sizeof(double) * nb), *tmax = malloc(sizeof(double) * nb);
+    int *cnt = calloc((size_t)nb, sizeof(int)), *first = malloc(sizeof(int) * nb),
+        *last = malloc(sizeof(int) * nb);
+    chart_image im = {0};
+    tpu_status st = TPU_OK;
+    if (!mean || !tmin || !tmax || !cnt || !first || !last) {
+        st = tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
+        goto done;
+    }
+    double catsum[CAT_COUNT] = {0}, top = 0;
+    for (int c = 0; c < n; c++) {
+        const emu_core_result *pc = &r->per_core[c];
+        int b = core_bar[c];
+        if (!cnt[b]) {
+            first[b] = c;
+            tmin[b] = tmax[b] = pc->step_time_s;
+        }
+        last[b] = c;
+        cnt[b]++;
+        tmin[b] = fmin(tmin[b], pc->step_time_s);
+        tmax[b] = fmax(tmax[b], pc->step_time_s);
+        for (int k = 0; k < CAT_COUNT; k++) {
+            mean[b][k] += pc->breakdown_s[k];
+            catsum[k] += pc->breakdown_s[k];
+        }
+        top = fmax(top, pc->step_time_s);
+    }
+    for (int b = 0; b < nb; b++)
+        for (int k = 0; k < CAT_COUNT; k++)
+            mean[b][k] /= cnt[b] ? cnt[b] : 1;
+    top = fmax(top, r->step_time_s);
+    if (!(top > 0) || !isfinite(top))
+        top = 1e-3;
+
+    const int W = 1200, H = 720;
+    if ((st = chart_image_init(&im, W, H, BG, err)) != TPU_OK)
+        goto done;
+
+    /* Title: what, where, how long. */
+    char buf[512], tbuf[64];
+    fmt_time(tbuf, sizeof tbuf, r->step_time_s);
+    snprintf(buf, sizeof buf, "Step time per core: %s", r->trace[0] ? r->trace : "(unnamed trace)");
+    int ts = font_text_width(buf, 2) <= W - 40 ? 2 : 1;
+    chart_text(&im, 20, 14, buf, ts, INK);
+    snprintf(buf, sizeof buf,
+             "%s, %d cores on %d chips, global batch %lld - step time %s "
+             "(slowest core)%s",
+             r->system[0] ? r->system : "?", r->cores, r->chips,
+             (long long)r->global_batch, tbuf,
+             r->fits ? "" : " - DOES NOT FIT in HBM");
+    chart_text(&im, 20, 14 + FONT_H * ts + 6, buf, 1, MUTED);
+    const char *xname = "core";
+    if (mode == 1) {
+        snprintf(buf, sizeof buf,
+                 "%d cores drawn as %d bars: each bar is a group of cores with "
+                 "identical breakdowns (x count under the bar)",
+                 n, nb);
+        xname = "group of identical cores (first core, x count)";
+    } else if (mode == 2) {
+        snprintf(buf, sizeof buf,
+                 "%d cores drawn as %d bins of %d consecutive cores: bar = mean "
+                 "breakdown, black whisker = min..max step time in the bin",
+                 n, nb, cnt[0]);
+        xname = "first core of bin";
+    } else
+        buf[0] = 0;
+    if (buf[0])
+        chart_text(&im, 20, 14 + FONT_H * ts + 6 + FONT_H + 4, buf, 1,
+                   0xA03000);
+
+    frame f = {90, 110, W - 200, H - 70, 0, (double)nb, 0, top * 1e3 * 1.08};
+    y_axis(&im, &f, "step time (ms)");
+
+    /* Bars. */
+    double slot = (double)(f.x1 - f.x0) / nb;
+    int bw = (int)(slot * 0.8);
+    if (bw < 1)
+        bw = 1;
+    if (bw > 120)
+        bw = 120;
+    for (int b = 0; b < nb; b++) {
+        int cx = f.x0 + (int)((b + 0.5) * slot);
+        int bx = cx - bw / 2;
+        double acc = 0;
+        for (int k = 0; k < CAT_COUNT; k++) {
+            double v = mean[b][k] * 1e3;
+            if (!(v > 0))
+                continue;
+            int ya = fy(&f, acc), yb = fy(&f, acc + v);
+            chart_fill(&im, bx, yb, bw, ya - yb, cat_colors[k]);
+            acc += v;
+        }
+        if (mode == 2 && tmax[b] > tmin[b]) {
+            int ya = fy(&f, tmin[b] * 1e3), yb = fy(&f, tmax[b] * 1e3);
+            chart_line(&im, cx, ya, cx, yb, INK);
+            chart_line(&im, cx - 2, yb, cx + 2, yb, INK);
+            chart_line(&im, cx - 2, ya, cx + 2, ya, INK);
+        }
+    }
+    /* x labels: as many as fit without overlap. */
+    int maxw = 0;
+    for (int b = 0; b < nb; b++) {
+        if (mode == 1)
+            snprintf(buf, sizeof buf, "%d x%d", first[b], cnt[b]);
+        else
+            snprintf(buf, sizeof buf, "%d", first[b]);
+        int tw = font_text_width(buf, 1);
+        maxw = tw > maxw ? tw : maxw;
+    }
+    int every = 1;
+    while (every * slot < maxw + 6)
+        every++;
+    for (int b = 0; b < nb; b += every) {
+        if (mode == 1)
+            snprintf(buf, sizeof buf, "%d x%d", first[b], cnt[b]);
+        else
+            snprintf(buf, sizeof buf, "%d", first[b]);
+        int cx = f.x0 + (int)((b + 0.5) * slot);
+        chart_line(&im, cx, f.y1, cx, f.y1 + 3, INK);
+        chart_text(&im, cx - font_text_width(buf, 1) / 2, f.y1 + 6, buf, 1,
+                   INK);
+    }
+    chart_text(&im, (f.x0 + f.x1 - font_text_width(xname, 1)) / 2,
+               f.y1 + 8 + FONT_H + 6, xname, 1, INK);
+
+    /* The step time (slowest core) as a dashed line. */
+    int ys = fy(&f, r->step_time_s * 1e3);
+    for (int x = f.x0; x < f.x1; x += 8)
+        chart_line(&im, x, ys, x + 3 < f.x1 ? x + 3 : f.x1, ys, 0xC00000);
+    axes_box(&im, &f);
+
+    /* Legend: category, colour, mean over cores. */
+    int lx = f.x1 + 20, ly = f.y0;
+    chart_text(&im, lx, ly, "category", 1, INK);
+    chart_text(&im, lx, ly + FONT_H + 2, "(mean per core)", 1, MUTED);
+    ly += 2 * FONT_H + 12;
+    for (int k = CAT_COUNT - 1; k >= 0; k--) {
+        chart_fill(&im, lx, ly, 14, 14, cat_colors[k]);
+        chart_text(&im, lx + 20, ly, emu_cat_name((emu_cat)k), 1, INK);
+        fmt_time(tbuf, sizeof tbuf, catsum[k] / n);
+        chart_text(&im, lx + 20, ly + FONT_H + 1, tbuf, 1, MUTED);
+        ly += 2 * FONT_H + 10;
+    }
+    ly += 6;
+    for (int x = lx; x < lx + 14; x += 8)
+        chart_line(&im, x, ly + 6, x + 3, ly + 6, 0xC00000);
+    chart_text(&im, lx + 20, ly, "step time", 1, INK);
+    chart_text(&im, lx + 20, ly + FONT_H + 1, "(slowest core)", 1, MUTED);
+
+    st = chart_png_write(path, im.rgb, im.w, im.h, 3, err);
+done:
+    chart_image_free(&im);
+    free(mean);
+    free(tmin);
+    free(tmax);
+    free(cnt);
+    free(first);
+    free(last);
+    free(core_bar);
+    return st;
+}
+
+/* ---- line chart ------------------------------------------------------ */
+
+tpu_status chart_lines_png(const char *path, const char *title,
+                           const char *xlabel, const char *ylabel,
+                           const chart_series *s, int nseries, tpu_error *err)
+{
+    if (!path || (nseries > 0 && !s) || nseries < 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: bad line chart arguments");
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    for (int i = 0; i < nseries; i++)
+        for (int j = 0; j < s[i].n; j++) {
+            if (!s[i].x || !s[i].y)
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "%s: series %d has no data", path, i);
+            double x = s[i].x[j], y = s[i].y[j];
+            if (!isfinite(x) || !isfinite(y))
+                continue;
+            xmin = fmin(xmin, x);
+            xmax = fmax(xmax, x);
+            ymin = fmin(ymin, y);
+            ymax = fmax(ymax, y);
+        }
+    if (!isfinite(xmin))
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: no finite points to plot",
+                        path);
+    if (xmax == xmin) {
+        xmin -= 0.5;
+        xmax += 0.5;
+    }
+    /* Start the y axis at zero when the data is positive and not far from
+     * it, so differences are not exaggerated. */
+    if (ymin > 0 && ymin < 0.5 * ymax)
+        ymin = 0;
+    if (ymax == ymin) {
+        ymin -= fabs(ymin) * 0.1 + 0.5;
+        ymax += fabs(ymax) * 0.1 + 0.5;
+    }
+    double pad = (ymax - ymin) * 0.06;
+    ymax += pad;
+    if (ymin != 0)
+        ymin -= pad;
+
+    const int W = 1000, H = 600;
+    chart_image im;
+    tpu_status st = chart_image_init(&im, W, H, BG, err);
+    if (st != TPU_OK)
+        return st;
+    const char *t = title ? title : "";
+    int ts = font_text_width(t, 2) <= W - 40 ? 2 : 1;
+    chart_text(&im, 20, 14, t, ts, INK);
+    frame f = {90, 70, W - 190, H - 60, xmin, xmax, ymin, ymax};
+    y_axis(&im, &f, ylabel);
+    double step = nice_step(xmax - xmin, 8);
+    char buf[64];
+    for (double v = ceil(xmin / step) * step; v <= xmax + step * 1e-6; v += step) {
+        int x = fx(&f, v);
+        chart_line(&im, x, f.y1, x, f.y1 + 3, INK);
+        fmt_tick(buf, sizeof buf, v, step);
+        chart_text(&im, x - font_text_width(buf, 1) / 2, f.y1 + 6, buf, 1, INK);
+    }
+    if (xlabel)
+        chart_text(&im, (f.x0 + f.x1 - font_text_width(xlabel, 1)) / 2,
+                   f.y1 + 8 + FONT_H + 6, xlabel, 1, INK);
+    axes_box(&im, &f);
+    int nc = (int)(sizeof series_colors / sizeof series_colors[0]);
+    for (int i = 0; i < nseries; i++) {
+        uint32_t c = series_colors[i % nc];
+        int px = 0, py = 0, have = 0;
+        for (int j = 0; j < s[i].n; j++) {
+            double x = s[i].x[j], y = s[i].y[j];
+            if (!isfinite(x) || !isfinite(y)) {
+                have = 0;
+                continue;
+            }
+            int X = fx(&f, x), Y = fy(&f, y);
+            if (have)
+                thick_line(&im, px, py, X, Y, c);
+            if (s[i].n <= 40)
+                chart_fill(&im, X - 2, Y - 2, 5, 5, c);
+            px = X;
+            py = Y;
+            have = 1;
+        }
+        int ly = f.y0 + i * (FONT_H + 8);
+        chart_fill(&im, f.x1 + 20, ly + 5, 18, 3, c);
+        chart_text(&im, f.x1 + 44, ly, s[i].name ? s[i].name : "", 1, INK);
+    }
+    st = chart_png_write(path, im.rgb, im.w, im.h, 3, err);
+    chart_image_free(&im);
+    return st;
+}

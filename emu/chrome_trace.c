@@ -1,0 +1,426 @@
+#include "emu/chrome_trace.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Two events one cycle (~1 ns at 940 MHz) apart or closer count as
+ * adjacent: the engine's own rounding, not a real gap. */
+#define ADJ_S 1e-9
+
+enum { LV_FULL, LV_MERGE, LV_GROUP, LV_COARSE };
+
+/* How one core is written. */
+enum { CORE_FULL, CORE_PATH, CORE_PATH_COARSE };
+
+typedef struct {
+    FILE *f;          /* NULL: count only */
+    const emu_result *r;
+    size_t n;         /* X events emitted */
+    int first;        /* no comma before the next record */
+} sink;
+
+static void put_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static const char *layer_name(const emu_result *r, int32_t layer)
+{
+    if (layer >= 0 && layer < r->n_layers && r->layer_names)
+        return r->layer_names[layer];
+    return NULL;
+}
+
+static const char *unit_label(int u)
+{
+    static const char *const l[UNIT_COUNT] = {"critical path", "MXU", "vector",
+                                              "DMA", "ICI"};
+    return (unsigned)u < UNIT_COUNT ? l[u] : "?";
+}
+
+static void sep(sink *s)
+{
+    if (!s->first)
+        fputs(",\n", s->f);
+    s->first = 0;
+}
+
+static void emit(sink *s, const emu_core_result *pc, const emu_event *e,
+                 int coarse)
+{
+    s->n++;
+    if (!s->f)
+        return;
+    const emu_result *r = s->r;
+    const char *ln = coarse ? NULL : layer_name(r, e->layer);
+    const char *cat = emu_cat_name((emu_cat)e->cat);
+    sep(s);
+    fputs("{\"ph\":\"X\",\"name\":", s->f);
+    if (e->unit == UNIT_CORE || !ln)
+        put_str(s->f, cat);
+    else
+        put_str(s->f, ln);
+    fputs(",\"cat\":", s->f);
+    put_str(s->f, cat);
+    fprintf(s->f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{",
+            pc->chip, pc->core * UNIT_COUNT + e->unit, e->t0 * 1e6,
+            (e->t1 - e->t0) * 1e6);
+    if (coarse)
+        fputs("\"layer\":\"(several: merged to fit the event budget)\"", s->f);
+    else {
+        fputs("\"layer\":", s->f);
+        put_str(s->f, ln ? ln : "");
+        fputs(",\"phase\":", s->f);
+        put_str(s->f, emu_phase_name((emu_phase)e->phase));
+        fprintf(s->f, ",\"opcode\":%u", (unsigned)e->opcode);
+    }
+    fprintf(s->f, ",\"count\":%lu", (unsigned long)e->count);
+    if (e->bytes != 0)
+        fprintf(s->f, ",\"bytes\":%.17g", e->bytes);
+    if (e->flops != 0)
+        fprintf(s->f, ",\"flops\":%.17g", e->flops);
+    fputs("}}", s->f);
+}
+
+static int mergeable(const emu_event *a, const emu_event *b, int coarse)
+{
+    if (a->unit != b->unit || a->cat != b->cat)
+        return 0;
+    if (!coarse && (a->layer != b->layer || a->phase != b->phase ||
+                    a->opcode != b->opcode))
+        return 0;
+    return b->t0 <= a->t1 + ADJ_S && b->t0 >= a->t0;
+}
+
+/* Writes (or counts) one core's events.  merge: 0 none, 1 same layer,
+ * 2 same category only.  path_only: critical path only.  units_seen gets
+ * a bit per unit that produced an event. */
+static void emit_core(sink *s, const emu_core_result *pc, int merge,
+                      int path_only, unsigned *units_seen)
+{
+    emu_event pend[UNIT_COUNT];
+    int have[UNIT_COUNT] = {0};
+    for (size_t i = 0; i < pc->n_events; i++) {
+        const emu_event *e = &pc->events[i];
+        if (e->unit >= UNIT_COUNT || (path_only && e->unit != UNIT_CORE))
+            continue;
+        *units_seen |= 1u << e->unit;
+        if (!merge) {
+            emit(s, pc, e, 0);
+            continue;
+        }
+        emu_event *p = &pend[e->unit];
+        if (have[e->unit] && mergeable(p, e, merge == 2)) {
+            p->t1 = fmax(p->t1, e->t1);
+            p->count += e->count;
+            p->bytes += e->bytes;
+            p->flops += e->flops;
+            continue;
+        }
+        if (have[e->unit])
+            emit(s, pc, p, merge == 2);
+        *p = *e;
+        have[e->unit] = 1;
+    }
+    for (int u = 0; u < UNIT_COUNT; u++)
+        if (have[u])
+            emit(s, pc, &pend[u], merge == 2);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t core_sig(const emu_core_result *pc)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, &pc->n_events, sizeof pc->n_events);
+    for (size_t i = 0; i < pc->n_events; i++) {
+        const emu_event *e = &pc->events[i];
+        h = fnv(h, &e->t0, sizeof e->t0);
+        h = fnv(h, &e->t1, sizeof e->t1);
+        uint8_t k[4] = {e->unit, e->cat, e->phase, e->opcode};
+        h = fnv(h, k, 4);
+        h = fnv(h, &e->layer, sizeof e->layer);
+    }
+    return h;
+}
+
+static int same_timeline(const emu_core_result *a, const emu_core_result *b)
+{
+    if (a->n_events != b->n_events)
+        return 0;
+    for (size_t i = 0; i < a->n_events; i++) {
+        const emu_event *x = &a->events[i], *y = &b->events[i];
+        if (x->t0 != y->t0 || x->t1 != y->t1 || x->unit != y->unit ||
+            x->cat != y->cat || x->phase != y->phase ||
+            x->opcode != y->opcode || x->layer != y->layer ||
+            x->count != y->count || x->bytes != y->bytes ||
+            x->flops != y->flops)
+            return 0;
+    }
+    return 1;
+}
+
+/* rep[c] = first core with a timeline identical to core c's. */
+static int group_cores(const emu_result *r, int *rep)
+{
+    int n = r->cores;
+    uint64_t *sig = malloc(sizeof(uint64_t) * n);
+    int *reps = malloc(sizeof(int) * n);
+    if (!sig || !reps) {
+        free(sig);
+        free(reps);
+        return -1;
+    }
+    int nrep = 0;
+    for (int c = 0; c < n; c++) {
+        sig[c] = core_sig(&r->per_core[c]);
+        rep[c] = c;
+        for (int g = 0; g < nrep; g++) {
+            int q = reps[g];
+            if (sig[q] == sig[c] && same_timeline(&r->per_core[q], &r->per_core[c])) {
+                rep[c] = q;
+                break;
+            }
+        }
+        if (rep[c] == c)
+            reps[nrep++] = c;
+    }
+    free(sig);
+    free(reps);
+    return nrep;
+}
+
+/* Writes the whole document (or counts its X events when s->f is NULL). */
+static void write_all(sink *s, int level, const int *rep, unsigned *seen)
+{
+    const emu_result *r = s->r;
+    for (int c = 0; c < r->cores; c++) {
+        const emu_core_result *pc = &r->per_core[c];
+        int reduced = level >= LV_GROUP && rep[c] != c;
+        int merge = level == LV_FULL ? 0 : (reduced && level >= LV_COARSE) ? 2 : 1;
+        emit_core(s, pc, merge, reduced, &seen[c]);
+    }
+}
+
+static void meta(sink *s, const char *what, int pid, int tid, int has_tid,
+                 const char *name, int sort)
+{
+    sep(s);
+    fprintf(s->f, "{\"ph\":\"M\",\"name\":\"%s\",\"pid\":%d,", what, pid);
+    if (has_tid)
+        fprintf(s->f, "\"tid\":%d,", tid);
+    fputs("\"args\":{\"name\":", s->f);
+    put_str(s->f, name);
+    fputs("}}", s->f);
+    sep(s);
+    fprintf(s->f, "{\"ph\":\"M\",\"name\":\"%s_sort_index\",\"pid\":%d,",
+            has_tid ? "thread" : "process", pid);
+    if (has_tid)
+        fprintf(s->f, "\"tid\":%d,", tid);
+    fprintf(s->f, "\"args\":{\"sort_index\":%d}}", sort);
+}
+
+tpu_status chrome_trace_write(const emu_result *r, const char *path,
+                              tpu_error *err)
+{
+    return chrome_trace_write_capped(r, path, 0, NULL, err);
+}
+
+static const char *level_text(int level)
+{
+    switch (level) {
+    case LV_FULL:
+        return "full: every recorded event";
+    case LV_MERGE:
+        return "merged: adjacent events of the same unit, category, layer, "
+               "phase and opcode are one event (count, bytes, flops summed)";
+    case LV_GROUP:
+        return "merged, and cores with identical timelines keep only their "
+               "critical path; the first core of each group keeps every unit";
+    default:
+        return "merged, grouped, and the critical paths of reduced cores "
+               "merge adjacent spans of one category across layers";
+    }
+}
+
+tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
+                                     size_t max_events, size_t *written,
+                                     tpu_error *err)
+{
+    if (!path)
+        return tpu_fail(err, TPU_ERR_INPUT, "chrome trace: no output path");
+    if (!r || !r->per_core || r->cores <= 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: no per-core results", path);
+    size_t total = 0;
+    for (int c = 0; c < r->cores; c++) {
+        const emu_core_result *pc = &r->per_core[c];
+        if (pc->n_events && !pc->events)
+            return tpu_fail(err, TPU_ERR_INPUT, "%s: core %d: events missing",
+                            path, c);
+        if (!pc->n_events && pc->step_time_s > 0)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: core %d has no recorded timeline (the step "
+                            "must be simulated with the timeline recorded)",
+                            path, c);
+        total += pc->n_events;
+    }
+    if (!max_events)
+        max_events = CHROME_TRACE_MAX_EVENTS;
+
+    int *rep = malloc(sizeof(int) * r->cores);
+    unsigned *seen = calloc((size_t)r->cores, sizeof(unsigned));
+    if (!rep || !seen) {
+        free(rep);
+        free(seen);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    }
+    for (int c = 0; c < r->cores; c++)
+        rep[c] = c;
+    int level = LV_FULL, ngroups = r->cores;
+    size_t count = total;
+    while (count > max_events && level < LV_COARSE) {
+        level++;
+        if (level == LV_GROUP) {
+            ngroups = group_cores(r, rep);
+            if (ngroups < 0) {
+                free(rep);
+                free(seen);
+                return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+            }
+        }
+        sink cs = {NULL, r, 0, 1};
+        memset(seen, 0, sizeof(unsigned) * r->cores);
+        write_all(&cs, level, rep, seen);
+        count = cs.n;
+    }
+
+    size_t pl = strlen(path);
+    char *tmp = malloc(pl + 16);
+    if (!tmp) {
+        free(rep);
+        free(seen);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    }
+    /* Streamed to a temporary file and renamed (SPEC.md: no partial output);
+     * a buffer for tpu_write_atomic could reach hundreds of MB here. */
+    snprintf(tmp, pl + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        tpu_status st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot create: %s",
+                                 path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        free(tmp);
+        free(rep);
+        free(seen);
+        return st;
+    }
+    sink s = {f, r, 0, 1};
+    fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
+    fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
+    put_str(f, r->trace);
+    fputs(",\"system\":", f);
+    put_str(f, r->system);
+    fprintf(f, ",\"cores\":%d,\"chips\":%d,\"step_time_s\":%.17g", r->cores,
+            r->chips, r->step_time_s);
+    fprintf(f, ",\"event_budget\":%lu,\"events_recorded\":%lu,"
+               "\"events_written\":%lu,\"over_budget\":%s,\"detail\":",
+            (unsigned long)max_events, (unsigned long)total,
+            (unsigned long)count, count > max_events ? "true" : "false");
+    put_str(f, level_text(level));
+    if (level >= LV_GROUP) {
+        fprintf(f, ",\"core_groups\":%d,\"reduced_cores\":[", ngroups);
+        /* Ranges of reduced cores with their representative. */
+        int firstr = 1;
+        for (int c = 0; c < r->cores;) {
+            if (rep[c] == c) {
+                c++;
+                continue;
+            }
+            int e = c;
+            while (e + 1 < r->cores && rep[e + 1] == rep[c])
+                e++;
+            fprintf(f, "%s{\"cores\":\"%d-%d\",\"detail_in_core\":%d}",
+                    firstr ? "" : ",", c, e, rep[c]);
+            firstr = 0;
+            c = e + 1;
+        }
+        fputs("]", f);
+    }
+    fputs("},\n\"traceEvents\":[\n", f);
+
+    /* Metadata: names and order of chips and threads. */
+    char name[160];
+    memset(seen, 0, sizeof(unsigned) * r->cores);
+    for (int c = 0; c < r->cores; c++) {
+        const emu_core_result *pc = &r->per_core[c];
+        int chip_first = c == 0 || r->per_core[c - 1].chip != pc->chip;
+        if (chip_first) {
+            if (r->dim_x > 0)
+                snprintf(name, sizeof name, "chip %d (x=%d, y=%d)", pc->chip,
+                         pc->chip % r->dim_x, pc->chip / r->dim_x);
+            else
+                snprintf(name, sizeof name, "chip %d", pc->chip);
+            meta(&s, "process_name", pc->chip, 0, 0, name, pc->chip);
+        }
+    }
+    write_all(&s, level, rep, seen);
+    for (int c = 0; c < r->cores; c++) {
+        const emu_core_result *pc = &r->per_core[c];
+        for (int u = 0; u < UNIT_COUNT; u++) {
+            if (u != UNIT_CORE && !(seen[c] >> u & 1))
+                continue;
+            if (u == UNIT_CORE && level >= LV_GROUP && rep[c] != c)
+                snprintf(name, sizeof name,
+                         "core %d: critical path (units: see core %d, "
+                         "identical)", c, rep[c]);
+            else
+                snprintf(name, sizeof name, "core %d: %s", c, unit_label(u));
+            meta(&s, "thread_name", pc->chip, c * UNIT_COUNT + u, 1, name,
+                 c * UNIT_COUNT + u);
+        }
+    }
+    fputs("\n]}\n", f);
+    int bad = ferror(f);
+    if (fclose(f) != 0)
+        bad = 1;
+    if (!bad && rename(tmp, path) != 0)
+        bad = 1;
+    tpu_status st = TPU_OK;
+    if (bad) {
+        unlink(tmp);
+        st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot write: %s", path,
+                      strerror(errno));
+    } else if (written)
+        *written = s.n;
+    free(tmp);
+    free(rep);
+    free(seen);
+    return st;
+}

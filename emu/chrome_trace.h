@@ -1,0 +1,45 @@
+/* chrome_trace — a result's recorded timeline in the Trace Event Format
+ * (the JSON that Perfetto and chrome://tracing open).
+ *
+ * Layout: one process per chip (pid = chip index), one thread per core and
+ * unit (tid = core * UNIT_COUNT + unit): the core's critical path (named
+ * by category, so the colours group categories), then MXU, vector, DMA and
+ * ICI (named by layer, category in "cat").  Every event is a complete
+ * ("X") event, times in microseconds from the start of the step, with args
+ * layer, phase, count and (when non-zero) bytes and flops.
+ *
+ * Size cap (so a v3-2048 trace still loads): when the result holds more
+ * events than the budget, these steps apply in order until it fits:
+ *   1. merge adjacent events of the same unit with the same category,
+ *      layer, phase and opcode (gap under 1 ns): counts, bytes and FLOPs
+ *      add up;
+ *   2. cores whose timelines are identical form a group: the first core
+ *      of each group keeps every unit, the others keep their critical
+ *      path only (their thread name says which core has the detail);
+ *   3. those reduced cores' critical paths also merge adjacent spans of the
+ *      same category across layers.
+ * Every core always keeps a critical path covering its whole step; what
+ * was reduced is written in the trace's "otherData" (and the budget is
+ * exceeded rather than a core dropped).
+ */
+#ifndef EMU_CHROME_TRACE_H
+#define EMU_CHROME_TRACE_H
+
+#include <stddef.h>
+
+#include "emu/result.h"
+#include "emu/status.h"
+
+/* Default event budget: Perfetto's UI loads this many in a few seconds
+ * and chrome://tracing (which keeps the JSON in memory) still copes. */
+#define CHROME_TRACE_MAX_EVENTS 1000000
+
+tpu_status chrome_trace_write(const emu_result *r, const char *path,
+                              tpu_error *err);
+/* Same with an explicit budget (0: the default); *written (may be NULL)
+ * receives the number of "X" events written. */
+tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
+                                     size_t max_events, size_t *written,
+                                     tpu_error *err);
+
+#endif
