@@ -1,23 +1,40 @@
-/* PLACEHOLDER until the trace reader lands (issue 4): keeps the tree
- * linking while the pieces are built in parallel. */
+/* graph — shape inference, weights, MACs and FLOPs of a trace's layers,
+ * and the run-section checks against a pod slice.
+ *
+ * Shapes are per example, channels last.  Padding follows TensorFlow
+ * (tf.nn.convolution / conv2d_transpose), because the seeds' reference
+ * code is TensorFlow: `same` keeps ceil(in/s), `valid` drops the border.
+ * docs/TRACE.md states every rule implemented here.
+ */
 #include "emu/graph.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-tpu_status graph_load(graph *g, const char *path, tpu_error *err)
+#include "emu/params.h"
+
+static const char *const op_names[GOP_COUNT] = {
+    "input",   "conv",    "conv_transpose", "dense",   "batchnorm",
+    "relu",    "sigmoid", "flatten",        "global_avgpool",
+    "add",     "concat",  "maxpool",        "avgpool", "upsample",
+    "dropout", "loss"};
+
+static const char *const loss_names[] = {"softmax_xent", "sigmoid_focal",
+                                         "dice", "l2", "smooth_l1"};
+
+const char *graph_op_name(graph_op op)
 {
-    memset(g, 0, sizeof *g);
-    return tpu_fail(err, TPU_ERR_INPUT, "%s: trace reader not built yet",
-                    path);
+    if ((int)op < 0 || op >= GOP_COUNT)
+        return "?";
+    return op_names[op];
 }
 
-tpu_status graph_parse(graph *g, const char *text, size_t len,
-                       const char *path, tpu_error *err)
+const char *graph_loss_name(graph_loss k)
 {
-    (void)text;
-    (void)len;
-    return graph_load(g, path, err);
+    if ((int)k < 0 || (size_t)k >= sizeof loss_names / sizeof loss_names[0])
+        return "?";
+    return loss_names[k];
 }
 
 void graph_free(graph *g)
@@ -34,18 +51,6 @@ int64_t gshape_elems(const gshape *s)
     return n;
 }
 
-double graph_forward_flops(const graph *g)
-{
-    (void)g;
-    return 0;
-}
-
-const char *graph_op_name(graph_op op)
-{
-    (void)op;
-    return "?";
-}
-
 int graph_find(const graph *g, const char *name)
 {
     for (int i = 0; i < g->n_layers; i++)
@@ -54,12 +59,448 @@ int graph_find(const graph *g, const char *name)
     return -1;
 }
 
+/* Spatial dimension names for messages, channels-last order. */
+static const char *dim_name(int nsp, int d)
+{
+    static const char *const n2[] = {"H", "W"};
+    static const char *const n3[] = {"D", "H", "W"};
+    return nsp == 3 ? n3[d] : n2[d];
+}
+
+/* a*b when both are positive and the product stays within GRAPH_ELEMS_MAX. */
+static int mul_capped(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0 || (a != 0 && b > GRAPH_ELEMS_MAX / a))
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* Checks an inferred shape against the limits; message without path. */
+static tpu_status check_shape(const gshape *s, tpu_error *err)
+{
+    int64_t n = s->c;
+    int ok = s->c >= 1 && s->c <= GRAPH_ELEMS_MAX;
+    for (int d = 0; ok && d < s->nsp; d++)
+        ok = s->sp[d] >= 1 && mul_capped(n, s->sp[d], &n);
+    if (!ok)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "output would exceed %lld elements per example",
+                        (long long)GRAPH_ELEMS_MAX);
+    return TPU_OK;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* Forward windowed op (conv, pooling) along one dimension, TF rules. */
+static tpu_status window_dim(glayer *L, const gshape *in, int d,
+                             const char *what, tpu_error *err)
+{
+    int64_t x = in->sp[d], k = L->kernel[d], s = L->strides[d];
+    int64_t dil = L->dilation[d];
+    int64_t eff = (k - 1) * dil + 1;
+    if (L->pad_same) {
+        int64_t out = ceil_div(x, s);
+        int64_t total = (out - 1) * s + eff - x;
+        if (total < 0)
+            total = 0;
+        L->out.sp[d] = out;
+        L->pad_lo[d] = total / 2;
+        L->pad_hi[d] = total - total / 2;
+        return TPU_OK;
+    }
+    if (eff > x) {
+        if (dil > 1)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s %lld with dilation %lld spans %lld, larger "
+                            "than the valid-padded input's %s of %lld",
+                            what, (long long)k, (long long)dil,
+                            (long long)eff, dim_name(in->nsp, d),
+                            (long long)x);
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s %lld is larger than the valid-padded input's %s "
+                        "of %lld",
+                        what, (long long)k, dim_name(in->nsp, d),
+                        (long long)x);
+    }
+    L->out.sp[d] = ceil_div(x - (eff - 1), s);
+    L->pad_lo[d] = L->pad_hi[d] = 0;
+    return TPU_OK;
+}
+
+/* The reader checks list lengths against the input's rank; a flat input
+ * is refused here so every windowed op says the same thing. */
+static tpu_status need_spatial(const glayer *L, const glayer *src,
+                               const char **key, tpu_error *err)
+{
+    if (src->out.nsp == 0) {
+        *key = "in";
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s needs a 2D or 3D input, '%s' is flat (%lld "
+                        "features)",
+                        graph_op_name(L->op), src->name,
+                        (long long)src->out.c);
+    }
+    return TPU_OK;
+}
+
+static double kernel_volume(const glayer *L, int nsp)
+{
+    double v = 1;
+    for (int d = 0; d < nsp; d++)
+        v *= L->kernel[d];
+    return v;
+}
+
+static tpu_status set_weights(glayer *L, double w, const char **key,
+                              tpu_error *err)
+{
+    if (w > (double)GRAPH_ELEMS_MAX) {
+        *key = L->op == GOP_DENSE ? "units" : "filters";
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%.4g weights exceed the limit of %lld", w,
+                        (long long)GRAPH_ELEMS_MAX);
+    }
+    L->weights = (int64_t)w;
+    return TPU_OK;
+}
+
+/* Weight sharing: the sharer must look exactly like the layer it reuses. */
+static tpu_status check_share(const graph *g, const glayer *L,
+                              const char **key, tpu_error *err)
+{
+    const glayer *S = &g->layers[L->share_from];
+    const glayer *sin = &g->layers[S->in[0]];
+    const glayer *lin = &g->layers[L->in[0]];
+    int same = S->op == L->op && S->filters == L->filters &&
+               S->use_bias == L->use_bias &&
+               sin->out.nsp == lin->out.nsp && sin->out.c == lin->out.c;
+    for (int d = 0; same && d < lin->out.nsp; d++)
+        same = S->kernel[d] == L->kernel[d];
+    if (!same) {
+        *key = "share_weights";
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "'%s' has different weights (op, kernel, filters, "
+                        "use_bias and input channels must match: %s with "
+                        "%lld input channels here, %lld there)",
+                        S->name, graph_op_name(L->op), (long long)lin->out.c,
+                        (long long)sin->out.c);
+    }
+    return TPU_OK;
+}
+
+tpu_status graph_infer_layer(graph *g, int i, const char **key,
+                             tpu_error *err)
+{
+    static const char *unused = "";
+    glayer *L = &g->layers[i];
+    const glayer *src;
+    tpu_status st;
+    if (!key)
+        key = &unused;
+    *key = "op";
+    L->weights = 0;
+    L->macs = 0;
+    if (L->op == GOP_INPUT)
+        return check_shape(&L->out, err);
+    TPU_ASSERT(L->n_in >= 1 && L->n_in <= GRAPH_MAX_IN);
+    for (int j = 0; j < L->n_in; j++)
+        TPU_ASSERT(L->in[j] >= 0 && L->in[j] < i);
+    src = &g->layers[L->in[0]];
+    L->out = src->out;
+
+    switch (L->op) {
+    case GOP_CONV: {
+        int nsp;
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        nsp = src->out.nsp;
+        for (int d = 0; d < nsp; d++) {
+            *key = "kernel";
+            if ((st = window_dim(L, &src->out, d, "kernel", err)))
+                return st;
+        }
+        L->out.c = L->filters;
+        *key = "filters";
+        if ((st = check_shape(&L->out, err)))
+            return st;
+        L->macs = (double)gshape_elems(&L->out) * kernel_volume(L, nsp) *
+                  (double)src->out.c;
+        if (L->share_from >= 0)
+            return check_share(g, L, key, err);
+        return set_weights(L,
+                           kernel_volume(L, nsp) * (double)src->out.c *
+                                   L->filters +
+                               (L->use_bias ? L->filters : 0),
+                           key, err);
+    }
+    case GOP_CONV_T: {
+        int nsp;
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        nsp = src->out.nsp;
+        for (int d = 0; d < nsp; d++) {
+            int64_t x = src->out.sp[d], k = L->kernel[d], s = L->strides[d];
+            if (L->pad_same) {
+                int64_t fwd = k > s ? k - s : 0; /* the forward conv's pad */
+                L->out.sp[d] = x * s;
+                L->pad_lo[d] = k - 1 - fwd / 2;
+                L->pad_hi[d] = s + k - 2 - L->pad_lo[d];
+            } else {
+                L->out.sp[d] = (x - 1) * s + k;
+                L->pad_lo[d] = L->pad_hi[d] = k - 1;
+            }
+        }
+        L->out.c = L->filters;
+        *key = "strides";
+        if ((st = check_shape(&L->out, err)))
+            return st;
+        /* Every input element is scattered over the whole kernel. */
+        L->macs = (double)gshape_elems(&src->out) * kernel_volume(L, nsp) *
+                  (double)L->filters;
+        if (L->share_from >= 0)
+            return check_share(g, L, key, err);
+        return set_weights(L,
+                           kernel_volume(L, nsp) * (double)src->out.c *
+                                   L->filters +
+                               (L->use_bias ? L->filters : 0),
+                           key, err);
+    }
+    case GOP_DENSE:
+        /* Keras Dense: a matrix product on the last axis, spatial kept. */
+        L->out.c = L->filters;
+        *key = "units";
+        if ((st = check_shape(&L->out, err)))
+            return st;
+        L->macs = (double)gshape_elems(&L->out) * (double)src->out.c;
+        return set_weights(L,
+                           (double)src->out.c * L->filters +
+                               (L->use_bias ? L->filters : 0),
+                           key, err);
+    case GOP_BATCHNORM:
+        L->weights = 2 * src->out.c; /* gamma and beta */
+        return TPU_OK;
+    case GOP_RELU:
+    case GOP_SIGMOID:
+    case GOP_DROPOUT:
+        return TPU_OK;
+    case GOP_FLATTEN:
+        L->out.c = gshape_elems(&src->out);
+        L->out.nsp = 0;
+        memset(L->out.sp, 0, sizeof L->out.sp);
+        return TPU_OK;
+    case GOP_GAP:
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        L->out.nsp = 0;
+        memset(L->out.sp, 0, sizeof L->out.sp);
+        return TPU_OK;
+    case GOP_ADD:
+    case GOP_CONCAT:
+        *key = "in";
+        for (int j = 1; j < L->n_in; j++) {
+            const glayer *o = &g->layers[L->in[j]];
+            int same = o->out.nsp == src->out.nsp;
+            for (int d = 0; same && d < src->out.nsp; d++)
+                same = o->out.sp[d] == src->out.sp[d];
+            if (L->op == GOP_ADD && o->out.c != src->out.c)
+                same = 0;
+            if (!same) {
+                char a[96], b[96];
+                int n = 0;
+                const gshape *sh[2] = {&src->out, &o->out};
+                char *buf[2] = {a, b};
+                for (int q = 0; q < 2; q++) {
+                    n = 0;
+                    buf[q][n++] = '[';
+                    for (int d = 0; d < sh[q]->nsp; d++)
+                        n += snprintf(buf[q] + n, 96 - (size_t)n, "%lld,",
+                                      (long long)sh[q]->sp[d]);
+                    snprintf(buf[q] + n, 96 - (size_t)n, "%lld]",
+                             (long long)sh[q]->c);
+                }
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "%s needs %s: '%s' is %s, '%s' is %s",
+                                graph_op_name(L->op),
+                                L->op == GOP_ADD
+                                    ? "identical shapes"
+                                    : "the same spatial shape",
+                                src->name, a, o->name, b);
+            }
+            if (L->op == GOP_CONCAT)
+                L->out.c += o->out.c;
+        }
+        return check_shape(&L->out, err);
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL: {
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        for (int d = 0; d < src->out.nsp; d++) {
+            *key = "window";
+            L->dilation[d] = 1;
+            if ((st = window_dim(L, &src->out, d, "window", err)))
+                return st;
+        }
+        return check_shape(&L->out, err);
+    }
+    case GOP_UPSAMPLE:
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        for (int d = 0; d < src->out.nsp; d++)
+            L->out.sp[d] = src->out.sp[d] * L->factor[d];
+        *key = "factor";
+        return check_shape(&L->out, err);
+    case GOP_LOSS:
+        /* The step's loss: one scalar per example. */
+        L->out.nsp = 0;
+        memset(L->out.sp, 0, sizeof L->out.sp);
+        L->out.c = 1;
+        return TPU_OK;
+    default:
+        break;
+    }
+    return tpu_fail(err, TPU_ERR_INPUT, "unknown op");
+}
+
+double graph_layer_flops(const graph *g, int i)
+{
+    const glayer *L = &g->layers[i];
+    double out = (double)gshape_elems(&L->out);
+    double f = 2 * L->macs;
+    switch (L->op) {
+    case GOP_CONV:
+    case GOP_CONV_T:
+    case GOP_DENSE:
+        return f + (L->use_bias ? out : 0);
+    case GOP_BATCHNORM:
+    case GOP_RELU:
+    case GOP_SIGMOID:
+    case GOP_DROPOUT:
+        return out;
+    case GOP_ADD:
+        return out * (L->n_in - 1);
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL:
+        return out * kernel_volume(L, L->out.nsp);
+    case GOP_GAP:
+        return (double)gshape_elems(&g->layers[L->in[0]].out);
+    case GOP_LOSS: {
+        double n = 0;
+        for (int j = 0; j < L->n_in; j++)
+            n += (double)gshape_elems(&g->layers[L->in[j]].out);
+        return n;
+    }
+    default:
+        return 0;
+    }
+}
+
+double graph_forward_flops(const graph *g)
+{
+    double f = 0;
+    for (int i = 0; i < g->n_layers; i++)
+        f += graph_layer_flops(g, i);
+    return f;
+}
+
+double graph_backward_flops(const graph *g)
+{
+    double f = 0;
+    for (int i = 0; i < g->n_layers; i++) {
+        const glayer *L = &g->layers[i];
+        double fwd = graph_layer_flops(g, i);
+        if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE) {
+            int from_input = 1;
+            for (int j = 0; j < L->n_in; j++)
+                from_input &= g->layers[L->in[j]].op == GOP_INPUT;
+            /* weight gradient always; input gradient unless the input is
+             * data, which needs no gradient. */
+            f += 2 * L->macs * (from_input ? 1 : 2) + (fwd - 2 * L->macs);
+        } else {
+            f += 2 * fwd;
+        }
+    }
+    return f;
+}
+
+int64_t graph_layer_out_bytes(const graph *g, int i)
+{
+    const glayer *L = &g->layers[i];
+    return gshape_elems(&L->out) * L->dtype_bytes;
+}
+
+int64_t graph_weights(const graph *g)
+{
+    int64_t w = 0;
+    for (int i = 0; i < g->n_layers; i++)
+        w += g->layers[i].weights;
+    return w;
+}
+
 tpu_status graph_check_run(const graph *g, const char *system,
                            int64_t global_batch, const char *path,
                            tpu_error *err)
 {
-    (void)g;
-    (void)system;
-    (void)global_batch;
-    return tpu_fail(err, TPU_ERR_INPUT, "%s: not built yet", path);
+    const tpu_system *sys = tpu_system_find(system);
+    int replicas;
+    if (!sys) {
+        char known[256];
+        size_t n = 0;
+        known[0] = 0;
+        for (const tpu_system *s = tpu_systems(); s->name; s++) {
+            int w = snprintf(known + n, sizeof known - n, "%s%s",
+                             n ? ", " : "", s->name);
+            if (w < 0 || (size_t)w >= sizeof known - n)
+                break;
+            n += (size_t)w;
+        }
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: system: unknown slice '%s' (known: %s)", path,
+                        system, known);
+    }
+    if (g->cores_per_replica < 1 || sys->cores % g->cores_per_replica != 0)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: run.num_cores_per_replica: %d does not divide "
+                        "the %d cores of %s",
+                        path, g->cores_per_replica, sys->cores, sys->name);
+    replicas = sys->cores / g->cores_per_replica;
+    if (global_batch < 1)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: run.global_batch: %lld is not a positive batch",
+                        path, (long long)global_batch);
+    if (global_batch % replicas != 0)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: run.global_batch: %lld does not divide into %d "
+                        "replicas",
+                        path, (long long)global_batch, replicas);
+    if (g->n_inputs > 0 && g->pdims_rank > 0) {
+        const glayer *in = &g->layers[0];
+        int64_t prod = 1;
+        for (int d = 0; d < g->pdims_rank; d++)
+            prod *= g->pdims[d];
+        if (prod != 1 && prod != g->cores_per_replica)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: run.input_partition_dims[0]: product %lld "
+                            "is not num_cores_per_replica %d",
+                            path, (long long)prod, g->cores_per_replica);
+        if (g->pdims[0] != 1 || g->pdims[g->pdims_rank - 1] != 1)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: run.input_partition_dims[0]: only spatial "
+                            "dimensions may be split (N and C factors must "
+                            "be 1)",
+                            path);
+        for (int d = 0; d < in->out.nsp && d + 1 < g->pdims_rank; d++)
+            if (g->pdims[d + 1] > in->out.sp[d])
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "%s: run.input_partition_dims[0][%d]: "
+                                "dimension %s of '%s' is %lld, smaller than "
+                                "its factor %d",
+                                path, d + 1, dim_name(in->out.nsp, d),
+                                in->name, (long long)in->out.sp[d],
+                                g->pdims[d + 1]);
+    }
+    return TPU_OK;
 }

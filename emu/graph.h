@@ -15,9 +15,17 @@
 #include "emu/status.h"
 
 #define GRAPH_NAME_MAX 64
-#define GRAPH_MAX_IN 8     /* inputs of one add/concat/loss layer */
+#define GRAPH_MAX_IN 16    /* inputs of one add/concat/loss layer (RetinaNet's
+                              loss takes 5 levels x 2 heads) */
 #define GRAPH_MAX_SP 3     /* spatial rank: 0 (flat), 2 (H,W) or 3 (D,H,W) */
 #define GRAPH_MAX_PDIMS 5  /* N + up to 3 spatial + C */
+/* Limits that keep every product in int64: any number written in a trace
+ * (shape entry, filters, units, kernel, strides, dilation, window, factor)
+ * is at most GRAPH_DIM_MAX; every tensor's per-example elements and every
+ * layer's weights at most GRAPH_ELEMS_MAX (2^40; times a batch of up to
+ * 2^20 and 4 bytes still fits in int64). */
+#define GRAPH_DIM_MAX (1 << 20)
+#define GRAPH_ELEMS_MAX ((int64_t)1 << 40)
 
 typedef enum {
     GOP_INPUT,
@@ -71,7 +79,10 @@ typedef struct {
     int use_bias;
     /* Explicit padding of the input, derived from padding/kernel/strides
      * (TensorFlow rules: same pads total max((ceil(in/s)-1)*s + (k-1)*d + 1 - in, 0),
-     * low = total / 2, the extra one on the high side). */
+     * low = total / 2, the extra one on the high side).  conv_transpose:
+     * the padding of the equivalent stride-1 conv over the input dilated
+     * by strides (s-1 zeros between elements), as TF's gradient lowers it:
+     * valid: k-1 each side; same: total s+k-2, low = k-1 - floor(max(k-s,0)/2). */
     int64_t pad_lo[GRAPH_MAX_SP], pad_hi[GRAPH_MAX_SP];
     int factor[GRAPH_MAX_SP];    /* upsample */
     double rate;                 /* dropout */
@@ -102,12 +113,16 @@ typedef struct {
 
     int n_layers;
     glayer *layers;              /* owned */
-    int n_inputs;                /* layers[0..n_inputs) need not be inputs:
-                                    inputs are the GOP_INPUT layers */
+    int n_inputs;                /* layers[0..n_inputs) are the graph's
+                                    inputs (GOP_INPUT), in trace order */
 } graph;
 
-/* Reads and checks a trace file.  On failure returns TPU_ERR_INPUT (or
- * TPU_ERR_SYSTEM for I/O) with "FILE: JSON.path: what is wrong" in err. */
+/* Reads and checks a trace file (emu/trace.c; docs/TRACE.md).  On failure
+ * returns TPU_ERR_INPUT with "FILE: JSON.path: what is wrong" in err (a
+ * missing or unreadable file too, with the OS reason), TPU_ERR_SYSTEM only
+ * when host memory runs out.  The run section is checked against the
+ * trace's own system and batch (graph_check_run).  g is always safe to
+ * graph_free afterwards. */
 tpu_status graph_load(graph *g, const char *path, tpu_error *err);
 /* Same, from text already in memory; `path` only names it in messages. */
 tpu_status graph_parse(graph *g, const char *text, size_t len,
@@ -123,14 +138,37 @@ tpu_status graph_check_run(const graph *g, const char *system,
                            int64_t global_batch, const char *path,
                            tpu_error *err);
 
+/* Infers layer i's output shape, padding, weights and MACs from its
+ * parameters and its inputs' (already inferred) shapes.  On a mismatch
+ * returns TPU_ERR_INPUT with *key naming the offending trace key ("in",
+ * "kernel", ...) and err holding the reason without file or path, which
+ * the caller prefixes. */
+tpu_status graph_infer_layer(graph *g, int i, const char **key,
+                             tpu_error *err);
+
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);
 /* Forward FLOPs of the whole graph per example (2 x MACs of the matrix
  * layers + elementwise work). */
 double graph_forward_flops(const graph *g);
+/* Forward FLOPs of layer i per example: 2 x MACs + elementwise work (1
+ * per output element for relu, sigmoid, batchnorm apply, dropout, bias and
+ * each pairwise add; one per window element for pooling; one per input
+ * element for global_avgpool and loss; 0 for flatten, concat, upsample). */
+double graph_layer_flops(const graph *g, int i);
+/* Backward FLOPs of the whole graph per example: matrix layers 4 x MACs
+ * (input gradient and weight gradient, the first layer after an input
+ * skips its input gradient), elementwise layers 2 x their forward work. */
+double graph_backward_flops(const graph *g);
+/* Bytes of layer i's output per example, in its dtype. */
+int64_t graph_layer_out_bytes(const graph *g, int i);
+/* Trainable parameters of the whole graph (shared weights counted once). */
+int64_t graph_weights(const graph *g);
 /* Name of an op as it is written in traces ("conv", "global_avgpool"). */
 const char *graph_op_name(graph_op op);
 /* Index of the layer called name, or -1. */
 int graph_find(const graph *g, const char *name);
+/* Name of a loss kind as written in traces ("softmax_xent"). */
+const char *graph_loss_name(graph_loss k);
 
 #endif

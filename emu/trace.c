@@ -1,0 +1,1087 @@
+/* trace — the `tpuemu-trace/1` reader (cJSON) behind graph_load and
+ * graph_parse.  The public entry points keep the graph_ prefix of the
+ * contract header; every helper here is static and prefixed trace_.
+ *
+ * A trace is written by hand as often as by a generator, so the reader is
+ * strict: every key is known or refused (a typo must not silently become
+ * a default), every number is range-checked before it reaches a product,
+ * and each mistake becomes one line "FILE: JSON.path: what is wrong".
+ * docs/TRACE.md lists every key, default and limit.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "emu/graph.h"
+
+/* A trace of this size is already far larger than any real network
+ * (ResNet-50 is ~30 KB); the cap keeps a wrong path (a disk image) from
+ * being read into memory. */
+#define TRACE_FILE_MAX ((long)256 << 20)
+
+typedef struct {
+    const char *file;
+    tpu_error *err;
+} trace_ctx;
+
+/* Copies a user string for a message: at most 48 characters, control
+ * characters shown as '?', so the message stays one line. */
+static const char *trace_q(char *buf, size_t n, const char *s)
+{
+    size_t i = 0, j = 0;
+    if (!s)
+        s = "";
+    while (s[i] && j + 4 < n && i < 48) {
+        unsigned char ch = (unsigned char)s[i++];
+        buf[j++] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+    }
+    if (s[i] && j + 4 <= n) {
+        memcpy(buf + j, "...", 3);
+        j += 3;
+    }
+    buf[j] = 0;
+    return buf;
+}
+
+static tpu_status trace_fail(trace_ctx *c, const char *path, const char *fmt,
+                             ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static tpu_status trace_fail(trace_ctx *c, const char *path, const char *fmt,
+                             ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (path && path[0])
+        return tpu_fail(c->err, TPU_ERR_INPUT, "%s: %s: %s", c->file, path,
+                        msg);
+    return tpu_fail(c->err, TPU_ERR_INPUT, "%s: %s", c->file, msg);
+}
+
+static const char *trace_type(const cJSON *v);
+
+/* "found 0", "found 2.5" for numbers (the value is the useful part),
+ * "found a string" otherwise. */
+static const char *trace_found(char *buf, size_t n, const cJSON *v)
+{
+    if (cJSON_IsNumber(v))
+        snprintf(buf, n, "found %.17g", v->valuedouble);
+    else
+        snprintf(buf, n, "found %s", trace_type(v));
+    return buf;
+}
+
+static const char *trace_type(const cJSON *v)
+{
+    if (!v)
+        return "nothing";
+    if (cJSON_IsNull(v))
+        return "null";
+    if (cJSON_IsBool(v))
+        return "a boolean";
+    if (cJSON_IsNumber(v))
+        return "a number";
+    if (cJSON_IsString(v))
+        return "a string";
+    if (cJSON_IsArray(v))
+        return "a list";
+    if (cJSON_IsObject(v))
+        return "an object";
+    return "an unknown value";
+}
+
+/* Refuses unknown and duplicate keys of an object. */
+static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
+                             const char *const *allowed, const char *where)
+{
+    char q[64], p[320], list[512];
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        int known = 0;
+        for (const char *const *a = allowed; *a; a++)
+            if (strcmp(it->string, *a) == 0)
+                known = 1;
+        snprintf(p, sizeof p, "%s.%s", path, trace_q(q, sizeof q, it->string));
+        if (!known) {
+            size_t n = 0;
+            list[0] = 0;
+            for (const char *const *a = allowed; *a; a++) {
+                int w = snprintf(list + n, sizeof list - n, "%s%s",
+                                 n ? ", " : "", *a);
+                if (w < 0 || (size_t)w >= sizeof list - n)
+                    break;
+                n += (size_t)w;
+            }
+            return trace_fail(c, p, "unknown key%s%s (expected one of: %s)",
+                              where ? " for " : "", where ? where : "", list);
+        }
+        for (const cJSON *o = obj->child; o != it; o = o->next)
+            if (strcmp(o->string, it->string) == 0)
+                return trace_fail(c, p, "duplicate key");
+    }
+    return TPU_OK;
+}
+
+static void trace_path(char *buf, size_t n, const char *base, const char *key)
+{
+    snprintf(buf, n, "%s.%s", base, key);
+}
+
+/* A positive integer in [lo, hi]; *out untouched when absent and !req. */
+static tpu_status trace_int(trace_ctx *c, const cJSON *obj, const char *base,
+                            const char *key, int req, int64_t lo, int64_t hi,
+                            int64_t *out)
+{
+    char p[320], f[64];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    trace_path(p, sizeof p, base, key);
+    if (!v) {
+        if (req)
+            return trace_fail(c, base, "missing key '%s'", key);
+        return TPU_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < (double)lo || v->valuedouble > (double)hi) {
+        if (lo == 1)
+            return trace_fail(c, p,
+                              "expected a positive integer (at most %lld), "
+                              "%s",
+                              (long long)hi, trace_found(f, sizeof f, v));
+        return trace_fail(c, p, "expected an integer from %lld to %lld, %s",
+                          (long long)lo, (long long)hi,
+                          trace_found(f, sizeof f, v));
+    }
+    *out = (int64_t)v->valuedouble;
+    return TPU_OK;
+}
+
+/* A string, at most cap-1 bytes; NULL result when absent and !req. */
+static tpu_status trace_str(trace_ctx *c, const cJSON *obj, const char *base,
+                            const char *key, int req, const char **out)
+{
+    char p[320];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    trace_path(p, sizeof p, base, key);
+    *out = NULL;
+    if (!v) {
+        if (req)
+            return trace_fail(c, base, "missing key '%s'", key);
+        return TPU_OK;
+    }
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return trace_fail(c, p, "expected a string, found %s",
+                          trace_type(v));
+    *out = v->valuestring;
+    return TPU_OK;
+}
+
+/* A name for a layer, an input, the trace or a system: non-empty, short,
+ * printable, so it can be echoed in messages and reports. */
+static tpu_status trace_name(trace_ctx *c, const cJSON *obj, const char *base,
+                             const char *key, int req, char *dst, size_t cap)
+{
+    const char *s;
+    char p[320];
+    tpu_status st = trace_str(c, obj, base, key, req, &s);
+    if (st || !s)
+        return st;
+    trace_path(p, sizeof p, base, key);
+    if (!s[0])
+        return trace_fail(c, p, "empty string");
+    if (strlen(s) >= cap)
+        return trace_fail(c, p, "longer than %zu characters", cap - 1);
+    for (const char *q = s; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            return trace_fail(c, p, "contains a control character");
+    memcpy(dst, s, strlen(s) + 1);
+    return TPU_OK;
+}
+
+static tpu_status trace_bool(trace_ctx *c, const cJSON *obj, const char *base,
+                             const char *key, int *out)
+{
+    char p[320];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v)
+        return TPU_OK;
+    trace_path(p, sizeof p, base, key);
+    if (!cJSON_IsBool(v))
+        return trace_fail(c, p, "expected true or false, found %s",
+                          trace_type(v));
+    *out = cJSON_IsTrue(v) ? 1 : 0;
+    return TPU_OK;
+}
+
+/* One of several words; *out is the index, untouched when absent. */
+static tpu_status trace_enum(trace_ctx *c, const cJSON *obj, const char *base,
+                             const char *key, int req,
+                             const char *const *words, int *out)
+{
+    const char *s;
+    char p[320], q[64], list[256];
+    size_t n = 0;
+    tpu_status st = trace_str(c, obj, base, key, req, &s);
+    if (st || !s)
+        return st;
+    for (int i = 0; words[i]; i++)
+        if (strcmp(s, words[i]) == 0) {
+            *out = i;
+            return TPU_OK;
+        }
+    list[0] = 0;
+    for (int i = 0; words[i]; i++) {
+        int w = snprintf(list + n, sizeof list - n, "%s\"%s\"",
+                         n ? ", " : "", words[i]);
+        if (w < 0 || (size_t)w >= sizeof list - n)
+            break;
+        n += (size_t)w;
+    }
+    trace_path(p, sizeof p, base, key);
+    return trace_fail(c, p, "'%s' is not one of %s",
+                      trace_q(q, sizeof q, s), list);
+}
+
+/* A per-dimension parameter: a list of 2 or 3 positive integers, or (when
+ * number_ok) one positive integer meaning the same for every dimension.
+ * *rank is the list's length, 0 for a number, -1 when absent. */
+static tpu_status trace_dims(trace_ctx *c, const cJSON *obj, const char *base,
+                             const char *key, int req, int number_ok,
+                             int vals[GRAPH_MAX_SP], int *rank)
+{
+    char p[320];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    int n = 0, ok;
+    trace_path(p, sizeof p, base, key);
+    *rank = -1;
+    if (!v) {
+        if (req)
+            return trace_fail(c, base, "missing key '%s'", key);
+        return TPU_OK;
+    }
+    if (number_ok && cJSON_IsNumber(v)) {
+        double x = v->valuedouble;
+        if (x == floor(x) && x >= 1 && x <= GRAPH_DIM_MAX) {
+            for (int d = 0; d < GRAPH_MAX_SP; d++)
+                vals[d] = (int)x;
+            *rank = 0;
+            return TPU_OK;
+        }
+    }
+    ok = cJSON_IsArray(v);
+    if (ok) {
+        n = cJSON_GetArraySize(v);
+        ok = n == 2 || n == 3;
+    }
+    if (ok) {
+        int d = 0;
+        for (const cJSON *e = v->child; e && ok; e = e->next, d++) {
+            ok = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
+                 e->valuedouble >= 1 && e->valuedouble <= GRAPH_DIM_MAX;
+            if (ok)
+                vals[d] = (int)e->valuedouble;
+        }
+    }
+    if (!ok)
+        return trace_fail(c, p,
+                          "expected %s2 or 3 positive integers (each at most "
+                          "%d)",
+                          number_ok ? "a positive integer or a list of " : "",
+                          GRAPH_DIM_MAX);
+    *rank = n;
+    return TPU_OK;
+}
+
+/* Where a layer index lives in the trace, for "already defined" notes. */
+static void trace_where(const graph *g, int idx, char *buf, size_t n)
+{
+    if (idx < g->n_inputs)
+        snprintf(buf, n, "graph.inputs[%d]", idx);
+    else
+        snprintf(buf, n, "graph.layers[%d]", idx - g->n_inputs);
+}
+
+/* Resolves one name of `in` to an earlier layer. */
+static tpu_status trace_ref(trace_ctx *c, const graph *g, const cJSON *all,
+                            const cJSON *v, const char *p, int self,
+                            int *out)
+{
+    char q[64];
+    int idx;
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return trace_fail(c, p, "expected a layer or input name, found %s",
+                          trace_type(v));
+    idx = graph_find(g, v->valuestring);
+    if (idx >= 0) {
+        *out = idx;
+        return TPU_OK;
+    }
+    /* Not defined yet: say whether it comes later or never. */
+    {
+        int j = 0;
+        for (const cJSON *l = all ? all->child : NULL; l; l = l->next, j++) {
+            const cJSON *nm = cJSON_IsObject(l)
+                                  ? cJSON_GetObjectItemCaseSensitive(l, "name")
+                                  : NULL;
+            if (cJSON_IsString(nm) && nm->valuestring &&
+                strcmp(nm->valuestring, v->valuestring) == 0) {
+                if (j == self)
+                    return trace_fail(c, p, "layer '%s' takes itself as input",
+                                      trace_q(q, sizeof q, v->valuestring));
+                if (j > self)
+                    return trace_fail(c, p,
+                                      "'%s' is used before it is defined "
+                                      "(graph.layers[%d]); layers must come "
+                                      "in order",
+                                      trace_q(q, sizeof q, v->valuestring), j);
+            }
+        }
+    }
+    return trace_fail(c, p, "no input or layer named '%s'",
+                      trace_q(q, sizeof q, v->valuestring));
+}
+
+static const char *const trace_op_words[] = {
+    "input",   "conv",    "conv_transpose", "dense",   "batchnorm",
+    "relu",    "sigmoid", "flatten",        "global_avgpool",
+    "add",     "concat",  "maxpool",        "avgpool", "upsample",
+    "dropout", "loss",    NULL};
+static const char *const trace_loss_words[] = {
+    "softmax_xent", "sigmoid_focal", "dice", "l2", "smooth_l1", NULL};
+static const char *const trace_pad_words[] = {"valid", "same", NULL};
+static const char *const trace_dtype_words[] = {"bf16", "f32", NULL};
+static const char *const trace_mode_words[] = {"infer", "train", NULL};
+
+/* Keys each op accepts beyond name, op, in, dtype, comment. */
+static const char *const *trace_op_keys(graph_op op)
+{
+    static const char *const conv[] = {
+        "name",    "op",       "in",       "dtype",        "comment", "filters",
+        "kernel",  "strides",  "padding",  "dilation",     "use_bias",
+        "share_weights", NULL};
+    static const char *const conv_t[] = {
+        "name",    "op",      "in",       "dtype",        "comment",
+        "filters", "kernel",  "strides",  "padding",      "use_bias",
+        "share_weights", NULL};
+    static const char *const dense[] = {"name",  "op",       "in", "dtype",
+                                        "comment", "units", "use_bias", NULL};
+    static const char *const plain[] = {"name", "op", "in", "dtype",
+                                        "comment", NULL};
+    static const char *const pool[] = {"name",   "op",      "in",
+                                       "dtype",  "comment", "window",
+                                       "strides", "padding", NULL};
+    static const char *const up[] = {"name",    "op",     "in", "dtype",
+                                     "comment", "factor", NULL};
+    static const char *const drop[] = {"name",    "op",   "in", "dtype",
+                                       "comment", "rate", NULL};
+    static const char *const loss[] = {"name",    "op",   "in", "dtype",
+                                       "comment", "kind", NULL};
+    switch (op) {
+    case GOP_CONV: return conv;
+    case GOP_CONV_T: return conv_t;
+    case GOP_DENSE: return dense;
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL: return pool;
+    case GOP_UPSAMPLE: return up;
+    case GOP_DROPOUT: return drop;
+    case GOP_LOSS: return loss;
+    default: return plain;
+    }
+}
+
+/* A per-dimension list's length must match the input's spatial rank (a
+ * flat input is refused by shape inference with its own message). */
+static tpu_status trace_rank(trace_ctx *c, const glayer *src, const char *base,
+                             const char *key, int rank)
+{
+    char p[320], q[64];
+    if (rank <= 0 || src->out.nsp == 0 || rank == src->out.nsp)
+        return TPU_OK;
+    trace_path(p, sizeof p, base, key);
+    return trace_fail(c, p, "%d numbers for the %dD input '%s'; expected %d",
+                      rank, src->out.nsp, trace_q(q, sizeof q, src->name),
+                      src->out.nsp);
+}
+
+static tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
+                              const cJSON *o, int j)
+{
+    char base[64], p[320], q[64];
+    glayer *L = &g->layers[g->n_layers];
+    const cJSON *in;
+    const glayer *src;
+    const char *key = "";
+    int op = -1, rank, krank;
+    int64_t n64;
+    tpu_status st;
+
+    snprintf(base, sizeof base, "graph.layers[%d]", j);
+    if (!cJSON_IsObject(o))
+        return trace_fail(c, base, "expected an object, found %s",
+                          trace_type(o));
+    if ((st = trace_enum(c, o, base, "op", 1, trace_op_words, &op)))
+        return st;
+    if (op == GOP_INPUT)
+    {
+        trace_path(p, sizeof p, base, "op");
+        return trace_fail(c, p, "'input' is not a layer op; list inputs in "
+                          "graph.inputs");
+    }
+    L->op = (graph_op)op;
+    if ((st = trace_keys(c, o, base, trace_op_keys(L->op),
+                         graph_op_name(L->op))))
+        return st;
+    if ((st = trace_name(c, o, base, "name", 1, L->name, sizeof L->name)))
+        return st;
+    {
+        int prev = graph_find(g, L->name);
+        if (prev >= 0) {
+            char w[64];
+            trace_where(g, prev, w, sizeof w);
+            trace_path(p, sizeof p, base, "name");
+            return trace_fail(c, p, "'%s' is already defined (%s)",
+                              trace_q(q, sizeof q, L->name), w);
+        }
+    }
+    L->dtype_bytes = 2;
+    L->share_from = -1;
+    L->pad_same = 1;
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        L->kernel[d] = L->strides[d] = L->dilation[d] = L->factor[d] = 1;
+    {
+        int dt = 0;
+        if ((st = trace_enum(c, o, base, "dtype", 0, trace_dtype_words, &dt)))
+            return st;
+        L->dtype_bytes = dt ? 4 : 2;
+    }
+    {
+        const char *cm;
+        if ((st = trace_str(c, o, base, "comment", 0, &cm)))
+            return st;
+    }
+
+    /* in: one name, or a list for add, concat and loss. */
+    in = cJSON_GetObjectItemCaseSensitive(o, "in");
+    trace_path(p, sizeof p, base, "in");
+    if (!in)
+        return trace_fail(c, base, "missing key 'in'");
+    if (cJSON_IsArray(in)) {
+        int n = cJSON_GetArraySize(in), k = 0;
+        int min = L->op == GOP_LOSS ? 1 : 2;
+        if (L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_LOSS)
+            return trace_fail(c, p, "expected one layer name (only add, "
+                              "concat and loss take a list), found a list");
+        if (n < min || n > GRAPH_MAX_IN)
+            return trace_fail(c, p, "expected a list of %d to %d names, "
+                              "found %d", min, GRAPH_MAX_IN, n);
+        for (const cJSON *e = in->child; e; e = e->next, k++) {
+            char pe[340];
+            snprintf(pe, sizeof pe, "%s[%d]", p, k);
+            if ((st = trace_ref(c, g, all, e, pe, j, &L->in[k])))
+                return st;
+        }
+        L->n_in = n;
+    } else {
+        if (L->op == GOP_ADD || L->op == GOP_CONCAT)
+            return trace_fail(c, p, "expected a list of 2 to %d names, "
+                              "found %s", GRAPH_MAX_IN, trace_type(in));
+        if ((st = trace_ref(c, g, all, in, p, j, &L->in[0])))
+            return st;
+        L->n_in = 1;
+    }
+    src = &g->layers[L->in[0]];
+
+    switch (L->op) {
+    case GOP_CONV:
+    case GOP_CONV_T: {
+        int pad = 1;
+        const char *sh;
+        if ((st = trace_int(c, o, base, "filters", 1, 1, GRAPH_DIM_MAX, &n64)))
+            return st;
+        L->filters = (int)n64;
+        if ((st = trace_dims(c, o, base, "kernel", 1, 0, L->kernel, &krank)))
+            return st;
+        if ((st = trace_rank(c, src, base, "kernel", krank)))
+            return st;
+        if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
+            return st;
+        if (rank > 0 && rank != krank) {
+            trace_path(p, sizeof p, base, "strides");
+            return trace_fail(c, p, "%d numbers for a %d-number kernel", rank,
+                              krank);
+        }
+        if (L->op == GOP_CONV) {
+            if ((st = trace_dims(c, o, base, "dilation", 0, 1, L->dilation,
+                                 &rank)))
+                return st;
+            if (rank > 0 && rank != krank) {
+                trace_path(p, sizeof p, base, "dilation");
+                return trace_fail(c, p, "%d numbers for a %d-number kernel",
+                                  rank, krank);
+            }
+        }
+        if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words,
+                             &pad)))
+            return st;
+        L->pad_same = pad;
+        L->use_bias = 0;
+        if ((st = trace_bool(c, o, base, "use_bias", &L->use_bias)))
+            return st;
+        if ((st = trace_str(c, o, base, "share_weights", 0, &sh)))
+            return st;
+        if (sh) {
+            int t = graph_find(g, sh);
+            trace_path(p, sizeof p, base, "share_weights");
+            if (t < 0)
+                return trace_fail(c, p, "no earlier layer named '%s'",
+                                  trace_q(q, sizeof q, sh));
+            if (g->layers[t].op != GOP_CONV && g->layers[t].op != GOP_CONV_T)
+                return trace_fail(c, p, "'%s' is a %s, not a conv",
+                                  trace_q(q, sizeof q, sh),
+                                  graph_op_name(g->layers[t].op));
+            if (g->layers[t].share_from >= 0)
+                t = g->layers[t].share_from;
+            L->share_from = t;
+        }
+        break;
+    }
+    case GOP_DENSE:
+        if ((st = trace_int(c, o, base, "units", 1, 1, GRAPH_DIM_MAX, &n64)))
+            return st;
+        L->filters = (int)n64;
+        L->use_bias = 1;
+        if ((st = trace_bool(c, o, base, "use_bias", &L->use_bias)))
+            return st;
+        break;
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL: {
+        int pad = 0;
+        if ((st = trace_dims(c, o, base, "window", 1, 1, L->kernel, &krank)))
+            return st;
+        if ((st = trace_rank(c, src, base, "window", krank)))
+            return st;
+        memcpy(L->strides, L->kernel, sizeof L->strides);
+        if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
+            return st;
+        if ((st = trace_rank(c, src, base, "strides", rank)))
+            return st;
+        if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words,
+                             &pad)))
+            return st;
+        L->pad_same = pad;
+        break;
+    }
+    case GOP_UPSAMPLE:
+        if ((st = trace_dims(c, o, base, "factor", 1, 1, L->factor, &rank)))
+            return st;
+        if ((st = trace_rank(c, src, base, "factor", rank)))
+            return st;
+        break;
+    case GOP_DROPOUT: {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "rate");
+        trace_path(p, sizeof p, base, "rate");
+        if (!v)
+            return trace_fail(c, base, "missing key 'rate'");
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+            !(v->valuedouble < 1))
+            return trace_fail(c, p, "expected a number in [0, 1), found %s",
+                              trace_type(v));
+        L->rate = v->valuedouble;
+        break;
+    }
+    case GOP_LOSS: {
+        int k = 0;
+        if ((st = trace_enum(c, o, base, "kind", 1, trace_loss_words, &k)))
+            return st;
+        L->loss = (graph_loss)k;
+        break;
+    }
+    default:
+        break;
+    }
+
+    g->n_layers++;
+    st = graph_infer_layer(g, g->n_layers - 1, &key, c->err);
+    if (st) {
+        char why[sizeof c->err->msg];
+        memcpy(why, c->err->msg, sizeof why);
+        trace_path(p, sizeof p, base, key);
+        return trace_fail(c, p, "%s", why);
+    }
+    return TPU_OK;
+}
+
+static tpu_status trace_input(trace_ctx *c, graph *g, const cJSON *o, int j)
+{
+    static const char *const keys[] = {"name", "shape", "dtype", "comment",
+                                       NULL};
+    char base[64], p[320], q[64];
+    glayer *L = &g->layers[g->n_layers];
+    const cJSON *sh;
+    int n = 0, ok, dt = 0;
+    tpu_status st;
+    const char *cm;
+
+    snprintf(base, sizeof base, "graph.inputs[%d]", j);
+    if (!cJSON_IsObject(o))
+        return trace_fail(c, base, "expected an object, found %s",
+                          trace_type(o));
+    if ((st = trace_keys(c, o, base, keys, "an input")))
+        return st;
+    if ((st = trace_name(c, o, base, "name", 1, L->name, sizeof L->name)))
+        return st;
+    if (graph_find(g, L->name) >= 0) {
+        char w[64];
+        trace_where(g, graph_find(g, L->name), w, sizeof w);
+        trace_path(p, sizeof p, base, "name");
+        return trace_fail(c, p, "'%s' is already defined (%s)",
+                          trace_q(q, sizeof q, L->name), w);
+    }
+    if ((st = trace_enum(c, o, base, "dtype", 0, trace_dtype_words, &dt)))
+        return st;
+    if ((st = trace_str(c, o, base, "comment", 0, &cm)))
+        return st;
+    L->op = GOP_INPUT;
+    L->dtype_bytes = dt ? 4 : 2;
+    L->share_from = -1;
+    sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
+    trace_path(p, sizeof p, base, "shape");
+    if (!sh)
+        return trace_fail(c, base, "missing key 'shape'");
+    ok = cJSON_IsArray(sh);
+    if (ok) {
+        n = cJSON_GetArraySize(sh);
+        ok = n == 1 || n == 3 || n == 4;
+    }
+    if (ok) {
+        int d = 0;
+        for (const cJSON *e = sh->child; e && ok; e = e->next, d++) {
+            ok = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
+                 e->valuedouble >= 1 && e->valuedouble <= GRAPH_DIM_MAX;
+            if (!ok)
+                break;
+            if (d == n - 1)
+                L->out.c = (int64_t)e->valuedouble;
+            else
+                L->out.sp[d] = (int64_t)e->valuedouble;
+        }
+    }
+    if (!ok)
+        return trace_fail(c, p,
+                          "expected 1, 3 or 4 positive integers ([C], "
+                          "[H,W,C] or [D,H,W,C]), each at most %d",
+                          GRAPH_DIM_MAX);
+    L->out.nsp = n - 1;
+    g->n_layers++;
+    if ((st = graph_infer_layer(g, g->n_layers - 1, NULL, c->err))) {
+        char why[sizeof c->err->msg];
+        memcpy(why, c->err->msg, sizeof why);
+        return trace_fail(c, p, "%s", why);
+    }
+    return TPU_OK;
+}
+
+/* One entry of input_partition_dims: null, or a list of positive ints
+ * whose product is num_cores_per_replica.  rank 0 = any length (labels). */
+static tpu_status trace_pdims(trace_ctx *c, const graph *g, const cJSON *e,
+                              int k, const glayer *input, int out[],
+                              int *out_rank, int *listed)
+{
+    char p[96], q[64];
+    int rank = input ? 2 + input->out.nsp : 0;
+    int n, d = 0;
+    int64_t prod = 1;
+    snprintf(p, sizeof p, "run.input_partition_dims[%d]", k);
+    *listed = 0;
+    if (cJSON_IsNull(e)) {
+        for (d = 0; d < rank; d++)
+            out[d] = 1;
+        *out_rank = rank;
+        return TPU_OK;
+    }
+    if (!cJSON_IsArray(e))
+        return trace_fail(c, p, "expected null or a list of positive "
+                          "integers, found %s", trace_type(e));
+    n = cJSON_GetArraySize(e);
+    if (input && n != rank)
+        return trace_fail(c, p,
+                          "expected %d factors (N, %sC) for the %dD input "
+                          "'%s', found %d",
+                          rank,
+                          input->out.nsp == 3   ? "D, H, W, "
+                          : input->out.nsp == 2 ? "H, W, "
+                                                : "",
+                          input->out.nsp, trace_q(q, sizeof q, input->name),
+                          n);
+    if (!input && (n < 2 || n > GRAPH_MAX_PDIMS))
+        return trace_fail(c, p, "expected 2 to %d factors, found %d",
+                          GRAPH_MAX_PDIMS, n);
+    for (const cJSON *v = e->child; v; v = v->next, d++) {
+        char pv[112];
+        snprintf(pv, sizeof pv, "%s[%d]", p, d);
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+            v->valuedouble < 1 || v->valuedouble > 4096)
+            return trace_fail(c, pv, "expected a positive integer (at most "
+                              "4096), %s", trace_found(q, sizeof q, v));
+        out[d] = (int)v->valuedouble;
+        prod *= out[d];
+    }
+    if (prod != g->cores_per_replica)
+        return trace_fail(c, p,
+                          "product of the factors is %lld, not "
+                          "num_cores_per_replica %d",
+                          (long long)prod, g->cores_per_replica);
+    if (input) {
+        if (out[0] != 1 || out[rank - 1] != 1)
+            return trace_fail(c, p,
+                              "only spatial dimensions may be split: the N "
+                              "and C factors must be 1, found %d and %d",
+                              out[0], out[rank - 1]);
+        for (d = 0; d < input->out.nsp; d++)
+            if (out[d + 1] > input->out.sp[d]) {
+                char pv[112];
+                snprintf(pv, sizeof pv, "%s[%d]", p, d + 1);
+                return trace_fail(c, pv,
+                                  "factor %d splits a dimension of only "
+                                  "%lld ('%s')",
+                                  out[d + 1], (long long)input->out.sp[d],
+                                  trace_q(q, sizeof q, input->name));
+            }
+    }
+    *out_rank = n;
+    *listed = 1;
+    return TPU_OK;
+}
+
+static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
+{
+    static const char *const keys[] = {"mode",
+                                       "global_batch",
+                                       "num_cores_per_replica",
+                                       "input_partition_dims",
+                                       "comment",
+                                       NULL};
+    const cJSON *ipd;
+    const char *cm;
+    int64_t n64 = 1;
+    int mode = 1;
+    tpu_status st;
+    if (!cJSON_IsObject(run))
+        return trace_fail(c, "run", "expected an object, found %s",
+                          trace_type(run));
+    if ((st = trace_keys(c, run, "run", keys, NULL)))
+        return st;
+    if ((st = trace_enum(c, run, "run", "mode", 1, trace_mode_words, &mode)))
+        return st;
+    g->train = mode;
+    if ((st = trace_int(c, run, "run", "global_batch", 1, 1, GRAPH_DIM_MAX,
+                        &g->global_batch)))
+        return st;
+    if ((st = trace_int(c, run, "run", "num_cores_per_replica", 0, 1, 2048,
+                        &n64)))
+        return st;
+    g->cores_per_replica = (int)n64;
+    if ((st = trace_str(c, run, "run", "comment", 0, &cm)))
+        return st;
+
+    g->pdims_rank = 2 + g->layers[0].out.nsp;
+    for (int d = 0; d < GRAPH_MAX_PDIMS; d++)
+        g->pdims[d] = 1;
+    ipd = cJSON_GetObjectItemCaseSensitive(run, "input_partition_dims");
+    if (!ipd || cJSON_IsNull(ipd))
+        return TPU_OK;
+    if (!cJSON_IsArray(ipd))
+        return trace_fail(c, "run.input_partition_dims",
+                          "expected a list (one entry per input, then the "
+                          "labels' entry), found %s",
+                          trace_type(ipd));
+    if (cJSON_GetArraySize(ipd) != g->n_inputs + 1)
+        return trace_fail(c, "run.input_partition_dims",
+                          "expected %d entries (one per input, then the "
+                          "labels' entry), found %d",
+                          g->n_inputs + 1, cJSON_GetArraySize(ipd));
+    {
+        int k = 0;
+        for (const cJSON *e = ipd->child; e; e = e->next, k++) {
+            int dims[GRAPH_MAX_PDIMS], rank = 0, listed = 0;
+            const glayer *input = k < g->n_inputs ? &g->layers[k] : NULL;
+            if ((st = trace_pdims(c, g, e, k, input, dims, &rank, &listed)))
+                return st;
+            if (k == 0) {
+                memcpy(g->pdims, dims, sizeof(int) * (size_t)rank);
+                g->pdims_rank = rank;
+            }
+            if (!input)
+                g->labels_partitioned = listed;
+        }
+    }
+    return TPU_OK;
+}
+
+static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
+{
+    static const char *const keys[] = {"step_time_s", "source", "comment",
+                                       NULL};
+    const cJSON *v;
+    const char *s;
+    tpu_status st;
+    if (!cJSON_IsObject(ref))
+        return trace_fail(c, "reference", "expected an object, found %s",
+                          trace_type(ref));
+    if ((st = trace_keys(c, ref, "reference", keys, NULL)))
+        return st;
+    v = cJSON_GetObjectItemCaseSensitive(ref, "step_time_s");
+    if (!v)
+        return trace_fail(c, "reference", "missing key 'step_time_s'");
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
+        !(v->valuedouble < 1e9))
+        return trace_fail(c, "reference.step_time_s",
+                          "expected a positive number of seconds, found %s",
+                          trace_type(v));
+    g->has_reference = 1;
+    g->reference_step_s = v->valuedouble;
+    if ((st = trace_str(c, ref, "reference", "source", 0, &s)))
+        return st;
+    if ((st = trace_str(c, ref, "reference", "comment", 0, &s)))
+        return st;
+    s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "source"));
+    if (s) {
+        /* Free text: kept as far as it fits, never refused for length. */
+        size_t n = strlen(s);
+        if (n >= sizeof g->reference_source)
+            n = sizeof g->reference_source - 1;
+        memcpy(g->reference_source, s, n);
+        g->reference_source[n] = 0;
+    }
+    return TPU_OK;
+}
+
+static void trace_linecol(const char *text, size_t len, size_t pos, int *line,
+                          int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < pos && i < len; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+static void trace_default_name(graph *g, const char *path)
+{
+    const char *b = strrchr(path, '/');
+    size_t n;
+    b = b ? b + 1 : path;
+    n = strlen(b);
+    if (n > 5 && strcmp(b + n - 5, ".json") == 0)
+        n -= 5;
+    if (n >= sizeof g->name)
+        n = sizeof g->name - 1;
+    memcpy(g->name, b, n);
+    g->name[n] = 0;
+}
+
+static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
+                             const char *path)
+{
+    static const char *const keys[] = {"format",    "name",  "system", "run",
+                                       "reference", "graph", "comment",
+                                       NULL};
+    static const char *const gkeys[] = {"inputs", "layers", "comment", NULL};
+    const cJSON *gr, *inputs, *layers, *v;
+    const char *s;
+    char q[64];
+    int n_in, n_layers, j;
+    tpu_status st;
+
+    if (!cJSON_IsObject(root))
+        return trace_fail(c, NULL, "expected a JSON object at the top level, "
+                          "found %s", trace_type(root));
+    if ((st = trace_keys(c, root, "(top level)", keys, NULL)))
+        return st;
+    if ((st = trace_str(c, root, "(top level)", "format", 1, &s)))
+        return st;
+    if (strcmp(s, "tpuemu-trace/1") != 0)
+        return trace_fail(c, "format", "'%s' is not a supported format "
+                          "(expected \"tpuemu-trace/1\")",
+                          trace_q(q, sizeof q, s));
+    trace_default_name(g, path);
+    if ((st = trace_name(c, root, "(top level)", "name", 0, g->name,
+                         sizeof g->name)))
+        return st;
+    if ((st = trace_name(c, root, "(top level)", "system", 1, g->system,
+                         sizeof g->system)))
+        return st;
+    if ((st = trace_str(c, root, "(top level)", "comment", 0, &s)))
+        return st;
+
+    gr = cJSON_GetObjectItemCaseSensitive(root, "graph");
+    if (!gr)
+        return trace_fail(c, "(top level)", "missing key 'graph'");
+    if (!cJSON_IsObject(gr))
+        return trace_fail(c, "graph", "expected an object, found %s",
+                          trace_type(gr));
+    if ((st = trace_keys(c, gr, "graph", gkeys, NULL)))
+        return st;
+    if ((st = trace_str(c, gr, "graph", "comment", 0, &s)))
+        return st;
+    inputs = cJSON_GetObjectItemCaseSensitive(gr, "inputs");
+    layers = cJSON_GetObjectItemCaseSensitive(gr, "layers");
+    if (!inputs)
+        return trace_fail(c, "graph", "missing key 'inputs'");
+    if (!cJSON_IsArray(inputs) || cJSON_GetArraySize(inputs) < 1)
+        return trace_fail(c, "graph.inputs", "expected a non-empty list of "
+                          "inputs, found %s", trace_type(inputs));
+    if (!layers)
+        return trace_fail(c, "graph", "missing key 'layers'");
+    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
+        return trace_fail(c, "graph.layers", "expected a non-empty list of "
+                          "layers, found %s", trace_type(layers));
+    n_in = cJSON_GetArraySize(inputs);
+    n_layers = cJSON_GetArraySize(layers);
+    g->layers = calloc((size_t)n_in + (size_t)n_layers, sizeof *g->layers);
+    if (!g->layers)
+        return tpu_fail(c->err, TPU_ERR_SYSTEM,
+                        "%s: out of memory for %d layers", c->file,
+                        n_in + n_layers);
+    j = 0;
+    for (v = inputs->child; v; v = v->next, j++)
+        if ((st = trace_input(c, g, v, j)))
+            return st;
+    g->n_inputs = n_in;
+    j = 0;
+    for (v = layers->child; v; v = v->next, j++)
+        if ((st = trace_layer(c, g, layers, v, j)))
+            return st;
+
+    v = cJSON_GetObjectItemCaseSensitive(root, "run");
+    if (!v)
+        return trace_fail(c, "(top level)", "missing key 'run'");
+    if ((st = trace_run(c, g, v)))
+        return st;
+    v = cJSON_GetObjectItemCaseSensitive(root, "reference");
+    if (v && (st = trace_reference(c, g, v)))
+        return st;
+    return graph_check_run(g, g->system, g->global_batch, c->file, c->err);
+}
+
+tpu_status graph_parse(graph *g, const char *text, size_t len,
+                       const char *path, tpu_error *err)
+{
+    trace_ctx c;
+    const char *end = NULL;
+    cJSON *root;
+    tpu_status st;
+    size_t pos;
+
+    memset(g, 0, sizeof *g);
+    if (!path)
+        path = "(trace)";
+    c.file = path;
+    c.err = err;
+    pos = 0;
+    while (pos < len && (text[pos] == ' ' || text[pos] == '\t' ||
+                         text[pos] == '\n' || text[pos] == '\r'))
+        pos++;
+    if (pos == len)
+        return trace_fail(&c, NULL, "empty file, expected a JSON object");
+    root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        int line, col;
+        pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
+        trace_linecol(text, len, pos, &line, &col);
+        if (pos >= len)
+            return trace_fail(&c, NULL, "not valid JSON: the text ends too "
+                              "early (line %d, column %d)", line, col);
+        return trace_fail(&c, NULL, "not valid JSON: syntax error at line "
+                          "%d, column %d", line, col);
+    }
+    pos = (end >= text && end <= text + len) ? (size_t)(end - text) : len;
+    while (pos < len && (text[pos] == ' ' || text[pos] == '\t' ||
+                         text[pos] == '\n' || text[pos] == '\r'))
+        pos++;
+    if (pos < len) {
+        int line, col;
+        trace_linecol(text, len, pos, &line, &col);
+        cJSON_Delete(root);
+        return trace_fail(&c, NULL, "not valid JSON: unexpected text after "
+                          "the top-level value at line %d, column %d",
+                          line, col);
+    }
+    st = trace_root(&c, g, root, path);
+    cJSON_Delete(root);
+    if (st) {
+        tpu_error keep;
+        if (err)
+            keep = *err;
+        graph_free(g);
+        if (err)
+            *err = keep;
+    }
+    return st;
+}
+
+tpu_status graph_load(graph *g, const char *path, tpu_error *err)
+{
+    FILE *f;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    tpu_status st;
+
+    memset(g, 0, sizeof *g);
+    f = fopen(path, "rb");
+    if (!f)
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot open: %s", path,
+                        strerror(errno));
+    for (;;) {
+        size_t got;
+        if (len == cap) {
+            char *nb;
+            if ((long)cap >= TRACE_FILE_MAX) {
+                free(buf);
+                fclose(f);
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "%s: larger than %ld MiB; not a trace", path,
+                                TRACE_FILE_MAX >> 20);
+            }
+            cap = cap ? cap * 2 : 65536;
+            nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return tpu_fail(err, TPU_ERR_SYSTEM,
+                                "%s: out of memory reading the file", path);
+            }
+            buf = nb;
+        }
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                int e = errno;
+                free(buf);
+                fclose(f);
+                return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot read: %s",
+                                path, strerror(e ? e : EIO));
+            }
+            break;
+        }
+    }
+    fclose(f);
+    st = graph_parse(g, buf ? buf : "", len, path, err);
+    free(buf);
+    return st;
+}
