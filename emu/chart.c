@@ -323,9 +323,19 @@ int chart_bars(const emu_result *r, int *core_bar, int *mode)
 tpu_status chart_breakdown_png(const emu_result *r, const char *path,
                                tpu_error *err)
 {
+    chart_image im = {0};
+    tpu_status st = chart_breakdown_image(r, &im, 1200, 720, err);
+    if (st == TPU_OK)
+        st = chart_png_write(path, im.rgb, im.w, im.h, 3, err);
+    chart_image_free(&im);
+    return st;
+}
+
+tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
+                                 int H, tpu_error *err)
+{
     if (!r || !r->per_core || r->cores <= 0)
-        return tpu_fail(err, TPU_ERR_INPUT, "%s: no per-core results to chart",
-                        path ? path : "chart");
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: no per-core results");
     int n = r->cores;
     int *core_bar = malloc(sizeof(int) * n);
     if (!core_bar)
@@ -371,7 +381,8 @@ tpu_status chart_breakdown_png(const emu_result *r, const char *path,
     if (!(top > 0) || !isfinite(top))
         top = 1e-3;
 
-    const int W = 1200, H = 720;
+    if (W < 500 || H < 300)
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: image too small");
     if ((st = chart_image_init(&im, W, H, BG, err)) != TPU_OK)
         goto done;
 
@@ -486,7 +497,8 @@ tpu_status chart_breakdown_png(const emu_result *r, const char *path,
     chart_text(&im, lx + 20, ly, "step time", 1, INK);
     chart_text(&im, lx + 20, ly + FONT_H + 1, "(slowest core)", 1, MUTED);
 
-    st = chart_png_write(path, im.rgb, im.w, im.h, 3, err);
+    *out = im;
+    im.rgb = NULL;
 done:
     chart_image_free(&im);
     free(mean);

@@ -20,6 +20,17 @@
 tpu_status chart_breakdown_png(const emu_result *r, const char *path,
                                tpu_error *err);
 
+/* An 8-bit RGB raster (stride 3*w). */
+typedef struct {
+    int w, h;
+    uint8_t *rgb;
+} chart_image;
+
+/* The same chart drawn into a new w x h image (w >= 500, h >= 300) that
+ * the caller frees with chart_image_free (the viewer's bar panel). */
+tpu_status chart_breakdown_image(const emu_result *r, chart_image *im, int w,
+                                 int h, tpu_error *err);
+
 typedef struct {
     const char *name;
     const double *x, *y;
@@ -45,12 +56,6 @@ uint32_t chart_cat_color(emu_cat c);
  * *mode is 0 (one bar per core), 1 (groups of identical cores) or 2
  * (bins of consecutive cores).  core_bar must hold r->cores ints. */
 int chart_bars(const emu_result *r, int *core_bar, int *mode);
-
-/* An 8-bit RGB raster (stride 3*w). */
-typedef struct {
-    int w, h;
-    uint8_t *rgb;
-} chart_image;
 
 tpu_status chart_image_init(chart_image *im, int w, int h, uint32_t bg,
                             tpu_error *err);

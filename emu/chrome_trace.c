@@ -12,7 +12,7 @@
  * adjacent: the engine's own rounding, not a real gap. */
 #define ADJ_S 1e-9
 
-enum { LV_FULL, LV_MERGE, LV_GROUP, LV_COARSE };
+enum { LV_FULL, LV_MERGE, LV_GROUP, LV_COARSE, LV_BINNED };
 
 /* How one core is written. */
 enum { CORE_FULL, CORE_PATH, CORE_PATH_COARSE };
@@ -142,6 +142,61 @@ static void emit_core(sink *s, const emu_core_result *pc, int merge,
             emit(s, pc, &pend[u], merge == 2);
 }
 
+/* The critical path of a reduced core cut into nbins equal time bins:
+ * each bin is one event named by its dominant category, with the seconds
+ * of every category inside the bin in args, so the breakdown stays exact
+ * while the ordering is blurred to the bin width. */
+static void emit_binned(sink *s, const emu_core_result *pc, int nbins)
+{
+    double step = pc->step_time_s;
+    if (!(step > 0) || nbins < 1)
+        return;
+    double(*acc)[CAT_COUNT] = calloc((size_t)nbins, sizeof *acc);
+    if (!acc)
+        return;
+    double w = step / nbins;
+    for (size_t i = 0; i < pc->n_events; i++) {
+        const emu_event *e = &pc->events[i];
+        if (e->unit != UNIT_CORE || e->cat >= CAT_COUNT)
+            continue;
+        double a = fmax(e->t0, 0), b = fmin(e->t1, step);
+        for (int k = (int)(a / w); k < nbins && k * w < b; k++) {
+            double lo = fmax(a, k * w), hi = fmin(b, (k + 1) * w);
+            if (hi > lo)
+                acc[k][e->cat] += hi - lo;
+        }
+    }
+    for (int k = 0; k < nbins; k++) {
+        int dom = 0;
+        double tot = 0;
+        for (int c = 0; c < CAT_COUNT; c++) {
+            tot += acc[k][c];
+            if (acc[k][c] > acc[k][dom])
+                dom = c;
+        }
+        if (!(tot > 0))
+            continue;
+        s->n++;
+        if (!s->f)
+            continue;
+        sep(s);
+        fputs("{\"ph\":\"X\",\"name\":", s->f);
+        put_str(s->f, emu_cat_name((emu_cat)dom));
+        fputs(",\"cat\":", s->f);
+        put_str(s->f, emu_cat_name((emu_cat)dom));
+        fprintf(s->f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
+                      "\"args\":{\"binned\":true",
+                pc->chip, pc->core * UNIT_COUNT + UNIT_CORE, k * w * 1e6,
+                ((k + 1 == nbins ? step : (k + 1) * w) - k * w) * 1e6);
+        for (int c = 0; c < CAT_COUNT; c++)
+            if (acc[k][c] > 0)
+                fprintf(s->f, ",\"%s_s\":%.9g", emu_cat_name((emu_cat)c),
+                        acc[k][c]);
+        fputs("}}", s->f);
+    }
+    free(acc);
+}
+
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
@@ -214,12 +269,18 @@ static int group_cores(const emu_result *r, int *rep)
 }
 
 /* Writes the whole document (or counts its X events when s->f is NULL). */
-static void write_all(sink *s, int level, const int *rep, unsigned *seen)
+static void write_all(sink *s, int level, const int *rep, unsigned *seen,
+                      int nbins)
 {
     const emu_result *r = s->r;
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
         int reduced = level >= LV_GROUP && rep[c] != c;
+        if (reduced && level >= LV_BINNED) {
+            seen[c] |= 1u << UNIT_CORE;
+            emit_binned(s, pc, nbins);
+            continue;
+        }
         int merge = level == LV_FULL ? 0 : (reduced && level >= LV_COARSE) ? 2 : 1;
         emit_core(s, pc, merge, reduced, &seen[c]);
     }
@@ -260,9 +321,13 @@ static const char *level_text(int level)
     case LV_GROUP:
         return "merged, and cores with identical timelines keep only their "
                "critical path; the first core of each group keeps every unit";
-    default:
+    case LV_COARSE:
         return "merged, grouped, and the critical paths of reduced cores "
                "merge adjacent spans of one category across layers";
+    default:
+        return "merged, grouped, and the critical path of each reduced core "
+               "is cut into equal time bins, each named by its dominant "
+               "category with every category's seconds in args";
     }
 }
 
@@ -301,7 +366,8 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
         rep[c] = c;
     int level = LV_FULL, ngroups = r->cores;
     size_t count = total;
-    while (count > max_events && level < LV_COARSE) {
+    int nbins = 0;
+    while (count > max_events && level < LV_BINNED) {
         level++;
         if (level == LV_GROUP) {
             ngroups = group_cores(r, rep);
@@ -311,9 +377,27 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
                 return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
             }
         }
+        if (level == LV_BINNED) {
+            /* What the representatives keep, then an equal share of the
+             * rest per reduced core (at least one bin: never drop a core). */
+            size_t keep = 0;
+            int nred = 0;
+            for (int c = 0; c < r->cores; c++) {
+                if (rep[c] != c) {
+                    nred++;
+                    continue;
+                }
+                sink one = {NULL, r, 0, 1};
+                unsigned u = 0;
+                emit_core(&one, &r->per_core[c], 1, 0, &u);
+                keep += one.n;
+            }
+            size_t per = nred && max_events > keep ? (max_events - keep) / nred : 1;
+            nbins = per < 1 ? 1 : per > 100000 ? 100000 : (int)per;
+        }
         sink cs = {NULL, r, 0, 1};
         memset(seen, 0, sizeof(unsigned) * r->cores);
-        write_all(&cs, level, rep, seen);
+        write_all(&cs, level, rep, seen, nbins);
         count = cs.n;
     }
 
@@ -372,6 +456,8 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
             c = e + 1;
         }
         fputs("]", f);
+        if (level >= LV_BINNED)
+            fprintf(f, ",\"bins_per_reduced_core\":%d", nbins);
     }
     fputs("},\n\"traceEvents\":[\n", f);
 
@@ -390,7 +476,7 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
             meta(&s, "process_name", pc->chip, 0, 0, name, pc->chip);
         }
     }
-    write_all(&s, level, rep, seen);
+    write_all(&s, level, rep, seen, nbins);
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
         for (int u = 0; u < UNIT_COUNT; u++) {

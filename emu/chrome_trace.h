@@ -17,7 +17,11 @@
  *      of each group keeps every unit, the others keep their critical
  *      path only (their thread name says which core has the detail);
  *   3. those reduced cores' critical paths also merge adjacent spans of the
- *      same category across layers.
+ *      same category across layers;
+ *   4. the reduced cores' critical paths are cut into equal time bins (the
+ *      budget left after the representatives, shared equally, at least
+ *      one bin), each one event named by its dominant category with the
+ *      exact seconds of every category inside the bin in args.
  * Every core always keeps a critical path covering its whole step; what
  * was reduced is written in the trace's "otherData" (and the budget is
  * exceeded rather than a core dropped).
