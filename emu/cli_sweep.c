@@ -671,6 +671,14 @@ static void csv_field(FILE *f, const char *s)
     }
 }
 
+/* Numbers in the CSV read back exactly, in as few digits as that takes. */
+static void csv_num(FILE *f, double v)
+{
+    char buf[40];
+    num_text(buf, sizeof buf, v);
+    fprintf(f, ",%s", buf);
+}
+
 typedef struct {
     int status;        /* exit status, -1 signal, -2 not run */
     int have;          /* report read */
@@ -720,12 +728,14 @@ static int gather(const sweep *s, const char *out, long long nruns,
         for (int k = 1; k < r->cores; k++)
             if (r->per_core[k].step_time_s > r->per_core[w].step_time_s)
                 w = k;
-        fprintf(f, ",%d,%.17g,%d,%d,%d", r->fits && o->status == 0,
-                r->step_time_s, r->cores_per_replica, r->replicas,
+        fprintf(f, ",%d", r->fits && o->status == 0);
+        csv_num(f, r->step_time_s);
+        fprintf(f, ",%d,%d,%d", r->cores_per_replica, r->replicas,
                 r->per_core[w].core);
         for (int c = 0; c < CAT_COUNT; c++)
-            fprintf(f, ",%.17g", r->per_core[w].breakdown_s[c]);
-        fprintf(f, ",%.17g\n", r->hbm_needed_bytes);
+            csv_num(f, r->per_core[w].breakdown_s[c]);
+        csv_num(f, r->hbm_needed_bytes);
+        fputc('\n', f);
     }
     if (fclose(f) != 0 || !buf) {
         free(buf);
@@ -788,9 +798,16 @@ static int chart(const sweep *s, const char *out, long long nruns,
             for (int a = 0; a < s->naxes; a++) {
                 if (a == xa || s->ax[a].n < 2)
                     continue;
+                /* --set values carry their key's last part, so the
+                 * legend reads "bandwidth_gbs=450", not "450". */
+                const char *key = "";
+                if (s->ax[a].kind == AX_SET) {
+                    key = strrchr(s->ax[a].name, '.');
+                    key = key ? key + 1 : s->ax[a].name;
+                }
                 int wr = snprintf(names[k] + len, sizeof names[k] - len,
-                                  "%s%s", len ? " " : "",
-                                  s->ax[a].v[idx[a]].label);
+                                  "%s%s%s%s", len ? " " : "", key,
+                                  *key ? "=" : "", s->ax[a].v[idx[a]].label);
                 if (wr > 0 && (size_t)wr < sizeof names[k] - len)
                     len += (size_t)wr;
             }
