@@ -800,14 +800,14 @@ static int chart(const sweep *s, const char *out, long long nruns,
                     continue;
                 /* --set values carry their key's last part, so the
                  * legend reads "bandwidth_gbs=450", not "450". */
-                const char *key = "";
+                const char *kp = "";
                 if (s->ax[a].kind == AX_SET) {
-                    key = strrchr(s->ax[a].name, '.');
-                    key = key ? key + 1 : s->ax[a].name;
+                    kp = strrchr(s->ax[a].name, '.');
+                    kp = kp ? kp + 1 : s->ax[a].name;
                 }
                 int wr = snprintf(names[k] + len, sizeof names[k] - len,
-                                  "%s%s%s%s", len ? " " : "", key,
-                                  *key ? "=" : "", s->ax[a].v[idx[a]].label);
+                                  "%s%s%s%s", len ? " " : "", kp,
+                                  *kp ? "=" : "", s->ax[a].v[idx[a]].label);
                 if (wr > 0 && (size_t)wr < sizeof names[k] - len)
                     len += (size_t)wr;
             }
