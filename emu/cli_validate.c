@@ -1,9 +1,226 @@
-/* PLACEHOLDER until its owner lands it: tpuemu validate is not built yet. */
+/* tpuemu validate — predicted against published step times (SPEC.md,
+ * issue 7).
+ *
+ * Runs every .json file in traces/reference (sorted by file name, so the table
+ * and the --report summary are the same on every machine) through
+ * graph_load + sim_run with the trace's own system and batch, and prints
+ * name, system, predicted and published step time, the signed error and
+ * the source; the last line is the mean absolute error over the traces
+ * that have a published figure.
+ *
+ * validate reports, it does not gate: a prediction far from its published
+ * figure is a finding for docs/VALIDATION.md, not a failed build (the CI
+ * gate against unintended change is `tpuemu check`, make check-perf).  The
+ * exit status is 0 when every trace ran, else that of the first failure
+ * (2 unreadable trace, 3 does not fit, 4 system error); the other traces
+ * still run and are listed. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
 #include "emu/cli.h"
+#include "emu/graph.h"
+#include "emu/report.h"
+#include "emu/sim.h"
+
+#define VALIDATE_MAX_FILES 4096
+
+static const char usage_text[] =
+    "usage: tpuemu validate [--report R.json] [--dir DIR]\n"
+    "\n"
+    "Runs every DIR/*.json (default traces/reference, sorted by name) and\n"
+    "prints, for each, the predicted and the published step time, the\n"
+    "error in percent and the source of the published figure; the last line\n"
+    "is the mean absolute error.  --report also writes the table as JSON\n"
+    "(format tpuemu-validation/1).\n"
+    "\n"
+    "validate reports, it does not gate: exit 0 when every trace ran,\n"
+    "otherwise the status of the first failure (2 bad trace, 3 does not\n"
+    "fit); the other traces are still run.\n";
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The *.json names in dir, sorted; NULL with *n = -1 when unreadable. */
+static char **list_json(const char *dir, int *n)
+{
+    *n = -1;
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    char **names = NULL;
+    int count = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && count < VALIDATE_MAX_FILES) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || e->d_name[0] == '.' ||
+            strcmp(e->d_name + len - 5, ".json") != 0)
+            continue;
+        if (count == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **q = realloc(names, (size_t)cap * sizeof *q);
+            if (!q)
+                break;
+            names = q;
+        }
+        names[count] = malloc(len + 1);
+        if (!names[count])
+            break;
+        memcpy(names[count++], e->d_name, len + 1);
+    }
+    closedir(d);
+    qsort(names, (size_t)count, sizeof *names, cmp_str);
+    *n = count;
+    return names;
+}
 
 int cli_validate(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error(2, "validate: not implemented yet");
+    if (cli_wants_help(argc, argv)) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    const char *out = NULL, *dir = "traces/reference";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--report") == 0) {
+            if (!(out = cli_value(argc, argv, &i)))
+                return 2;
+        } else if (strcmp(argv[i], "--dir") == 0) {
+            if (!(dir = cli_value(argc, argv, &i)))
+                return 2;
+        } else {
+            return cli_error(2, "validate: unexpected argument '%s' (see "
+                                "tpuemu validate --help)",
+                             argv[i]);
+        }
+    }
+    int n;
+    char **names = list_json(dir, &n);
+    if (n < 0)
+        return cli_error(2, "%s: cannot read the reference traces directory",
+                         dir);
+    if (n == 0) {
+        free(names);
+        return cli_error(2, "%s: no *.json traces", dir);
+    }
+
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "format", "tpuemu-validation/1");
+    cJSON *rows = cJSON_AddArrayToObject(doc, "traces");
+
+    printf("%-32s %-8s %12s %12s %9s  %s\n", "name", "system", "predicted s",
+           "published s", "error %", "source");
+    fflush(stdout);
+    int rc = 0, counted = 0;
+    double sum_abs = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        graph g;
+        tpu_error err = {0};
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddItemToArray(rows, row);
+        cJSON_AddStringToObject(row, "file", path);
+        if (graph_load(&g, path, &err) != TPU_OK) {
+            printf("%-32s %-8s error: %s\n", names[i], "-", err.msg);
+            cli_fail(&err);
+            cJSON_AddStringToObject(row, "error", err.msg);
+            if (!rc)
+                rc = err.code ? (int)err.code : 2;
+            continue;
+        }
+        cJSON_AddStringToObject(row, "name", g.name);
+        cJSON_AddStringToObject(row, "system", g.system);
+        sim_opts o;
+        sim_opts_default(&o);
+        emu_result r;
+        tpu_status st = sim_run(&g, &o, &r, &err);
+        if (st != TPU_OK) {
+            printf("%-32s %-8s error: %s\n", g.name, g.system, err.msg);
+            cli_fail(&err);
+            cJSON_AddStringToObject(row, "error", err.msg);
+            if (!rc)
+                rc = (int)st;
+        } else {
+            char pub[32] = "-", e[32] = "-";
+            cJSON_AddNumberToObject(row, "predicted_s", r.step_time_s);
+            if (g.has_reference && g.reference_step_s > 0) {
+                double pe = 100 * (r.step_time_s - g.reference_step_s) /
+                            g.reference_step_s;
+                snprintf(pub, sizeof pub, "%.4f", g.reference_step_s);
+                snprintf(e, sizeof e, "%+.1f", pe);
+                sum_abs += fabs(pe);
+                counted++;
+                cJSON_AddNumberToObject(row, "published_s",
+                                        g.reference_step_s);
+                cJSON_AddNumberToObject(row, "error_pct", pe);
+                cJSON_AddStringToObject(row, "source", g.reference_source);
+            }
+            printf("%-32s %-8s %12.4f %12s %9s  %s\n", g.name, g.system,
+                   r.step_time_s, pub, e,
+                   g.has_reference ? g.reference_source : "(no published "
+                                                          "figure)");
+            /* Where the slowest core's time goes: the first thing to look
+             * at when a prediction misses. */
+            int worst = 0;
+            for (int k = 1; k < r.cores; k++)
+                if (r.per_core[k].step_time_s >
+                    r.per_core[worst].step_time_s)
+                    worst = k;
+            if (r.cores > 0) {
+                cJSON *bd = cJSON_AddObjectToObject(row, "breakdown_s");
+                for (int c = 0; c < CAT_COUNT; c++)
+                    cJSON_AddNumberToObject(bd, emu_cat_name((emu_cat)c),
+                                            r.per_core[worst]
+                                                .breakdown_s[c]);
+                cJSON_AddNumberToObject(row, "slowest_core",
+                                        r.per_core[worst].core);
+            }
+            cJSON_AddNumberToObject(row, "flops_per_step", r.flops_per_step);
+        }
+        fflush(stdout);
+        emu_result_free(&r);
+        graph_free(&g);
+    }
+    if (counted > 0) {
+        printf("mean absolute error: %.1f%%\n", sum_abs / counted);
+        cJSON_AddNumberToObject(doc, "mean_abs_error_pct", sum_abs / counted);
+    } else {
+        printf("mean absolute error: n/a (no trace ran with a published "
+               "figure)\n");
+        cJSON_AddNullToObject(doc, "mean_abs_error_pct");
+    }
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (out) {
+        char *text = cJSON_Print(doc);
+        tpu_error err = {0};
+        if (!text) {
+            if (!rc)
+                rc = cli_error(4, "out of memory");
+        } else {
+            size_t len = strlen(text);
+            char *nl = realloc(text, len + 2);
+            if (nl) {
+                text = nl;
+                memcpy(text + len, "\n", 2);
+                len++;
+            }
+            if (tpu_write_atomic(out, text, len, &err) != TPU_OK) {
+                int code = cli_fail(&err);
+                if (!rc)
+                    rc = code;
+            }
+            free(text);
+        }
+    }
+    cJSON_Delete(doc);
+    return rc;
 }

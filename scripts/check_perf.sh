@@ -1,3 +1,87 @@
 #!/bin/sh
-# PLACEHOLDER until the performance gate lands (issue 7).
-echo "check-perf: no baselines yet"
+# The performance gate (issue 7, docs/CHECK.md).  For every
+# traces/reference/*.json: `tpuemu run T --report build/perf/X.json --quiet`,
+# then `tpuemu check --baseline baselines/X.json build/perf/X.json`.
+# Exit 1 on any regression, missing baseline or failed run; a summary line
+# at the end.  With --rebaseline, copy the new reports into baselines/ (the
+# diff is then reviewed like code).
+#
+# Environment: TPUEMU (binary, default ./tpuemu), TOLERANCE (passed to
+# check --tolerance, default check's own 0.02).
+#
+# Until the pod engine lands, sim_run answers "not built yet": the script
+# says so and exits 0 only while baselines/ is still empty (nothing to
+# guard yet); once baselines exist, an engine that cannot run is a failure.
+set -u
+cd "$(dirname "$0")/.."
+LC_ALL=C
+export LC_ALL
+
+rebase=0
+case "${1:-}" in
+  --rebaseline) rebase=1 ;;
+  "") ;;
+  *) echo "usage: scripts/check_perf.sh [--rebaseline]" >&2; exit 2 ;;
+esac
+bin=${TPUEMU:-./tpuemu}
+tol=${TOLERANCE:+--tolerance $TOLERANCE}
+mkdir -p build/perf baselines
+
+nbase=$(ls baselines/*.json 2>/dev/null | wc -l)
+ntrace=$(ls traces/reference/*.json 2>/dev/null | wc -l)
+if [ "$ntrace" -eq 0 ]; then
+  echo "check-perf: no traces in traces/reference" >&2
+  exit 1
+fi
+
+ok=0 slower=0 errors=0
+for t in traces/reference/*.json; do
+  x=$(basename "$t")
+  new=build/perf/$x
+  rm -f "$new"
+  "$bin" run "$t" --report "$new" --quiet >build/perf/"$x".log 2>&1
+  rc=$?
+  if [ "$rc" -ne 0 ] && grep -q "not built yet" build/perf/"$x".log; then
+    if [ "$nbase" -eq 0 ] && [ "$rebase" -eq 0 ]; then
+      echo "check-perf: the pod engine is not built yet (sim_run); baselines/ is empty, nothing to check"
+      exit 0
+    fi
+    echo "check-perf: the pod engine is not built yet: cannot run $t" >&2
+    exit 1
+  fi
+  # Exit 3 (does not fit) still writes a report: a reference trace that
+  # stops fitting shows up as a regression in check.
+  if [ ! -s "$new" ]; then
+    echo "check-perf: $t: run failed (exit $rc):" >&2
+    tail -n 5 build/perf/"$x".log >&2
+    errors=$((errors + 1))
+    continue
+  fi
+  if [ "$rebase" -eq 1 ]; then
+    cp "$new" baselines/"$x"
+    echo "rebaselined: baselines/$x"
+    ok=$((ok + 1))
+    continue
+  fi
+  if [ ! -f baselines/"$x" ]; then
+    echo "check-perf: $t has no baseline (run 'make rebaseline' and commit baselines/$x)" >&2
+    errors=$((errors + 1))
+    continue
+  fi
+  printf '%s: ' "$x"
+  # shellcheck disable=SC2086
+  "$bin" check --baseline baselines/"$x" "$new" $tol
+  case $? in
+    0) ok=$((ok + 1)) ;;
+    1) slower=$((slower + 1)) ;;
+    *) errors=$((errors + 1)) ;;
+  esac
+done
+
+if [ "$rebase" -eq 1 ]; then
+  echo "check-perf: rebaselined $ok of $ntrace traces, $errors failed; review and commit baselines/"
+  [ "$errors" -eq 0 ]
+  exit $?
+fi
+echo "check-perf: $ntrace traces: $ok ok, $slower slower, $errors errors"
+[ "$slower" -eq 0 ] && [ "$errors" -eq 0 ]
