@@ -9,7 +9,8 @@
 # Environment: TPUEMU (binary, default ./tpuemu), TOLERANCE (passed to
 # check --tolerance, default check's own 0.02).
 #
-# Until the pod engine lands, sim_run answers "not built yet": the script
+# Until the pod engine and `tpuemu run` land, they answer "not built yet" /
+# "not implemented yet": the script
 # says so and exits 0 only while baselines/ is still empty (nothing to
 # guard yet); once baselines exist, an engine that cannot run is a failure.
 set -u
@@ -41,9 +42,9 @@ for t in traces/reference/*.json; do
   rm -f "$new"
   "$bin" run "$t" --report "$new" --quiet >build/perf/"$x".log 2>&1
   rc=$?
-  if [ "$rc" -ne 0 ] && grep -q "not built yet" build/perf/"$x".log; then
+  if [ "$rc" -ne 0 ] && grep -Eq "not built yet|not implemented yet" build/perf/"$x".log; then
     if [ "$nbase" -eq 0 ] && [ "$rebase" -eq 0 ]; then
-      echo "check-perf: the pod engine is not built yet (sim_run); baselines/ is empty, nothing to check"
+      echo "check-perf: the pod engine (sim_run) or tpuemu run is not built yet; baselines/ is empty, nothing to check"
       exit 0
     fi
     echo "check-perf: the pod engine is not built yet: cannot run $t" >&2
