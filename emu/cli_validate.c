@@ -153,7 +153,7 @@ int cli_validate(int argc, char **argv)
             if (g.has_reference && g.reference_step_s > 0) {
                 double pe = 100 * (r.step_time_s - g.reference_step_s) /
                             g.reference_step_s;
-                snprintf(pub, sizeof pub, "%.4f", g.reference_step_s);
+                snprintf(pub, sizeof pub, "%.5g", g.reference_step_s);
                 snprintf(e, sizeof e, "%+.1f", pe);
                 sum_abs += fabs(pe);
                 counted++;
@@ -162,7 +162,7 @@ int cli_validate(int argc, char **argv)
                 cJSON_AddNumberToObject(row, "error_pct", pe);
                 cJSON_AddStringToObject(row, "source", g.reference_source);
             }
-            printf("%-32s %-8s %12.4f %12s %9s  %s\n", g.name, g.system,
+            printf("%-32s %-8s %12.5g %12s %9s  %s\n", g.name, g.system,
                    r.step_time_s, pub, e,
                    g.has_reference ? g.reference_source : "(no published "
                                                           "figure)");

@@ -48,7 +48,7 @@ void th_suite_check_validate(th_ctx *t)
                "\"l2\", \"in\": \"c\"}]}}\n");
     snprintf(path, sizeof path, "%s/a-broken.json", dir);
     write_text(path, "{\"format\": \"tpuemu-trace/1\"");
-    snprintf(rep, sizeof rep, "%s/validation.json", dir);
+    snprintf(rep, sizeof rep, "%s/validation.json", th_tmpdir());
 
     th_case(t, "rows in file order, broken trace listed, exit 2");
     th_run(&c, "%s validate --dir %s --report %s", th_bin(), dir, rep);
