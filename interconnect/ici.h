@@ -53,7 +53,55 @@ double ici_allreduce(ici *n, const int *cores, int ncores, double bytes,
 void ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
                           size_t len);
 
-/* Accumulated statistics since the last reset. */
+/* ---- additions (owner: interconnect) ----------------------------------
+ * Model, in one paragraph (docs/ICI.md has the details): every link
+ * direction (chip, dir) and each direction of a chip's on-chip core-to-core
+ * path is a resource with a bandwidth; a transfer is a flow over the
+ * resources of its dimension-order route (x then y, the shorter way round
+ * when the dimension wraps); concurrent flows share each resource max-min
+ * fairly (the fluid limit of per-direction queues served round robin); a
+ * flow arrives hops x hop_latency after its last byte leaves.  Collectives
+ * are DAGs of flows, each send waiting on the arrivals it needs.  Every
+ * call is simulated from idle links (traffic of different calls does not
+ * contend); statistics accumulate across calls. */
+
+int ici_dim_x(const ici *n);
+int ici_dim_y(const ici *n);
+/* 1 when dimension dim (0 = x, 1 = y) has wrap-around links. */
+int ici_wraps(const ici *n, int dim);
+const ici_params *ici_get_params(const ici *n);
+/* Inter-chip hops of the route from src_core to dst_core (0 on one chip). */
+int ici_route_hops(const ici *n, int src_core, int dst_core);
+
+/* TPU_ERR_INPUT with a message when cores[] is empty, has a core out of
+ * range or a duplicate; the collectives assert what this checks. */
+tpu_status ici_check_group(const ici *n, const int *cores, int ncores,
+                           tpu_error *e);
+
+/* ngroups disjoint all-reduces run at the same time (contending for
+ * links), group g = cores[g*group_size .. (g+1)*group_size); returns when
+ * the last finishes.  ici_allreduce is the case ngroups = 1. */
+double ici_allreduce_groups(ici *n, const int *cores, int group_size,
+                            int ngroups, double bytes, double t_start);
+
+/* Links per chip the all-reduce of this group drives at once: 4 on a 2D
+ * group whose dimensions both wrap, 2 on a ring or an unwrapped
+ * dimension (a line ring crosses every link both ways), 0 on one chip.
+ * This is the "links used" of the bandwidth lower bound. */
+int ici_allreduce_links(const ici *n, const int *cores, int ncores);
+
+/* Busy seconds of the on-chip path of chip `chip` leaving core parity
+ * `from` (0: even core to odd, 1: odd to even). */
+double ici_onchip_busy_s(const ici *n, int chip, int from);
+
+/* Results of identical calls (same cores, same bytes) are replayed from a
+ * cache: the simulation always starts from idle links at time 0 and is
+ * shifted by t_start, so a replay is bit-identical.  Hits since creation: */
+long ici_cache_hits(const ici *n);
+
+/* Accumulated statistics since the last reset.  Bytes a core sent,
+ * on chip and over links.  Link busy seconds are bytes carried divided by
+ * the link bandwidth (a shared link counts once per byte). */
 double ici_core_bytes_sent(const ici *n, int core);
 /* Busy seconds of the link leaving chip `chip` in direction dir
  * (0 = +x, 1 = -x, 2 = +y, 3 = -y). */

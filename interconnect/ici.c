@@ -1,0 +1,1283 @@
+/* ici — the inter-chip interconnect of a TPU v2/v3 slice.
+ *
+ * Topology (REFERENCE.md "Interconnect"): chips on a dim_x x dim_y 2D
+ * torus, four links per chip (+x, -x, +y, -y), each one-way with its own
+ * bandwidth and latency; the two TensorCores of a chip share the chip's
+ * router and links and reach each other over an on-chip path.  Full pods
+ * wrap in both dimensions; whether a partial slice wraps is the [U]
+ * parameter ici.wrap (default 0: a slice is a rectangle cut out of the
+ * pod's torus, so its edge links lead out of the slice).
+ *
+ * Time: a flow-level (fluid) model, not flits.  Each link direction and
+ * each direction of the on-chip path is a resource; all flows in flight
+ * share every resource they cross max-min fairly, which is what per-
+ * direction queues served round robin converge to once a packet is small
+ * against a transfer.  Rates are recomputed whenever a flow starts or
+ * ends; a flow's data arrives hops x hop_latency after its last byte
+ * leaves (cut-through routers).  Collectives are DAGs of flows: a send
+ * starts when every arrival it needs has happened, so pipelining and
+ * contention come out of the simulation, not out of a formula.
+ *
+ * The simulation of one call always starts from idle links at time 0 and
+ * is shifted by t_start at the end; that makes the result of a call a
+ * pure function of (cores, bytes, params), which is what lets identical
+ * calls be replayed from a cache bit for bit.
+ */
+#include "interconnect/ici.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Events closer than this are one event: a ring's chips finish the same
+ * step at times that differ by rounding only, and merging them keeps the
+ * number of rate recomputations proportional to steps, not to flows. */
+#define ICI_TOL_T 1e-12
+
+#define NOFLOW (-1)
+
+#define ICI_MIN_PIECE 65536.0
+#define ICI_MAX_PIECES 16
+
+typedef struct {
+    double rem;      /* bytes still to send */
+    double rate;     /* current fair share, B/s */
+    double lat;      /* added to the time the last byte leaves */
+    double ready;    /* latest arrival among its predecessors */
+    int r0, nr;      /* route: resources in n->route[r0 .. r0+nr) */
+    int s0, ns;      /* successors in n->succ[s0 .. s0+ns) */
+    int deps;        /* predecessors not yet arrived */
+} ici_fl;
+
+typedef struct {
+    double t;
+    int id;
+} ici_ev;
+
+typedef struct {
+    int kind;        /* 0 all-reduce groups, 1 permute */
+    double bytes;
+    int group_size, ngroups;
+    int nkey;
+    int *key;        /* cores, or (src, dst) pairs for a permute */
+    double *kbytes;  /* permute flow sizes */
+    uint64_t hash;
+    double dur;
+    int nres;
+    int *res;
+    double *res_bytes;
+    int ncore;
+    int *core;
+    double *core_bytes;
+} ici_cache_ent;
+
+#define ICI_CACHE 64
+
+struct ici {
+    ici_params p;
+    int dx, dy, nchips, ncores, nres;
+    int wrapx, wrapy;
+    double link_bps, onchip_bps;
+
+    /* statistics */
+    double *stat_res;   /* bytes carried per resource */
+    double *stat_core;  /* bytes sent per core */
+
+    /* the DAG under construction */
+    ici_fl *fl;
+    int nfl, capfl;
+    int *route;
+    int nroute, caproute;
+    int *epred, *esucc; /* edges, before CSR */
+    int nedge, capedge;
+    int *succ;
+
+    /* run scratch */
+    ici_ev *heap;
+    int nheap, capheap;
+    int *active, *act2;
+    int capact;
+    int *res_cnt;       /* per resource: unfrozen flows through it */
+    double *res_cap;    /* per resource: capacity left */
+    int *res_start;     /* CSR of active flows per touched resource */
+    int *res_len;
+    int *res_list;
+    int caplist;
+    int *touched;
+    int ntouched;
+    unsigned char *frozen;
+    int capfrozen, capsucc;
+
+    /* per-call statistics deltas */
+    double *acc_res, *acc_core;
+    int *acc_res_list, *acc_core_list;
+    int nacc_res, nacc_core;
+
+    ici_cache_ent cache[ICI_CACHE];
+    int cache_next;
+    long cache_hits;
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void *grow(void *p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    int c = *cap ? *cap : 256;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(p, (size_t)c * elem);
+    TPU_ASSERT(q != NULL);
+    *cap = c;
+    return q;
+}
+
+static int chip_x(const ici *n, int chip) { return chip % n->dx; }
+static int chip_y(const ici *n, int chip) { return chip / n->dx; }
+
+static double res_bps(const ici *n, int r)
+{
+    return r < 4 * n->nchips ? n->link_bps : n->onchip_bps;
+}
+
+/* ---- lifetime ----------------------------------------------------------- */
+
+ici *ici_new(const ici_params *p, int dim_x, int dim_y, int full_pod)
+{
+    if (!p || dim_x < 1 || dim_y < 1 || dim_x > 4096 || dim_y > 4096 ||
+        !(p->link_gbs > 0) || !(p->onchip_gbs > 0) ||
+        !(p->hop_latency_s >= 0) || !(p->onchip_latency_s >= 0))
+        return NULL;
+    ici *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->p = *p;
+    n->dx = dim_x;
+    n->dy = dim_y;
+    n->nchips = dim_x * dim_y;
+    n->ncores = 2 * n->nchips;
+    n->nres = 6 * n->nchips; /* 4 link directions + 2 on-chip directions */
+    int wrap = full_pod || p->wrap;
+    n->wrapx = wrap && dim_x > 1;
+    n->wrapy = wrap && dim_y > 1;
+    n->link_bps = p->link_gbs * 1e9;
+    n->onchip_bps = p->onchip_gbs * 1e9;
+    size_t r = (size_t)n->nres, c = (size_t)n->ncores;
+    n->stat_res = calloc(r, sizeof(double));
+    n->stat_core = calloc(c, sizeof(double));
+    n->res_cnt = calloc(r, sizeof(int));
+    n->res_cap = calloc(r, sizeof(double));
+    n->res_start = calloc(r, sizeof(int));
+    n->res_len = calloc(r, sizeof(int));
+    n->touched = calloc(r, sizeof(int));
+    n->acc_res = calloc(r, sizeof(double));
+    n->acc_core = calloc(c, sizeof(double));
+    n->acc_res_list = calloc(r, sizeof(int));
+    n->acc_core_list = calloc(c, sizeof(int));
+    if (!n->stat_res || !n->stat_core || !n->res_cnt || !n->res_cap ||
+        !n->res_start || !n->res_len || !n->touched || !n->acc_res || !n->acc_core ||
+        !n->acc_res_list || !n->acc_core_list) {
+        ici_free(n);
+        return NULL;
+    }
+    return n;
+}
+
+static void cache_clear(ici_cache_ent *e)
+{
+    free(e->key);
+    free(e->kbytes);
+    free(e->res);
+    free(e->res_bytes);
+    free(e->core);
+    free(e->core_bytes);
+    memset(e, 0, sizeof *e);
+}
+
+void ici_free(ici *n)
+{
+    if (!n)
+        return;
+    for (int i = 0; i < ICI_CACHE; i++)
+        cache_clear(&n->cache[i]);
+    free(n->stat_res);
+    free(n->stat_core);
+    free(n->fl);
+    free(n->route);
+    free(n->epred);
+    free(n->esucc);
+    free(n->succ);
+    free(n->heap);
+    free(n->active);
+    free(n->act2);
+    free(n->res_cnt);
+    free(n->res_cap);
+    free(n->res_start);
+    free(n->res_len);
+    free(n->res_list);
+    free(n->touched);
+    free(n->frozen);
+    free(n->acc_res);
+    free(n->acc_core);
+    free(n->acc_res_list);
+    free(n->acc_core_list);
+    free(n);
+}
+
+void ici_reset(ici *n)
+{
+    memset(n->stat_res, 0, (size_t)n->nres * sizeof(double));
+    memset(n->stat_core, 0, (size_t)n->ncores * sizeof(double));
+}
+
+int ici_num_cores(const ici *n) { return n->ncores; }
+int ici_chip_of_core(const ici *n, int core)
+{
+    TPU_ASSERT(core >= 0 && core < n->ncores);
+    return core / 2;
+}
+int ici_dim_x(const ici *n) { return n->dx; }
+int ici_dim_y(const ici *n) { return n->dy; }
+int ici_wraps(const ici *n, int dim) { return dim == 0 ? n->wrapx : n->wrapy; }
+const ici_params *ici_get_params(const ici *n) { return &n->p; }
+long ici_cache_hits(const ici *n) { return n->cache_hits; }
+
+double ici_core_bytes_sent(const ici *n, int core)
+{
+    TPU_ASSERT(core >= 0 && core < n->ncores);
+    return n->stat_core[core];
+}
+
+double ici_link_busy_s(const ici *n, int chip, int dir)
+{
+    TPU_ASSERT(chip >= 0 && chip < n->nchips && dir >= 0 && dir < 4);
+    return n->stat_res[4 * chip + dir] / n->link_bps;
+}
+
+double ici_onchip_busy_s(const ici *n, int chip, int from)
+{
+    TPU_ASSERT(chip >= 0 && chip < n->nchips && (from == 0 || from == 1));
+    return n->stat_res[4 * n->nchips + 2 * chip + from] / n->onchip_bps;
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+/* Steps and direction along one dimension from a to b (size d).  With
+ * wrap links the shorter way round; a tie goes the way `pref` says, so
+ * that the two rings of a bidirectional pair use opposite links. */
+static int dim_steps(int a, int b, int d, int wrap, int pref, int *sign)
+{
+    if (a == b) {
+        *sign = 1;
+        return 0;
+    }
+    if (!wrap) {
+        *sign = b > a ? 1 : -1;
+        return b > a ? b - a : a - b;
+    }
+    int fwd = ((b - a) % d + d) % d, back = d - fwd;
+    if (fwd < back || (fwd == back && pref > 0)) {
+        *sign = 1;
+        return fwd;
+    }
+    *sign = -1;
+    return back;
+}
+
+/* Appends the resources of the route chip a -> chip b (x first, then y:
+ * dimension-order routing, deadlock free on a torus with the usual
+ * dateline virtual channels, which a fluid model need not represent). */
+static int route_chips(ici *n, int a, int b, int pref)
+{
+    int sx, sy;
+    int ax = chip_x(n, a), ay = chip_y(n, a);
+    int hx = dim_steps(ax, chip_x(n, b), n->dx, n->wrapx, pref, &sx);
+    int hy = dim_steps(ay, chip_y(n, b), n->dy, n->wrapy, pref, &sy);
+    n->route = grow(n->route, &n->caproute, n->nroute + hx + hy, sizeof(int));
+    int x = ax, y = ay;
+    for (int i = 0; i < hx; i++) {
+        n->route[n->nroute++] = 4 * (x + y * n->dx) + (sx > 0 ? 0 : 1);
+        x = ((x + sx) % n->dx + n->dx) % n->dx;
+    }
+    for (int i = 0; i < hy; i++) {
+        n->route[n->nroute++] = 4 * (x + y * n->dx) + (sy > 0 ? 2 : 3);
+        y = ((y + sy) % n->dy + n->dy) % n->dy;
+    }
+    return hx + hy;
+}
+
+int ici_route_hops(const ici *n, int src_core, int dst_core)
+{
+    TPU_ASSERT(src_core >= 0 && src_core < n->ncores && dst_core >= 0 &&
+               dst_core < n->ncores);
+    int a = src_core / 2, b = dst_core / 2, sx, sy;
+    return dim_steps(chip_x(n, a), chip_x(n, b), n->dx, n->wrapx, 1, &sx) +
+           dim_steps(chip_y(n, a), chip_y(n, b), n->dy, n->wrapy, 1, &sy);
+}
+
+/* ---- building the DAG --------------------------------------------------- */
+
+static void dag_begin(ici *n)
+{
+    n->nfl = 0;
+    n->nroute = 0;
+    n->nedge = 0;
+}
+
+static void acc_res_add(ici *n, int r, double b)
+{
+    if (n->acc_res[r] == 0)
+        n->acc_res_list[n->nacc_res++] = r;
+    n->acc_res[r] += b;
+}
+
+static void acc_core_add(ici *n, int c, double b)
+{
+    if (n->acc_core[c] == 0)
+        n->acc_core_list[n->nacc_core++] = c;
+    n->acc_core[c] += b;
+}
+
+/* A transfer of `bytes` from core src to core dst; pref breaks routing
+ * ties.  Returns its id. */
+static int add_flow(ici *n, int src, int dst, double bytes, int pref)
+{
+    n->fl = grow(n->fl, &n->capfl, n->nfl + 1, sizeof(ici_fl));
+    int id = n->nfl++;
+    ici_fl *f = &n->fl[id];
+    memset(f, 0, sizeof *f);
+    f->rem = bytes > 0 ? bytes : 0;
+    f->r0 = n->nroute;
+    int a = src / 2, b = dst / 2;
+    if (src == dst) {
+        f->nr = 0;
+    } else if (a == b) {
+        n->route = grow(n->route, &n->caproute, n->nroute + 1, sizeof(int));
+        n->route[n->nroute++] = 4 * n->nchips + 2 * a + (src & 1);
+        f->nr = 1;
+        f->lat = n->p.onchip_latency_s;
+    } else {
+        f->nr = route_chips(n, a, b, pref);
+        f->lat = f->nr * n->p.hop_latency_s;
+    }
+    if (f->rem > 0 && f->nr > 0) {
+        for (int i = 0; i < f->nr; i++)
+            acc_res_add(n, n->route[f->r0 + i], f->rem);
+        acc_core_add(n, src, f->rem);
+    }
+    return id;
+}
+
+/* `after` may not start before `before` has arrived (sent = 0) or has
+ * sent its last byte (sent = 1: two messages queued on one engine). */
+static void add_dep_kind(ici *n, int before, int after, int sent)
+{
+    if (before == NOFLOW || after == NOFLOW)
+        return;
+    if (n->nedge + 1 > n->capedge) {
+        int c = n->capedge;
+        n->epred = grow(n->epred, &c, n->nedge + 1, sizeof(int));
+        c = n->capedge;
+        n->esucc = grow(n->esucc, &c, n->nedge + 1, sizeof(int));
+        n->capedge = c;
+    }
+    n->epred[n->nedge] = before;
+    n->esucc[n->nedge] = 2 * after + sent;
+    n->nedge++;
+    n->fl[after].deps++;
+}
+
+static void add_dep(ici *n, int before, int after)
+{
+    add_dep_kind(n, before, after, 0);
+}
+
+static void add_dep_sent(ici *n, int before, int after)
+{
+    add_dep_kind(n, before, after, 1);
+}
+
+/* ---- the fluid simulation ----------------------------------------------- */
+
+static int ev_less(const ici_ev *a, const ici_ev *b)
+{
+    return a->t < b->t || (a->t == b->t && a->id < b->id);
+}
+
+static void heap_push(ici *n, double t, int id)
+{
+    n->heap = grow(n->heap, &n->capheap, n->nheap + 1, sizeof(ici_ev));
+    int i = n->nheap++;
+    ici_ev e = {t, id};
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        if (!ev_less(&e, &n->heap[parent]))
+            break;
+        n->heap[i] = n->heap[parent];
+        i = parent;
+    }
+    n->heap[i] = e;
+}
+
+static ici_ev heap_pop(ici *n)
+{
+    ici_ev top = n->heap[0];
+    ici_ev last = n->heap[--n->nheap];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n->nheap)
+            break;
+        if (c + 1 < n->nheap && ev_less(&n->heap[c + 1], &n->heap[c]))
+            c++;
+        if (!ev_less(&n->heap[c], &last))
+            break;
+        n->heap[i] = n->heap[c];
+        i = c;
+    }
+    if (n->nheap > 0)
+        n->heap[i] = last;
+    return top;
+}
+
+/* Max-min fair rates by progressive filling: raise every unfrozen flow's
+ * rate together until some resource is full; the flows through it keep
+ * that rate; repeat with the capacity that is left. */
+static void fair_rates(ici *n, const int *act, int nact)
+{
+    n->ntouched = 0;
+    int nlist = 0;
+    for (int i = 0; i < nact; i++) {
+        const ici_fl *f = &n->fl[act[i]];
+        for (int h = 0; h < f->nr; h++) {
+            int r = n->route[f->r0 + h];
+            if (n->res_cnt[r]++ == 0) {
+                n->touched[n->ntouched++] = r;
+                n->res_cap[r] = res_bps(n, r);
+            }
+        }
+        nlist += f->nr;
+    }
+    n->res_list = grow(n->res_list, &n->caplist, nlist, sizeof(int));
+    int acc = 0;
+    for (int k = 0; k < n->ntouched; k++) {
+        int r = n->touched[k];
+        n->res_start[r] = acc;
+        n->res_len[r] = 0;
+        acc += n->res_cnt[r];
+    }
+    for (int i = 0; i < nact; i++) {
+        const ici_fl *f = &n->fl[act[i]];
+        for (int h = 0; h < f->nr; h++) {
+            int r = n->route[f->r0 + h];
+            n->res_list[n->res_start[r] + n->res_len[r]++] = i;
+        }
+    }
+    n->frozen = grow(n->frozen, &n->capfrozen, nact, 1);
+    memset(n->frozen, 0, (size_t)(unsigned)nact);
+    int left = nact;
+    while (left > 0) {
+        double share = INFINITY;
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            if (n->res_cnt[r] > 0) {
+                double s = n->res_cap[r] / n->res_cnt[r];
+                if (s < share)
+                    share = s;
+            }
+        }
+        TPU_ASSERT(share < INFINITY);
+        if (share < 0)
+            share = 0;
+        /* Resources within rounding of the bottleneck freeze together:
+         * symmetric collectives then need one round, not one per link. */
+        double lim = share * (1 + 1e-12);
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            int cnt = n->res_cnt[r];
+            if (cnt <= 0 || n->res_cap[r] / cnt > lim)
+                continue;
+            const int *lst = n->res_list + n->res_start[r];
+            for (int j = 0; j < n->res_len[r]; j++) {
+                int i = lst[j];
+                if (n->frozen[i])
+                    continue;
+                n->frozen[i] = 1;
+                left--;
+                ici_fl *f = &n->fl[act[i]];
+                f->rate = share;
+                for (int h = 0; h < f->nr; h++) {
+                    int q = n->route[f->r0 + h];
+                    n->res_cap[q] -= share;
+                    n->res_cnt[q]--;
+                }
+            }
+        }
+    }
+    for (int k = 0; k < n->ntouched; k++)
+        n->res_cnt[n->touched[k]] = 0;
+}
+
+/* Arrival of flow id at time t: successors whose last predecessor this
+ * was become ready. */
+static void arrive(ici *n, int id, double t, double *t_end)
+{
+    const ici_fl *f = &n->fl[id];
+    double arr = t + f->lat;
+    if (arr > *t_end)
+        *t_end = arr;
+    for (int k = 0; k < f->ns; k++) {
+        int v = n->succ[f->s0 + k], id2 = v >> 1;
+        double when = (v & 1) ? t : arr;
+        ici_fl *s = &n->fl[id2];
+        if (when > s->ready)
+            s->ready = when;
+        if (--s->deps == 0)
+            heap_push(n, s->ready, id2);
+    }
+}
+
+/* Runs the DAG built since dag_begin from time 0; returns the last
+ * arrival. */
+static double dag_run(ici *n)
+{
+    int nf = n->nfl;
+    if (nf == 0)
+        return 0;
+    /* successors in CSR form, in edge order (deterministic) */
+    int cap = 0;
+    int *cnt = NULL;
+    cnt = grow(cnt, &cap, nf + 1, sizeof(int));
+    memset(cnt, 0, (size_t)(nf + 1) * sizeof(int));
+    for (int e = 0; e < n->nedge; e++)
+        cnt[n->epred[e]]++;
+    int acc = 0;
+    for (int i = 0; i < nf; i++) {
+        n->fl[i].s0 = acc;
+        n->fl[i].ns = 0;
+        acc += cnt[i];
+    }
+    free(cnt);
+    n->succ = grow(n->succ, &n->capsucc, n->nedge + 1, sizeof(int));
+    for (int e = 0; e < n->nedge; e++) {
+        ici_fl *p = &n->fl[n->epred[e]];
+        n->succ[p->s0 + p->ns++] = n->esucc[e];
+    }
+
+    n->nheap = 0;
+    for (int i = 0; i < nf; i++)
+        if (n->fl[i].deps == 0)
+            heap_push(n, 0.0, i);
+    int capa = n->capact;
+    n->active = grow(n->active, &capa, nf, sizeof(int));
+    capa = n->capact;
+    n->act2 = grow(n->act2, &capa, nf, sizeof(int));
+    n->capact = capa;
+    int nact = 0;
+    double t = 0, t_end = 0;
+    int done = 0;
+    while (done < nf) {
+        /* start everything ready by now */
+        int changed = 0;
+        while (n->nheap > 0 && n->heap[0].t <= t + ICI_TOL_T) {
+            ici_ev e = heap_pop(n);
+            ici_fl *f = &n->fl[e.id];
+            if (f->nr == 0 || f->rem <= 0) {
+                done++;
+                arrive(n, e.id, t, &t_end);
+            } else {
+                n->active[nact++] = e.id;
+                changed = 1;
+            }
+        }
+        if (changed)
+            fair_rates(n, n->active, nact);
+        if (nact == 0) {
+            if (n->nheap == 0)
+                break;
+            t = n->heap[0].t;
+            continue;
+        }
+        double tn = INFINITY;
+        for (int i = 0; i < nact; i++) {
+            const ici_fl *f = &n->fl[n->active[i]];
+            double tf = t + f->rem / f->rate;
+            if (tf < tn)
+                tn = tf;
+        }
+        if (n->nheap > 0 && n->heap[0].t < tn)
+            tn = n->heap[0].t;
+        double dt = tn - t;
+        t = tn;
+        int keep = 0, finished = 0;
+        for (int i = 0; i < nact; i++) {
+            int id = n->active[i];
+            ici_fl *f = &n->fl[id];
+            f->rem -= f->rate * dt;
+            if (f->rem <= f->rate * ICI_TOL_T) {
+                f->rem = 0;
+                n->act2[finished++] = id;
+            } else {
+                n->active[keep++] = id;
+            }
+        }
+        nact = keep;
+        for (int i = 0; i < finished; i++) {
+            done++;
+            arrive(n, n->act2[i], t, &t_end);
+        }
+        if (finished > 0 && nact > 0)
+            fair_rates(n, n->active, nact);
+    }
+    TPU_ASSERT(done == nf); /* a cycle in the DAG would stop short */
+    return t_end;
+}
+
+/* Moves the per-call statistics into the totals (and, when ent is not
+ * NULL, into a cache entry for replay). */
+static void acc_commit(ici *n, ici_cache_ent *ent)
+{
+    if (ent) {
+        ent->nres = n->nacc_res;
+        ent->res = malloc((size_t)(n->nacc_res + 1) * sizeof(int));
+        ent->res_bytes = malloc((size_t)(n->nacc_res + 1) * sizeof(double));
+        ent->ncore = n->nacc_core;
+        ent->core = malloc((size_t)(n->nacc_core + 1) * sizeof(int));
+        ent->core_bytes = malloc((size_t)(n->nacc_core + 1) * sizeof(double));
+        TPU_ASSERT(ent->res && ent->res_bytes && ent->core && ent->core_bytes);
+    }
+    for (int i = 0; i < n->nacc_res; i++) {
+        int r = n->acc_res_list[i];
+        n->stat_res[r] += n->acc_res[r];
+        if (ent) {
+            ent->res[i] = r;
+            ent->res_bytes[i] = n->acc_res[r];
+        }
+        n->acc_res[r] = 0;
+    }
+    for (int i = 0; i < n->nacc_core; i++) {
+        int c = n->acc_core_list[i];
+        n->stat_core[c] += n->acc_core[c];
+        if (ent) {
+            ent->core[i] = c;
+            ent->core_bytes[i] = n->acc_core[c];
+        }
+        n->acc_core[c] = 0;
+    }
+    n->nacc_res = n->nacc_core = 0;
+}
+
+/* ---- the cache ---------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < len; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static uint64_t key_hash(int kind, double bytes, int gs, int ng,
+                         const int *key, int nkey, const double *kb)
+{
+    uint64_t h = 1469598103934665603ULL;
+    h = fnv(h, &kind, sizeof kind);
+    h = fnv(h, &bytes, sizeof bytes);
+    h = fnv(h, &gs, sizeof gs);
+    h = fnv(h, &ng, sizeof ng);
+    h = fnv(h, key, (size_t)nkey * sizeof(int));
+    if (kb)
+        h = fnv(h, kb, (size_t)(nkey / 2) * sizeof(double));
+    return h;
+}
+
+static ici_cache_ent *cache_find(ici *n, uint64_t h, int kind, double bytes,
+                                 int gs, int ng, const int *key, int nkey,
+                                 const double *kb)
+{
+    for (int i = 0; i < ICI_CACHE; i++) {
+        ici_cache_ent *e = &n->cache[i];
+        if (!e->key || e->hash != h || e->kind != kind || e->nkey != nkey ||
+            e->group_size != gs || e->ngroups != ng ||
+            memcmp(&e->bytes, &bytes, sizeof bytes) != 0 ||
+            memcmp(e->key, key, (size_t)nkey * sizeof(int)) != 0)
+            continue;
+        if (kb && memcmp(e->kbytes, kb, (size_t)(nkey / 2) * sizeof(double)))
+            continue;
+        return e;
+    }
+    return NULL;
+}
+
+static double cache_replay(ici *n, const ici_cache_ent *e)
+{
+    for (int i = 0; i < e->nres; i++)
+        n->stat_res[e->res[i]] += e->res_bytes[i];
+    for (int i = 0; i < e->ncore; i++)
+        n->stat_core[e->core[i]] += e->core_bytes[i];
+    n->cache_hits++;
+    return e->dur;
+}
+
+static ici_cache_ent *cache_slot(ici *n, uint64_t h, int kind, double bytes,
+                                 int gs, int ng, const int *key, int nkey,
+                                 const double *kb)
+{
+    ici_cache_ent *e = &n->cache[n->cache_next];
+    n->cache_next = (n->cache_next + 1) % ICI_CACHE;
+    cache_clear(e);
+    e->key = malloc((size_t)(nkey + 1) * sizeof(int));
+    TPU_ASSERT(e->key != NULL);
+    memcpy(e->key, key, (size_t)nkey * sizeof(int));
+    if (kb) {
+        e->kbytes = malloc((size_t)(nkey / 2 + 1) * sizeof(double));
+        TPU_ASSERT(e->kbytes != NULL);
+        memcpy(e->kbytes, kb, (size_t)(nkey / 2) * sizeof(double));
+    }
+    e->hash = h;
+    e->kind = kind;
+    e->bytes = bytes;
+    e->group_size = gs;
+    e->ngroups = ng;
+    e->nkey = nkey;
+    return e;
+}
+
+/* ---- collective-permute ------------------------------------------------- */
+
+double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
+{
+    TPU_ASSERT(nflows >= 0 && (nflows == 0 || flows));
+    if (nflows == 0)
+        return t_start;
+    size_t nfl = (size_t)(unsigned)nflows;
+    int *key = malloc(nfl * 2 * sizeof(int));
+    double *kb = malloc(nfl * sizeof(double));
+    TPU_ASSERT(key && kb);
+    for (int i = 0; i < nflows; i++) {
+        TPU_ASSERT(flows[i].src_core >= 0 && flows[i].src_core < n->ncores);
+        TPU_ASSERT(flows[i].dst_core >= 0 && flows[i].dst_core < n->ncores);
+        key[2 * i] = flows[i].src_core;
+        key[2 * i + 1] = flows[i].dst_core;
+        kb[i] = flows[i].bytes;
+    }
+    uint64_t h = key_hash(1, 0, 0, 0, key, 2 * nflows, kb);
+    ici_cache_ent *e = cache_find(n, h, 1, 0, 0, 0, key, 2 * nflows, kb);
+    double dur;
+    if (e) {
+        dur = cache_replay(n, e);
+    } else {
+        dag_begin(n);
+        for (int i = 0; i < nflows; i++)
+            add_flow(n, flows[i].src_core, flows[i].dst_core, flows[i].bytes,
+                     1);
+        dur = dag_run(n);
+        e = cache_slot(n, h, 1, 0, 0, 0, key, 2 * nflows, kb);
+        e->dur = dur;
+        acc_commit(n, e);
+    }
+    free(key);
+    free(kb);
+    return t_start + dur;
+}
+
+/* ---- group structure ---------------------------------------------------- */
+
+tpu_status ici_check_group(const ici *n, const int *cores, int ncores,
+                           tpu_error *e)
+{
+    if (ncores < 1 || !cores)
+        return tpu_fail(e, TPU_ERR_INPUT, "empty group of cores");
+    if (ncores > n->ncores)
+        return tpu_fail(e, TPU_ERR_INPUT, "group of %d cores on a %d-core "
+                        "slice", ncores, n->ncores);
+    unsigned char *seen = calloc((size_t)n->ncores, 1);
+    if (!seen)
+        return tpu_fail(e, TPU_ERR_SYSTEM, "out of memory");
+    tpu_status st = TPU_OK;
+    for (int i = 0; i < ncores && st == TPU_OK; i++) {
+        int c = cores[i];
+        if (c < 0 || c >= n->ncores)
+            st = tpu_fail(e, TPU_ERR_INPUT, "core %d is not on this %d-core "
+                          "slice", c, n->ncores);
+        else if (seen[c]++)
+            st = tpu_fail(e, TPU_ERR_INPUT, "core %d is twice in the group",
+                          c);
+    }
+    free(seen);
+    return st;
+}
+
+/* A group's chips laid out on a grid na x nb: the rectangle of distinct x
+ * and y coordinates when the chips fill it (dims a = x, b = y), otherwise
+ * one ring over the chips in the order the group lists them. */
+typedef struct {
+    int na, nb, rect;
+    int *grid;       /* chip at (ia, ib) = grid[ia + na * ib] */
+    int *has;        /* per grid cell: bit 0 even core, bit 1 odd core */
+} ici_grp;
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static int uniq_sorted(int *v, int m)
+{
+    qsort(v, (size_t)m, sizeof(int), cmp_int);
+    int k = 0;
+    for (int i = 0; i < m; i++)
+        if (k == 0 || v[k - 1] != v[i])
+            v[k++] = v[i];
+    return k;
+}
+
+static void grp_free(ici_grp *g)
+{
+    free(g->grid);
+    free(g->has);
+}
+
+static void grp_build(const ici *n, const int *cores, int ncores, ici_grp *g)
+{
+    int *chips = malloc((size_t)ncores * sizeof(int));
+    int *mask = calloc((size_t)n->nchips, sizeof(int));
+    int *xs = malloc((size_t)ncores * sizeof(int));
+    int *ys = malloc((size_t)ncores * sizeof(int));
+    TPU_ASSERT(chips && mask && xs && ys);
+    int nc = 0;
+    for (int i = 0; i < ncores; i++) {
+        int ch = cores[i] / 2;
+        if (!mask[ch])
+            chips[nc++] = ch;
+        mask[ch] |= 1 << (cores[i] & 1);
+    }
+    for (int i = 0; i < nc; i++) {
+        xs[i] = chip_x(n, chips[i]);
+        ys[i] = chip_y(n, chips[i]);
+    }
+    int nx = uniq_sorted(xs, nc), ny = uniq_sorted(ys, nc);
+    g->rect = nx * ny == nc;
+    g->na = g->rect ? nx : nc;
+    g->nb = g->rect ? ny : 1;
+    g->grid = malloc((size_t)nc * sizeof(int));
+    g->has = malloc((size_t)nc * sizeof(int));
+    TPU_ASSERT(g->grid && g->has);
+    if (g->rect) {
+        for (int ib = 0; ib < ny; ib++)
+            for (int ia = 0; ia < nx; ia++)
+                g->grid[ia + nx * ib] = xs[ia] + ys[ib] * n->dx;
+    } else {
+        memcpy(g->grid, chips, (size_t)nc * sizeof(int));
+    }
+    for (int i = 0; i < nc; i++)
+        g->has[i] = mask[g->grid[i]];
+    free(chips);
+    free(mask);
+    free(xs);
+    free(ys);
+}
+
+/* A stream is one share of the data with its own route through the
+ * algorithm: reduce-scatter along dimension d1 then d2, all-gather along
+ * d2 then d1, on rings running in direction dir, owned on each chip by
+ * the core of parity `par`.  On a 2D group four streams of a quarter
+ * each (x-then-y and y-then-x, both ways round) keep all four links of a
+ * chip busy at once; on a ring two halves go opposite ways. */
+typedef struct {
+    int d1, dir, par;
+} ici_stream;
+
+static int grp_streams(const ici_grp *g, ici_stream *s)
+{
+    if (g->na > 1 && g->nb > 1) {
+        s[0] = (ici_stream){0, 1, 0};
+        s[1] = (ici_stream){0, -1, 0};
+        s[2] = (ici_stream){1, 1, 1};
+        s[3] = (ici_stream){1, -1, 1};
+        return 4;
+    }
+    if (g->na > 1 || g->nb > 1) {
+        int d = g->na > 1 ? 0 : 1;
+        s[0] = (ici_stream){d, 1, 0};
+        s[1] = (ici_stream){d, -1, 1};
+        return 2;
+    }
+    return 0;
+}
+
+/* Position along a ring of n at rank r when the ring runs direction dir. */
+static int ring_pos(int r, int dir, int n)
+{
+    r %= n;
+    return dir > 0 ? r : (n - r) % n;
+}
+
+/* Grid cell of the chip at ranks (r1, r2) of stream s. */
+static int stream_cell(const ici_grp *g, const ici_stream *s, int r1, int r2)
+{
+    int n1 = s->d1 == 0 ? g->na : g->nb, n2 = s->d1 == 0 ? g->nb : g->na;
+    int p1 = ring_pos(r1, s->dir, n1), p2 = ring_pos(r2, s->dir, n2);
+    return s->d1 == 0 ? p1 + g->na * p2 : p2 + g->na * p1;
+}
+
+static int cell_owner(const ici_grp *g, int cell, int par)
+{
+    int has = g->has[cell], chip = g->grid[cell];
+    if (has == 3)
+        return 2 * chip + par;
+    return 2 * chip + (has == 2 ? 1 : 0);
+}
+
+static int cell_other(const ici_grp *g, int cell, int par)
+{
+    return g->has[cell] == 3 ? 2 * g->grid[cell] + (1 - par) : -1;
+}
+
+/* ---- all-reduce --------------------------------------------------------- */
+
+#define NDONE 4
+
+typedef struct {
+    int d[NDONE];
+} ici_done;
+
+static void done_add(ici_done *d, int id)
+{
+    if (id == NOFLOW)
+        return;
+    for (int i = 0; i < NDONE; i++)
+        if (d->d[i] == NOFLOW) {
+            d->d[i] = id;
+            return;
+        }
+    TPU_ASSERT(0);
+}
+
+static void dep_done(ici *n, const ici_done *d, int after)
+{
+    for (int i = 0; i < NDONE; i++)
+        add_dep(n, d->d[i], after);
+}
+
+/* One ring phase of stream s along its first (which = 1) or second
+ * (which = 2) dimension: n-1 steps, each chip sending `seg` bytes to the
+ * next chip on the ring.  A send waits for the chip's own previous send
+ * (a link queue delivers in order), for the previous step's arrival from
+ * upstream, and, on the first step, for entry[cell].
+ * rs_chain (phase 1 of a chip with two cores): before its step k the
+ *   owner needs the other core's share of the segment it sends, so the
+ *   other core sends its n pieces in that order, one after another.
+ * ag_chain (last phase): every segment that arrives is passed on to the
+ *   other core, in order.
+ * last_in[cell] receives the last arrival into each chip. */
+static void ring_phase(ici *n, const ici_grp *g, const ici_stream *s,
+                       int which, double seg, const ici_done *entry,
+                       int *rs_chain, int *ag_chain, int *prev, int *cur,
+                       int *last_in)
+{
+    int n1 = s->d1 == 0 ? g->na : g->nb, n2 = s->d1 == 0 ? g->nb : g->na;
+    int nr = which == 1 ? n1 : n2, other = which == 1 ? n2 : n1;
+    int ncell = n1 * n2;
+    for (int i = 0; i < ncell; i++)
+        prev[i] = NOFLOW;
+    for (int k = 0; k < nr; k++) {
+        for (int o = 0; o < other; o++)
+            for (int r = 0; r < nr; r++) {
+                int r1 = which == 1 ? r : o, r2 = which == 1 ? o : r;
+                int cell = stream_cell(g, s, r1, r2);
+                int rk = r1 + n1 * r2;
+                int up = which == 1 ? ((r1 + n1 - 1) % n1) + n1 * r2
+                                    : r1 + n1 * ((r2 + n2 - 1) % n2);
+                int owner = cell_owner(g, cell, s->par);
+                int oth = cell_other(g, cell, s->par);
+                int c = NOFLOW;
+                if (rs_chain && oth >= 0) {
+                    c = add_flow(n, oth, owner, seg, s->dir);
+                    add_dep_sent(n, rs_chain[rk], c);
+                    rs_chain[rk] = c;
+                }
+                if (ag_chain && oth >= 0 && k > 0) {
+                    /* the segment that arrived at step k-1 */
+                    int a = add_flow(n, owner, oth, seg, s->dir);
+                    add_dep(n, prev[up], a);
+                    add_dep_sent(n, ag_chain[rk], a);
+                    ag_chain[rk] = a;
+                }
+                cur[rk] = NOFLOW;
+                if (k < nr - 1) {
+                    int nxt = which == 1 ? stream_cell(g, s, r1 + 1, r2)
+                                         : stream_cell(g, s, r1, r2 + 1);
+                    int f = add_flow(n, owner, cell_owner(g, nxt, s->par),
+                                     seg, s->dir);
+                    add_dep(n, c, f);
+                    if (k == 0) {
+                        dep_done(n, &entry[rk], f);
+                    } else {
+                        add_dep(n, prev[up], f);
+                        add_dep_sent(n, prev[rk], f);
+                    }
+                    cur[rk] = f;
+                }
+            }
+        if (k < nr - 1) {
+            for (int i = 0; i < ncell; i++) {
+                int r1 = i % n1, r2 = i / n1;
+                int dn = which == 1 ? ((r1 + 1) % n1) + n1 * r2
+                                    : r1 + n1 * ((r2 + 1) % n2);
+                last_in[dn] = cur[i];
+            }
+            memcpy(prev, cur, (size_t)ncell * sizeof(int));
+        }
+    }
+}
+
+static ici_done done_none(void)
+{
+    ici_done d;
+    for (int i = 0; i < NDONE; i++)
+        d.d[i] = NOFLOW;
+    return d;
+}
+
+/* Adds the flows of one group's all-reduce of `bytes` per core. */
+static void build_allreduce(ici *n, const int *cores, int ncores,
+                            double bytes)
+{
+    if (ncores < 2)
+        return;
+    ici_grp g;
+    grp_build(n, cores, ncores, &g);
+    ici_stream st[4];
+    int ns = grp_streams(&g, st);
+    if (ns == 0) {
+        /* one chip, two cores: each sends the other its whole buffer over
+         * the on-chip path (one step beats reduce-scatter + all-gather:
+         * same bytes per direction, one latency instead of two) */
+        add_flow(n, cores[0], cores[1], bytes, 1);
+        add_flow(n, cores[1], cores[0], bytes, 1);
+        grp_free(&g);
+        return;
+    }
+    int ncell = g.na * g.nb;
+    size_t sz = (size_t)ncell * sizeof(int);
+    int *prev = malloc(sz), *cur = malloc(sz), *last = malloc(sz);
+    int *rs = malloc(sz), *ag = malloc(sz);
+    ici_done *done = malloc((size_t)ncell * sizeof(ici_done));
+    TPU_ASSERT(prev && cur && last && rs && ag && done);
+    int two = 0;
+    for (int i = 0; i < ncell; i++)
+        two |= g.has[i] == 3;
+    for (int si = 0; si < ns; si++) {
+        const ici_stream *s = &st[si];
+        int n1 = s->d1 == 0 ? g.na : g.nb, n2 = s->d1 == 0 ? g.nb : g.na;
+        /* With two cores a chip, the owner cannot start the ring before
+         * the other core's first piece is across; that fill costs 1/n1 of
+         * the on-chip transfer.  Short rings pipeline the stream in
+         * chunks to hide it (pieces of at least ICI_MIN_PIECE, at most
+         * ICI_MAX_PIECES per stream: a modelling choice, not hardware). */
+        int chunks = 1;
+        if (two) {
+            double fit = floor(bytes / ns / n1 / ICI_MIN_PIECE);
+            int most = (ICI_MAX_PIECES + n1 - 1) / n1;
+            chunks = fit < 1 ? 1 : fit > most ? most : (int)fit;
+        }
+        double q = bytes / ns / chunks;
+        double seg1 = q / n1, seg2 = seg1 / n2;
+        for (int i = 0; i < ncell; i++)
+            rs[i] = ag[i] = NOFLOW;
+        for (int ch = 0; ch < chunks; ch++) {
+        for (int i = 0; i < ncell; i++)
+            done[i] = done_none();
+        /* reduce-scatter along d1 (with the on-chip reduction folded in) */
+        ring_phase(n, &g, s, 1, seg1, done, rs, NULL, prev, cur, last);
+        for (int i = 0; i < ncell; i++) {
+            done_add(&done[i], last[i]);
+            done_add(&done[i], rs[i]);
+        }
+        if (n2 > 1) {
+            /* reduce-scatter along d2, then all-gather along d2 */
+            ring_phase(n, &g, s, 2, seg2, done, NULL, NULL, prev, cur, last);
+            for (int i = 0; i < ncell; i++)
+                done_add(&done[i], last[i]);
+            ring_phase(n, &g, s, 2, seg2, done, NULL, NULL, prev, cur, last);
+            for (int i = 0; i < ncell; i++)
+                done_add(&done[i], last[i]);
+        }
+        /* the chip's own reduced segment goes to the other core first */
+        for (int r2 = 0; r2 < n2; r2++)
+            for (int r1 = 0; r1 < n1; r1++) {
+                int rk = r1 + n1 * r2, cell = stream_cell(&g, s, r1, r2);
+                int oth = cell_other(&g, cell, s->par);
+                if (oth < 0)
+                    continue;
+                int a = add_flow(n, cell_owner(&g, cell, s->par), oth, seg1,
+                                 s->dir);
+                dep_done(n, &done[rk], a);
+                add_dep_sent(n, ag[rk], a);
+                ag[rk] = a;
+            }
+        /* all-gather along d1 */
+        ring_phase(n, &g, s, 1, seg1, done, NULL, ag, prev, cur, last);
+        }
+    }
+    free(prev);
+    free(cur);
+    free(last);
+    free(rs);
+    free(ag);
+    free(done);
+    grp_free(&g);
+}
+
+double ici_allreduce_groups(ici *n, const int *cores, int group_size,
+                            int ngroups, double bytes, double t_start)
+{
+    TPU_ASSERT(group_size >= 1 && ngroups >= 1 && cores);
+    int total = group_size * ngroups;
+    TPU_ASSERT(ici_check_group(n, cores, total, NULL) == TPU_OK);
+    if (!(bytes > 0) || group_size < 2)
+        return t_start;
+    uint64_t h = key_hash(0, bytes, group_size, ngroups, cores, total, NULL);
+    ici_cache_ent *e =
+        cache_find(n, h, 0, bytes, group_size, ngroups, cores, total, NULL);
+    if (e)
+        return t_start + cache_replay(n, e);
+    dag_begin(n);
+    for (int gi = 0; gi < ngroups; gi++)
+        build_allreduce(n, cores + gi * group_size, group_size, bytes);
+    double dur = dag_run(n);
+    e = cache_slot(n, h, 0, bytes, group_size, ngroups, cores, total, NULL);
+    e->dur = dur;
+    acc_commit(n, e);
+    return t_start + dur;
+}
+
+double ici_allreduce(ici *n, const int *cores, int ncores, double bytes,
+                     double t_start)
+{
+    return ici_allreduce_groups(n, cores, ncores, 1, bytes, t_start);
+}
+
+/* Links a dimension of the group drives per chip: both directions of a
+ * ring that closes over wrap-around links (the group covers the whole
+ * wrapped dimension, or is spread evenly around it), one of a line. */
+static int dim_links(const ici *n, const ici_grp *g, int dim)
+{
+    int m = dim == 0 ? g->na : g->nb;
+    int d = dim == 0 ? n->dx : n->dy;
+    if (m < 2)
+        return 0;
+    if (!ici_wraps(n, dim))
+        return 1;
+    if (d % m != 0)
+        return 1;
+    int step = d / m;
+    for (int i = 0; i < m; i++) {
+        int cell = dim == 0 ? g->grid[i] : g->grid[g->na * i];
+        int c = dim == 0 ? chip_x(n, cell) : chip_y(n, cell);
+        int c0 = dim == 0 ? chip_x(n, g->grid[0]) : chip_y(n, g->grid[0]);
+        if (c != c0 + i * step)
+            return 1;
+    }
+    return 2;
+}
+
+int ici_allreduce_links(const ici *n, const int *cores, int ncores)
+{
+    TPU_ASSERT(ici_check_group(n, cores, ncores, NULL) == TPU_OK);
+    ici_grp g;
+    grp_build(n, cores, ncores, &g);
+    int links;
+    if (!g.rect)
+        links = g.na > 1 ? 2 : 0;
+    else
+        links = dim_links(n, &g, 0) + dim_links(n, &g, 1);
+    grp_free(&g);
+    return links;
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+/* The chip's contribution: its cores' values, even core first (the owner
+ * adds the piece the other core sent). */
+static float cell_value(const ici_grp *g, int cell, const int *slot,
+                        float **bufs, size_t e)
+{
+    int chip = g->grid[cell];
+    float v = 0;
+    int first = 1;
+    for (int c = 0; c < 2; c++) {
+        if (!(g->has[cell] & (1 << c)))
+            continue;
+        float x = bufs[slot[2 * chip + c]][e];
+        v = first ? x : v + x;
+        first = 0;
+    }
+    return v;
+}
+
+void ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
+                          size_t len)
+{
+    TPU_ASSERT(ici_check_group(n, cores, ncores, NULL) == TPU_OK);
+    if (ncores < 2 || len == 0)
+        return;
+    int *slot = malloc((size_t)n->ncores * sizeof(int));
+    TPU_ASSERT(slot != NULL);
+    for (int i = 0; i < ncores; i++)
+        slot[cores[i]] = i;
+    ici_grp g;
+    grp_build(n, cores, ncores, &g);
+    ici_stream st[4];
+    int ns = grp_streams(&g, st);
+    if (ns == 0) {
+        int chip = g.grid[0];
+        float *a = bufs[slot[2 * chip]], *b = bufs[slot[2 * chip + 1]];
+        for (size_t e = 0; e < len; e++) {
+            float v = a[e] + b[e];
+            a[e] = b[e] = v;
+        }
+    }
+    /* Each element belongs to one stream, one d1 segment g1 and one d2
+     * sub-segment g2.  Reduce-scatter along d1 starts segment g1 at ring
+     * rank g1 and adds ranks g1+1, g1+2, ... in turn; along d2 the partial
+     * sums of sub-segment g2 are added from rank g2 on in the same way.
+     * The all-gathers copy, so every core ends with the same bits. */
+    for (int si = 0; si < ns; si++) {
+        const ici_stream *s = &st[si];
+        int n1 = s->d1 == 0 ? g.na : g.nb, n2 = s->d1 == 0 ? g.nb : g.na;
+        size_t s0 = len * (size_t)si / (size_t)ns;
+        size_t s1 = len * (size_t)(si + 1) / (size_t)ns;
+        for (int g1 = 0; g1 < n1; g1++) {
+            size_t a0 = s0 + (s1 - s0) * (size_t)g1 / (size_t)n1;
+            size_t a1 = s0 + (s1 - s0) * (size_t)(g1 + 1) / (size_t)n1;
+            for (int g2 = 0; g2 < n2; g2++) {
+                size_t b0 = a0 + (a1 - a0) * (size_t)g2 / (size_t)n2;
+                size_t b1 = a0 + (a1 - a0) * (size_t)(g2 + 1) / (size_t)n2;
+                for (size_t e = b0; e < b1; e++) {
+                    float tot = 0;
+                    for (int j = 0; j < n2; j++) {
+                        int r2 = (g2 + j) % n2;
+                        float part = 0;
+                        for (int i = 0; i < n1; i++) {
+                            int r1 = (g1 + i) % n1;
+                            float v = cell_value(&g, stream_cell(&g, s, r1, r2),
+                                                 slot, bufs, e);
+                            part = i == 0 ? v : part + v;
+                        }
+                        tot = j == 0 ? part : tot + part;
+                    }
+                    for (int c = 0; c < ncores; c++)
+                        bufs[c][e] = tot;
+                }
+            }
+        }
+    }
+    grp_free(&g);
+    free(slot);
+}
