@@ -85,7 +85,8 @@ static tpu_status check_shape(const gshape *s, tpu_error *err)
         ok = s->sp[d] >= 1 && mul_capped(n, s->sp[d], &n);
     if (!ok)
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "output would exceed %lld elements per example",
+                        "a tensor of more than %lld elements per example "
+                        "(the limit, 2^40)",
                         (long long)GRAPH_ELEMS_MAX);
     return TPU_OK;
 }

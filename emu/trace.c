@@ -592,9 +592,11 @@ static tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
         if (!v)
             return trace_fail(c, base, "missing key 'rate'");
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
-            !(v->valuedouble < 1))
-            return trace_fail(c, p, "expected a number in [0, 1), found %s",
-                              trace_type(v));
+            !(v->valuedouble < 1)) {
+            char f[64];
+            return trace_fail(c, p, "expected a number in [0, 1), %s",
+                              trace_found(f, sizeof f, v));
+        }
         L->rate = v->valuedouble;
         break;
     }
@@ -865,6 +867,38 @@ static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
     return TPU_OK;
 }
 
+/* A cut-off file rather than a typo: the text ends inside a string or
+ * with brackets still open.  Returns where an error counts as "at the
+ * end" (the unterminated string's quote, else the last non-blank byte),
+ * or len when the text is closed. */
+static size_t trace_open_at_end(const char *text, size_t len, size_t last)
+{
+    long depth = 0;
+    size_t str_at = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+            str_at = i;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        }
+    }
+    if (in_str)
+        return str_at;
+    if (depth > 0)
+        return last ? last - 1 : 0;
+    return len;
+}
+
 static void trace_linecol(const char *text, size_t len, size_t pos, int *line,
                           int *col)
 {
@@ -1001,9 +1035,14 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
     root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         int line, col;
+        size_t last = len;
         pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
+        while (last > 0 && (text[last - 1] == ' ' || text[last - 1] == '\t' ||
+                            text[last - 1] == '\n' || text[last - 1] == '\r'))
+            last--;
         trace_linecol(text, len, pos, &line, &col);
-        if (pos >= len)
+        /* cJSON stops at (or just before) the end of a cut-off file. */
+        if (pos >= trace_open_at_end(text, len, last))
             return trace_fail(&c, NULL, "not valid JSON: the text ends too "
                               "early (line %d, column %d)", line, col);
         return trace_fail(&c, NULL, "not valid JSON: syntax error at line "
