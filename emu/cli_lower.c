@@ -1,9 +1,91 @@
-/* PLACEHOLDER until its owner lands it: tpuemu lower is not built yet. */
+/* tpuemu lower: print one core's firmware program. */
+#include <stdio.h>
+#include <string.h>
+
 #include "emu/cli.h"
+#include "emu/result.h"
+#include "emu/sim.h"
+
+static const char usage[] =
+    "usage: tpuemu lower TRACE.json [--core N] [--system NAME] [--batch N]\n"
+    "\n"
+    "Prints the firmware program of one core (default 0) in tpuemu's\n"
+    "assembler syntax: one instruction a line, `; layer phase` comments,\n"
+    "loops indented.  firmware/isa.h documents every opcode.\n";
 
 int cli_lower(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error(2, "lower: not implemented yet");
+    if (cli_wants_help(argc, argv)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    const char *trace = NULL, *v;
+    int64_t core = 0;
+    sim_opts o;
+    sim_opts_default(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--core") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) ||
+                cli_int("--core", v, 0, 1 << 20, &core))
+                return 2;
+        } else if (strcmp(a, "--system") == 0) {
+            if (!(o.system = cli_value(argc, argv, &i)))
+                return 2;
+        } else if (strcmp(a, "--batch") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) ||
+                cli_int("--batch", v, 1, (int64_t)1 << 40, &o.global_batch))
+                return 2;
+        } else if (a[0] == '-' && a[1]) {
+            return cli_error(2, "lower: unknown option %s", a);
+        } else if (!trace) {
+            trace = a;
+        } else {
+            return cli_error(2, "lower: more than one trace");
+        }
+    }
+    if (!trace) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    o.trace_path = trace;
+    tpu_error err = {0};
+    graph g;
+    if (graph_load(&g, trace, &err))
+        return cli_fail(&err);
+    fw_program prog;
+    fw_memory mem;
+    fw_program_init(&prog);
+    tpu_status rc = sim_lower(&g, &o, (int)core, &prog, &mem, &err);
+    if (rc) {
+        graph_free(&g);
+        return cli_fail(&err);
+    }
+    printf("; tpuemu firmware: %s, core %d, %zu instructions\n", g.name,
+           (int)core, prog.n);
+    printf("; HBM: weights %.3g B, gradients %.3g B, optimizer %.3g B, "
+           "saved activations %.3g B, workspace %.3g B, peak %.3g B\n",
+           mem.weights_bytes, mem.grads_bytes, mem.opt_bytes, mem.saved_bytes,
+           mem.workspace_bytes, mem.peak_bytes);
+    int depth = 0, last_layer = -2, last_phase = -1;
+    char buf[256];
+    for (size_t i = 0; i < prog.n; i++) {
+        const fw_insn *in = &prog.code[i];
+        if (in->layer != last_layer || in->phase != last_phase) {
+            printf("\n; %s %s\n",
+                   in->layer >= 0 ? g.layers[in->layer].name : "(step)",
+                   emu_phase_name((emu_phase)in->phase));
+            last_layer = in->layer;
+            last_phase = in->phase;
+        }
+        if (in->op == FW_ENDLOOP)
+            depth--;
+        fw_format(in, buf, sizeof buf);
+        printf("%*s%s\n", 4 + 4 * depth, "", buf);
+        if (in->op == FW_LOOP)
+            depth++;
+    }
+    fw_program_free(&prog);
+    graph_free(&g);
+    return 0;
 }

@@ -1,9 +1,249 @@
-/* PLACEHOLDER until its owner lands it: tpuemu run is not built yet. */
+/* tpuemu run: simulate one step of a trace and print each core's time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu/chart.h"
+#include "emu/chrome_trace.h"
 #include "emu/cli.h"
+#include "emu/report.h"
+#include "emu/sim.h"
+
+#define MAX_SETS 64
+
+static const char usage[] =
+    "usage: tpuemu run TRACE.json [--system NAME] [--batch N]\n"
+    "                 [--set KEY=VALUE ...] [--report R.json]\n"
+    "                 [--chrome-trace T.json] [--png P.png]\n"
+    "                 [--functional [--seed S]] [--no-dedup] [--quiet]\n"
+    "\n"
+    "Simulates one training (or inference) step of TRACE on the named pod\n"
+    "slice and prints, per core, the step time and where it went, then the\n"
+    "slowest core's step time.  Cores with identical figures are grouped.\n"
+    "\n"
+    "  --system NAME   slice (v2-8 ... v2-512, v3-8 ... v3-2048)\n"
+    "  --batch N       global batch (overrides the trace's)\n"
+    "  --set K=V       override one hardware parameter (repeatable); keys:\n";
+
+static void print_usage(FILE *f)
+{
+    fputs(usage, f);
+    for (size_t i = 0; tpu_param_key(i); i++) {
+        const tpu_param_info *k = tpu_param_key(i);
+        fprintf(f, "                    %-26s %-7s %s\n", k->key, k->unit,
+                k->source);
+    }
+    fputs("  --report R      write the tpuemu-report/1 JSON\n"
+          "  --chrome-trace T  write a Trace Event Format timeline\n"
+          "                  (Perfetto, chrome://tracing)\n"
+          "  --png P         write a chart of every core's breakdown\n"
+          "  --functional    also compute values (small traces only)\n"
+          "  --seed S        seed of the functional inputs and weights\n"
+          "  --no-dedup      execute every core and every loop iteration\n"
+          "                  (slow; for checking the engine's shortcuts)\n"
+          "  --quiet         print only the slowest core's step time\n"
+          "exit status: 0 done, 2 bad input, 3 does not fit in HBM\n",
+          f);
+}
+
+typedef struct {
+    double t0;
+    double last;
+    int shown;
+} progress_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void on_progress(void *ctx, double frac)
+{
+    progress_t *p = ctx;
+    double t = now_s();
+    if (t - p->t0 < 1.0 || t - p->last < 0.2)
+        return;
+    p->last = t;
+    p->shown = 1;
+    fprintf(stderr, "\rtpuemu: simulating... %3.0f%%", frac * 100);
+    fflush(stderr);
+}
+
+static int same_figures(const emu_core_result *a, const emu_core_result *b)
+{
+    if (a->step_time_s != b->step_time_s ||
+        a->hbm_peak_bytes != b->hbm_peak_bytes)
+        return 0;
+    for (int k = 0; k < CAT_COUNT; k++)
+        if (a->breakdown_s[k] != b->breakdown_s[k])
+            return 0;
+    return 1;
+}
+
+static void print_table(const emu_result *r)
+{
+    printf("%s on %s: %d chips, %d cores, %s, global batch %lld, %d "
+           "replica%s x %d core%s\n",
+           r->trace, r->system, r->chips, r->cores,
+           r->train ? "training step" : "inference step",
+           (long long)r->global_batch, r->replicas, r->replicas == 1 ? "" : "s",
+           r->cores_per_replica, r->cores_per_replica == 1 ? "" : "s");
+    for (int i = 0; i < r->n_overrides; i++)
+        printf("override: %s = %s\n", r->overrides[i].key,
+               r->overrides[i].value);
+    printf("\n%-13s %10s", "cores", "step ms");
+    for (int k = 0; k < CAT_COUNT; k++)
+        printf(" %9s", emu_cat_name((emu_cat)k));
+    printf(" %8s %9s\n", "mxu util", "HBM GiB");
+    /* One row per shard position; the replicas that mirror it are named
+     * with it when their figures are identical. */
+    int *done = calloc((size_t)r->cores, sizeof(int));
+    for (int c = 0; c < r->cores; c++) {
+        if (done && done[c])
+            continue;
+        const emu_core_result *a = &r->per_core[c];
+        int n = 0, last = c;
+        for (int d = c; d < r->cores; d++)
+            if ((!done || !done[d]) && same_figures(a, &r->per_core[d])) {
+                if (done)
+                    done[d] = 1;
+                n++;
+                last = d;
+            }
+        char label[32];
+        if (n == 1)
+            snprintf(label, sizeof label, "%d", c);
+        else if (last - c + 1 == n)
+            snprintf(label, sizeof label, "%d-%d", c, last);
+        else
+            snprintf(label, sizeof label, "%d +%d alike", c, n - 1);
+        printf("%-13s %10.3f", label, a->step_time_s * 1e3);
+        for (int k = 0; k < CAT_COUNT; k++)
+            printf(" %9.3f", a->breakdown_s[k] * 1e3);
+        printf(" %7.1f%% %9.2f\n", a->mxu_utilization * 100,
+               a->hbm_peak_bytes / (1024.0 * 1024 * 1024));
+    }
+    free(done);
+    int slow = 0;
+    for (int c = 1; c < r->cores; c++)
+        if (r->per_core[c].step_time_s > r->per_core[slow].step_time_s)
+            slow = c;
+    printf("\nFLOPs per step %.4g (%.1f%% of the slice's peak over the step)\n",
+           r->flops_per_step,
+           r->step_time_s > 0
+               ? 100 * r->flops_per_step /
+                     (r->step_time_s * r->cores * r->core_peak_flops)
+               : 0);
+    printf("step time %.4f s (slowest core %d)\n", r->step_time_s, slow);
+}
 
 int cli_run(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error(2, "run: not implemented yet");
+    if (cli_wants_help(argc, argv)) {
+        print_usage(stdout);
+        return 0;
+    }
+    const char *trace = NULL, *report = NULL, *chrome = NULL, *png = NULL;
+    const char *keys[MAX_SETS], *vals[MAX_SETS];
+    char setbuf[MAX_SETS][256];
+    int quiet = 0;
+    sim_opts o;
+    sim_opts_default(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "--system") == 0) {
+            if (!(o.system = cli_value(argc, argv, &i)))
+                return 2;
+        } else if (strcmp(a, "--batch") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) ||
+                cli_int("--batch", v, 1, (int64_t)1 << 40, &o.global_batch))
+                return 2;
+        } else if (strcmp(a, "--set") == 0) {
+            if (!(v = cli_value(argc, argv, &i)))
+                return 2;
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || !eq[1] || strlen(v) >= sizeof setbuf[0])
+                return cli_error(2, "--set %s: expected KEY=VALUE", v);
+            if (o.n_sets == MAX_SETS)
+                return cli_error(2, "--set: at most %d overrides", MAX_SETS);
+            memcpy(setbuf[o.n_sets], v, strlen(v) + 1);
+            setbuf[o.n_sets][eq - v] = 0;
+            keys[o.n_sets] = setbuf[o.n_sets];
+            vals[o.n_sets] = setbuf[o.n_sets] + (eq - v) + 1;
+            o.n_sets++;
+        } else if (strcmp(a, "--report") == 0) {
+            if (!(report = cli_value(argc, argv, &i)))
+                return 2;
+        } else if (strcmp(a, "--chrome-trace") == 0) {
+            if (!(chrome = cli_value(argc, argv, &i)))
+                return 2;
+        } else if (strcmp(a, "--png") == 0) {
+            if (!(png = cli_value(argc, argv, &i)))
+                return 2;
+        } else if (strcmp(a, "--functional") == 0) {
+            o.functional = 1;
+        } else if (strcmp(a, "--seed") == 0) {
+            int64_t s;
+            if (!(v = cli_value(argc, argv, &i)) ||
+                cli_int("--seed", v, 0, INT64_MAX, &s))
+                return 2;
+            o.seed = (uint64_t)s;
+        } else if (strcmp(a, "--no-dedup") == 0) {
+            o.no_dedup = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            quiet = 1;
+        } else if (a[0] == '-' && a[1]) {
+            return cli_error(2, "run: unknown option %s (see tpuemu run --help)",
+                             a);
+        } else if (!trace) {
+            trace = a;
+        } else {
+            return cli_error(2, "run: more than one trace (%s, %s)", trace, a);
+        }
+    }
+    if (!trace) {
+        print_usage(stderr);
+        return 2;
+    }
+    o.set_keys = keys;
+    o.set_values = vals;
+    o.trace_path = trace;
+    o.record_timeline = chrome != NULL;
+    progress_t prog = {now_s(), 0, 0};
+    if (isatty(2)) {
+        o.progress = on_progress;
+        o.progress_ctx = &prog;
+    }
+
+    tpu_error err = {0};
+    graph g;
+    if (graph_load(&g, trace, &err))
+        return cli_fail(&err);
+    emu_result r;
+    tpu_status rc = sim_run(&g, &o, &r, &err);
+    if (prog.shown)
+        fprintf(stderr, "\r%40s\r", "");
+    graph_free(&g);
+    if (rc) {
+        int code = cli_fail(&err);
+        emu_result_free(&r);
+        return code;
+    }
+    if (quiet)
+        printf("%.6f\n", r.step_time_s);
+    else
+        print_table(&r);
+    int code = 0;
+    if (report && report_write(&r, report, &err))
+        code = cli_fail(&err);
+    if (!code && chrome && chrome_trace_write(&r, chrome, &err))
+        code = cli_fail(&err);
+    if (!code && png && chart_breakdown_png(&r, png, &err))
+        code = cli_fail(&err);
+    emu_result_free(&r);
+    return code;
 }

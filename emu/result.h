@@ -83,6 +83,7 @@ typedef struct {
     double hbm_capacity_bytes;
     double step_time_s;            /* the slowest core's */
     double flops_per_step;         /* all cores, useful work */
+    double core_peak_flops;        /* bf16 peak of one core, FLOP/s */
     int n_overrides;
     emu_override *overrides;
     emu_core_result *per_core;     /* cores entries */

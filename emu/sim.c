@@ -1,7 +1,15 @@
-/* PLACEHOLDER until the pod engine lands (issue 4). */
 #include "emu/sim.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "emu/engine.h"
+#include "emu/plan.h"
+#include "firmware/lower.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
 
 void sim_opts_default(sim_opts *o)
 {
@@ -9,11 +17,185 @@ void sim_opts_default(sim_opts *o)
     o->seed = 1;
 }
 
+static tpu_status fill_header(const graph *g, const tpu_system *sys,
+                              const tpu_params *hw, int64_t batch,
+                              const sim_opts *o, emu_result *r,
+                              tpu_error *err)
+{
+    snprintf(r->trace, sizeof r->trace, "%s", g->name);
+    snprintf(r->system, sizeof r->system, "%s", sys->name);
+    r->gen = sys->gen;
+    r->cores = sys->cores;
+    r->chips = sys->cores / hw->cores_per_chip;
+    r->dim_x = sys->dim_x;
+    r->dim_y = sys->dim_y;
+    r->global_batch = batch;
+    r->cores_per_replica = g->cores_per_replica;
+    r->replicas = sys->cores / g->cores_per_replica;
+    r->train = g->train;
+    r->hbm_capacity_bytes = hw->hbm.capacity_bytes;
+    r->core_peak_flops = tpu_core_peak_flops(hw);
+    r->flops_per_step =
+        graph_forward_flops(g) * (double)batch * (g->train ? 3.0 : 1.0);
+    if (o->n_sets) {
+        r->overrides = calloc((size_t)o->n_sets, sizeof *r->overrides);
+        if (!r->overrides)
+            return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+        r->n_overrides = o->n_sets;
+        for (int i = 0; i < o->n_sets; i++) {
+            snprintf(r->overrides[i].key, sizeof r->overrides[i].key, "%s",
+                     o->set_keys[i]);
+            snprintf(r->overrides[i].value, sizeof r->overrides[i].value,
+                     "%s", o->set_values[i]);
+        }
+    }
+    r->n_layers = g->n_layers;
+    r->layer_names = calloc((size_t)g->n_layers + 1, sizeof *r->layer_names);
+    if (!r->layer_names)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+    for (int l = 0; l < g->n_layers; l++)
+        snprintf(r->layer_names[l], sizeof r->layer_names[l], "%s",
+                 g->layers[l].name);
+    return TPU_OK;
+}
+
 tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
                    tpu_error *err)
 {
-    (void)o;
     memset(out, 0, sizeof *out);
-    return tpu_fail(err, TPU_ERR_INPUT, "%s: pod engine not built yet",
-                    g->name);
+    const char *path = o->trace_path ? o->trace_path : g->name;
+    const char *sysname = o->system ? o->system : g->system;
+    const tpu_system *sys = tpu_system_find(sysname);
+    if (!sys)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: unknown system '%s' (v2-8 ... v2-512, v3-8 ... "
+                        "v3-2048)", o->system ? "--system" : path, sysname);
+    int64_t batch = o->global_batch > 0 ? o->global_batch : g->global_batch;
+    tpu_status rc = graph_check_run(g, sys->name, batch, path, err);
+    if (rc)
+        return rc;
+    tpu_params hw;
+    tpu_params_default(&hw, sys->gen);
+    for (int i = 0; i < o->n_sets; i++) {
+        rc = tpu_params_set(&hw, o->set_keys[i], o->set_values[i], err);
+        if (rc)
+            return rc;
+    }
+    rc = fill_header(g, sys, &hw, batch, o, out, err);
+    if (rc)
+        goto fail;
+
+    plan p;
+    rc = plan_build(&p, g, sys, batch, err);
+    if (rc)
+        goto fail;
+    fw_program *progs = calloc((size_t)p.cpr, sizeof *progs);
+    fw_memory *mems = calloc((size_t)p.cpr, sizeof *mems);
+    if (!progs || !mems) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+        goto fail_plan;
+    }
+    double need = 0;
+    for (int k = 0; k < p.cpr; k++) {
+        rc = fw_lower(g, &p, &hw, k, &progs[k], &mems[k], err);
+        if (rc)
+            goto fail_plan;
+        if (mems[k].peak_bytes > need)
+            need = mems[k].peak_bytes;
+    }
+    out->hbm_needed_bytes = need;
+    out->fits = need <= hw.hbm.capacity_bytes;
+    if (!out->fits) {
+        const fw_memory *m = &mems[0];
+        for (int k = 1; k < p.cpr; k++)
+            if (mems[k].peak_bytes > m->peak_bytes)
+                m = &mems[k];
+        rc = tpu_fail(err, TPU_ERR_NOFIT,
+                      "%s: needs %.1f GiB of HBM per core, v%d core has %.0f "
+                      "GiB (weights+gradients+optimizer %.1f, activations "
+                      "kept for backward %.1f, workspace %.1f GiB; %lld "
+                      "examples per replica, %d cores per replica)",
+                      path, need / GIB, sys->gen, hw.hbm.capacity_bytes / GIB,
+                      (m->weights_bytes + m->grads_bytes + m->opt_bytes) / GIB,
+                      m->saved_bytes / GIB, m->workspace_bytes / GIB,
+                      (long long)p.batch, p.cpr);
+        goto fail_plan;
+    }
+
+    engine_input ei = {0};
+    ei.g = g;
+    ei.p = &p;
+    ei.hw = &hw;
+    ei.progs = progs;
+    ei.record_timeline = o->record_timeline;
+    ei.no_dedup = o->no_dedup;
+    ei.progress = o->progress;
+    ei.progress_ctx = o->progress_ctx;
+    rc = engine_run(&ei, out, err);
+    if (rc)
+        goto fail_plan;
+    double peak_macs = tpu_core_peak_flops(&hw) / 2;
+    for (int c = 0; c < out->cores; c++) {
+        emu_core_result *r = &out->per_core[c];
+        const fw_memory *m = &mems[r->shard];
+        r->hbm_peak_bytes = m->peak_bytes;
+        r->mxu_utilization = r->step_time_s > 0
+                                 ? m->useful_macs /
+                                       (peak_macs * r->step_time_s)
+                                 : 0;
+        if (r->step_time_s > out->step_time_s)
+            out->step_time_s = r->step_time_s;
+    }
+    for (int k = 0; k < p.cpr; k++)
+        fw_program_free(&progs[k]);
+    free(progs);
+    free(mems);
+    plan_free(&p);
+    return TPU_OK;
+
+fail_plan:
+    if (progs)
+        for (int k = 0; k < p.cpr; k++)
+            fw_program_free(&progs[k]);
+    free(progs);
+    free(mems);
+    plan_free(&p);
+fail:
+    if (rc != TPU_ERR_NOFIT) {
+        emu_result_free(out);
+        memset(out, 0, sizeof *out);
+    }
+    return rc;
+}
+
+tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
+                     fw_program *prog, fw_memory *mem, tpu_error *err)
+{
+    const char *path = o->trace_path ? o->trace_path : g->name;
+    const char *sysname = o->system ? o->system : g->system;
+    const tpu_system *sys = tpu_system_find(sysname);
+    if (!sys)
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: unknown system '%s'",
+                        o->system ? "--system" : path, sysname);
+    int64_t batch = o->global_batch > 0 ? o->global_batch : g->global_batch;
+    tpu_status rc = graph_check_run(g, sys->name, batch, path, err);
+    if (rc)
+        return rc;
+    if (core < 0 || core >= sys->cores)
+        return tpu_fail(err, TPU_ERR_INPUT, "--core %d: %s has cores 0..%d",
+                        core, sys->name, sys->cores - 1);
+    tpu_params hw;
+    tpu_params_default(&hw, sys->gen);
+    for (int i = 0; i < o->n_sets; i++) {
+        rc = tpu_params_set(&hw, o->set_keys[i], o->set_values[i], err);
+        if (rc)
+            return rc;
+    }
+    plan p;
+    rc = plan_build(&p, g, sys, batch, err);
+    if (rc)
+        return rc;
+    rc = fw_lower(g, &p, &hw, p.shard_of[core], prog, mem, err);
+    plan_free(&p);
+    return rc;
 }

@@ -12,6 +12,7 @@
 #include "emu/status.h"
 
 typedef struct {
+    const char *trace_path;    /* names the trace in messages */
     const char *system;        /* NULL: the trace's */
     int64_t global_batch;      /* 0: the trace's */
     int n_sets;
@@ -32,5 +33,10 @@ void sim_opts_default(sim_opts *o);
  * workload does not fit; the result is still filled (fits = 0) then. */
 tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
                    tpu_error *err);
+
+/* The firmware of one core (for `tpuemu lower`). */
+#include "firmware/lower.h"
+tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
+                     fw_program *prog, fw_memory *mem, tpu_error *err);
 
 #endif

@@ -1,0 +1,698 @@
+#include "emu/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hbm/dma.h"
+#include "hbm/hbm.h"
+#include "interconnect/ici.h"
+#include "mxu/mxu.h"
+
+#define PS 1e12
+#define QMAX 64
+#define ENGINE_TIMELINE_COPY_CORES 512
+
+/* ---- unit cost models --------------------------------------------------- */
+
+/* DMA costs in steady state, cached by (bytes, direction).  A transfer's
+ * duration is measured on a private HBM model as the average of repeated
+ * back-to-back copies of it after the first (so open rows and the refresh
+ * schedule are in their steady state), which makes it a pure function of
+ * the transfer: the condition for exact loop skipping. */
+typedef struct {
+    int64_t key;
+    int64_t ps;
+} cost_ent;
+
+typedef struct {
+    cost_ent *tab;
+    size_t cap, n;
+    hbm *h;
+    double refi_s;
+} dma_costs;
+
+static int64_t dma_measure(dma_costs *dc, int64_t bytes, int write)
+{
+    hbm_xfer x = {0};
+    x.addr = 0;
+    x.chunk_bytes = (uint64_t)bytes;
+    x.nchunks = 1;
+    x.stride = (uint64_t)bytes;
+    x.is_write = write;
+    hbm_reset(dc->h);
+    double t = hbm_access(dc->h, 0.0, &x);
+    double t1 = t;
+    int reps = 0;
+    /* Enough repetitions to cover a few refresh intervals (or 64). */
+    while (reps < 64 && (reps < 2 || t - t1 < 4 * dc->refi_s)) {
+        t = hbm_access(dc->h, t, &x);
+        reps++;
+    }
+    return (int64_t)llround((t - t1) / reps * PS);
+}
+
+static int64_t dma_cost(dma_costs *dc, int64_t bytes, int write)
+{
+    if (bytes <= 0)
+        return 0;
+    int64_t key = bytes * 2 + (write ? 1 : 0);
+    if (dc->n * 2 >= dc->cap) {
+        size_t ncap = dc->cap ? dc->cap * 2 : 1024;
+        cost_ent *nt = calloc(ncap, sizeof *nt);
+        if (!nt)
+            return dma_measure(dc, bytes, write);
+        for (size_t i = 0; i < dc->cap; i++)
+            if (dc->tab[i].key) {
+                size_t j = (size_t)((uint64_t)dc->tab[i].key * 0x9E3779B97F4A7C15ull >> 20) & (ncap - 1);
+                while (nt[j].key)
+                    j = (j + 1) & (ncap - 1);
+                nt[j] = dc->tab[i];
+            }
+        free(dc->tab);
+        dc->tab = nt;
+        dc->cap = ncap;
+    }
+    size_t j = (size_t)((uint64_t)key * 0x9E3779B97F4A7C15ull >> 20) & (dc->cap - 1);
+    while (dc->tab[j].key) {
+        if (dc->tab[j].key == key)
+            return dc->tab[j].ps;
+        j = (j + 1) & (dc->cap - 1);
+    }
+    int64_t ps = dma_measure(dc, bytes, write);
+    dc->tab[j].key = key;
+    dc->tab[j].ps = ps;
+    dc->n++;
+    return ps;
+}
+
+static int64_t cycles_ps(const tpu_params *hw, double cycles)
+{
+    return (int64_t)llround(cycles * PS / hw->clock_hz);
+}
+
+static double vpu_rate(const tpu_params *hw)
+{
+    return (double)hw->vpu_lanes * hw->vpu_sublanes * hw->vpu_alus;
+}
+
+/* A matrix instruction on the core's MXUs: N weight tiles are shared out
+ * between the MXUs; with fewer N tiles than MXUs the rows are. */
+static void matmul_ps(const tpu_params *hw, const fw_insn *in, int64_t *mxu,
+                      int64_t *vec)
+{
+    int nm = hw->mxus_per_core > 0 ? hw->mxus_per_core : 1;
+    int64_t m = in->a, k = in->b, n = in->c;
+    int64_t cols = hw->mxu.cols;
+    int64_t ntiles = (n + cols - 1) / cols;
+    uint64_t cyc;
+    if (ntiles >= nm) {
+        int64_t per = (ntiles + nm - 1) / nm * cols;
+        cyc = mxu_fast_cycles(&hw->mxu, m, k, per < n ? per : n);
+    } else {
+        int64_t per = (m + nm - 1) / nm;
+        cyc = mxu_fast_cycles(&hw->mxu, per, k, n);
+    }
+    double c = (double)cyc * (in->passes ? in->passes : 1) +
+               hw->mxu_op_overhead_cycles;
+    *mxu = cycles_ps(hw, c);
+    *vec = cycles_ps(hw, (double)in->d / vpu_rate(hw));
+}
+
+static int64_t vec_ps(const tpu_params *hw, const fw_insn *in)
+{
+    double ops = (double)in->a * (double)in->b / 100.0;
+    return cycles_ps(hw, ops / vpu_rate(hw) + hw->vpu_op_overhead_cycles);
+}
+
+/* ---- per-core state ----------------------------------------------------- */
+
+typedef struct {
+    int64_t now;
+    int64_t cat[CAT_COUNT];
+    int64_t pipe_free;            /* the HBM pipe: DMAs serialize on it */
+    int64_t ld[QMAX], st[QMAX];   /* completion times, issue order */
+    int nld, nst;
+    size_t pc;
+    int64_t loop_left;            /* iterations still to run */
+    size_t loop_pc;               /* first instruction of the body */
+    int64_t it_rel[2 * QMAX + 3]; /* relative state after the last iteration */
+    int it_rel_n, have_rel;
+    int64_t it_start_now, it_start_cat[CAT_COUNT];
+    double it_start_rd, it_start_wr, it_start_fl;
+    size_t it_start_ev;
+    double rd, wr, flops;
+    int done;
+    emu_event *ev;
+    size_t nev, capev;
+    int oom;
+} core_t;
+
+typedef struct {
+    const engine_input *in;
+    const tpu_params *hw;
+    int ncores_sim;               /* cores executed */
+    int *sim_core;                /* executed index -> global core */
+    int *sim_shard;
+    core_t *cs;
+    dma_costs dc;
+    ici *net;
+    double *link_busy;            /* chips x 4 */
+    double *bytes_sent;           /* per global core */
+    double *layer_time;           /* n_layers x CAT_COUNT (shard 0) */
+    int max_dma;
+} eng;
+
+static void add_event(eng *e, core_t *c, emu_unit unit, emu_cat cat,
+                      const fw_insn *in, int64_t t0, int64_t t1, double bytes,
+                      double flops)
+{
+    if (!e->in->record_timeline || c->oom || t1 <= t0)
+        return;
+    int layer = in ? in->layer : -1;
+    int phase = in ? in->phase : 0;
+    int op = in ? in->op : 0;
+    /* Merge with the unit's last event when it continues it. */
+    for (size_t i = c->nev; i > 0 && i + 8 > c->nev; i--) {
+        emu_event *p = &c->ev[i - 1];
+        if (p->unit != unit)
+            continue;
+        if (p->cat == cat && p->layer == layer && p->opcode == op &&
+            p->phase == phase && (double)t0 / PS - p->t1 < 1e-12) {
+            p->t1 = (double)t1 / PS;
+            p->count++;
+            p->bytes += bytes;
+            p->flops += flops;
+            return;
+        }
+        break;
+    }
+    if (c->nev == c->capev) {
+        size_t cap = c->capev ? c->capev * 2 : 1024;
+        emu_event *ne = realloc(c->ev, cap * sizeof *ne);
+        if (!ne) {
+            c->oom = 1;
+            return;
+        }
+        c->ev = ne;
+        c->capev = cap;
+    }
+    emu_event *v = &c->ev[c->nev++];
+    v->t0 = (double)t0 / PS;
+    v->t1 = (double)t1 / PS;
+    v->unit = (uint8_t)unit;
+    v->cat = (uint8_t)cat;
+    v->phase = (uint8_t)phase;
+    v->opcode = (uint8_t)op;
+    v->layer = layer;
+    v->count = 1;
+    v->bytes = bytes;
+    v->flops = flops;
+}
+
+/* Moves core c's clock to t, charging category cat. */
+static void advance(eng *e, int ci, int64_t t, emu_cat cat, const fw_insn *in)
+{
+    core_t *c = &e->cs[ci];
+    if (t <= c->now)
+        return;
+    add_event(e, c, UNIT_CORE, cat, in, c->now, t, 0, 0);
+    c->cat[cat] += t - c->now;
+    if (e->sim_shard[ci] == 0 && e->layer_time && in && in->layer >= 0)
+        e->layer_time[(size_t)in->layer * CAT_COUNT + cat] +=
+            (double)(t - c->now) / PS;
+    c->now = t;
+}
+
+static void retire(core_t *c)
+{
+    int k = 0;
+    while (k < c->nld && c->ld[k] <= c->now)
+        k++;
+    if (k) {
+        memmove(c->ld, c->ld + k, (size_t)(c->nld - k) * sizeof c->ld[0]);
+        c->nld -= k;
+    }
+    k = 0;
+    while (k < c->nst && c->st[k] <= c->now)
+        k++;
+    if (k) {
+        memmove(c->st, c->st + k, (size_t)(c->nst - k) * sizeof c->st[0]);
+        c->nst -= k;
+    }
+}
+
+static void eng_dma_issue(eng *e, int ci, const fw_insn *in, int write)
+{
+    core_t *c = &e->cs[ci];
+    retire(c);
+    /* A full queue stalls the issue until the oldest transfer is done. */
+    while (c->nld + c->nst >= e->max_dma) {
+        int64_t oldest = INT64_MAX;
+        if (c->nld)
+            oldest = c->ld[0];
+        if (c->nst && c->st[0] < oldest)
+            oldest = c->st[0];
+        advance(e, ci, oldest, CAT_HBM_STALL, in);
+        retire(c);
+    }
+    int64_t dur = dma_cost(&e->dc, in->a, write);
+    int64_t start = c->pipe_free > c->now ? c->pipe_free : c->now;
+    int64_t end = start + dur;
+    c->pipe_free = end;
+    if (write) {
+        c->st[c->nst++] = end;
+        c->wr += (double)in->a;
+    } else {
+        c->ld[c->nld++] = end;
+        c->rd += (double)in->a;
+    }
+    add_event(e, c, UNIT_DMA, CAT_HBM_STALL, in, start, end, (double)in->a, 0);
+}
+
+static void eng_dma_wait(eng *e, int ci, const fw_insn *in, int stores)
+{
+    core_t *c = &e->cs[ci];
+    int64_t *q = stores ? c->st : c->ld;
+    int n = stores ? c->nst : c->nld;
+    int64_t keep = in->a;
+    if (n > keep)
+        advance(e, ci, q[n - keep - 1], CAT_HBM_STALL, in);
+    retire(c);
+}
+
+/* Relative state of a core: what must repeat for a loop to be skipped. */
+static int rel_state(const core_t *c, int64_t *out)
+{
+    int n = 0;
+    out[n++] = c->pipe_free > c->now ? c->pipe_free - c->now : 0;
+    out[n++] = c->nld;
+    out[n++] = c->nst;
+    for (int i = 0; i < c->nld; i++)
+        out[n++] = c->ld[i] - c->now;
+    for (int i = 0; i < c->nst; i++)
+        out[n++] = c->st[i] - c->now;
+    return n;
+}
+
+static void mark_iteration(eng *e, core_t *c)
+{
+    (void)e;
+    c->it_start_now = c->now;
+    memcpy(c->it_start_cat, c->cat, sizeof c->cat);
+    c->it_start_rd = c->rd;
+    c->it_start_wr = c->wr;
+    c->it_start_fl = c->flops;
+    c->it_start_ev = c->nev;
+}
+
+/* At the end of one loop iteration: when the relative state repeats the
+ * previous iteration's, all remaining iterations are this one again. */
+static void end_iteration(eng *e, int ci, const fw_insn *loop)
+{
+    core_t *c = &e->cs[ci];
+    int64_t rel[2 * QMAX + 3];
+    retire(c);
+    int n = rel_state(c, rel);
+    int same = c->have_rel && n == c->it_rel_n &&
+               memcmp(rel, c->it_rel, (size_t)n * sizeof rel[0]) == 0;
+    if (same && !e->in->no_dedup && c->loop_left > 0) {
+        int64_t r = c->loop_left;
+        int64_t dnow = c->now - c->it_start_now;
+        for (int k = 0; k < CAT_COUNT; k++) {
+            int64_t dk = c->cat[k] - c->it_start_cat[k];
+            c->cat[k] += r * dk;
+            if (e->sim_shard[ci] == 0 && e->layer_time && loop->layer >= 0)
+                e->layer_time[(size_t)loop->layer * CAT_COUNT + k] +=
+                    (double)(r * dk) / PS;
+        }
+        c->rd += (double)r * (c->rd - c->it_start_rd);
+        c->wr += (double)r * (c->wr - c->it_start_wr);
+        c->flops += (double)r * (c->flops - c->it_start_fl);
+        /* Timeline: stretch this iteration's events over the skipped ones. */
+        for (size_t i = c->it_start_ev > 0 ? c->it_start_ev - 1 : 0;
+             i < c->nev; i++) {
+            if (c->ev[i].t1 * PS + 0.5 >= (double)c->it_start_now) {
+                c->ev[i].t1 += (double)(r * dnow) / PS;
+                c->ev[i].count += (uint32_t)r;
+            }
+        }
+        c->now += r * dnow;
+        if (c->pipe_free > 0)
+            c->pipe_free += r * dnow;
+        for (int i = 0; i < c->nld; i++)
+            c->ld[i] += r * dnow;
+        for (int i = 0; i < c->nst; i++)
+            c->st[i] += r * dnow;
+        c->loop_left = 0;
+    }
+    memcpy(c->it_rel, rel, (size_t)n * sizeof rel[0]);
+    c->it_rel_n = n;
+    c->have_rel = 1;
+}
+
+static int is_collective(int op)
+{
+    return op == FW_HALO || op == FW_ALLREDUCE || op == FW_ALLGATHER ||
+           op == FW_BARRIER;
+}
+
+/* Runs core ci until it reaches a collective or its end. */
+static void run_core(eng *e, int ci)
+{
+    core_t *c = &e->cs[ci];
+    const fw_program *prog = &e->in->progs[e->sim_shard[ci]];
+    const tpu_params *hw = e->hw;
+    while (c->pc < prog->n) {
+        const fw_insn *in = &prog->code[c->pc];
+        switch ((fw_op)in->op) {
+        case FW_DMA_LD:
+            eng_dma_issue(e, ci, in, 0);
+            break;
+        case FW_DMA_ST:
+            eng_dma_issue(e, ci, in, 1);
+            break;
+        case FW_WAIT_LD:
+            eng_dma_wait(e, ci, in, 0);
+            break;
+        case FW_WAIT_ST:
+            eng_dma_wait(e, ci, in, 1);
+            break;
+        case FW_MATMUL: {
+            int64_t m, v;
+            matmul_ps(hw, in, &m, &v);
+            int64_t t0 = c->now;
+            double fl = 2.0 * (double)in->a * (double)in->b * (double)in->c;
+            add_event(e, c, UNIT_MXU, CAT_MXU, in, t0, t0 + m, 0, fl);
+            advance(e, ci, t0 + m, CAT_MXU, in);
+            if (v > m) {
+                add_event(e, c, UNIT_VPU, CAT_VECTOR, in, t0, t0 + v, 0, 0);
+                advance(e, ci, t0 + v, CAT_VECTOR, in);
+            }
+            c->flops += fl;
+            break;
+        }
+        case FW_VEC: {
+            int64_t v = vec_ps(hw, in);
+            add_event(e, c, UNIT_VPU, CAT_VECTOR, in, c->now, c->now + v, 0,
+                      (double)in->a * (double)in->b / 100.0);
+            advance(e, ci, c->now + v, CAT_VECTOR, in);
+            break;
+        }
+        case FW_LOOP:
+            c->loop_left = in->a;
+            c->loop_pc = c->pc + 1;
+            c->have_rel = 0;
+            c->loop_left--;
+            mark_iteration(e, c);
+            break;
+        case FW_ENDLOOP: {
+            const fw_insn *loop = &prog->code[c->loop_pc - 1];
+            end_iteration(e, ci, loop);
+            if (c->loop_left > 0) {
+                c->loop_left--;
+                mark_iteration(e, c);
+                c->pc = c->loop_pc;
+                continue;
+            }
+            break;
+        }
+        default:
+            if (is_collective(in->op)) {
+                /* Collectives start after this core's stores have landed. */
+                if (c->nst)
+                    advance(e, ci, c->st[c->nst - 1], CAT_HBM_STALL, in);
+                retire(c);
+                return; /* blocked: the scheduler takes over */
+            }
+            break;
+        }
+        c->pc++;
+    }
+    c->done = 1;
+}
+
+/* ---- collectives ------------------------------------------------------- */
+
+static void net_stats(eng *e)
+{
+    const tpu_system *s = e->in->p->sys;
+    int chips = s->dim_x * s->dim_y;
+    for (int ch = 0; ch < chips; ch++)
+        for (int d = 0; d < 4; d++)
+            e->link_busy[ch * 4 + d] += ici_link_busy_s(e->net, ch, d);
+    for (int k = 0; k < s->cores; k++)
+        e->bytes_sent[k] += ici_core_bytes_sent(e->net, k);
+    ici_reset(e->net);
+}
+
+/* Duration of a halo exchange: the flows of every replica at once. */
+static int64_t halo_ps(eng *e, int dim)
+{
+    const plan *p = e->in->p;
+    int nf = 0;
+    ici_flow *f = malloc(sizeof *f * (size_t)p->cores * 2 + 1);
+    if (!f)
+        return 0;
+    /* Each executed core's instruction names what it receives; replicas
+     * mirror replica 0. */
+    for (int ci = 0; ci < e->ncores_sim; ci++) {
+        int shard = e->sim_shard[ci];
+        int gcore = e->sim_core[ci];
+        int rep = p->replica_of[gcore];
+        const fw_insn *in = &e->in->progs[shard].code[e->cs[ci].pc];
+        int co[GRAPH_MAX_SP];
+        for (int side = 0; side < 2; side++) {
+            int64_t bytes = side ? in->c : in->b;
+            if (bytes <= 0)
+                continue;
+            plan_coords(p, shard, co);
+            co[dim] += side ? 1 : -1;
+            int nb = plan_shard_at(p, co);
+            if (nb < 0)
+                continue;
+            int reps_lo = e->in->no_dedup ? rep : 0;
+            int reps_hi = e->in->no_dedup ? rep + 1 : p->replicas;
+            for (int r = reps_lo; r < reps_hi; r++) {
+                f[nf].src_core = p->core_of[r * p->cpr + nb];
+                f[nf].dst_core = p->core_of[r * p->cpr + shard];
+                f[nf].bytes = (double)bytes;
+                nf++;
+            }
+        }
+    }
+    double t = nf ? ici_permute(e->net, f, nf, 0.0) : 0.0;
+    free(f);
+    net_stats(e);
+    return (int64_t)llround(t * PS);
+}
+
+static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
+                                  int gather)
+{
+    const plan *p = e->in->p;
+    double t = 0;
+    if (group_all) {
+        int *cores = malloc(sizeof(int) * (size_t)p->cores);
+        if (!cores)
+            return 0;
+        for (int k = 0; k < p->cores; k++)
+            cores[k] = k;
+        t = ici_allreduce(e->net, cores, p->cores, (double)bytes, 0.0);
+        free(cores);
+        net_stats(e);
+    } else if (p->cpr > 1) {
+        /* Every replica's group at once: each on its own chip block. */
+        for (int r = 0; r < p->replicas; r++) {
+            double tr = ici_allreduce(e->net, &p->core_of[r * p->cpr], p->cpr,
+                                      (double)bytes, 0.0);
+            if (tr > t)
+                t = tr;
+            net_stats(e);
+        }
+    }
+    /* An all-gather is the second half of a ring all-reduce. */
+    if (gather)
+        t /= 2;
+    return (int64_t)llround(t * PS);
+}
+
+/* All executed cores are blocked at the same collective: run it. */
+static tpu_status run_collective(eng *e, tpu_error *err)
+{
+    const plan *p = e->in->p;
+    const fw_insn *in0 = &e->in->progs[e->sim_shard[0]].code[e->cs[0].pc];
+    for (int ci = 1; ci < e->ncores_sim; ci++) {
+        const fw_insn *x = &e->in->progs[e->sim_shard[ci]].code[e->cs[ci].pc];
+        if (x->op != in0->op || x->layer != in0->layer)
+            return tpu_fail(err, TPU_ERR_SYSTEM,
+                            "internal: cores reached different collectives "
+                            "(%s vs %s, layer %d)", fw_op_name((fw_op)in0->op),
+                            fw_op_name((fw_op)x->op), (int)x->layer);
+    }
+    int group_all = in0->op == FW_BARRIER ||
+                    (in0->op == FW_ALLREDUCE && in0->b == FW_GROUP_ALL);
+    int64_t dur = 0;
+    emu_cat cat = CAT_IDLE;
+    switch ((fw_op)in0->op) {
+    case FW_HALO:
+        dur = halo_ps(e, (int)in0->a);
+        cat = CAT_HALO;
+        break;
+    case FW_ALLGATHER:
+        dur = group_allreduce_ps(e, in0->a, 0, 1);
+        cat = CAT_HALO;
+        break;
+    case FW_ALLREDUCE:
+        dur = group_allreduce_ps(e, in0->a, group_all, 0);
+        cat = CAT_ALLREDUCE;
+        break;
+    default:
+        break;
+    }
+    /* Start: when the group's last member arrives.  Executed cores form
+     * whole replicas, so the group of a core is its replica (or all). */
+    int64_t *st = malloc(sizeof(int64_t) * (size_t)e->ncores_sim);
+    if (!st)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+    for (int ci = 0; ci < e->ncores_sim; ci++) {
+        int rep = p->replica_of[e->sim_core[ci]];
+        int64_t start = 0;
+        for (int cj = 0; cj < e->ncores_sim; cj++)
+            if (group_all || p->replica_of[e->sim_core[cj]] == rep)
+                if (e->cs[cj].now > start)
+                    start = e->cs[cj].now;
+        st[ci] = start;
+    }
+    for (int ci = 0; ci < e->ncores_sim; ci++) {
+        core_t *c = &e->cs[ci];
+        const fw_insn *in = &e->in->progs[e->sim_shard[ci]].code[c->pc];
+        advance(e, ci, st[ci], CAT_IDLE, in);
+        add_event(e, c, UNIT_ICI, cat, in, st[ci], st[ci] + dur, 0, 0);
+        advance(e, ci, st[ci] + dur, cat, in);
+        c->pc++;
+    }
+    free(st);
+    return TPU_OK;
+}
+
+tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
+{
+    const plan *p = in->p;
+    eng e = {0};
+    tpu_status rc = TPU_OK;
+    e.in = in;
+    e.hw = in->hw;
+    e.max_dma = DMA_MAX_INFLIGHT < QMAX ? DMA_MAX_INFLIGHT : QMAX;
+    e.ncores_sim = in->no_dedup ? p->cores : p->cpr;
+    int chips = p->sys->dim_x * p->sys->dim_y;
+    e.sim_core = calloc((size_t)e.ncores_sim, sizeof(int));
+    e.sim_shard = calloc((size_t)e.ncores_sim, sizeof(int));
+    e.cs = calloc((size_t)e.ncores_sim, sizeof(core_t));
+    e.link_busy = calloc((size_t)chips * 4, sizeof(double));
+    e.bytes_sent = calloc((size_t)p->cores, sizeof(double));
+    e.layer_time = calloc((size_t)in->g->n_layers * CAT_COUNT + 1,
+                          sizeof(double));
+    e.dc.h = hbm_new(&in->hw->hbm);
+    e.dc.refi_s = in->hw->hbm.t_refi_ns * 1e-9;
+    e.net = ici_new(&in->hw->ici, p->sys->dim_x, p->sys->dim_y,
+                    p->sys->full_pod);
+    if (!e.sim_core || !e.sim_shard || !e.cs || !e.link_busy ||
+        !e.bytes_sent || !e.layer_time || !e.dc.h || !e.net) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (engine)");
+        goto done;
+    }
+    for (int ci = 0; ci < e.ncores_sim; ci++) {
+        int rep = in->no_dedup ? ci / p->cpr : 0;
+        int k = in->no_dedup ? ci % p->cpr : ci;
+        e.sim_core[ci] = p->core_of[rep * p->cpr + k];
+        e.sim_shard[ci] = k;
+    }
+    size_t total_insns = in->progs[0].n ? in->progs[0].n : 1;
+    for (;;) {
+        int all_done = 1, any_done = 0;
+        for (int ci = 0; ci < e.ncores_sim; ci++) {
+            run_core(&e, ci);
+            all_done &= e.cs[ci].done;
+            any_done |= e.cs[ci].done;
+        }
+        if (all_done)
+            break;
+        if (any_done) {
+            rc = tpu_fail(err, TPU_ERR_SYSTEM,
+                          "internal: a core ended while others wait at a "
+                          "collective");
+            goto done;
+        }
+        rc = run_collective(&e, err);
+        if (rc)
+            goto done;
+        if (in->progress)
+            in->progress(in->progress_ctx,
+                         (double)e.cs[0].pc / (double)total_insns);
+    }
+    for (int ci = 0; ci < e.ncores_sim; ci++)
+        if (e.cs[ci].oom) {
+            rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (timeline)");
+            goto done;
+        }
+
+    /* Results: executed cores, and the replicas that mirror them. */
+    out->per_core = calloc((size_t)p->cores, sizeof(emu_core_result));
+    if (!out->per_core) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (results)");
+        goto done;
+    }
+    for (int core = 0; core < p->cores; core++) {
+        int rep = p->replica_of[core], shard = p->shard_of[core];
+        int ci = in->no_dedup ? rep * p->cpr + shard : shard;
+        core_t *c = &e.cs[ci];
+        emu_core_result *r = &out->per_core[core];
+        r->core = core;
+        r->chip = core / 2;
+        r->replica = rep;
+        r->shard = shard;
+        r->step_time_s = (double)c->now / PS;
+        for (int k = 0; k < CAT_COUNT; k++)
+            r->breakdown_s[k] = (double)c->cat[k] / PS;
+        r->hbm_read_bytes = c->rd;
+        r->hbm_write_bytes = c->wr;
+        r->flops = c->flops;
+        r->ici_bytes_sent = e.bytes_sent[core];
+        /* Mirrored replicas get a copy of their twin's timeline, up to
+         * ENGINE_TIMELINE_COPY_CORES cores (beyond, memory would grow with
+         * the pod: their events are left out and their figures stay). */
+        int copy = in->no_dedup || rep == 0 ||
+                   p->cores <= ENGINE_TIMELINE_COPY_CORES;
+        if (in->record_timeline && c->nev && copy) {
+            r->events = malloc(c->nev * sizeof *r->events);
+            if (!r->events) {
+                rc = tpu_fail(err, TPU_ERR_SYSTEM,
+                              "out of host memory (timeline)");
+                goto done;
+            }
+            memcpy(r->events, c->ev, c->nev * sizeof *r->events);
+            r->n_events = c->nev;
+        }
+    }
+    out->link_busy_s = e.link_busy;
+    e.link_busy = NULL;
+    out->layer_time_s = e.layer_time;
+    e.layer_time = NULL;
+done:
+    if (e.cs)
+        for (int ci = 0; ci < e.ncores_sim; ci++)
+            free(e.cs[ci].ev);
+    free(e.cs);
+    free(e.sim_core);
+    free(e.sim_shard);
+    free(e.link_busy);
+    free(e.bytes_sent);
+    free(e.layer_time);
+    free(e.dc.tab);
+    if (e.dc.h)
+        hbm_free(e.dc.h);
+    if (e.net)
+        ici_free(e.net);
+    return rc;
+}

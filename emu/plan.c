@@ -1,0 +1,142 @@
+#include "emu/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int plan_splittable(int64_t ext, int f)
+{
+    if (f <= 1)
+        return 0;
+    int64_t chunk = (ext + f - 1) / f;
+    return ext >= f && (int64_t)(f - 1) * chunk < ext;
+}
+
+void plan_coords(const plan *p, int shard, int coords[GRAPH_MAX_SP])
+{
+    for (int d = GRAPH_MAX_SP - 1; d >= 0; d--) {
+        int f = d < p->nsp ? p->factor[d] : 1;
+        coords[d] = shard % f;
+        shard /= f;
+    }
+}
+
+int plan_shard_at(const plan *p, const int coords[GRAPH_MAX_SP])
+{
+    int k = 0;
+    for (int d = 0; d < GRAPH_MAX_SP; d++) {
+        int f = d < p->nsp ? p->factor[d] : 1;
+        if (coords[d] < 0 || coords[d] >= f)
+            return -1;
+        k = k * f + coords[d];
+    }
+    return k;
+}
+
+void plan_range(const plan *p, const graph *g, int layer, int d, int c,
+                int64_t *lo, int64_t *hi)
+{
+    const gshape *s = &g->layers[layer].out;
+    int64_t ext = d < s->nsp ? s->sp[d] : 1;
+    if (d >= s->nsp || !p->split[layer * GRAPH_MAX_SP + d]) {
+        *lo = 0;
+        *hi = ext;
+        return;
+    }
+    int f = p->factor[d];
+    int64_t chunk = (ext + f - 1) / f;
+    *lo = chunk * c;
+    *hi = *lo + chunk < ext ? *lo + chunk : ext;
+}
+
+/* Chooses a bx x by chip block per replica that tiles the torus. */
+static void choose_block(plan *p)
+{
+    int chips = p->cpr / 2, best = -1;
+    p->block_x = p->block_y = 0;
+    if (p->cpr < 2 || p->cpr % 2)
+        return;
+    for (int bx = 1; bx <= chips; bx++) {
+        if (chips % bx)
+            continue;
+        int by = chips / bx;
+        if (p->sys->dim_x % bx || p->sys->dim_y % by || bx < by)
+            continue;
+        int score = bx - by; /* squarest block first */
+        if (best < 0 || score < best) {
+            best = score;
+            p->block_x = bx;
+            p->block_y = by;
+        }
+    }
+}
+
+tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
+                      int64_t global_batch, tpu_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->sys = sys;
+    p->cores = sys->cores;
+    p->cpr = g->cores_per_replica > 0 ? g->cores_per_replica : 1;
+    p->replicas = p->cores / p->cpr;
+    p->batch = global_batch / p->replicas;
+    p->n_layers = g->n_layers;
+    int first_input = -1;
+    for (int i = 0; i < g->n_layers && first_input < 0; i++)
+        if (g->layers[i].op == GOP_INPUT)
+            first_input = i;
+    p->nsp = first_input >= 0 ? g->layers[first_input].out.nsp : 0;
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        p->factor[d] = 1;
+    if (g->pdims_rank == p->nsp + 2)
+        for (int d = 0; d < p->nsp; d++)
+            p->factor[d] = g->pdims[1 + d];
+
+    p->split = calloc((size_t)g->n_layers * GRAPH_MAX_SP + 1, 1);
+    p->core_of = calloc((size_t)p->cores, sizeof(int));
+    p->replica_of = calloc((size_t)p->cores, sizeof(int));
+    p->shard_of = calloc((size_t)p->cores, sizeof(int));
+    if (!p->split || !p->core_of || !p->replica_of || !p->shard_of) {
+        plan_free(p);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (plan)");
+    }
+    /* Tensors of the first input's spatial rank split where they can;
+     * tensors of another rank (flat, or other inputs) stay replicated. */
+    for (int l = 0; l < g->n_layers; l++) {
+        const gshape *s = &g->layers[l].out;
+        if (s->nsp != p->nsp)
+            continue;
+        for (int d = 0; d < s->nsp; d++)
+            p->split[l * GRAPH_MAX_SP + d] =
+                (uint8_t)plan_splittable(s->sp[d], p->factor[d]);
+    }
+
+    choose_block(p);
+    for (int r = 0; r < p->replicas; r++)
+        for (int k = 0; k < p->cpr; k++) {
+            int core;
+            if (p->block_x) {
+                int bpr = sys->dim_x / p->block_x; /* blocks per row */
+                int bx0 = (r % bpr) * p->block_x;
+                int by0 = (r / bpr) * p->block_y;
+                int chip_in = k / 2;
+                int cx = bx0 + chip_in % p->block_x;
+                int cy = by0 + chip_in / p->block_x;
+                core = (cy * sys->dim_x + cx) * 2 + k % 2;
+            } else {
+                core = r * p->cpr + k;
+            }
+            p->core_of[r * p->cpr + k] = core;
+            p->replica_of[core] = r;
+            p->shard_of[core] = k;
+        }
+    return TPU_OK;
+}
+
+void plan_free(plan *p)
+{
+    free(p->split);
+    free(p->core_of);
+    free(p->replica_of);
+    free(p->shard_of);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,83 @@
+/* isa — the TensorCore firmware instruction set tpuemu executes.
+ *
+ * The real core issues 322-bit VLIW bundles (2 scalar, 4 vector, 2 matrix,
+ * 1 misc slot; Hot Chips 2020).  tpuemu works one level up: an instruction
+ * is one unit-level operation on a tile (a DMA block, an M x K x N matrix
+ * product on the MXUs, a vector pass over a tile, a collective), which is
+ * what the pod engine times.  Loops keep programs small: a layer is a few
+ * instructions around a LOOP over its VMEM-sized tiles.
+ *
+ * Encoding: every instruction is one fw_insn {op, phase, passes, layer,
+ * a, b, c, d}.  Operands by opcode (the table in isa.c is the decoder):
+ *
+ *   op          a           b             c          d           meaning
+ *   dma.ld      bytes       -             -          -           HBM -> VMEM block, async (tag = issue order)
+ *   dma.st      bytes       -             -          -           VMEM -> HBM block, async
+ *   dma.wait.ld n           -             -          -           wait until <= n loads are in flight
+ *   dma.wait.st n           -             -          -           wait until <= n stores are in flight
+ *   mxu.matmul  m           k             n          epi elems   C[m,n] += A[m,k] B[k,n] on the core's MXUs
+ *                                                                (bf16; `passes` bf16 passes for f32), with
+ *                                                                `d` fp32 vector ops overlapped (VLIW)
+ *   vpu.op      elems       ops/elem x100 -          -           vector unit pass over a VMEM tile
+ *   ici.halo    dim         from lo       from hi    -           collective-permute: receive that many bytes from the neighbours along
+ *                                                                split spatial dim `dim` (partition group)
+ *   ici.allreduce bytes     group         -          -           sum across group: 0 partition group, 1 all cores
+ *   ici.allgather bytes     -             -          -           gather `bytes` (the whole tensor) in the group
+ *   sync.barrier -          -             -          -           all cores
+ *   loop        count       -             -          -           repeat the body up to the matching endloop
+ *   endloop     -           -             -          -
+ */
+#ifndef FIRMWARE_ISA_H
+#define FIRMWARE_ISA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emu/status.h"
+
+typedef enum {
+    FW_DMA_LD,
+    FW_DMA_ST,
+    FW_WAIT_LD,
+    FW_WAIT_ST,
+    FW_MATMUL,
+    FW_VEC,
+    FW_HALO,
+    FW_ALLREDUCE,
+    FW_ALLGATHER,
+    FW_BARRIER,
+    FW_LOOP,
+    FW_ENDLOOP,
+    FW_OP_COUNT
+} fw_op;
+
+enum { FW_GROUP_PARTITION = 0, FW_GROUP_ALL = 1 };
+
+typedef struct {
+    uint8_t op;      /* fw_op */
+    uint8_t phase;   /* emu_phase */
+    uint8_t passes;  /* MXU passes per product (1 bf16; 3 for f32) */
+    uint8_t unused;
+    int32_t layer;   /* graph layer, -1 for none */
+    int64_t a, b, c, d;
+} fw_insn;
+
+typedef struct {
+    fw_insn *code;
+    size_t n, cap;
+    int oom;         /* an emit ran out of memory: the program is invalid */
+} fw_program;
+
+const char *fw_op_name(fw_op op);
+void fw_program_init(fw_program *p);
+void fw_program_free(fw_program *p);
+/* Appends one instruction (sets p->oom instead of failing). */
+void fw_emit(fw_program *p, fw_op op, int phase, int layer, int64_t a,
+             int64_t b, int64_t c, int64_t d);
+/* One instruction in the assembler syntax, e.g.
+ * "mxu.matmul m=4096 k=1152 n=256 epi=1048576" (no layer comment). */
+void fw_format(const fw_insn *in, char *buf, size_t cap);
+/* Checks structure: loops balanced and not nested, operands in range. */
+tpu_status fw_validate(const fw_program *p, tpu_error *err);
+
+#endif

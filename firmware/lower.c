@@ -1,0 +1,820 @@
+/* Lowering rules (docs/FIRMWARE.md has the same with the reasons):
+ *
+ * Layout.  HBM tensors are stored in (8, 128) tiles: the minor dimension is
+ * padded to 128 lanes and the second-minor to 8 sublanes (Cloud TPU
+ * performance guide).  Layout assignment picks channels or width as the
+ * minor dimension, whichever pads less, so a 3-channel image is not
+ * inflated 42x.
+ *
+ * Fusion (XLA "convolution fusion" / "loop fusion"; how much is fused on a
+ * real TPU is [U]): bias and the batchnorm statistics are computed in the
+ * producing convolution's epilogue; batchnorm's normalize is one streaming
+ * pass, with a following relu fused into it; add + relu is one pass;
+ * concat and flatten cost nothing (producers write into place).
+ *
+ * Training: forward; backward in reverse layer order (input gradient with
+ * its own halo exchange, weight gradient accumulated in VMEM over M
+ * tiles); the gradient all-reduce over all cores (weight gradients are
+ * partial sums within a partition group and replicas' contributions across
+ * groups: one all-reduce sums both); momentum-SGD update.  XLA does not
+ * overlap the all-reduce with the backward pass in TPUEstimator's
+ * CrossShardOptimizer, so neither does tpuemu.
+ */
+#include "firmware/lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/result.h"
+
+typedef struct {
+    const graph *g;
+    const plan *p;
+    const tpu_params *hw;
+    int shard;
+    int coords[GRAPH_MAX_SP];
+    fw_program *prog;
+    double B;              /* examples per replica */
+    int *nconsumers;       /* per layer */
+    uint8_t *relu_fused;   /* relu layer fused into its producer's pass */
+    fw_memory *mem;
+} lc;
+
+static int64_t rup(int64_t x, int64_t m) { return m > 0 ? (x + m - 1) / m * m : x; }
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t floordiv(int64_t a, int64_t b)
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+static int64_t ceildiv(int64_t a, int64_t b) { return -floordiv(-a, b); }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* This shard's slice of layer l's output: extents (and offsets). */
+static void local_out(const lc *c, int l, int64_t ext[GRAPH_MAX_SP],
+                      int64_t off[GRAPH_MAX_SP])
+{
+    const gshape *s = &c->g->layers[l].out;
+    for (int d = 0; d < GRAPH_MAX_SP; d++) {
+        int64_t lo = 0, hi = 1;
+        if (d < s->nsp)
+            plan_range(c->p, c->g, l, d, c->coords[d], &lo, &hi);
+        ext[d] = hi - lo;
+        if (off)
+            off[d] = lo;
+    }
+}
+
+static int is_split(const lc *c, int l, int d)
+{
+    return c->p->split[l * GRAPH_MAX_SP + d] != 0;
+}
+
+static int any_split(const lc *c, int l)
+{
+    for (int d = 0; d < c->g->layers[l].out.nsp; d++)
+        if (is_split(c, l, d))
+            return 1;
+    return 0;
+}
+
+/* Bytes of a tensor of this shape in HBM, tiled layout, for B examples. */
+static double layout_bytes(const lc *c, int nsp, const int64_t ext[],
+                           int64_t ch, int dtype)
+{
+    int64_t lane = c->hw->lane_pad, sub = c->hw->sublane_pad;
+    if (nsp == 0)
+        return (double)rup((int64_t)c->B, sub) * (double)rup(ch, lane) * dtype;
+    int64_t w = ext[nsp - 1];
+    double minor = (double)min64(rup(ch, lane) * rup(w, sub),
+                                 rup(w, lane) * rup(ch, sub));
+    double rest = 1;
+    for (int d = 0; d < nsp - 1; d++)
+        rest *= (double)ext[d];
+    return c->B * rest * minor * dtype;
+}
+
+static double out_bytes(const lc *c, int l)
+{
+    int64_t ext[GRAPH_MAX_SP];
+    local_out(c, l, ext, NULL);
+    const glayer *L = &c->g->layers[l];
+    return layout_bytes(c, L->out.nsp, ext, L->out.c, L->dtype_bytes);
+}
+
+static double out_elems(const lc *c, int l)
+{
+    int64_t ext[GRAPH_MAX_SP];
+    local_out(c, l, ext, NULL);
+    const glayer *L = &c->g->layers[l];
+    double e = c->B * (double)L->out.c;
+    for (int d = 0; d < L->out.nsp; d++)
+        e *= (double)ext[d];
+    return e;
+}
+
+/* Fraction of layer l's output this core computes (1 when replicated). */
+static double out_fraction(const lc *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    int64_t ext[GRAPH_MAX_SP];
+    local_out(c, l, ext, NULL);
+    double f = 1;
+    for (int d = 0; d < L->out.nsp; d++)
+        f *= (double)ext[d] / (double)L->out.sp[d];
+    return f;
+}
+
+/* ---- emission helpers -------------------------------------------------- */
+
+static void emit(lc *c, fw_op op, int phase, int layer, int64_t a, int64_t b,
+                 int64_t cc, int64_t d)
+{
+    fw_emit(c->prog, op, phase, layer, a, b, cc, d);
+}
+
+/* One tile's work: loads, one compute instruction, stores. */
+typedef struct {
+    int64_t ld, st;      /* bytes */
+    fw_op op;            /* FW_MATMUL or FW_VEC */
+    int64_t a, b, cc, d; /* operands of the compute instruction */
+    int passes;
+} tile;
+
+static void emit_compute(lc *c, int phase, int layer, const tile *t)
+{
+    emit(c, t->op, phase, layer, t->a, t->b, t->cc, t->d);
+    if (t->op == FW_MATMUL && !c->prog->oom)
+        c->prog->code[c->prog->n - 1].passes = (uint8_t)t->passes;
+}
+
+static void emit_tile_body(lc *c, int phase, int layer, int64_t next_ld,
+                           const tile *t)
+{
+    if (next_ld > 0) {
+        emit(c, FW_DMA_LD, phase, layer, next_ld, 0, 0, 0);
+        emit(c, FW_WAIT_LD, phase, layer, 1, 0, 0, 0);
+    } else {
+        emit(c, FW_WAIT_LD, phase, layer, 0, 0, 0, 0);
+    }
+    emit_compute(c, phase, layer, t);
+    if (t->st > 0)
+        emit(c, FW_DMA_ST, phase, layer, t->st, 0, 0, 0);
+}
+
+/* nt tiles: nt-1 of `full`, the last one `last`; the next tile's load is
+ * issued before this tile's compute (double buffering).  `pre_ld` bytes
+ * (weights) are loaded first.  The layer starts once the previous layer's
+ * stores have landed. */
+static void emit_tiled(lc *c, int phase, int layer, int64_t nt, int64_t pre_ld,
+                       const tile *full, const tile *last)
+{
+    emit(c, FW_WAIT_ST, phase, layer, 0, 0, 0, 0);
+    if (pre_ld > 0)
+        emit(c, FW_DMA_LD, phase, layer, pre_ld, 0, 0, 0);
+    if (nt <= 1) {
+        if (last->ld > 0)
+            emit(c, FW_DMA_LD, phase, layer, last->ld, 0, 0, 0);
+        emit_tile_body(c, phase, layer, 0, last);
+        return;
+    }
+    if (full->ld > 0)
+        emit(c, FW_DMA_LD, phase, layer, full->ld, 0, 0, 0);
+    if (nt > 2) {
+        emit(c, FW_LOOP, phase, layer, nt - 2, 0, 0, 0);
+        emit_tile_body(c, phase, layer, full->ld, full);
+        emit(c, FW_ENDLOOP, phase, layer, 0, 0, 0, 0);
+    }
+    emit_tile_body(c, phase, layer, last->ld, full);
+    emit_tile_body(c, phase, layer, 0, last);
+}
+
+/* A streaming vector pass: read in_bytes, write out_bytes, `ops` vector
+ * operations per element over `elems` elements. */
+static void emit_pass(lc *c, int phase, int layer, double in_bytes,
+                      double out_b, double elems, double ops)
+{
+    if (elems <= 0 && in_bytes <= 0 && out_b <= 0)
+        return;
+    /* Four buffers (in and out, double-buffered) share VMEM. */
+    double chunk = c->hw->vmem_bytes / 4;
+    double big = in_bytes > out_b ? in_bytes : out_b;
+    int64_t nt = (int64_t)ceil(big / chunk);
+    if (nt < 1)
+        nt = 1;
+    tile full = {0}, last = {0};
+    full.op = last.op = FW_VEC;
+    int64_t in_i = (int64_t)ceil(in_bytes), out_i = (int64_t)ceil(out_b);
+    int64_t el_i = (int64_t)ceil(elems);
+    full.ld = cdiv(in_i, nt);
+    full.st = cdiv(out_i, nt);
+    full.a = cdiv(el_i, nt);
+    full.b = (int64_t)llround(ops * 100);
+    last = full;
+    last.ld = in_i - full.ld * (nt - 1);
+    last.st = out_i - full.st * (nt - 1);
+    last.a = el_i - full.a * (nt - 1);
+    if (last.ld < 0)
+        last.ld = 0;
+    if (last.st < 0)
+        last.st = 0;
+    if (last.a < 0)
+        last.a = 0;
+    emit_tiled(c, phase, layer, nt, 0, &full, &last);
+}
+
+/* A tiled matrix product over M rows: per tile, load ld_per_row bytes a
+ * row (+ weights once), multiply [mt, k] x [k, n], store st_per_row. */
+static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
+                        int64_t n, double ld_per_row, double st_per_row,
+                        double w_bytes, double acc_row_bytes, double epi_per_row,
+                        int passes)
+{
+    if (m <= 0 || k <= 0 || n <= 0)
+        return;
+    double vmem = c->hw->vmem_bytes;
+    /* Weights stay resident; when they would take more than half of VMEM
+     * the product is cut into N chunks, each re-reading the input. */
+    int64_t nchunks = 1;
+    while (w_bytes / nchunks > vmem / 2 && nchunks < n)
+        nchunks++;
+    double w_res = w_bytes / nchunks;
+    int64_t n_chunk = cdiv(n, nchunks);
+    double per_row = 2 * ld_per_row + 2 * st_per_row / nchunks +
+                     acc_row_bytes / nchunks;
+    double room = vmem - w_res;
+    int64_t mt = per_row > 0 ? (int64_t)(room / per_row) : m;
+    mt = mt / 8 * 8;
+    if (mt < 8)
+        mt = 8;
+    if (mt > m)
+        mt = m;
+    int64_t nt_m = cdiv(m, mt);
+    int64_t nt = nt_m * nchunks;
+    tile full = {0}, last = {0};
+    full.op = FW_MATMUL;
+    full.passes = passes;
+    full.a = mt;
+    full.b = k;
+    full.cc = n_chunk;
+    full.ld = (int64_t)ceil(ld_per_row * (double)mt);
+    full.st = (int64_t)ceil(st_per_row * (double)mt / (double)nchunks);
+    full.d = (int64_t)ceil(epi_per_row * (double)mt / (double)nchunks);
+    last = full;
+    int64_t m_last = m - mt * (nt_m - 1);
+    last.a = m_last;
+    last.ld = (int64_t)ceil(ld_per_row * (double)m_last);
+    last.st = (int64_t)ceil(st_per_row * (double)m_last / (double)nchunks);
+    last.d = (int64_t)ceil(epi_per_row * (double)m_last / (double)nchunks);
+    emit_tiled(c, phase, layer, nt, (int64_t)ceil(w_bytes), &full, &last);
+}
+
+/* ---- windows and halos ------------------------------------------------- */
+
+/* The input rows [*lo, *hi) that output rows [o0, o1) of layer L need
+ * along dim d (clipped to the input's extent). */
+static void need_range(const glayer *L, const glayer *I, int d, int64_t o0,
+                       int64_t o1, int64_t *lo, int64_t *hi)
+{
+    int64_t ext = I->out.sp[d];
+    int64_t k = L->kernel[d] > 0 ? L->kernel[d] : 1;
+    int64_t s = L->strides[d] > 0 ? L->strides[d] : 1;
+    int64_t dil = L->dilation[d] > 0 ? L->dilation[d] : 1;
+    switch (L->op) {
+    case GOP_CONV:
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL:
+        *lo = o0 * s - L->pad_lo[d];
+        *hi = (o1 - 1) * s - L->pad_lo[d] + (k - 1) * dil + 1;
+        break;
+    case GOP_CONV_T:
+        *lo = ceildiv(o0 + L->pad_lo[d] - (k - 1) * dil, s);
+        *hi = floordiv(o1 - 1 + L->pad_lo[d], s) + 1;
+        break;
+    case GOP_UPSAMPLE: {
+        int64_t f = L->factor[d] > 0 ? L->factor[d] : 1;
+        *lo = o0 / f;
+        *hi = (o1 - 1) / f + 1;
+        break;
+    }
+    default:
+        *lo = o0;
+        *hi = o1;
+    }
+    *lo = max64(*lo, 0);
+    *hi = min64(*hi, ext);
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* For layer l reading input layer i: the halo rows this shard receives
+ * along each split dimension, and whether the input must be gathered
+ * whole instead (output replicated, or a window wider than a neighbour). */
+typedef struct {
+    int64_t from_lo[GRAPH_MAX_SP], from_hi[GRAPH_MAX_SP];
+    int64_t in_ext[GRAPH_MAX_SP]; /* local input extents incl. halos */
+    int gather;
+} halo_t;
+
+static void halo_of(const lc *c, int l, int i, halo_t *h)
+{
+    const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
+    memset(h, 0, sizeof *h);
+    int64_t oext[GRAPH_MAX_SP], ooff[GRAPH_MAX_SP];
+    local_out(c, l, oext, ooff);
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        h->in_ext[d] = 1;
+    if (I->out.nsp == 0)
+        return;
+    int same_rank = L->out.nsp == I->out.nsp;
+    for (int d = 0; d < I->out.nsp; d++) {
+        int64_t ilo, ihi;
+        plan_range(c->p, c->g, i, d, c->coords[d], &ilo, &ihi);
+        h->in_ext[d] = ihi - ilo;
+        if (!same_rank) {
+            /* flatten / global pooling of a split tensor */
+            if (is_split(c, i, d) && L->op != GOP_GAP)
+                h->gather = 1;
+            continue;
+        }
+        if (!is_split(c, i, d))
+            continue;
+        if (!is_split(c, l, d)) {
+            h->gather = 1;
+            continue;
+        }
+        int64_t nlo, nhi;
+        need_range(L, I, d, ooff[d], ooff[d] + oext[d], &nlo, &nhi);
+        int64_t chunk = cdiv(I->out.sp[d], c->p->factor[d]);
+        h->from_lo[d] = max64(0, ilo - nlo);
+        h->from_hi[d] = max64(0, nhi - ihi);
+        if (h->from_lo[d] > chunk || h->from_hi[d] > chunk)
+            h->gather = 1;
+        h->in_ext[d] += h->from_lo[d] + h->from_hi[d];
+    }
+    if (h->gather) {
+        for (int d = 0; d < I->out.nsp; d++) {
+            h->in_ext[d] = I->out.sp[d];
+            h->from_lo[d] = h->from_hi[d] = 0;
+        }
+    }
+}
+
+/* Emits the exchange for input i of layer l (forward) or of its gradient
+ * (backward, rows scaled by the stride), returns the local input extents. */
+static void emit_exchange(lc *c, int phase, int l, int i, const halo_t *h,
+                          int backward)
+{
+    const glayer *I = &c->g->layers[i], *L = &c->g->layers[l];
+    if (h->gather) {
+        double full = layout_bytes(c, I->out.nsp, I->out.sp, I->out.c,
+                                   I->dtype_bytes);
+        emit(c, FW_ALLGATHER, phase, l, (int64_t)ceil(full), 0, 0, 0);
+        return;
+    }
+    /* Dimension by dimension, each exchange carrying the halos of the
+     * dimensions exchanged before it (corners travel in two hops, as in
+     * XLA's ExchangeHalo). */
+    int64_t ext[GRAPH_MAX_SP];
+    int64_t base_ext[GRAPH_MAX_SP];
+    for (int d = 0; d < GRAPH_MAX_SP; d++) {
+        int64_t lo, hi;
+        if (d < I->out.nsp)
+            plan_range(c->p, c->g, i, d, c->coords[d], &lo, &hi);
+        else
+            lo = 0, hi = 1;
+        base_ext[d] = hi - lo;
+        ext[d] = base_ext[d];
+    }
+    int64_t ch = I->out.c;
+    if (backward) {
+        /* The input gradient needs the output gradient's rows. */
+        ch = L->out.c;
+    }
+    for (int d = 0; d < I->out.nsp; d++) {
+        int64_t rl = h->from_lo[d], rh = h->from_hi[d];
+        if (backward) {
+            int64_t s = L->strides[d] > 0 ? L->strides[d] : 1;
+            rl = cdiv(rl, s);
+            rh = cdiv(rh, s);
+        }
+        if (!is_split(c, i, d) || !is_split(c, l, d))
+            continue;
+        int64_t row[GRAPH_MAX_SP];
+        memcpy(row, ext, sizeof row);
+        row[d] = 1;
+        double rb = layout_bytes(c, I->out.nsp, row, ch, I->dtype_bytes);
+        emit(c, FW_HALO, phase, l, d, (int64_t)ceil(rb * (double)rl),
+             (int64_t)ceil(rb * (double)rh), 0);
+        ext[d] += h->from_lo[d] + h->from_hi[d];
+    }
+}
+
+static int halo_any(const halo_t *h)
+{
+    if (h->gather)
+        return 1;
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        if (h->from_lo[d] || h->from_hi[d])
+            return 1;
+    return 0;
+}
+
+/* ---- per-op lowering --------------------------------------------------- */
+
+static int passes_of(const glayer *L)
+{
+    /* [U] an f32 matrix product runs as 3 bf16 passes (bf16_3x, as XLA's
+     * default precision for f32 on TPU v2/v3 "HIGH"). */
+    return L->dtype_bytes == 4 ? 3 : 1;
+}
+
+static double vpu_f32_ops(const lc *c) { (void)c; return 1; }
+
+/* Conv, conv_transpose and dense: forward (phase FWD) or the two backward
+ * products. */
+static void lower_matrix_layer(lc *c, int l, int phase)
+{
+    const glayer *L = &c->g->layers[l];
+    int i = L->in[0];
+    const glayer *I = &c->g->layers[i];
+    int rows = c->hw->mxu.rows;
+    int64_t taps = 1, sprod = 1;
+    int nsp = L->op == GOP_DENSE ? 0 : L->out.nsp;
+    for (int d = 0; d < nsp; d++) {
+        taps *= L->kernel[d];
+        sprod *= L->strides[d] > 0 ? L->strides[d] : 1;
+    }
+    int64_t cin = I->out.c, cout = L->out.c;
+    halo_t h;
+    halo_of(c, l, i, &h);
+    double m_out = out_elems(c, l) / (double)cout; /* B x local positions */
+    double in_b = layout_bytes(c, I->out.nsp, h.in_ext, cin, I->dtype_bytes);
+    double o_b = out_bytes(c, l);
+    int dt = L->dtype_bytes;
+    int passes = passes_of(L);
+    /* Dense on a flat tensor: positions = 1. */
+    if (L->op == GOP_DENSE && I->out.nsp > 0 && L->out.nsp > 0)
+        nsp = 0; /* Keras Dense on the channel dim: a 1x1 conv */
+    /* K: taps folded into K (im2col) when it needs fewer 128-deep passes. */
+    int64_t k_taps = L->op == GOP_CONV_T ? cdiv(taps, sprod) : taps;
+    int64_t k_unfold = k_taps * rup(cin, rows);
+    int64_t k_fold = rup(k_taps * cin, rows);
+    int fold = k_fold < k_unfold;
+    int64_t K = fold ? k_taps * cin : k_unfold;
+    double w_bytes = (double)taps * (double)cin * (double)rup(cout, c->hw->mxu.cols) * 2;
+    int64_t M = (int64_t)llround(m_out);
+    double ktiles = (double)cdiv(K, rows);
+    double npad = (double)rup(cout, c->hw->mxu.cols);
+    double epi = npad * (ktiles - 1 + 3); /* K-slice sums, bias, BN stats */
+    if (fold)
+        epi += (double)K; /* im2col shuffle on the vector unit */
+
+    if (phase == PHASE_FWD) {
+        if (halo_any(&h))
+            emit_exchange(c, phase, l, i, &h, 0);
+        emit_matmul(c, phase, l, M, K, cout, in_b / (double)M, o_b / (double)M,
+                    w_bytes, npad * 4, epi, passes);
+        c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+        return;
+    }
+    /* Backward.  dW[K, cout] = X^T dY: the reduction runs over M, so the
+     * MXU streams K rows against dY weight tiles of depth `rows`. */
+    double dy_b = o_b;
+    double in_nohalo = 0;
+    {
+        int64_t e[GRAPH_MAX_SP];
+        local_out(c, i, e, NULL);
+        in_nohalo = layout_bytes(c, I->out.nsp, e, cin, I->dtype_bytes);
+    }
+    int need_dx = I->op != GOP_INPUT;
+    if (need_dx) {
+        if (halo_any(&h))
+            emit_exchange(c, phase, l, i, &h, 1);
+        /* dX = dY (*) W^T: same MACs as the forward product. */
+        double m_in = in_nohalo / (double)dt; /* upper bound on rows x ch */
+        int64_t Min = (int64_t)llround(m_in / (double)(rup(cin, 8)));
+        if (Min < 1)
+            Min = 1;
+        int64_t Kdx = (L->op == GOP_CONV ? cdiv(taps, sprod) : taps) *
+                      rup(cout, rows);
+        if (L->op == GOP_DENSE)
+            Kdx = rup(cout, rows);
+        double ep = (double)rup(cin, c->hw->mxu.cols) *
+                    ((double)cdiv(Kdx, rows) + 1);
+        emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
+                    in_nohalo / (double)Min, w_bytes,
+                    (double)rup(cin, c->hw->mxu.cols) * 4, ep, passes);
+        c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+    }
+    /* dW: m = K rows of X^T, k = M positions, n = cout; accumulated in
+     * fp32 in VMEM over M tiles, stored once. */
+    double ep = (double)K * npad / (double)(M > 0 ? M : 1) * 2;
+    emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, 0, passes);
+    /* The M-streaming loads of X and dY for dW are what bounds it. */
+    emit_pass(c, phase, l, in_b + dy_b, (double)K * npad * 4, (double)K * npad,
+              ep > 0 ? 1 : 1);
+    c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+    (void)vpu_f32_ops;
+}
+
+static int consumer_is(const lc *c, int l, graph_op op)
+{
+    for (int j = l + 1; j < c->g->n_layers; j++) {
+        const glayer *J = &c->g->layers[j];
+        for (int k = 0; k < J->n_in; k++)
+            if (J->in[k] == l && J->op == op)
+                return 1;
+    }
+    return 0;
+}
+
+static void lower_forward(lc *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    const int ph = PHASE_FWD;
+    double ob = out_bytes(c, l), oe = out_elems(c, l);
+    double ib = L->n_in ? out_bytes(c, L->in[0]) : 0;
+    double ie = L->n_in ? out_elems(c, L->in[0]) : 0;
+    halo_t h;
+    switch (L->op) {
+    case GOP_INPUT:
+    case GOP_FLATTEN:
+    case GOP_CONCAT:
+        /* Free: producers write into the concatenated buffer; flatten is a
+         * relabelling.  A split tensor that flattens is gathered first. */
+        if (L->op == GOP_FLATTEN) {
+            halo_of(c, l, L->in[0], &h);
+            if (h.gather)
+                emit_exchange(c, ph, l, L->in[0], &h, 0);
+        }
+        return;
+    case GOP_CONV:
+    case GOP_CONV_T:
+    case GOP_DENSE:
+        lower_matrix_layer(c, l, ph);
+        return;
+    case GOP_BATCHNORM: {
+        /* Statistics come from the producer's epilogue unless the producer
+         * is not a matrix layer (then a reduction pass reads x). */
+        const glayer *I = &c->g->layers[L->in[0]];
+        if (I->op != GOP_CONV && I->op != GOP_CONV_T && I->op != GOP_DENSE)
+            emit_pass(c, ph, l, ib, 0, ie, 3);
+        if (any_split(c, l))
+            emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,
+                 0, 0);
+        int fuse = consumer_is(c, l, GOP_RELU);
+        emit_pass(c, ph, l, ib, ob, oe, fuse ? 5 : 4);
+        return;
+    }
+    case GOP_RELU:
+    case GOP_SIGMOID:
+        if (c->relu_fused[l])
+            return;
+        emit_pass(c, ph, l, ib, ob, oe, L->op == GOP_RELU ? 2 : 6);
+        return;
+    case GOP_ADD: {
+        double in_all = 0;
+        for (int k = 0; k < L->n_in; k++)
+            in_all += out_bytes(c, L->in[k]);
+        emit_pass(c, ph, l, in_all, ob, oe,
+                  L->n_in + 1 + consumer_is(c, l, GOP_RELU));
+        return;
+    }
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL: {
+        halo_of(c, l, L->in[0], &h);
+        if (halo_any(&h))
+            emit_exchange(c, ph, l, L->in[0], &h, 0);
+        double win = 1;
+        for (int d = 0; d < L->out.nsp; d++)
+            win *= L->kernel[d];
+        const glayer *I = &c->g->layers[L->in[0]];
+        double inb = layout_bytes(c, I->out.nsp, h.in_ext, I->out.c,
+                                  I->dtype_bytes);
+        emit_pass(c, ph, l, inb, ob, oe, win + 2);
+        return;
+    }
+    case GOP_UPSAMPLE:
+        halo_of(c, l, L->in[0], &h);
+        if (h.gather)
+            emit_exchange(c, ph, l, L->in[0], &h, 0);
+        emit_pass(c, ph, l, ib, ob, oe, 1);
+        return;
+    case GOP_DROPOUT:
+        emit_pass(c, ph, l, ib, ob + oe / 8, oe, 4); /* RNG + mask bits */
+        return;
+    case GOP_GAP:
+        emit_pass(c, ph, l, ib, ob, ie, 2);
+        if (any_split(c, L->in[0]))
+            emit(c, FW_ALLREDUCE, ph, l, (int64_t)(c->B * L->out.c * 4),
+                 FW_GROUP_PARTITION, 0, 0);
+        return;
+    case GOP_LOSS: {
+        /* Loss and its gradient in one pass over the logits. */
+        static const double ops[] = {8, 14, 6, 3, 5}; /* per element */
+        double in_all = 0, el = 0;
+        for (int k = 0; k < L->n_in; k++) {
+            in_all += out_bytes(c, L->in[k]);
+            el += out_elems(c, L->in[k]);
+        }
+        emit_pass(c, ph, l, in_all, c->g->train ? in_all : 0, el,
+                  ops[L->loss]);
+        int split = 0;
+        for (int k = 0; k < L->n_in; k++)
+            split |= any_split(c, L->in[k]);
+        if (split)
+            emit(c, FW_ALLREDUCE, ph, l, L->loss == GLOSS_DICE ? 12 : 4,
+                 FW_GROUP_PARTITION, 0, 0);
+        return;
+    }
+    case GOP_COUNT:
+        return;
+    }
+}
+
+static void lower_backward(lc *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    const int ph = PHASE_BWD;
+    if (L->op == GOP_INPUT)
+        return;
+    double ob = out_bytes(c, l), oe = out_elems(c, l);
+    double ib = L->n_in ? out_bytes(c, L->in[0]) : 0;
+    /* Gradients from several consumers are summed first. */
+    for (int k = 1; k < c->nconsumers[l]; k++)
+        emit_pass(c, ph, l, 2 * ob, ob, oe, 1);
+    int input_is_data = L->n_in && c->g->layers[L->in[0]].op == GOP_INPUT;
+    switch (L->op) {
+    case GOP_CONV:
+    case GOP_CONV_T:
+    case GOP_DENSE:
+        lower_matrix_layer(c, l, ph);
+        return;
+    case GOP_BATCHNORM:
+        /* Two reductions (sum dy, sum dy*xhat), all-reduced across the
+         * partition group, then dx; a fused relu's mask is read too. */
+        emit_pass(c, ph, l, 2 * ob + (c->relu_fused[l + 1 < c->g->n_layers ? l + 1 : l] ? ob : 0), 0, oe, 5);
+        if (any_split(c, l))
+            emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,
+                 0, 0);
+        if (!input_is_data)
+            emit_pass(c, ph, l, 2 * ob, ib, oe, 6);
+        return;
+    case GOP_RELU:
+    case GOP_SIGMOID:
+        if (c->relu_fused[l])
+            return;
+        emit_pass(c, ph, l, 2 * ob, ib, oe, 2);
+        return;
+    case GOP_ADD:
+        /* Each input's gradient is dY itself: aliased, no pass. */
+        return;
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL: {
+        if (input_is_data)
+            return;
+        halo_t h;
+        halo_of(c, l, L->in[0], &h);
+        double win = 1;
+        for (int d = 0; d < L->out.nsp; d++)
+            win *= L->kernel[d];
+        if (halo_any(&h))
+            emit_exchange(c, ph, l, L->in[0], &h, 1);
+        emit_pass(c, ph, l, ob + (L->op == GOP_MAXPOOL ? ib + ob : 0), ib,
+                  out_elems(c, L->in[0]), win + 2);
+        return;
+    }
+    case GOP_UPSAMPLE:
+        if (!input_is_data)
+            emit_pass(c, ph, l, ob, ib, oe, 1);
+        return;
+    case GOP_DROPOUT:
+        emit_pass(c, ph, l, ob + oe / 8, ib, oe, 2);
+        return;
+    case GOP_GAP:
+        emit_pass(c, ph, l, ob, ib, out_elems(c, L->in[0]), 1);
+        return;
+    case GOP_INPUT:
+    case GOP_FLATTEN:
+    case GOP_CONCAT:
+    case GOP_LOSS: /* its gradient came out of the forward pass */
+    case GOP_COUNT:
+        return;
+    }
+}
+
+/* Tensors the backward pass reads: inputs of matrix layers and batchnorm,
+ * outputs of relu/sigmoid (masks), maxpool inputs and outputs. */
+static int saved_for_backward(const lc *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    if (L->op == GOP_RELU || L->op == GOP_SIGMOID || L->op == GOP_MAXPOOL)
+        return 1;
+    for (int j = l + 1; j < c->g->n_layers; j++) {
+        const glayer *J = &c->g->layers[j];
+        for (int k = 0; k < J->n_in; k++) {
+            if (J->in[k] != l)
+                continue;
+            if (J->op == GOP_CONV || J->op == GOP_CONV_T ||
+                J->op == GOP_DENSE || J->op == GOP_BATCHNORM ||
+                J->op == GOP_MAXPOOL)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static void account_memory(lc *c)
+{
+    const graph *g = c->g;
+    fw_memory *m = c->mem;
+    double w = 0, saved = 0, ws = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->share_from < 0)
+            w += (double)L->weights;
+        double ob = out_bytes(c, l);
+        if (g->train && saved_for_backward(c, l))
+            saved += ob;
+        double in = 0;
+        for (int k = 0; k < L->n_in; k++) {
+            halo_t h;
+            halo_of(c, l, L->in[k], &h);
+            const glayer *I = &g->layers[L->in[k]];
+            in += layout_bytes(c, I->out.nsp, h.in_ext, I->out.c,
+                               I->dtype_bytes);
+        }
+        /* Live at once: the inputs (and, training, their gradients) and the
+         * output (and its gradient). */
+        double live = (in + ob) * (g->train ? 2 : 1);
+        if (live > ws)
+            ws = live;
+    }
+    m->weights_bytes = w * 4;
+    m->grads_bytes = g->train ? w * 4 : 0;
+    m->opt_bytes = g->train ? w * 4 : 0;
+    m->saved_bytes = saved;
+    m->workspace_bytes = ws;
+    m->peak_bytes = m->weights_bytes + m->grads_bytes + m->opt_bytes + saved + ws;
+}
+
+tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
+                    int shard, fw_program *out, fw_memory *mem, tpu_error *err)
+{
+    lc c = {0};
+    c.g = g;
+    c.p = p;
+    c.hw = hw;
+    c.shard = shard;
+    plan_coords(p, shard, c.coords);
+    c.prog = out;
+    c.B = (double)p->batch;
+    c.mem = mem;
+    memset(mem, 0, sizeof *mem);
+    fw_program_init(out);
+    c.nconsumers = calloc((size_t)g->n_layers + 1, sizeof(int));
+    c.relu_fused = calloc((size_t)g->n_layers + 1, 1);
+    if (!c.nconsumers || !c.relu_fused) {
+        free(c.nconsumers);
+        free(c.relu_fused);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
+    }
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        for (int k = 0; k < L->n_in; k++)
+            c.nconsumers[L->in[k]]++;
+        /* relu right after batchnorm or add, its only consumer: fused. */
+        if (L->op == GOP_RELU && L->n_in == 1) {
+            int i = L->in[0];
+            const glayer *I = &g->layers[i];
+            if (I->op == GOP_BATCHNORM || I->op == GOP_ADD)
+                c.relu_fused[l] = 1;
+        }
+    }
+    for (int l = 0; l < g->n_layers; l++)
+        lower_forward(&c, l);
+    if (g->train) {
+        for (int l = g->n_layers - 1; l >= 0; l--)
+            lower_backward(&c, l);
+    }
+    account_memory(&c);
+    if (g->train) {
+        double wb = mem->weights_bytes;
+        if (p->cores > 1)
+            emit(&c, FW_ALLREDUCE, PHASE_UPDATE, -1, (int64_t)wb, FW_GROUP_ALL,
+                 0, 0);
+        /* Momentum SGD in fp32: read w, m, g; write w, m. */
+        emit_pass(&c, PHASE_UPDATE, -1, 3 * wb, 2 * wb, wb / 4, 4);
+    }
+    emit(&c, FW_WAIT_ST, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0, 0);
+    emit(&c, FW_BARRIER, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0, 0);
+    free(c.nconsumers);
+    free(c.relu_fused);
+    if (out->oom) {
+        fw_program_free(out);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (firmware)");
+    }
+    return fw_validate(out, err);
+}

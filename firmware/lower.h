@@ -1,0 +1,36 @@
+/* lower — lowering of a partitioned graph into one core's firmware.
+ *
+ * Convolutions become sums of shifted matrix products over VMEM-sized
+ * tiles: taps are folded into K (im2col) when the input has few channels,
+ * otherwise each tap is its own 128-deep K slice; M (batch x output
+ * positions) is tiled so that double-buffered input and output tiles, the
+ * fp32 accumulators and the weights fit in VMEM; every tile loop overlaps
+ * the next tile's DMA with this tile's compute.  Elementwise layers are
+ * streaming passes HBM -> VPU -> HBM.  See docs/FIRMWARE.md for every rule.
+ */
+#ifndef FIRMWARE_LOWER_H
+#define FIRMWARE_LOWER_H
+
+#include "emu/graph.h"
+#include "emu/params.h"
+#include "emu/plan.h"
+#include "firmware/isa.h"
+
+/* What one core keeps in HBM during the step. */
+typedef struct {
+    double weights_bytes;   /* fp32 master weights (replicated) */
+    double grads_bytes;     /* fp32 gradients */
+    double opt_bytes;       /* optimizer state (momentum) */
+    double saved_bytes;     /* activations kept for the backward pass */
+    double workspace_bytes; /* largest set of transient tensors */
+    double peak_bytes;      /* the sum: what must fit in the core's HBM */
+    double useful_macs;     /* unpadded multiply-adds this core executes */
+} fw_memory;
+
+/* Lowers the step for shard `shard` of a replica (all replicas run the
+ * same program).  TPU_ERR_SYSTEM only when host memory runs out. */
+tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
+                    int shard, fw_program *out, fw_memory *mem,
+                    tpu_error *err);
+
+#endif
