@@ -62,27 +62,47 @@ void tpu_params_default(tpu_params *p, int gen)
     p->mxu_op_overhead_cycles = 0;
     p->vpu_op_overhead_cycles = 0;         /* [U] same, vector instructions */
 
-    /* HBM2, per core (half a chip).  [C] capacity: v2 16 GiB, v3 32 GiB
-     * per chip (Cloud TPU docs).  [C] bandwidth: 700 / 900 GB/s per chip
-     * (Norrie et al., IEEE Micro 2021).  [U] organisation: each core owns
-     * two HBM2 stacks of 8 x 128-bit channels (JESD235 legacy mode, BL2,
-     * 2 KiB rows, 16 banks per channel for 8 Gb dies); the pin rate is
-     * [D] set so that the peak equals the published per-core bandwidth.
-     * [U] timings: JESD235-class HBM2 speed bin (tRCD = tRP = tCL = 14 ns,
-     * tRAS = 33 ns, tRFC = 350 ns for 8 Gb, tREFI = 3.9 us). */
+    /* HBM2, per core (half a chip); model in hbm/hbm.h, docs/HBM.md.
+     * [C] capacity: v2 16 GiB, v3 32 GiB per chip (Cloud TPU docs).
+     * [C] bandwidth: 700 / 900 GB/s per chip (Norrie et al., IEEE Micro
+     * 2021).  Organisation and timings follow JEDEC JESD235A HBM2 as two
+     * published HBM2 configurations encode it:
+     *   [DS3] DRAMsim3 configs/HBM2_8Gb_x128.ini (umd-memsys/DRAMsim3,
+     *         Li et al., IEEE CAL 2020): tCK 1 ns, 128-bit channel, BL4,
+     *         4 bank groups x 4 banks, 64 columns, CL 14, tRCD 14, tRP 14,
+     *         tRAS 34, tRFC 260, tREFI 3900, tRRD_S 4, tFAW 30 (cycles of
+     *         1 ns), trans_queue_size 16, OPEN_PAGE.
+     *   [RAM] Ramulator src/HBM.h (CMU-SAFARI/ramulator), HBM 1 Gbps bin:
+     *         tCK 2 ns, nCL = nRCD = nRP = 7 (14 ns), nRAS 17 (34 ns),
+     *         nREFI 1950 (3.9 us), 16 banks, 64 columns of 128 bits.
+     * tREFI 3.9 us at normal temperature; the HBM2 part asks for 0.5x or
+     * 0.25x when hot (Intel HBM2 FPGA IP user guide 683189, "DRAM Refresh
+     * Timing": TEMP[2:0] scales tREFI) -- hbm.t_refi_ns models that.  */
     p->hbm.capacity_bytes = (v3 ? 16 : 8) * GIB;
+    /* [U] two stacks x 8 legacy-mode channels per core (a chip's 4 stacks
+     * split between its two cores). */
     p->hbm.channels = 16;
-    p->hbm.banks = 16;
-    p->hbm.bus_bytes = 16;
-    p->hbm.burst_beats = 2;
-    p->hbm.row_bytes = 2048;
+    p->hbm.banks = 16;                 /* [C] DS3, RAM: 4 groups x 4 */
+    p->hbm.bus_bytes = 16;             /* [C] JESD235A: 128-bit channel */
+    p->hbm.burst_beats = 4;            /* [C] DS3 BL4: 64 B per access */
+    p->hbm.row_bytes = 1024;           /* [C] DS3, RAM: 64 cols x 128 bit */
+    /* [U] address map: 256 B (four bursts) per channel before moving on,
+     * a common HBM controller default (small enough to spread a tile
+     * over all channels, large enough to keep a row busy). */
     p->hbm.interleave_bytes = 256;
-    p->hbm.t_rcd_ns = 14;
-    p->hbm.t_rp_ns = 14;
-    p->hbm.t_cl_ns = 14;
-    p->hbm.t_ras_ns = 33;
-    p->hbm.t_rfc_ns = 350;
-    p->hbm.t_refi_ns = 3900;
+    p->hbm.t_rcd_ns = 14;              /* [C] DS3 tRCDRD; RAM nRCD */
+    p->hbm.t_rp_ns = 14;               /* [C] DS3 tRP; RAM nRP */
+    p->hbm.t_cl_ns = 14;               /* [C] DS3 CL; RAM nCL */
+    p->hbm.t_ras_ns = 34;              /* [C] DS3 tRAS; RAM nRAS */
+    p->hbm.t_rfc_ns = 260;             /* [C] DS3 tRFC (8 Gb die) */
+    p->hbm.t_refi_ns = 3900;           /* [C] DS3 tREFI; RAM nREFI */
+    p->hbm.t_rrd_ns = 4;               /* [C] DS3 tRRD_S */
+    p->hbm.t_faw_ns = 30;              /* [C] DS3 tFAW */
+    /* [U] rows the controller opens ahead of the data (bank-level
+     * parallelism); DS3's 16-entry transaction queue. */
+    p->hbm.queue_depth = 16;
+    /* [D] pin rate set so the peak equals the published per-core
+     * bandwidth: 1.37 (v2) / 1.76 (v3) GT/s, inside HBM2's 2.0 GT/s. */
     p->hbm.data_rate_gtps = 1.0;
     hbm_set_peak_gbs(&p->hbm, v3 ? 450.0 : 350.0);
 
@@ -140,20 +160,32 @@ static const pentry table[] = {
     {{"hbm.capacity_gib", "GiB", "[C] Cloud TPU docs"},
      PK_GIB, offsetof(tpu_params, hbm.capacity_bytes), 1.0 / 1024, 1e6},
     I("hbm.channels", hbm.channels, "", 1, 1024, "[U] 2 stacks x 8"),
-    I("hbm.banks", hbm.banks, "", 1, 256, "[U] JESD235 8 Gb die"),
+    I("hbm.banks", hbm.banks, "", 1, 256, "[C] DRAMsim3/Ramulator HBM2"),
     I("hbm.bus_bytes", hbm.bus_bytes, "B", 1, 1024, "[C] JESD235 128-bit"),
     D("hbm.data_rate_gtps", hbm.data_rate_gtps, "GT/s", 0.01, 100,
       "[D] from the published bandwidth"),
-    I("hbm.burst_beats", hbm.burst_beats, "", 1, 64, "[C] JESD235 BL2"),
-    I("hbm.row_bytes", hbm.row_bytes, "B", 32, 1 << 20, "[C] JESD235 2 KiB"),
+    I("hbm.burst_beats", hbm.burst_beats, "", 1, 64,
+      "[C] DRAMsim3 HBM2 BL4"),
+    I("hbm.row_bytes", hbm.row_bytes, "B", 32, 1 << 20,
+      "[C] DRAMsim3/Ramulator HBM2: 1 KiB"),
     I("hbm.interleave_bytes", hbm.interleave_bytes, "B", 32, 1 << 24,
       "[U] address map"),
-    D("hbm.t_rcd_ns", hbm.t_rcd_ns, "ns", 0, 1000, "[U] JESD235 class"),
-    D("hbm.t_rp_ns", hbm.t_rp_ns, "ns", 0, 1000, "[U] JESD235 class"),
-    D("hbm.t_cl_ns", hbm.t_cl_ns, "ns", 0, 1000, "[U] JESD235 class"),
-    D("hbm.t_ras_ns", hbm.t_ras_ns, "ns", 0, 1000, "[U] JESD235 class"),
-    D("hbm.t_rfc_ns", hbm.t_rfc_ns, "ns", 0, 100000, "[U] JESD235 8 Gb"),
-    D("hbm.t_refi_ns", hbm.t_refi_ns, "ns", 100, 1e7, "[U] JESD235"),
+    D("hbm.t_rcd_ns", hbm.t_rcd_ns, "ns", 0, 1000,
+      "[C] DRAMsim3/Ramulator HBM2"),
+    D("hbm.t_rp_ns", hbm.t_rp_ns, "ns", 0, 1000,
+      "[C] DRAMsim3/Ramulator HBM2"),
+    D("hbm.t_cl_ns", hbm.t_cl_ns, "ns", 0, 1000,
+      "[C] DRAMsim3/Ramulator HBM2"),
+    D("hbm.t_ras_ns", hbm.t_ras_ns, "ns", 0, 1000,
+      "[C] DRAMsim3/Ramulator HBM2"),
+    D("hbm.t_rfc_ns", hbm.t_rfc_ns, "ns", 0, 100000,
+      "[C] DRAMsim3 HBM2 8 Gb"),
+    D("hbm.t_refi_ns", hbm.t_refi_ns, "ns", 100, 1e7,
+      "[C] DRAMsim3/Ramulator HBM2"),
+    D("hbm.t_rrd_ns", hbm.t_rrd_ns, "ns", 0, 1000, "[C] DRAMsim3 HBM2"),
+    D("hbm.t_faw_ns", hbm.t_faw_ns, "ns", 0, 10000, "[C] DRAMsim3 HBM2"),
+    I("hbm.queue_depth", hbm.queue_depth, "visits", 1, 4096,
+      "[U] DRAMsim3 HBM2 queue"),
     D("ici.link_gbs", ici.link_gbs, "GB/s", 0.001, 1e6, "[U] CACM 2020"),
     D("ici.hop_latency_s", ici.hop_latency_s, "s", 0, 1, "[U]"),
     D("ici.onchip_gbs", ici.onchip_gbs, "GB/s", 0.001, 1e6,

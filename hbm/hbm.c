@@ -1,4 +1,21 @@
+/* hbm — the timing model of one core's HBM2 (see hbm/hbm.h for the map
+ * and the rules, docs/HBM.md for the derivation and the curve).
+ *
+ * Why closed forms: the pod engine calls hbm_access ~1e5-1e6 times per
+ * simulated step, for blocks up to gigabytes, so a call may not walk the
+ * block burst by burst.  A contiguous block is exact per channel: its
+ * visits (runs of bursts in one bank row) go bank after bank, so only the
+ * first `banks` visits can meet a row left open by earlier calls and the
+ * rest repeat one pattern, summed in one step.  A strided block of small
+ * chunks is summarised by its repeating pattern (bursts per chunk, rows
+ * per stripe, channels it can reach).  hbm_access_reference applies the
+ * same per-visit rules chunk by chunk; the tests hold the two close.
+ */
 #include "hbm/hbm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 double hbm_peak_bps(const hbm_params *p)
 {
@@ -8,4 +25,560 @@ double hbm_peak_bps(const hbm_params *p)
 void hbm_set_peak_gbs(hbm_params *p, double gbs)
 {
     p->data_rate_gtps = gbs / ((double)p->channels * p->bus_bytes);
+}
+
+static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+static int log2i(uint64_t v)
+{
+    int l = 0;
+    while (v > 1) {
+        v >>= 1;
+        l++;
+    }
+    return l;
+}
+
+tpu_status hbm_check_params(const hbm_params *p, tpu_error *err)
+{
+    struct {
+        const char *key;
+        int v;
+    } pw[] = {{"hbm.channels", p->channels},
+              {"hbm.banks", p->banks},
+              {"hbm.bus_bytes", p->bus_bytes},
+              {"hbm.burst_beats", p->burst_beats},
+              {"hbm.row_bytes", p->row_bytes},
+              {"hbm.interleave_bytes", p->interleave_bytes}};
+    for (size_t i = 0; i < sizeof pw / sizeof pw[0]; i++)
+        if (!is_pow2(pw[i].v))
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s=%d: the address map needs a power of two",
+                            pw[i].key, pw[i].v);
+    int64_t burst = (int64_t)p->bus_bytes * p->burst_beats;
+    if (burst > p->interleave_bytes)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "hbm.interleave_bytes=%d is smaller than one burst "
+                        "(%lld bytes)", p->interleave_bytes, (long long)burst);
+    if (p->interleave_bytes > p->row_bytes)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "hbm.interleave_bytes=%d exceeds hbm.row_bytes=%d",
+                        p->interleave_bytes, p->row_bytes);
+    if (!(p->data_rate_gtps > 0) || !(p->capacity_bytes > 0))
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "hbm: data rate and capacity must be positive");
+    if (p->capacity_bytes < (double)p->row_bytes * p->channels * p->banks)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "hbm.capacity_gib: less than one row per bank");
+    if (!(p->t_refi_ns > 0) || p->t_rfc_ns < 0 || p->t_rfc_ns >= p->t_refi_ns)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "hbm.t_rfc_ns must be below hbm.t_refi_ns");
+    if (p->t_rcd_ns < 0 || p->t_rp_ns < 0 || p->t_cl_ns < 0 ||
+        p->t_ras_ns < 0 || p->t_rrd_ns < 0 || p->t_faw_ns < 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "hbm: negative timing");
+    if (p->queue_depth < 1)
+        return tpu_fail(err, TPU_ERR_INPUT, "hbm.queue_depth must be >= 1");
+    return TPU_OK;
+}
+
+/* Per-channel work gathered during one call. */
+typedef struct {
+    double bursts;
+    double exposed;  /* activate/precharge time not hidden behind data */
+    double nact;
+    double lat0;     /* latency before the first burst (idle channel) */
+    int touched;
+} chw;
+
+struct hbm {
+    hbm_params p;
+    int C, B, lC, lB, lI, lR, lBB, lupr;
+    uint64_t I, R, BB, upr, Z, cap;
+    /* seconds */
+    double t_burst, rcd, rp, cl, ras, rfc, refi, actrate;
+    double Q;
+    /* channel state */
+    double *free_at, *last_d, *phase;
+    int *last_bank;
+    int64_t *last_row, *epoch, *open_row; /* open_row[ch * B + bank] */
+    /* scratch for one call */
+    chw *acc, *scratch;
+    double *s0;
+    unsigned char *piped;
+    hbm_stats st;
+};
+
+hbm *hbm_new(const hbm_params *p)
+{
+    if (hbm_check_params(p, NULL) != TPU_OK)
+        return NULL;
+    hbm *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->p = *p;
+    h->C = p->channels;
+    h->B = p->banks;
+    h->I = (uint64_t)p->interleave_bytes;
+    h->R = (uint64_t)p->row_bytes;
+    h->BB = (uint64_t)p->bus_bytes * (uint64_t)p->burst_beats;
+    h->upr = h->R / h->I;
+    h->Z = h->R * (uint64_t)h->C;
+    h->lC = log2i((uint64_t)h->C);
+    h->lB = log2i((uint64_t)h->B);
+    h->lI = log2i(h->I);
+    h->lR = log2i(h->R);
+    h->lBB = log2i(h->BB);
+    h->lupr = log2i(h->upr);
+    /* Whole stripes of all banks only: the map stays a bijection. */
+    uint64_t unit = h->Z * (uint64_t)h->B;
+    h->cap = (uint64_t)(p->capacity_bytes / (double)unit) * unit;
+    h->t_burst = (double)p->burst_beats / (p->data_rate_gtps * 1e9);
+    h->rcd = p->t_rcd_ns * 1e-9;
+    h->rp = p->t_rp_ns * 1e-9;
+    h->cl = p->t_cl_ns * 1e-9;
+    h->ras = p->t_ras_ns * 1e-9;
+    h->rfc = p->t_rfc_ns * 1e-9;
+    h->refi = p->t_refi_ns * 1e-9;
+    h->actrate = fmax(p->t_rrd_ns, p->t_faw_ns / 4.0) * 1e-9;
+    h->Q = p->queue_depth;
+    size_t C = (size_t)h->C, CB = C * (size_t)h->B;
+    h->free_at = calloc(C, sizeof *h->free_at);
+    h->last_d = calloc(C, sizeof *h->last_d);
+    h->phase = calloc(C, sizeof *h->phase);
+    h->last_bank = calloc(C, sizeof *h->last_bank);
+    h->last_row = calloc(C, sizeof *h->last_row);
+    h->epoch = calloc(C, sizeof *h->epoch);
+    h->open_row = calloc(CB, sizeof *h->open_row);
+    h->acc = calloc(C, sizeof *h->acc);
+    h->scratch = calloc(C, sizeof *h->scratch);
+    h->s0 = calloc(C, sizeof *h->s0);
+    h->piped = calloc(C, 1);
+    if (!h->free_at || !h->last_d || !h->phase || !h->last_bank ||
+        !h->last_row || !h->epoch || !h->open_row || !h->acc ||
+        !h->scratch || !h->s0 || !h->piped) {
+        hbm_free(h);
+        return NULL;
+    }
+    /* [U] every channel refreshes all its banks (REFab) on the same
+     * tick, the first one tREFI after power-on.  Staggered channels would
+     * make any block striped over all of them meet a refresh within
+     * tREFI / channels, so a small probe's time would hang on the phase;
+     * aligned, a block pays one tRFC per tREFI it lasts, which is the
+     * long-run cost either way.  Kept per channel to allow staggering. */
+    for (int c = 0; c < h->C; c++)
+        h->phase[c] = h->refi;
+    hbm_reset(h);
+    return h;
+}
+
+void hbm_free(hbm *h)
+{
+    if (!h)
+        return;
+    free(h->free_at);
+    free(h->last_d);
+    free(h->phase);
+    free(h->last_bank);
+    free(h->last_row);
+    free(h->epoch);
+    free(h->open_row);
+    free(h->acc);
+    free(h->scratch);
+    free(h->s0);
+    free(h->piped);
+    free(h);
+}
+
+void hbm_reset(hbm *h)
+{
+    for (int c = 0; c < h->C; c++) {
+        h->free_at[c] = 0;
+        h->last_d[c] = 0;
+        h->last_bank[c] = -1;
+        h->last_row[c] = -1;
+        h->epoch[c] = 0;
+    }
+    for (int i = 0; i < h->C * h->B; i++)
+        h->open_row[i] = -1;
+    memset(&h->st, 0, sizeof h->st);
+}
+
+void hbm_get_stats(const hbm *h, hbm_stats *out) { *out = h->st; }
+
+/* ---- refresh: channel c is blocked on [phase + k tREFI, + tRFC) ------- */
+
+static double refresh_count(const hbm *h, int c, double t)
+{
+    double y = t - h->phase[c];
+    return y < 0 ? 0 : floor(y / h->refi) + 1;
+}
+
+/* Time the channel could work in [0, t). */
+static double avail(const hbm *h, int c, double t)
+{
+    double y = t - h->phase[c];
+    if (y <= 0)
+        return t;
+    double k = floor(y / h->refi);
+    return t - (k * h->rfc + fmin(y - k * h->refi, h->rfc));
+}
+
+/* Smallest t with avail(t) >= f. */
+static double avail_inv(const hbm *h, int c, double f)
+{
+    double ph = h->phase[c];
+    if (f <= ph)
+        return f;
+    double a = h->refi - h->rfc, z = f - ph;
+    double k = floor(z / a), rem = z - k * a;
+    return ph + k * h->refi + (rem > 0 ? h->rfc + rem : 0);
+}
+
+/* ---- per-visit rules ----------------------------------------------------- */
+
+/* First touch of channel c in this call: drop rows a refresh closed. */
+static void touch(hbm *h, chw *acc, int c)
+{
+    if (acc[c].touched)
+        return;
+    acc[c].touched = 1;
+    double k = refresh_count(h, c, h->s0[c]);
+    if ((double)h->epoch[c] != k) {
+        for (int b = 0; b < h->B; b++)
+            h->open_row[c * h->B + b] = -1;
+        h->last_row[c] = -1;
+    }
+}
+
+/* Activate cost of a miss to bank (c, b) following a visit of data d. */
+static double miss_cost(const hbm *h, int c, int b, double tact)
+{
+    double d = h->last_d[c];
+    if (b == h->last_bank[c])   /* same bank: no overlap, tRAS holds it */
+        return fmax(h->rp + h->rcd, h->ras + h->rp - d);
+    return fmax(0.0, tact - h->Q * d);
+}
+
+/* One run of nb bursts in row `row` of bank b of channel c. */
+static void visit(hbm *h, chw *acc, int c, int b, int64_t row, double nb)
+{
+    chw *a = &acc[c];
+    int first = !a->touched;
+    touch(h, acc, c);
+    double d = nb * h->t_burst;
+    int64_t *orow = &h->open_row[c * h->B + b];
+    a->bursts += nb;
+    if (*orow == row) {
+        if (first && !h->piped[c])
+            a->lat0 = h->cl;
+        if (b == h->last_bank[c] && row == h->last_row[c])
+            h->last_d[c] += d;
+        else
+            h->last_d[c] = d;
+    } else {
+        double tact = (*orow >= 0 ? h->rp : 0) + h->rcd;
+        a->nact += 1;
+        if (first && !h->piped[c])
+            a->lat0 = h->cl + tact;
+        else
+            a->exposed += miss_cost(h, c, b, tact);
+        *orow = row;
+        h->last_d[c] = d;
+    }
+    h->last_bank[c] = b;
+    h->last_row[c] = row;
+}
+
+/* Bursts touched by bytes [lo, hi) (hi > lo). */
+static double bursts_in(const hbm *h, uint64_t lo, uint64_t hi)
+{
+    return (double)(((hi - 1) >> h->lBB) - (lo >> h->lBB) + 1);
+}
+
+/* A contiguous block [x, x + L) inside the capacity. */
+static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
+{
+    uint64_t end = x + L, u0 = x >> h->lI, u1 = (end - 1) >> h->lI;
+    uint64_t Cm = (uint64_t)h->C - 1, Bm = (uint64_t)h->B - 1;
+    if (u1 - u0 < (uint64_t)h->C) { /* at most one unit per channel */
+        for (uint64_t u = u0; u <= u1; u++) {
+            uint64_t lo = u << h->lI, hi = lo + h->I;
+            if (lo < x)
+                lo = x;
+            if (hi > end)
+                hi = end;
+            uint64_t w = (u >> h->lC) >> h->lupr;
+            visit(h, acc, (int)(u & Cm), (int)(w & Bm), (int64_t)(w >> h->lB),
+                  bursts_in(h, lo, hi));
+        }
+        return;
+    }
+    double bpu = (double)(h->I >> h->lBB);
+    double head = (double)((x & (h->I - 1)) >> h->lBB);
+    double tail = (double)((h->I - 1 - ((end - 1) & (h->I - 1))) >> h->lBB);
+    double full = bpu * (double)h->upr, dfull = full * h->t_burst;
+    for (uint64_t j = 0; j < (uint64_t)h->C; j++) {
+        int c = (int)((u0 + j) & Cm);
+        uint64_t uf = u0 + j;
+        uint64_t ul = u1 - ((u1 - (uint64_t)c) & Cm);
+        uint64_t vf = uf >> h->lC, vl = ul >> h->lC;
+        uint64_t wf = vf >> h->lupr, wl = vl >> h->lupr, nv = wl - wf + 1;
+        double hs = j == 0 ? head : 0, ts = ul == u1 ? tail : 0;
+        uint64_t nx = nv < (uint64_t)h->B + 1 ? nv : (uint64_t)h->B + 1;
+        for (uint64_t k = 0; k < nx; k++) {
+            uint64_t w = wf + k;
+            uint64_t ua = k == 0 ? vf : w << h->lupr;
+            uint64_t ub = k == nv - 1 ? vl : ((w + 1) << h->lupr) - 1;
+            double nb = (double)(ub - ua + 1) * bpu - (k == 0 ? hs : 0) -
+                        (k == nv - 1 ? ts : 0);
+            visit(h, acc, c, (int)(w & Bm), (int64_t)(w >> h->lB), nb);
+        }
+        if (nv <= nx)
+            continue;
+        /* Visits nx .. nv-2: full rows, each a miss in a bank this call
+         * already moved to an earlier row. */
+        uint64_t m = nv - 1 - nx;
+        if (m > 0) {
+            chw *a = &acc[c];
+            double e = h->B == 1 ? fmax(h->rp + h->rcd, h->ras + h->rp - dfull)
+                                 : fmax(0.0, h->rp + h->rcd - h->Q * dfull);
+            a->bursts += (double)m * full;
+            a->nact += (double)m;
+            a->exposed += (double)m * e;
+            uint64_t wp = wl - 1;
+            h->last_d[c] = dfull;
+            h->last_bank[c] = (int)(wp & Bm);
+            h->last_row[c] = (int64_t)(wp >> h->lB);
+        }
+        uint64_t lo = wl << h->lupr;
+        double nb = (double)(vl - lo + 1) * bpu - ts;
+        visit(h, acc, c, (int)(wl & Bm), (int64_t)(wl >> h->lB), nb);
+        /* The rows this call leaves open: its last visit in each bank. */
+        uint64_t k0 = nv > (uint64_t)h->B ? nv - (uint64_t)h->B : 0;
+        for (uint64_t k = k0; k < nv; k++) {
+            uint64_t w = wf + k;
+            h->open_row[c * h->B + (int)(w & Bm)] = (int64_t)(w >> h->lB);
+        }
+    }
+}
+
+static void seg(hbm *h, chw *acc, uint64_t x, uint64_t L)
+{
+    x %= h->cap;
+    while (L > 0) {
+        uint64_t n = h->cap - x < L ? h->cap - x : L;
+        seg_nowrap(h, acc, x, n);
+        L -= n;
+        x = 0;
+    }
+}
+
+/* ---- strided blocks of small chunks: the repeating pattern --------------- */
+
+static uint64_t gcd_u(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Chunks smaller than a stripe, stride > chunk.  Per chunk: its bursts and
+ * the interleave units it spans (averaged over the alignment pattern,
+ * exact when the pattern repeats within 64 chunks).  Rows: a stride below
+ * one stripe (row_bytes x channels) opens one row per channel reached per
+ * stripe; a larger stride opens a row for every unit of every chunk.
+ * Channels: a stride that is a multiple of the interleave unit steps the
+ * channel by (stride / unit) mod channels, reaching channels / gcd of them
+ * (a 4 KiB stride with 16 x 256 B interleave camps on one channel). */
+static void strided(hbm *h, chw *acc, const hbm_xfer *x)
+{
+    uint64_t a = x->addr % h->cap, c = x->chunk_bytes, S = x->stride;
+    double n = (double)x->nchunks;
+    uint64_t low = S & (~S + 1); /* lowest set bit of S */
+    uint64_t qb = h->BB / (low < h->BB ? low : h->BB);
+    uint64_t qu = h->I / (low < h->I ? low : h->I);
+    if (qb > 64)
+        qb = 64;
+    if (qu > 64)
+        qu = 64;
+    double sb = 0, su = 0;
+    for (uint64_t j = 0; j < qb; j++) {
+        uint64_t o = (a + j * S) & (h->BB - 1);
+        sb += (double)((o + c - 1) >> h->lBB) + 1;
+    }
+    for (uint64_t j = 0; j < qu; j++) {
+        uint64_t o = (a + j * S) & (h->I - 1);
+        double u = (double)((o + c - 1) >> h->lI) + 1;
+        su += u < h->C ? u : h->C;
+    }
+    double bpc = sb / (double)qb, upc = su / (double)qu;
+    int C = h->C;
+    /* Channels reached. */
+    int used = 0;
+    uint64_t u0 = a >> h->lI;
+    uint64_t cyc = (uint64_t)C, step = 1;
+    if ((S & (h->I - 1)) == 0) {
+        step = (S >> h->lI) & (uint64_t)(C - 1);
+        cyc = (uint64_t)C / gcd_u(step, (uint64_t)C);
+        if (cyc > (uint64_t)x->nchunks)
+            cyc = x->nchunks;
+    }
+    int span = (int)ceil(upc);
+    for (int ch = 0; ch < C; ch++)
+        h->scratch[ch].touched = 0;
+    for (uint64_t j = 0; j < cyc; j++)
+        for (int t = 0; t < span; t++) {
+            int ch = (int)((u0 + j * step + (uint64_t)t) & (uint64_t)(C - 1));
+            if (!h->scratch[ch].touched) {
+                h->scratch[ch].touched = 1;
+                used++;
+            }
+        }
+    /* Row activations. */
+    double nact, conflict = h->B == 1;
+    if (S < h->Z) {
+        uint64_t last = a + (x->nchunks - 1) * S + c - 1;
+        double nstr = (double)((last / h->Z) - (a / h->Z) + 1);
+        double k = ceil((double)h->Z / (double)S);
+        double cps = fmin((double)used, k * upc);
+        nact = fmin(nstr * cps, n * upc);
+    } else {
+        nact = n * upc;
+        double r = fmax(1.0, floor((double)used / upc));
+        uint64_t rs = (uint64_t)r * S;
+        if (rs % h->Z == 0 && ((rs / h->Z) & (uint64_t)(h->B - 1)) == 0)
+            conflict = 1;
+    }
+    double bch = n * bpc / used, ach = fmax(1.0, nact / used);
+    double dv = bch / ach * h->t_burst;
+    double e = conflict ? fmax(h->rp + h->rcd, h->ras + h->rp - dv)
+                        : fmax(0.0, h->rp + h->rcd - h->Q * dv);
+    for (int ch = 0; ch < C; ch++) {
+        if (!h->scratch[ch].touched)
+            continue;
+        int first = !acc[ch].touched;
+        touch(h, acc, ch);
+        chw *w = &acc[ch];
+        double tact = (h->last_row[ch] >= 0 ? h->rp : 0) + h->rcd;
+        if (first && !h->piped[ch])
+            w->lat0 = h->cl + tact;
+        else
+            w->exposed += miss_cost(h, ch, -2, tact);
+        w->bursts += bch;
+        w->nact += ach;
+        w->exposed += (ach - 1) * e;
+        h->last_d[ch] = dv;
+    }
+    /* The rows the last chunks leave open. */
+    uint64_t m = x->nchunks < 32 ? x->nchunks : 32;
+    for (uint64_t j = x->nchunks - m; j < x->nchunks; j++) {
+        uint64_t ad = (a + j * S) % h->cap, u = ad >> h->lI;
+        uint64_t w = (u >> h->lC) >> h->lupr;
+        int ch = (int)(u & (uint64_t)(C - 1)), b = (int)(w & (uint64_t)(h->B - 1));
+        if (!acc[ch].touched)
+            continue;
+        h->open_row[ch * h->B + b] = (int64_t)(w >> h->lB);
+        h->last_bank[ch] = b;
+        h->last_row[ch] = (int64_t)(w >> h->lB);
+    }
+}
+
+/* ---- one call --------------------------------------------------------------- */
+
+static void begin(hbm *h, double t0)
+{
+    for (int c = 0; c < h->C; c++) {
+        h->acc[c] = (chw){0, 0, 0, 0, 0};
+        h->piped[c] = h->free_at[c] > t0;
+        h->s0[c] = h->piped[c] ? h->free_at[c] : t0;
+    }
+}
+
+static double finish(hbm *h, double t0, const hbm_xfer *x)
+{
+    double done = t0;
+    for (int c = 0; c < h->C; c++) {
+        chw *a = &h->acc[c];
+        if (!a->touched)
+            continue;
+        double s = h->s0[c];
+        double work = a->lat0 + fmax(a->bursts * h->t_burst + a->exposed,
+                                     a->nact * h->actrate);
+        double f0 = avail(h, c, s);
+        double end = avail_inv(h, c, f0 + work);
+        double nref = refresh_count(h, c, end) - refresh_count(h, c, s);
+        if (nref > 0) /* the refresh closed the streaming row: reopen it */
+            end = avail_inv(h, c, f0 + work + nref * h->rcd);
+        nref = refresh_count(h, c, end) - refresh_count(h, c, s);
+        h->free_at[c] = end;
+        h->epoch[c] = (int64_t)refresh_count(h, c, end);
+        h->st.bursts += a->bursts;
+        h->st.activates += a->nact;
+        h->st.refreshes += nref;
+        h->st.busy_s += end - s;
+        if (end > done)
+            done = end;
+    }
+    double bytes = (double)x->chunk_bytes * (double)x->nchunks;
+    if (x->is_write)
+        h->st.bytes_written += bytes;
+    else
+        h->st.bytes_read += bytes;
+    return done;
+}
+
+static int empty(const hbm_xfer *x)
+{
+    return x->chunk_bytes == 0 || x->nchunks == 0;
+}
+
+double hbm_access(hbm *h, double t_start, const hbm_xfer *x)
+{
+    if (empty(x))
+        return t_start;
+    begin(h, t_start);
+    uint64_t c = x->chunk_bytes, S = x->stride < c ? c : x->stride;
+    if (S == c || x->nchunks == 1) {
+        seg(h, h->acc, x->addr, c * x->nchunks);
+    } else if (c >= h->Z) {
+        /* Chunks of a stripe or more: each is a contiguous block whose
+         * channel loads are even; the third chunk stands for the rest. */
+        uint64_t k = x->nchunks < 3 ? x->nchunks : 3;
+        for (uint64_t i = 0; i + 1 < k; i++)
+            seg(h, h->acc, x->addr + i * S, c);
+        memcpy(h->scratch, h->acc, (size_t)h->C * sizeof *h->acc);
+        seg(h, h->acc, x->addr + (k - 1) * S, c);
+        double more = (double)(x->nchunks - k);
+        for (int ch = 0; ch < h->C && more > 0; ch++) {
+            chw *a = &h->acc[ch], *b = &h->scratch[ch];
+            a->bursts += more * (a->bursts - b->bursts);
+            a->nact += more * (a->nact - b->nact);
+            a->exposed += more * (a->exposed - b->exposed);
+        }
+        if (more > 0) { /* leave the rows of the last chunk open */
+            for (int ch = 0; ch < h->C; ch++)
+                h->scratch[ch] = h->acc[ch];
+            seg(h, h->scratch, x->addr + (x->nchunks - 1) * S, c);
+        }
+    } else {
+        strided(h, h->acc, x);
+    }
+    return finish(h, t_start, x);
+}
+
+double hbm_access_reference(hbm *h, double t_start, const hbm_xfer *x)
+{
+    if (empty(x))
+        return t_start;
+    begin(h, t_start);
+    uint64_t c = x->chunk_bytes, S = x->stride < c ? c : x->stride;
+    if (S == c)
+        seg(h, h->acc, x->addr, c * x->nchunks);
+    else
+        for (uint64_t i = 0; i < x->nchunks; i++)
+            seg(h, h->acc, x->addr + i * S, c);
+    return finish(h, t_start, x);
 }

@@ -1,0 +1,90 @@
+/* `tpuemu probe hbm`: one JSON object per run, the same bytes every run,
+ * strided slower than sequential, and exit 2/3 on bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test/harness.h"
+
+static double field(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+void th_suite_hbm_probe(th_ctx *t)
+{
+    th_cmd_result r, r2;
+    const char *bin = th_bin();
+
+    th_case(t, "probe hbm prints one JSON object with the pinned keys");
+    th_run(&r, "%s probe hbm --gen v3 --bytes 1073741824", bin);
+    TH_CHECKF(t, r.status == 0, "status %d: %s", r.status, r.err);
+    TH_CHECKF(t, strncmp(r.out, "{\"gen\":\"v3\",\"bytes\":1073741824,"
+                                "\"seconds\":", 40) == 0, "%s", r.out);
+    double g = field(r.out, "gbps"), s = field(r.out, "seconds");
+    TH_CHECKF(t, g > 0.85 * 450 && g <= 450, "%s", r.out);
+    TH_CHECKF(t, s > 0 && g * s * 1e9 > 1073741824 * 0.999 &&
+                     g * s * 1e9 < 1073741824 * 1.001, "%s", r.out);
+    int lines = 0;
+    for (const char *p = r.out; *p; p++)
+        lines += *p == '\n';
+    TH_CHECK(t, lines == 1);
+
+    th_case(t, "probe hbm is deterministic");
+    th_run(&r2, "%s probe hbm --gen v3 --bytes 1073741824", bin);
+    TH_CHECK(t, strcmp(r.out, r2.out) == 0);
+
+    th_case(t, "probe hbm v2 and strided: keys, and slower than peak");
+    th_run(&r, "%s probe hbm --gen v2 --bytes 1048576 --stride 4096 "
+               "--chunk 64", bin);
+    TH_CHECKF(t, r.status == 0, "status %d: %s", r.status, r.err);
+    TH_CHECKF(t, strstr(r.out, "\"gen\":\"v2\"") &&
+                     strstr(r.out, "\"stride\":4096") &&
+                     strstr(r.out, "\"chunk\":64"), "%s", r.out);
+    TH_CHECKF(t, field(r.out, "gbps") > 0 && field(r.out, "gbps") < 100,
+              "%s", r.out);
+    th_run(&r2, "%s probe hbm --gen v2 --bytes 1048576", bin);
+    TH_CHECK(t, field(r2.out, "gbps") > 2 * field(r.out, "gbps"));
+
+    th_case(t, "probe hbm --set changes the model (no refresh is faster)");
+    th_run(&r, "%s probe hbm --bytes 268435456", bin);
+    th_run(&r2, "%s probe hbm --bytes 268435456 --set hbm.t_rfc_ns=0", bin);
+    TH_CHECKF(t, r2.status == 0 && field(r2.out, "seconds") <
+                                       field(r.out, "seconds"),
+              "%s / %s", r.out, r2.out);
+
+    th_case(t, "probe hbm refuses bad input with exit 2");
+    const char *bad[] = {
+        "--gen v4 --bytes 1024",
+        "--bytes 0",
+        "--bytes -5",
+        "--bytes abc",
+        "--gen v3",
+        "--bytes 1024 --stride 256",
+        "--bytes 1024 --chunk 64",
+        "--bytes 1024 --stride 32 --chunk 64",
+        "--bytes 1000 --stride 256 --chunk 64",
+        "--bytes 1024 --stride 256 --chunk 0",
+        "--bytes 1024 --frobnicate",
+        "--bytes 1024 --set hbm.nope=1",
+        "--bytes 1024 --set hbm.channels=12",
+        "--bytes",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        th_run(&r, "%s probe hbm %s", bin, bad[i]);
+        TH_CHECKF(t, r.status == 2 && strstr(r.err, "tpuemu: error:") &&
+                         r.out[0] == '\0',
+                  "'%s': status %d, err '%s'", bad[i], r.status, r.err);
+    }
+
+    th_case(t, "probe hbm: a block larger than the core's HBM exits 3");
+    th_run(&r, "%s probe hbm --gen v2 --bytes 17179869184", bin);
+    TH_CHECKF(t, r.status == 3 && strstr(r.err, "HBM"), "status %d: %s",
+              r.status, r.err);
+    th_run(&r, "%s probe hbm --gen v3 --bytes 17179869184", bin);
+    TH_CHECKF(t, r.status == 0, "v3 has 16 GiB: status %d %s", r.status,
+              r.err);
+}
