@@ -1,0 +1,74 @@
+/* view_app — state shared by the SDL viewer's files (emu/view_*.c).  The
+ * viewer is a front end: it reads an emu_result through emu/result.h and
+ * draws with emu/chart.h and emu/font.h; nothing in the core sees SDL. */
+#ifndef EMU_VIEW_APP_H
+#define EMU_VIEW_APP_H
+
+#include <SDL.h>
+
+#include "emu/result.h"
+
+enum { VIEW_TIMELINE, VIEW_TORUS, VIEW_BARS, VIEW_PANELS };
+
+/* One core's events on one unit, sorted by start, with the running maximum
+ * of the ends: a binary search then finds the first event visible at a
+ * time even when events overlap, so a frame costs O(pixels x log events)
+ * per row however many events a run has. */
+typedef struct {
+    uint32_t *idx;   /* indices into the core's events */
+    double *pmax;    /* pmax[i] = max t1 of idx[0..i] */
+    size_t n;
+} view_lane;
+
+typedef struct {
+    emu_result r;
+    int loaded;           /* r is filled */
+    int has_events;
+    view_lane *lanes;     /* cores x UNIT_COUNT */
+    char source[300];     /* file name or "demo" */
+    int demo;             /* 0, or the demo's core count */
+
+    SDL_Window *win;
+    SDL_Renderer *ren;
+    SDL_Texture *font;
+    SDL_Texture *bars;    /* the bar chart, rendered by chart.c */
+    int bars_w, bars_h;
+    int W, H;
+
+    int panel, help, units;
+    double v0, v1;        /* visible time window, seconds */
+    int row0;             /* first core shown in the timeline */
+    int mx, my;           /* mouse */
+    int dragging, drag_x;
+    double drag_v0, drag_v1;
+    int sel_core, sel_unit;
+    long sel_ev;          /* selected event, -1: none */
+    int quit;
+} view_app;
+
+/* Layout, pixels. */
+#define VIEW_HEADER 30
+#define VIEW_FOOTER 40
+#define VIEW_LABELS 130
+#define VIEW_AXIS 24
+
+/* view_demo.c: a synthetic result shaped like a real run, for developing
+ * and screenshotting without the engine (cores: 64 or 2048). */
+int view_demo_build(emu_result *r, int cores);
+
+/* view_draw.c */
+int view_font_init(view_app *a);
+void view_draw(view_app *a);
+void view_text(view_app *a, int x, int y, const char *s, int scale,
+               uint32_t rgb);
+int view_rows_visible(const view_app *a);
+int view_row_height(const view_app *a);
+/* The event under pixel (x, y) in the timeline; returns 1 and fills core,
+ * unit and event index when there is one. */
+int view_pick(const view_app *a, int x, int y, int *core, int *unit,
+              long *ev);
+/* Index lanes for a (after r changes). */
+int view_index(view_app *a);
+void view_unindex(view_app *a);
+
+#endif
