@@ -99,7 +99,7 @@ static void row(const char *what, double base, double now, const char *mark)
 {
     char p[32];
     pct(p, sizeof p, rel(base, now));
-    printf("%-24s %12.6f %12.6f %10s%s%s\n", what, base, now, p,
+    printf("%-24s %12.6g %12.6g %10s%s%s\n", what, base, now, p,
            *mark ? "  " : "", mark);
 }
 
@@ -162,7 +162,7 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
 
     if (!step_regressed && !core_regressed && !fit_lost) {
         pct(q, sizeof q, worst_core);
-        printf("ok: %s on %s: step time %.6f s -> %.6f s (%s; slowest-"
+        printf("ok: %s on %s: step time %.6g s -> %.6g s (%s; slowest-"
                "changing core %s), within %.2f%%\n",
                n->trace, n->system, b->step_time_s, n->step_time_s, p, q,
                100 * tol);
@@ -171,7 +171,7 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         return 0;
     }
 
-    printf("REGRESSION: %s on %s: step time %.6f s -> %.6f s (%s), "
+    printf("REGRESSION: %s on %s: step time %.6g s -> %.6g s (%s), "
            "tolerance %.2f%%\n",
            n->trace, n->system, b->step_time_s, n->step_time_s, p,
            100 * tol);

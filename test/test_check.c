@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/params.h"
 #include "emu/report.h"
 #include "test/harness.h"
 
@@ -156,4 +157,41 @@ void th_suite_check(th_ctx *t)
     TH_CHECK(t, c.status == 2);
     th_run(&c, "%s check --baseline %s %s --tolerance x", th_bin(), base, base);
     TH_CHECK(t, c.status == 2);
+
+    th_case(t, "the engine: same run twice is byte-identical and passes");
+    char r1[512], r2[512], r3[512];
+    const char *trace = "traces/small/tiny2d.json";
+    snprintf(r1, sizeof r1, "%s/gate1.json", th_tmpdir());
+    snprintf(r2, sizeof r2, "%s/gate2.json", th_tmpdir());
+    snprintf(r3, sizeof r3, "%s/gate3.json", th_tmpdir());
+    th_run(&c, "%s run %s --report %s --quiet && %s run %s --report %s "
+               "--quiet && cmp %s %s && %s check --baseline %s %s",
+           th_bin(), trace, r1, th_bin(), trace, r2, r1, r2, th_bin(), r1, r2);
+    /* cmp fails the chain if the two reports differ by one byte. */
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "ok: "),
+              "status %d: %s%s", c.status, c.out, c.err);
+
+    th_case(t, "the gate fails on halved HBM bandwidth, naming hbm_stall");
+    {
+        tpu_params p;
+        double bw = 0;
+        tpu_error err = {0};
+        tpu_params_default(&p, 3);
+        TH_CHECK(t, tpu_params_get(&p, "hbm.bandwidth_gbs", &bw, &err) ==
+                        TPU_OK && bw > 0);
+        th_run(&c, "%s run %s --set hbm.bandwidth_gbs=%g --report %s --quiet",
+               th_bin(), trace, bw / 2, r3);
+        TH_CHECKF(t, c.status == 0, "run: %d %s", c.status, c.err);
+        th_run(&c, "%s check --baseline %s %s", th_bin(), r1, r3);
+        TH_CHECKF(t, c.status == 1, "status %d: %s%s", c.status, c.out, c.err);
+        row = strstr(c.out, "\n  hbm_stall ");
+        TH_CHECKF(t, row && strstr(row, "grew") &&
+                         strstr(row, "grew") < strchr(row + 1, '\n'),
+                  "out: %s", c.out);
+        row = strstr(c.out, "\n  mxu ");
+        TH_CHECKF(t, row && (!strstr(row, "grew") ||
+                             strstr(row, "grew") > strchr(row + 1, '\n')),
+                  "mxu marked: %s", c.out);
+        TH_CHECK(t, strstr(c.out, "hbm.bandwidth_gbs=") != NULL);
+    }
 }
