@@ -193,7 +193,7 @@ static size_t lane_first(const view_lane *L, double t)
 
 int view_row_height(const view_app *a)
 {
-    return a->units ? 14 + 4 * 8 + 6 : 16;
+    return a->units ? 14 + 4 * 12 + 6 : 16;
 }
 
 int view_rows_visible(const view_app *a)
@@ -264,7 +264,7 @@ static double nice(double range, int want)
 static void draw_timeline(view_app *a)
 {
     int top = VIEW_HEADER + VIEW_AXIS, xr = a->W - 10;
-    char buf[200], tb[64];
+    char buf[200];
     /* Time axis in ms. */
     double step = nice((a->v1 - a->v0) * 1e3, 8) / 1e3;
     for (double t = ceil(a->v0 / step) * step; t <= a->v1; t += step) {
@@ -296,9 +296,9 @@ static void draw_timeline(view_app *a)
         draw_lane(a, c, UNIT_CORE, y, 13);
         if (a->units)
             for (int u = 1; u < UNIT_COUNT; u++) {
-                int yy = y + 14 + (u - 1) * 8;
-                view_text(a, VIEW_LABELS - 8 - 6 * (int)strlen(ul[u]), yy - 3, ul[u], 1, C_MUTED);
-                draw_lane(a, c, u, yy + 1, 6);
+                int yy = y + 14 + (u - 1) * 12;
+                view_text(a, VIEW_LABELS - 8 - 6 * (int)strlen(ul[u]), yy - 1, ul[u], 1, C_MUTED);
+                draw_lane(a, c, u, yy + 2, 8);
             }
         /* The step's end, where idle stops. */
         int xe = (int)x_of_t(a, pc->step_time_s);
@@ -312,11 +312,6 @@ static void draw_timeline(view_app *a)
         fill(a, a->W - 6, top, 4, h, 0xE0E0E0);
         fill(a, a->W - 6, by, 4, bh < 6 ? 6 : bh, 0x808080);
     }
-    fmt_t(tb, sizeof tb, a->v1 - a->v0);
-    snprintf(buf, sizeof buf, "cores %d-%d of %d, window %s", a->row0,
-             a->row0 + nv - 1 < a->r.cores - 1 ? a->row0 + nv - 1 : a->r.cores - 1,
-             a->r.cores, tb);
-    view_text(a, xr - 6 * (int)strlen(buf), VIEW_HEADER + 5, buf, 1, C_MUTED);
 }
 
 int view_pick(const view_app *a, int x, int y, int *core, int *unit, long *ev)
@@ -333,7 +328,7 @@ int view_pick(const view_app *a, int x, int y, int *core, int *unit, long *ev)
     if (dy >= 14) {
         if (!a->units)
             return 0;
-        u = 1 + (dy - 14) / 8;
+        u = 1 + (dy - 14) / 12;
         if (u >= UNIT_COUNT)
             return 0;
     }
@@ -442,7 +437,9 @@ static void draw_torus(view_app *a)
     torus_geom(a, &cell, &ox, &oy);
     torus_dims(a, &dx, &dy);
     int chip = cell * 55 / 100, gap = cell - chip;
-    int lw = gap / 3 < 1 ? 1 : gap / 3; /* link stroke: one per direction */
+    int lw = gap / 3 < cell / 10 ? gap / 3 : cell / 10; /* one stroke per direction */
+    if (lw < 1)
+        lw = 1;
     char buf[200];
     snprintf(buf, sizeof buf,
              "%d x %d chips (x right, y down); links coloured by utilization "
@@ -456,14 +453,20 @@ static void draw_torus(view_app *a)
          * lower stroke.  Same for y with left/right strokes.  Wrap links
          * (full pods) are drawn as stubs at the far edge. */
         int mid = py + chip / 2, midx = px + chip / 2;
-        fill(a, px + chip, mid - lw, gap, lw, heat(link_util(a, ch, 0)));
         int nb = (x + 1 < dx) ? ch + 1 : ch - x;
-        if (nb < a->r.chips)
-            fill(a, px + chip, mid + 1, gap, lw, heat(link_util(a, nb, 1)));
-        fill(a, midx - lw, py + chip, lw, gap, heat(link_util(a, ch, 2)));
         int nby = (y + 1 < dy) ? ch + dx : x;
-        if (nby < a->r.chips)
-            fill(a, midx + 1, py + chip, lw, gap, heat(link_util(a, nby, 3)));
+        double ux0 = link_util(a, ch, 0), ux1 = nb < a->r.chips ? link_util(a, nb, 1) : 0;
+        double uy0 = link_util(a, ch, 2), uy1 = nby < a->r.chips ? link_util(a, nby, 3) : 0;
+        /* Edge links exist only with wrap-around (full pods): drawn when
+         * the result says they carried traffic. */
+        if (x + 1 < dx || ux0 > 0 || ux1 > 0) {
+            fill(a, px + chip, mid - lw - 1, gap, lw, heat(ux0));
+            fill(a, px + chip, mid + 1, gap, lw, heat(ux1));
+        }
+        if (y + 1 < dy || uy0 > 0 || uy1 > 0) {
+            fill(a, midx - lw - 1, py + chip, lw, gap, heat(uy0));
+            fill(a, midx + 1, py + chip, lw, gap, heat(uy1));
+        }
         fill(a, px, py, chip, chip, 0x455A64);
         /* Two cores of the chip. */
         int cw = (chip - 3) / 2;
@@ -590,6 +593,24 @@ static void draw_footer(view_app *a)
     fill(a, 0, y, a->W, VIEW_FOOTER, 0xECEFF1);
     fill(a, 0, y, a->W, 1, 0xB0BEC5);
     char buf[400], t0[32], t1[32], du[32];
+    if (a->panel == VIEW_TIMELINE) {
+        /* Category legend and where the window is, on the right. */
+        int lx = a->W - 10;
+        for (int c = CAT_COUNT - 1; c >= 0; c--) {
+            const char *n = emu_cat_name((emu_cat)c);
+            lx -= 16 + 6 * (int)strlen(n) + 10;
+            fill(a, lx, y + 7, 11, 11, chart_cat_color((emu_cat)c));
+            view_text(a, lx + 15, y + 6, n, 1, C_INK);
+        }
+        int nv = view_rows_visible(a), last = a->row0 + nv - 1;
+        if (last > a->r.cores - 1)
+            last = a->r.cores - 1;
+        fmt_t(du, sizeof du, a->v1 - a->v0);
+        fmt_t(t0, sizeof t0, a->v0);
+        snprintf(buf, sizeof buf, "cores %d-%d of %d   window %s from %s", a->row0,
+                 last, a->r.cores, du, t0);
+        view_text(a, a->W - 10 - 6 * (int)strlen(buf), y + 22, buf, 1, C_MUTED);
+    }
     int core, unit, shown = 0;
     long ev;
     const char *who = "hover";
