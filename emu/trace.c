@@ -101,6 +101,15 @@ static const char *trace_type(const cJSON *v)
     return "an unknown value";
 }
 
+/* base.key; top-level keys are named bare ("system", "run"). */
+static void trace_path(char *buf, size_t n, const char *base, const char *key)
+{
+    if (strcmp(base, "(top level)") == 0)
+        snprintf(buf, n, "%s", key);
+    else
+        snprintf(buf, n, "%s.%s", base, key);
+}
+
 /* Refuses unknown and duplicate keys of an object. */
 static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
                              const char *const *allowed, const char *where)
@@ -111,7 +120,7 @@ static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
         for (const char *const *a = allowed; *a; a++)
             if (strcmp(it->string, *a) == 0)
                 known = 1;
-        snprintf(p, sizeof p, "%s.%s", path, trace_q(q, sizeof q, it->string));
+        trace_path(p, sizeof p, path, trace_q(q, sizeof q, it->string));
         if (!known) {
             size_t n = 0;
             list[0] = 0;
@@ -132,10 +141,7 @@ static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
     return TPU_OK;
 }
 
-static void trace_path(char *buf, size_t n, const char *base, const char *key)
-{
-    snprintf(buf, n, "%s.%s", base, key);
-}
+
 
 /* A positive integer in [lo, hi]; *out untouched when absent and !req. */
 static tpu_status trace_int(trace_ctx *c, const cJSON *obj, const char *base,
@@ -846,9 +852,12 @@ static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
         return trace_fail(c, "reference", "missing key 'step_time_s'");
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) ||
         !(v->valuedouble < 1e9))
+    {
+        char f[64];
         return trace_fail(c, "reference.step_time_s",
-                          "expected a positive number of seconds, found %s",
-                          trace_type(v));
+                          "expected a positive number of seconds, %s",
+                          trace_found(f, sizeof f, v));
+    }
     g->has_reference = 1;
     g->reference_step_s = v->valuedouble;
     if ((st = trace_str(c, ref, "reference", "source", 0, &s)))
@@ -978,12 +987,16 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
         return trace_fail(c, "graph", "missing key 'inputs'");
     if (!cJSON_IsArray(inputs) || cJSON_GetArraySize(inputs) < 1)
         return trace_fail(c, "graph.inputs", "expected a non-empty list of "
-                          "inputs, found %s", trace_type(inputs));
+                          "inputs, found %s",
+                          cJSON_IsArray(inputs) ? "an empty list"
+                                              : trace_type(inputs));
     if (!layers)
         return trace_fail(c, "graph", "missing key 'layers'");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
         return trace_fail(c, "graph.layers", "expected a non-empty list of "
-                          "layers, found %s", trace_type(layers));
+                          "layers, found %s",
+                          cJSON_IsArray(layers) ? "an empty list"
+                                              : trace_type(layers));
     n_in = cJSON_GetArraySize(inputs);
     n_layers = cJSON_GetArraySize(layers);
     g->layers = calloc((size_t)n_in + (size_t)n_layers, sizeof *g->layers);
