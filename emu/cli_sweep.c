@@ -75,7 +75,7 @@ typedef struct {
     double x;         /* numeric position on the chart */
     cJSON *pd;        /* AX_PD: the full input_partition_dims value (owned) */
     int cpr;          /* AX_PD: cores per replica */
-    char trace[1024]; /* AX_PD: the variant trace's path */
+    char trace[2048]; /* AX_PD: the variant trace's path */
 } axis_val;
 
 typedef struct {
@@ -526,7 +526,9 @@ static int write_variants(sweep *s, const char *out)
         const cJSON *tn = cJSON_GetObjectItemCaseSensitive(s->base, "name");
         for (int i = 0; i < s->ax[a].n; i++) {
             axis_val *v = &s->ax[a].v[i];
-            snprintf(v->trace, sizeof v->trace, "%s/traces/%.*s-pd%s.json",
+            if (stem > 200)
+                stem = 200;
+            snprintf(v->trace, sizeof v->trace, "%.900s/traces/%.*s-pd%s.json",
                      out, (int)stem, base, v->label);
             cJSON *t = cJSON_Duplicate(s->base, 1);
             if (!t)
@@ -604,7 +606,8 @@ static void build_cmd(const sweep *s, const char *bin, const char *out,
             c->argv[c->argc++] = c->setbuf[a];
         }
     }
-    snprintf(c->report, sizeof c->report, "%s/reports/%04lld.json", out, i);
+    snprintf(c->report, sizeof c->report, "%.900s/reports/%04lld.json", out,
+             i);
     c->argv[c->argc++] = "--report";
     c->argv[c->argc++] = c->report;
     c->argv[c->argc++] = "--quiet";
@@ -689,7 +692,7 @@ static int gather(const sweep *s, const char *out, long long nruns,
                   run_out *res)
 {
     char path[1100];
-    snprintf(path, sizeof path, "%s/results.csv", out);
+    snprintf(path, sizeof path, "%.900s/results.csv", out);
     char *buf = NULL;
     size_t blen = 0;
     FILE *f = open_memstream(&buf, &blen);
@@ -835,7 +838,7 @@ static int chart(const sweep *s, const char *out, long long nruns,
         }
     }
     char path[1100], title[256], xl[128];
-    snprintf(path, sizeof path, "%s/step_time.png", out);
+    snprintf(path, sizeof path, "%.900s/step_time.png", out);
     snprintf(title, sizeof title, "sweep %s: step time", s->name);
     static const char *const xlabels[] = {
         "cores per replica (partition_dims)", "cores (system)",
@@ -934,7 +937,7 @@ int cli_sweep(int argc, char **argv)
     char sub[1100];
     static const char *const dirs[] = {"traces", "reports", "logs"};
     for (size_t d = 0; d < 3; d++) {
-        snprintf(sub, sizeof sub, "%s/%s", out, dirs[d]);
+        snprintf(sub, sizeof sub, "%.900s/%s", out, dirs[d]);
         if (mkdir_p(sub) != 0) {
             sweep_free(&s);
             return cli_error(4, "%s: cannot create: %s", sub, strerror(errno));
@@ -969,7 +972,7 @@ int cli_sweep(int argc, char **argv)
         return 0;
     }
     tpu_error err = {0};
-    snprintf(sub, sizeof sub, "%s/commands.txt", out);
+    snprintf(sub, sizeof sub, "%.900s/commands.txt", out);
     if (tpu_write_atomic(sub, cbuf ? cbuf : "", clen, &err)) {
         free(cbuf);
         free(cmd);
@@ -997,7 +1000,7 @@ int cli_sweep(int argc, char **argv)
             /* A stale report of an earlier sweep must not stand in for a
              * run that fails before writing its own. */
             unlink(cmd->report);
-            snprintf(sub, sizeof sub, "%s/logs/%04lld.log", out, next);
+            snprintf(sub, sizeof sub, "%.900s/logs/%04lld.log", out, next);
             fflush(stdout);
             pid_t pid = spawn(cmd, sub);
             if (pid < 0) {
