@@ -61,6 +61,13 @@ void tpu_params_default(tpu_params *p, int gen)
      * issue; no public figure.  See docs/VALIDATION.md for sensitivity. */
     p->mxu_op_overhead_cycles = 0;
     p->vpu_op_overhead_cycles = 0;         /* [U] same, vector instructions */
+    /* [U] XLA's SPMD ExchangeHalo builds the window's input by
+     * concatenating the received halos with the local shard
+     * (openxla/xla spmd/convolution_handler.cc); unless the concatenate is
+     * fused into the convolution, that is one more HBM copy of the input
+     * per partitioned convolution.  Compiler behaviour, not hardware:
+     * kept as a switch to measure it (docs/VALIDATION.md). */
+    p->xla_halo_copy = 1;
 
     /* HBM2, per core (half a chip); model in hbm/hbm.h, docs/HBM.md.
      * [C] capacity: v2 16 GiB, v3 32 GiB per chip (Cloud TPU docs).
@@ -191,6 +198,8 @@ static const pentry table[] = {
     D("ici.onchip_gbs", ici.onchip_gbs, "GB/s", 0.001, 1e6,
       "[U] IEEE Micro 2021: 2x a link"),
     D("ici.onchip_latency_s", ici.onchip_latency_s, "s", 0, 1, "[U]"),
+    I("xla.halo_copy", xla_halo_copy, "0/1", 0, 1,
+      "[U] XLA ExchangeHalo concatenate"),
     I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),
 };
 #define NTABLE (sizeof table / sizeof table[0])

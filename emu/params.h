@@ -28,6 +28,8 @@ typedef struct {
     int sublane_pad;         /* second-minor padded to this multiple */
     double mxu_op_overhead_cycles; /* per matmul instruction: issue, drain sync */
     double vpu_op_overhead_cycles; /* per vector instruction */
+    int xla_halo_copy;       /* 1: a halo'd input is concatenated into a new
+                                buffer before the convolution reads it */
     hbm_params hbm;
     ici_params ici;
 } tpu_params;

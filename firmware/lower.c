@@ -317,20 +317,19 @@ typedef struct {
     int gather;
 } halo_t;
 
-static void halo_of(const lc *c, int l, int i, halo_t *h)
+static void halo_of_shard(const lc *c, int l, int i, const int *coords,
+                          halo_t *h)
 {
     const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
     memset(h, 0, sizeof *h);
-    int64_t oext[GRAPH_MAX_SP], ooff[GRAPH_MAX_SP];
-    local_out(c, l, oext, ooff);
     for (int d = 0; d < GRAPH_MAX_SP; d++)
         h->in_ext[d] = 1;
     if (I->out.nsp == 0)
         return;
     int same_rank = L->out.nsp == I->out.nsp;
     for (int d = 0; d < I->out.nsp; d++) {
-        int64_t ilo, ihi;
-        plan_range(c->p, c->g, i, d, c->coords[d], &ilo, &ihi);
+        int64_t ilo, ihi, olo, ohi;
+        plan_range(c->p, c->g, i, d, coords[d], &ilo, &ihi);
         h->in_ext[d] = ihi - ilo;
         if (!same_rank) {
             /* flatten / global pooling of a split tensor */
@@ -344,8 +343,9 @@ static void halo_of(const lc *c, int l, int i, halo_t *h)
             h->gather = 1;
             continue;
         }
+        plan_range(c->p, c->g, l, d, coords[d], &olo, &ohi);
         int64_t nlo, nhi;
-        need_range(L, I, d, ooff[d], ooff[d] + oext[d], &nlo, &nhi);
+        need_range(L, I, d, olo, ohi, &nlo, &nhi);
         int64_t chunk = cdiv(I->out.sp[d], c->p->factor[d]);
         h->from_lo[d] = max64(0, ilo - nlo);
         h->from_hi[d] = max64(0, nhi - ihi);
@@ -353,12 +353,53 @@ static void halo_of(const lc *c, int l, int i, halo_t *h)
             h->gather = 1;
         h->in_ext[d] += h->from_lo[d] + h->from_hi[d];
     }
+}
+
+/* The exchange is one collective for the whole partition group, so
+ * whether it happens (and whether it is a gather) is decided over all
+ * shards; the amounts are this shard's. */
+static void halo_of(const lc *c, int l, int i, halo_t *h)
+{
+    halo_of_shard(c, l, i, c->coords, h);
+    int gather = h->gather;
+    for (int k = 0; k < c->p->cpr && !gather; k++) {
+        int co[GRAPH_MAX_SP];
+        halo_t o;
+        plan_coords(c->p, k, co);
+        halo_of_shard(c, l, i, co, &o);
+        gather |= o.gather;
+    }
+    if (gather && !h->gather) {
+        const glayer *I = &c->g->layers[i];
+        h->gather = 1;
+        for (int d = 0; d < I->out.nsp; d++)
+            h->from_lo[d] = h->from_hi[d] = 0;
+    }
     if (h->gather) {
+        const glayer *I = &c->g->layers[i];
         for (int d = 0; d < I->out.nsp; d++) {
             h->in_ext[d] = I->out.sp[d];
             h->from_lo[d] = h->from_hi[d] = 0;
         }
     }
+}
+
+/* Whether layer l exchanges anything for input i: any split dimension the
+ * output keeps split and whose window reaches past a shard, on any shard. */
+static int halo_needed(const lc *c, int l, int i)
+{
+    for (int k = 0; k < c->p->cpr; k++) {
+        int co[GRAPH_MAX_SP];
+        halo_t o;
+        plan_coords(c->p, k, co);
+        halo_of_shard(c, l, i, co, &o);
+        if (o.gather)
+            return 1;
+        for (int d = 0; d < GRAPH_MAX_SP; d++)
+            if (o.from_lo[d] || o.from_hi[d])
+                return 1;
+    }
+    return 0;
 }
 
 /* Emits the exchange for input i of layer l (forward) or of its gradient
@@ -409,17 +450,16 @@ static void emit_exchange(lc *c, int phase, int l, int i, const halo_t *h,
              (int64_t)ceil(rb * (double)rh), 0);
         ext[d] += h->from_lo[d] + h->from_hi[d];
     }
+    if (c->hw->xla_halo_copy) {
+        /* Shard and halos concatenated into the buffer the window reads. */
+        double padded = layout_bytes(c, I->out.nsp, ext, ch, I->dtype_bytes);
+        double elems = c->B * (double)ch;
+        for (int d = 0; d < I->out.nsp; d++)
+            elems *= (double)ext[d];
+        emit_pass(c, phase, l, padded, padded, elems, 1);
+    }
 }
 
-static int halo_any(const halo_t *h)
-{
-    if (h->gather)
-        return 1;
-    for (int d = 0; d < GRAPH_MAX_SP; d++)
-        if (h->from_lo[d] || h->from_hi[d])
-            return 1;
-    return 0;
-}
 
 /* ---- per-op lowering --------------------------------------------------- */
 
@@ -472,7 +512,7 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         epi += (double)K; /* im2col shuffle on the vector unit */
 
     if (phase == PHASE_FWD) {
-        if (halo_any(&h))
+        if (halo_needed(c, l, i))
             emit_exchange(c, phase, l, i, &h, 0);
         emit_matmul(c, phase, l, M, K, cout, in_b / (double)M, o_b / (double)M,
                     w_bytes, npad * 4, epi, passes);
@@ -490,7 +530,7 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     }
     int need_dx = I->op != GOP_INPUT;
     if (need_dx) {
-        if (halo_any(&h))
+        if (halo_needed(c, l, i))
             emit_exchange(c, phase, l, i, &h, 1);
         /* dX = dY (*) W^T: same MACs as the forward product. */
         double m_in = in_nohalo / (double)dt; /* upper bound on rows x ch */
@@ -585,7 +625,7 @@ static void lower_forward(lc *c, int l)
     case GOP_MAXPOOL:
     case GOP_AVGPOOL: {
         halo_of(c, l, L->in[0], &h);
-        if (halo_any(&h))
+        if (halo_needed(c, l, L->in[0]))
             emit_exchange(c, ph, l, L->in[0], &h, 0);
         double win = 1;
         for (int d = 0; d < L->out.nsp; d++)
@@ -680,7 +720,7 @@ static void lower_backward(lc *c, int l)
         double win = 1;
         for (int d = 0; d < L->out.nsp; d++)
             win *= L->kernel[d];
-        if (halo_any(&h))
+        if (halo_needed(c, l, L->in[0]))
             emit_exchange(c, ph, l, L->in[0], &h, 1);
         emit_pass(c, ph, l, ob + (L->op == GOP_MAXPOOL ? ib + ob : 0), ib,
                   out_elems(c, L->in[0]), win + 2);
@@ -746,9 +786,9 @@ static void account_memory(lc *c)
             in += layout_bytes(c, I->out.nsp, h.in_ext, I->out.c,
                                I->dtype_bytes);
         }
-        /* Live at once: the inputs (and, training, their gradients) and the
-         * output (and its gradient). */
-        double live = (in + ob) * (g->train ? 2 : 1);
+        /* Live at once besides the saved set: the layer's input and output
+         * (forward), or the gradients of both (backward). */
+        double live = in + ob;
         if (live > ws)
             ws = live;
     }
