@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "emu/font.h"
@@ -144,6 +145,9 @@ tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
         return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
     snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
+    /* mkstemp creates 0600; an output file is meant to be shared. */
+    if (fd >= 0)
+        fchmod(fd, 0644);
     if (fd < 0) {
         tpu_status st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot create: %s",
                                  path, strerror(errno));
@@ -260,7 +264,9 @@ static void axes_box(chart_image *im, const frame *f)
 
 static void fmt_time(char *buf, size_t cap, double s)
 {
-    if (s >= 1)
+    if (s == 0)
+        snprintf(buf, cap, "0");
+    else if (s >= 1)
         snprintf(buf, cap, "%.3f s", s);
     else if (s >= 1e-3)
         snprintf(buf, cap, "%.1f ms", s * 1e3);

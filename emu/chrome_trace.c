@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Two events one cycle (~1 ns at 940 MHz) apart or closer count as
@@ -412,6 +413,9 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
      * a buffer for tpu_write_atomic could reach hundreds of MB here. */
     snprintf(tmp, pl + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
+    /* mkstemp creates 0600; an output file is meant to be shared. */
+    if (fd >= 0)
+        fchmod(fd, 0644);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         tpu_status st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot create: %s",

@@ -80,7 +80,9 @@ void view_text(view_app *a, int x, int y, const char *s, int scale,
 static void fmt_t(char *buf, size_t cap, double s)
 {
     double a = fabs(s);
-    if (a >= 1)
+    if (a == 0)
+        snprintf(buf, cap, "0");
+    else if (a >= 1)
         snprintf(buf, cap, "%.4g s", s);
     else if (a >= 1e-3)
         snprintf(buf, cap, "%.4g ms", s * 1e3);

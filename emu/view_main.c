@@ -6,7 +6,8 @@
  * (injects key and mouse events through SDL's event queue before the
  * screenshot, for tests: "z z right tab", "move:400,200", "click:X,Y",
  * "wheelup", "wheeldown"), and the hidden --demo / --demo-2048 (synthetic
- * v3-64 / v3-2048 results, no engine needed; 'd' switches between them). */
+ * v3-64 / v3-2048 results, no engine needed; 'd' switches between them)
+ * and --frames N (with --screenshot: times N panning frames, for BENCH). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,7 +403,7 @@ int cli_view(int argc, char **argv)
         return 0;
     }
     const char *file = NULL, *shot = NULL, *script = NULL;
-    int demo = 0, W = 1280, H = 800;
+    int demo = 0, W = 1280, H = 800, frames = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--screenshot")) {
@@ -416,6 +417,11 @@ int cli_view(int argc, char **argv)
                 return 2;
             if (sscanf(v, "%dx%d", &W, &H) != 2 || W < 640 || H < 400 || W > 8192 || H > 8192)
                 return cli_error(2, "view: --size: expected WxH, at least 640x400, got '%s'", v);
+        } else if (!strcmp(argv[i], "--frames")) {
+            int64_t n;
+            if (!(v = cli_value(argc, argv, &i)) || cli_int("--frames", v, 1, 100000, &n))
+                return 2;
+            frames = (int)n;
         } else if (!strcmp(argv[i], "--demo")) {
             demo = 64;
         } else if (!strcmp(argv[i], "--demo-2048")) {
@@ -490,6 +496,26 @@ int cli_view(int argc, char **argv)
             shutdown_app(a);
             return rc;
         }
+    }
+    if (frames > 0) {
+        /* Timing: pan by 1% of the window per frame, as a held arrow key
+         * would; prints the mean frame time (draw + present). */
+        Uint64 t0 = SDL_GetPerformanceCounter();
+        for (int i = 0; i < frames; i++) {
+            double w = a->v1 - a->v0;
+            a->v0 += w * 0.01;
+            a->v1 += w * 0.01;
+            if (a->v1 >= a->r.step_time_s) {
+                a->v1 = w;
+                a->v0 = 0;
+            }
+            view_draw(a);
+            SDL_RenderPresent(a->ren);
+        }
+        double ms = (double)(SDL_GetPerformanceCounter() - t0) * 1e3 /
+                    (double)SDL_GetPerformanceFrequency() / frames;
+        fprintf(stderr, "view: %d frames (%dx%d, %d cores), mean %.2f ms per frame\n",
+                frames, a->W, a->H, a->r.cores, ms);
     }
     if (shot) {
         SDL_Event e;
