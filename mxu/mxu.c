@@ -12,6 +12,7 @@ static uint64_t ceil_div(int64_t a, int64_t b)
 
 uint64_t mxu_tiles(const mxu_params *p, int64_t k, int64_t n)
 {
+    TPU_ASSERT(p->rows > 0 && p->cols > 0);
     if (k <= 0 || n <= 0)
         return 0;
     return ceil_div(k, p->rows) * ceil_div(n, p->cols);
