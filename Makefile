@@ -17,8 +17,9 @@ CORE_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS_CORE) 2>/dev/null)
 VIEW_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS_VIEW) 2>/dev/null)
 CORE_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS_CORE) 2>/dev/null) -lm
 VIEW_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS_VIEW) 2>/dev/null)
+# CFLAGS from the command line (make asan, a user's flags) add to ours.
 CFLAGS  ?=
-CFLAGS  += $(CSTD) $(OPT) -g $(WARN) -I. $(CORE_CFLAGS) -MMD -MP
+ALL_CFLAGS = $(CSTD) $(OPT) -g $(WARN) -I. $(CORE_CFLAGS) -MMD -MP $(CFLAGS) $(VIEWFLAGS)
 LDFLAGS ?=
 
 FRONT_SRCS := $(wildcard emu/cli_*.c) $(wildcard emu/view_*.c)
@@ -38,11 +39,11 @@ LIB       := $(BUILD)/libtpuemu.a
 all: tpuemu
 
 # Only the viewer objects see SDL's headers.
-$(BUILD)/emu/view_%.o: CFLAGS += $(VIEW_CFLAGS)
+$(BUILD)/emu/view_%.o: VIEWFLAGS = $(VIEW_CFLAGS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(LIB): $(CORE_OBJS)
 	@rm -f $@
@@ -58,7 +59,7 @@ $(BUILD)/test/registry.c: $(wildcard test/test_*.c) scripts/gen_registry.sh
 	sh scripts/gen_registry.sh $(wildcard test/test_*.c) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/test/registry.o: $(BUILD)/test/registry.c
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/test_runner: $(TEST_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(LIB) $(CORE_LIBS)

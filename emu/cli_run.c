@@ -228,6 +228,20 @@ int cli_run(int argc, char **argv)
     if (prog.shown)
         fprintf(stderr, "\r%40s\r", "");
     graph_free(&g);
+    if (rc == TPU_ERR_NOFIT && report && !r.per_core && r.cores > 0) {
+        /* A run that does not fit still leaves a report (fits: false, no
+         * timing), so a performance gate sees the change as a regression
+         * rather than a crash of the run. */
+        r.per_core = calloc((size_t)r.cores, sizeof *r.per_core);
+        for (int c = 0; r.per_core && c < r.cores; c++) {
+            r.per_core[c].core = c;
+            r.per_core[c].chip = c / 2;
+            r.per_core[c].hbm_peak_bytes = r.hbm_needed_bytes;
+        }
+        tpu_error werr = {0};
+        if (r.per_core && report_write(&r, report, &werr))
+            cli_fail(&werr);
+    }
     if (rc) {
         int code = cli_fail(&err);
         emu_result_free(&r);

@@ -139,6 +139,9 @@ int cli_validate(int argc, char **argv)
         cJSON_AddStringToObject(row, "system", g.system);
         sim_opts o;
         sim_opts_default(&o);
+        /* A published configuration ran on real hardware: time it even
+         * when tpuemu's memory model says it would not fit, and say so. */
+        o.time_unfit = 1;
         emu_result r;
         tpu_status st = sim_run(&g, &o, &r, &err);
         if (st != TPU_OK) {
@@ -166,6 +169,12 @@ int cli_validate(int argc, char **argv)
                    r.step_time_s, pub, e,
                    g.has_reference ? g.reference_source : "(no published "
                                                           "figure)");
+            cJSON_AddBoolToObject(row, "fits", r.fits);
+            if (!r.fits)
+                printf("%-32s note: does not fit in tpuemu's memory model "
+                       "(needs %.1f GiB of HBM per core, has %.0f)\n", "",
+                       r.hbm_needed_bytes / (1024.0 * 1024 * 1024),
+                       r.hbm_capacity_bytes / (1024.0 * 1024 * 1024));
             /* Where the slowest core's time goes: the first thing to look
              * at when a prediction misses. */
             int worst = 0;

@@ -105,7 +105,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     }
     out->hbm_needed_bytes = need;
     out->fits = need <= hw.hbm.capacity_bytes;
-    if (!out->fits) {
+    if (!out->fits && !o->time_unfit) {
         const fw_memory *m = &mems[0];
         for (int k = 1; k < p.cpr; k++)
             if (mems[k].peak_bytes > m->peak_bytes)

@@ -22,6 +22,8 @@ typedef struct {
     uint64_t seed;
     int record_timeline;       /* fill per-core events */
     int no_dedup;              /* simulate every core, skip no shortcut */
+    int time_unfit;            /* time the step even when it does not fit
+                                  (fits = 0, TPU_OK): for validation */
     /* Called now and then with the fraction done; may be NULL. */
     void (*progress)(void *ctx, double fraction);
     void *progress_ctx;
