@@ -196,7 +196,7 @@ static tpu_status check_share(const graph *g, const glayer *L,
 tpu_status graph_infer_layer(graph *g, int i, const char **key,
                              tpu_error *err)
 {
-    static const char *unused = "";
+    const char *unused = "";
     glayer *L = &g->layers[i];
     const glayer *src;
     tpu_status st;
