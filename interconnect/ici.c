@@ -640,7 +640,53 @@ static double dag_run(ici *n)
 
 /* Moves the per-call statistics into the totals (and, when ent is not
  * NULL, into a cache entry for replay). */
-static void acc_commit(ici *n, ici_cache_ent *ent)
+/* Canonical frame: the call's chips shifted so that their smallest x and
+ * y are 0.  Dimension-order routes depend only on coordinate differences
+ * (modulo the size of a wrapped dimension) and the group layout only on
+ * the order of coordinates, which the shift keeps; so a call and its
+ * shifted copy build the same DAG over relabelled links, and their
+ * results are bit-identical.  This lets every partition group of a slice
+ * share one cache entry. */
+static void canon(const ici *n, const int *cores, int m, int *out, int *ox,
+                  int *oy)
+{
+    int mx = n->dx, my = n->dy;
+    for (int i = 0; i < m; i++) {
+        int ch = cores[i] / 2;
+        if (chip_x(n, ch) < mx)
+            mx = chip_x(n, ch);
+        if (chip_y(n, ch) < my)
+            my = chip_y(n, ch);
+    }
+    for (int i = 0; i < m; i++) {
+        int ch = cores[i] / 2;
+        out[i] = 2 * (chip_x(n, ch) - mx + (chip_y(n, ch) - my) * n->dx) +
+                 (cores[i] & 1);
+    }
+    *ox = mx;
+    *oy = my;
+}
+
+static int shift_chip(const ici *n, int chip, int ox, int oy)
+{
+    int x = (chip_x(n, chip) + ox) % n->dx, y = (chip_y(n, chip) + oy) % n->dy;
+    return x + y * n->dx;
+}
+
+static int shift_res(const ici *n, int r, int ox, int oy)
+{
+    if (r < 4 * n->nchips)
+        return 4 * shift_chip(n, r / 4, ox, oy) + r % 4;
+    int k = r - 4 * n->nchips;
+    return 4 * n->nchips + 2 * shift_chip(n, k / 2, ox, oy) + k % 2;
+}
+
+static int shift_core(const ici *n, int c, int ox, int oy)
+{
+    return 2 * shift_chip(n, c / 2, ox, oy) + (c & 1);
+}
+
+static void acc_commit(ici *n, ici_cache_ent *ent, int ox, int oy)
 {
     if (ent) {
         ent->nres = n->nacc_res;
@@ -653,7 +699,7 @@ static void acc_commit(ici *n, ici_cache_ent *ent)
     }
     for (int i = 0; i < n->nacc_res; i++) {
         int r = n->acc_res_list[i];
-        n->stat_res[r] += n->acc_res[r];
+        n->stat_res[shift_res(n, r, ox, oy)] += n->acc_res[r];
         if (ent) {
             ent->res[i] = r;
             ent->res_bytes[i] = n->acc_res[r];
@@ -662,7 +708,7 @@ static void acc_commit(ici *n, ici_cache_ent *ent)
     }
     for (int i = 0; i < n->nacc_core; i++) {
         int c = n->acc_core_list[i];
-        n->stat_core[c] += n->acc_core[c];
+        n->stat_core[shift_core(n, c, ox, oy)] += n->acc_core[c];
         if (ent) {
             ent->core[i] = c;
             ent->core_bytes[i] = n->acc_core[c];
@@ -716,12 +762,12 @@ static ici_cache_ent *cache_find(ici *n, uint64_t h, int kind, double bytes,
     return NULL;
 }
 
-static double cache_replay(ici *n, const ici_cache_ent *e)
+static double cache_replay(ici *n, const ici_cache_ent *e, int ox, int oy)
 {
     for (int i = 0; i < e->nres; i++)
-        n->stat_res[e->res[i]] += e->res_bytes[i];
+        n->stat_res[shift_res(n, e->res[i], ox, oy)] += e->res_bytes[i];
     for (int i = 0; i < e->ncore; i++)
-        n->stat_core[e->core[i]] += e->core_bytes[i];
+        n->stat_core[shift_core(n, e->core[i], ox, oy)] += e->core_bytes[i];
     n->cache_hits++;
     return e->dur;
 }
@@ -768,20 +814,21 @@ double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
         key[2 * i + 1] = flows[i].dst_core;
         kb[i] = flows[i].bytes;
     }
+    int ox, oy;
+    canon(n, key, 2 * nflows, key, &ox, &oy);
     uint64_t h = key_hash(1, 0, 0, 0, key, 2 * nflows, kb);
     ici_cache_ent *e = cache_find(n, h, 1, 0, 0, 0, key, 2 * nflows, kb);
     double dur;
     if (e) {
-        dur = cache_replay(n, e);
+        dur = cache_replay(n, e, ox, oy);
     } else {
         dag_begin(n);
         for (int i = 0; i < nflows; i++)
-            add_flow(n, flows[i].src_core, flows[i].dst_core, flows[i].bytes,
-                     1);
+            add_flow(n, key[2 * i], key[2 * i + 1], kb[i], 1);
         dur = dag_run(n);
         e = cache_slot(n, h, 1, 0, 0, 0, key, 2 * nflows, kb);
         e->dur = dur;
-        acc_commit(n, e);
+        acc_commit(n, e, ox, oy);
     }
     free(key);
     free(kb);
@@ -1185,18 +1232,26 @@ double ici_allreduce_groups(ici *n, const int *cores, int group_size,
     TPU_ASSERT(ici_check_group(n, cores, total, NULL) == TPU_OK);
     if (!(bytes > 0) || group_size < 2)
         return t_start;
-    uint64_t h = key_hash(0, bytes, group_size, ngroups, cores, total, NULL);
+    int *key = malloc((size_t)(unsigned)total * sizeof(int));
+    TPU_ASSERT(key != NULL);
+    int ox, oy;
+    canon(n, cores, total, key, &ox, &oy);
+    uint64_t h = key_hash(0, bytes, group_size, ngroups, key, total, NULL);
     ici_cache_ent *e =
-        cache_find(n, h, 0, bytes, group_size, ngroups, cores, total, NULL);
-    if (e)
-        return t_start + cache_replay(n, e);
-    dag_begin(n);
-    for (int gi = 0; gi < ngroups; gi++)
-        build_allreduce(n, cores + gi * group_size, group_size, bytes);
-    double dur = dag_run(n);
-    e = cache_slot(n, h, 0, bytes, group_size, ngroups, cores, total, NULL);
-    e->dur = dur;
-    acc_commit(n, e);
+        cache_find(n, h, 0, bytes, group_size, ngroups, key, total, NULL);
+    double dur;
+    if (e) {
+        dur = cache_replay(n, e, ox, oy);
+    } else {
+        dag_begin(n);
+        for (int gi = 0; gi < ngroups; gi++)
+            build_allreduce(n, key + gi * group_size, group_size, bytes);
+        dur = dag_run(n);
+        e = cache_slot(n, h, 0, bytes, group_size, ngroups, key, total, NULL);
+        e->dur = dur;
+        acc_commit(n, e, ox, oy);
+    }
+    free(key);
     return t_start + dur;
 }
 

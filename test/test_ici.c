@@ -218,6 +218,32 @@ void th_suite_ici(th_ctx *t)
     }
     ici_free(n);
 
+    th_case(t, "a shifted group replays a cached result: same bits, "
+               "statistics on the shifted links");
+    const char *shs[] = {"v3-64", "v3-2048"};
+    for (int si = 0; si < 2; si++) {
+        int ga[16], gb[16];
+        for (int i = 0; i < 16; i++) {
+            ga[i] = 16 + i;      /* a row of 8 chips at y = 1 (v3-64) */
+            gb[i] = ga[i] + 2 * (si == 0 ? 16 : 8 + 32 * 5); /* shifted */
+        }
+        ici *fresh = mk(shs[si], &p);
+        double tf = ici_allreduce(fresh, gb, 16, 3e6, 0);
+        n = mk(shs[si], &p);
+        double ta = ici_allreduce(n, ga, 16, 3e6, 0);
+        long hits = ici_cache_hits(n);
+        double tb2 = ici_allreduce(n, gb, 16, 3e6, 0);
+        TH_CHECK(t, ici_cache_hits(n) == hits + 1);
+        TH_CHECK(t, memcmp(&tf, &tb2, sizeof tf) == 0 && ta == tf);
+        int cb = gb[0] / 2;
+        TH_CHECK(t, ici_link_busy_s(n, cb, 0) == ici_link_busy_s(fresh, cb, 0));
+        TH_CHECK(t, ici_link_busy_s(n, cb, 0) > 0);
+        TH_CHECK(t, ici_core_bytes_sent(n, gb[3]) ==
+                    ici_core_bytes_sent(fresh, gb[3]));
+        ici_free(fresh);
+        ici_free(n);
+    }
+
     th_case(t, "determinism: same call, same bits, in a fresh model too");
     {
         n = mk("v3-128", &p);
