@@ -27,6 +27,11 @@ void hbm_set_peak_gbs(hbm_params *p, double gbs)
     p->data_rate_gtps = gbs / ((double)p->channels * p->bus_bytes);
 }
 
+/* Plain max/min: libm's fmax/fmin carry NaN rules that keep them out of
+ * line, and no NaN reaches here. */
+static double dmax(double a, double b) { return a > b ? a : b; }
+static double dmin(double a, double b) { return a < b ? a : b; }
+
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 static int log2i(uint64_t v)
@@ -105,6 +110,13 @@ struct hbm {
     chw *acc, *scratch;
     double *s0;
     unsigned char *piped;
+    int *touched;      /* channels touched by this call, in order */
+    int ntouched;
+    double t0;         /* this call's start */
+    /* Cache of the refresh-free window [win_lo, win_hi) last looked up
+     * (valid for every channel because all phases are equal)
+     * (all channels refresh together), refresh count win_k inside it. */
+    double win_lo, win_hi, win_k;
     hbm_stats st;
 };
 
@@ -139,7 +151,7 @@ hbm *hbm_new(const hbm_params *p)
     h->ras = p->t_ras_ns * 1e-9;
     h->rfc = p->t_rfc_ns * 1e-9;
     h->refi = p->t_refi_ns * 1e-9;
-    h->actrate = fmax(p->t_rrd_ns, p->t_faw_ns / 4.0) * 1e-9;
+    h->actrate = dmax(p->t_rrd_ns, p->t_faw_ns / 4.0) * 1e-9;
     h->Q = p->queue_depth;
     size_t C = (size_t)h->C, CB = C * (size_t)h->B;
     h->free_at = calloc(C, sizeof *h->free_at);
@@ -153,7 +165,8 @@ hbm *hbm_new(const hbm_params *p)
     h->scratch = calloc(C, sizeof *h->scratch);
     h->s0 = calloc(C, sizeof *h->s0);
     h->piped = calloc(C, 1);
-    if (!h->free_at || !h->last_d || !h->phase || !h->last_bank ||
+    h->touched = calloc(C, sizeof *h->touched);
+    if (!h->touched || !h->free_at || !h->last_d || !h->phase || !h->last_bank ||
         !h->last_row || !h->epoch || !h->open_row || !h->acc ||
         !h->scratch || !h->s0 || !h->piped) {
         hbm_free(h);
@@ -186,6 +199,7 @@ void hbm_free(hbm *h)
     free(h->scratch);
     free(h->s0);
     free(h->piped);
+    free(h->touched);
     free(h);
 }
 
@@ -200,6 +214,11 @@ void hbm_reset(hbm *h)
     }
     for (int i = 0; i < h->C * h->B; i++)
         h->open_row[i] = -1;
+    for (int c = 0; c < h->C; c++)
+        h->acc[c] = (chw){0, 0, 0, 0, 0};
+    h->ntouched = 0;
+    h->win_lo = h->win_hi = -1;
+    h->win_k = 0;
     memset(&h->st, 0, sizeof h->st);
 }
 
@@ -207,10 +226,27 @@ void hbm_get_stats(const hbm *h, hbm_stats *out) { *out = h->st; }
 
 /* ---- refresh: channel c is blocked on [phase + k tREFI, + tRFC) ------- */
 
-static double refresh_count(const hbm *h, int c, double t)
+static double refresh_count_slow(const hbm *h, int c, double t)
 {
     double y = t - h->phase[c];
     return y < 0 ? 0 : floor(y / h->refi) + 1;
+}
+
+/* Refreshes started at or before t.  Most calls fall in the same
+ * refresh-free window as the last one: answered without a division. */
+static double refresh_count(hbm *h, int c, double t)
+{
+    if (t >= h->win_lo && t < h->win_hi)
+        return h->win_k;
+    double k = refresh_count_slow(h, c, t);
+    double lo = k == 0 ? 0 : h->phase[c] + (k - 1) * h->refi + h->rfc;
+    double hi = h->phase[c] + k * h->refi;
+    if (t >= lo && t < hi) {
+        h->win_lo = lo;
+        h->win_hi = hi;
+        h->win_k = k;
+    }
+    return k;
 }
 
 /* Time the channel could work in [0, t). */
@@ -220,7 +256,7 @@ static double avail(const hbm *h, int c, double t)
     if (y <= 0)
         return t;
     double k = floor(y / h->refi);
-    return t - (k * h->rfc + fmin(y - k * h->refi, h->rfc));
+    return t - (k * h->rfc + dmin(y - k * h->refi, h->rfc));
 }
 
 /* Smallest t with avail(t) >= f. */
@@ -242,6 +278,11 @@ static void touch(hbm *h, chw *acc, int c)
     if (acc[c].touched)
         return;
     acc[c].touched = 1;
+    if (acc != h->acc)
+        return;
+    h->touched[h->ntouched++] = c;
+    h->piped[c] = h->free_at[c] > h->t0;
+    h->s0[c] = h->piped[c] ? h->free_at[c] : h->t0;
     double k = refresh_count(h, c, h->s0[c]);
     if ((double)h->epoch[c] != k) {
         for (int b = 0; b < h->B; b++)
@@ -255,8 +296,8 @@ static double miss_cost(const hbm *h, int c, int b, double tact)
 {
     double d = h->last_d[c];
     if (b == h->last_bank[c])   /* same bank: no overlap, tRAS holds it */
-        return fmax(h->rp + h->rcd, h->ras + h->rp - d);
-    return fmax(0.0, tact - h->Q * d);
+        return dmax(h->rp + h->rcd, h->ras + h->rp - d);
+    return dmax(0.0, tact - h->Q * d);
 }
 
 /* One run of nb bursts in row `row` of bank b of channel c. */
@@ -324,24 +365,67 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
         uint64_t vf = uf >> h->lC, vl = ul >> h->lC;
         uint64_t wf = vf >> h->lupr, wl = vl >> h->lupr, nv = wl - wf + 1;
         double hs = j == 0 ? head : 0, ts = ul == u1 ? tail : 0;
-        uint64_t nx = nv < (uint64_t)h->B + 1 ? nv : (uint64_t)h->B + 1;
-        for (uint64_t k = 0; k < nx; k++) {
-            uint64_t w = wf + k;
-            uint64_t ua = k == 0 ? vf : w << h->lupr;
-            uint64_t ub = k == nv - 1 ? vl : ((w + 1) << h->lupr) - 1;
-            double nb = (double)(ub - ua + 1) * bpu - (k == 0 ? hs : 0) -
-                        (k == nv - 1 ? ts : 0);
-            visit(h, acc, c, (int)(w & Bm), (int64_t)(w >> h->lB), nb);
-        }
-        if (nv <= nx)
+        /* First visit: may meet an open row, starts the channel. */
+        uint64_t ub0 = nv == 1 ? vl : ((wf + 1) << h->lupr) - 1;
+        visit(h, acc, c, (int)(wf & Bm), (int64_t)(wf >> h->lB),
+              (double)(ub0 - vf + 1) * bpu - hs - (nv == 1 ? ts : 0));
+        if (nv == 1)
             continue;
-        /* Visits nx .. nv-2: full rows, each a miss in a bank this call
+        /* Full visits 1 .. kend-1, each to the next bank: only the first
+         * `banks` of them can find their row still open from earlier
+         * calls.  A miss hides its activate behind the queue's data. */
+        uint64_t kend = nv - 1 < (uint64_t)h->B + 1 ? nv - 1
+                                                    : (uint64_t)h->B + 1;
+        int64_t *orows = &h->open_row[c * h->B];
+        chw *a = &acc[c];
+        if (h->B > 1 && h->rp + h->rcd <= h->Q * dfull &&
+            h->actrate <= dfull) {
+            /* A full row hides its activate whether or not the row was
+             * open, and activates cannot bind: hits change nothing but
+             * the activate count, so count every visit as a miss (the
+             * stats' activates are an upper bound here). */
+            for (uint64_t k = 1; k < kend; k++) {
+                uint64_t w = wf + k;
+                orows[w & Bm] = (int64_t)(w >> h->lB);
+            }
+            a->nact += (double)(kend - 1);
+            a->bursts += (double)(kend - 1) * full;
+            if (kend > 1) {
+                uint64_t w = wf + kend - 1;
+                h->last_d[c] = dfull;
+                h->last_bank[c] = (int)(w & Bm);
+                h->last_row[c] = (int64_t)(w >> h->lB);
+            }
+        } else if (h->B > 1) {
+            double qd = h->Q * dfull;
+            for (uint64_t k = 1; k < kend; k++) {
+                uint64_t w = wf + k;
+                int64_t *o = &orows[w & Bm], r = (int64_t)(w >> h->lB);
+                if (*o != r) {
+                    double e = (*o >= 0 ? h->rp : 0) + h->rcd - qd;
+                    a->nact += 1;
+                    if (e > 0)
+                        a->exposed += e;
+                    *o = r;
+                }
+            }
+            a->bursts += (double)(kend - 1) * full;
+            if (kend > 1) {
+                uint64_t w = wf + kend - 1;
+                h->last_d[c] = dfull;
+                h->last_bank[c] = (int)(w & Bm);
+                h->last_row[c] = (int64_t)(w >> h->lB);
+            }
+        } else {
+            for (uint64_t k = 1; k < kend; k++)
+                visit(h, acc, c, 0, (int64_t)(wf + k), full);
+        }
+        /* Visits kend .. nv-2: full rows, each a miss in a bank this call
          * already moved to an earlier row. */
-        uint64_t m = nv - 1 - nx;
+        uint64_t m = nv - 1 - kend;
         if (m > 0) {
-            chw *a = &acc[c];
-            double e = h->B == 1 ? fmax(h->rp + h->rcd, h->ras + h->rp - dfull)
-                                 : fmax(0.0, h->rp + h->rcd - h->Q * dfull);
+            double e = h->B == 1 ? dmax(h->rp + h->rcd, h->ras + h->rp - dfull)
+                                 : dmax(0.0, h->rp + h->rcd - h->Q * dfull);
             a->bursts += (double)m * full;
             a->nact += (double)m;
             a->exposed += (double)m * e;
@@ -349,16 +433,19 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
             h->last_d[c] = dfull;
             h->last_bank[c] = (int)(wp & Bm);
             h->last_row[c] = (int64_t)(wp >> h->lB);
+            /* The rows this call leaves open: its last visit per bank. */
+            uint64_t k0 = nv - 1 > (uint64_t)h->B ? nv - 1 - (uint64_t)h->B
+                                                  : kend;
+            if (k0 < kend)
+                k0 = kend;
+            for (uint64_t k = k0; k < nv - 1; k++) {
+                uint64_t w = wf + k;
+                orows[w & Bm] = (int64_t)(w >> h->lB);
+            }
         }
         uint64_t lo = wl << h->lupr;
-        double nb = (double)(vl - lo + 1) * bpu - ts;
-        visit(h, acc, c, (int)(wl & Bm), (int64_t)(wl >> h->lB), nb);
-        /* The rows this call leaves open: its last visit in each bank. */
-        uint64_t k0 = nv > (uint64_t)h->B ? nv - (uint64_t)h->B : 0;
-        for (uint64_t k = k0; k < nv; k++) {
-            uint64_t w = wf + k;
-            h->open_row[c * h->B + (int)(w & Bm)] = (int64_t)(w >> h->lB);
-        }
+        visit(h, acc, c, (int)(wl & Bm), (int64_t)(wl >> h->lB),
+              (double)(vl - lo + 1) * bpu - ts);
     }
 }
 
@@ -443,19 +530,19 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
         uint64_t last = a + (x->nchunks - 1) * S + c - 1;
         double nstr = (double)((last / h->Z) - (a / h->Z) + 1);
         double k = ceil((double)h->Z / (double)S);
-        double cps = fmin((double)used, k * upc);
-        nact = fmin(nstr * cps, n * upc);
+        double cps = dmin((double)used, k * upc);
+        nact = dmin(nstr * cps, n * upc);
     } else {
         nact = n * upc;
-        double r = fmax(1.0, floor((double)used / upc));
+        double r = dmax(1.0, floor((double)used / upc));
         uint64_t rs = (uint64_t)r * S;
         if (rs % h->Z == 0 && ((rs / h->Z) & (uint64_t)(h->B - 1)) == 0)
             conflict = 1;
     }
-    double bch = n * bpc / used, ach = fmax(1.0, nact / used);
+    double bch = n * bpc / used, ach = dmax(1.0, nact / used);
     double dv = bch / ach * h->t_burst;
-    double e = conflict ? fmax(h->rp + h->rcd, h->ras + h->rp - dv)
-                        : fmax(0.0, h->rp + h->rcd - h->Q * dv);
+    double e = conflict ? dmax(h->rp + h->rcd, h->ras + h->rp - dv)
+                        : dmax(0.0, h->rp + h->rcd - h->Q * dv);
     for (int ch = 0; ch < C; ch++) {
         if (!h->scratch[ch].touched)
             continue;
@@ -490,29 +577,30 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
 
 static void begin(hbm *h, double t0)
 {
-    for (int c = 0; c < h->C; c++) {
-        h->acc[c] = (chw){0, 0, 0, 0, 0};
-        h->piped[c] = h->free_at[c] > t0;
-        h->s0[c] = h->piped[c] ? h->free_at[c] : t0;
-    }
+    h->t0 = t0;
+    h->ntouched = 0;
 }
 
 static double finish(hbm *h, double t0, const hbm_xfer *x)
 {
     double done = t0;
-    for (int c = 0; c < h->C; c++) {
+    for (int i = 0; i < h->ntouched; i++) {
+        int c = h->touched[i];
         chw *a = &h->acc[c];
-        if (!a->touched)
-            continue;
         double s = h->s0[c];
-        double work = a->lat0 + fmax(a->bursts * h->t_burst + a->exposed,
+        double work = a->lat0 + dmax(a->bursts * h->t_burst + a->exposed,
                                      a->nact * h->actrate);
-        double f0 = avail(h, c, s);
-        double end = avail_inv(h, c, f0 + work);
-        double nref = refresh_count(h, c, end) - refresh_count(h, c, s);
-        if (nref > 0) /* the refresh closed the streaming row: reopen it */
-            end = avail_inv(h, c, f0 + work + nref * h->rcd);
-        nref = refresh_count(h, c, end) - refresh_count(h, c, s);
+        double end, nref = 0;
+        if (s >= h->win_lo && s + work < h->win_hi) {
+            end = s + work; /* no refresh inside: the common case */
+        } else {
+            double f0 = avail(h, c, s), k0 = refresh_count_slow(h, c, s);
+            end = avail_inv(h, c, f0 + work);
+            nref = refresh_count_slow(h, c, end) - k0;
+            if (nref > 0) /* the refresh closed the streaming row */
+                end = avail_inv(h, c, f0 + work + nref * h->rcd);
+            nref = refresh_count_slow(h, c, end) - k0;
+        }
         h->free_at[c] = end;
         h->epoch[c] = (int64_t)refresh_count(h, c, end);
         h->st.bursts += a->bursts;
@@ -521,7 +609,9 @@ static double finish(hbm *h, double t0, const hbm_xfer *x)
         h->st.busy_s += end - s;
         if (end > done)
             done = end;
+        *a = (chw){0, 0, 0, 0, 0};
     }
+    h->ntouched = 0;
     double bytes = (double)x->chunk_bytes * (double)x->nchunks;
     if (x->is_write)
         h->st.bytes_written += bytes;
