@@ -502,14 +502,11 @@ static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
         free(cores);
         net_stats(e);
     } else if (p->cpr > 1) {
-        /* Every replica's group at once: each on its own chip block. */
-        for (int r = 0; r < p->replicas; r++) {
-            double tr = ici_allreduce(e->net, &p->core_of[r * p->cpr], p->cpr,
-                                      (double)bytes, 0.0);
-            if (tr > t)
-                t = tr;
-            net_stats(e);
-        }
+        /* Every replica's group at once, competing for links where their
+         * rings meet. */
+        t = ici_allreduce_groups(e->net, p->core_of, p->cpr, p->replicas,
+                                 (double)bytes, 0.0);
+        net_stats(e);
     }
     /* An all-gather is the second half of a ring all-reduce. */
     if (gather)

@@ -1,0 +1,32 @@
+#!/bin/sh
+# Sensitivity of the four reference predictions to the unconfirmed ([U])
+# hardware parameters: one row per (parameter, value), step time of each
+# reference trace.  docs/VALIDATION.md records the output.
+# hbm.capacity_gib=64 lets the 3D UNet 128^3 run that tpuemu's memory model
+# says does not fit (capacity does not change timing).
+set -u
+cd "$(dirname "$0")/.."
+bin=${TPUEMU:-./tpuemu}
+traces="traces/reference/retinanet-1280-v3-8.json traces/reference/retinanet-2560-v3-64.json traces/reference/unet3d-128-v3-8.json traces/reference/unet3d-256-v3-128.json"
+row() {
+  printf '| %-32s |' "$1"
+  for t in $traces; do
+    s=$("$bin" run "$t" --quiet --set hbm.capacity_gib=64 $2 2>/dev/null || echo "err")
+    printf ' %8s |' "$s"
+  done
+  printf '\n'
+}
+echo "| setting                          | ret-1280 | ret-2560 | unet-128 | unet-256 |"
+echo "|----------------------------------|----------|----------|----------|----------|"
+row "defaults" ""
+row "mxu.op_overhead_cycles=128" "--set mxu.op_overhead_cycles=128"
+row "mxu.op_overhead_cycles=512" "--set mxu.op_overhead_cycles=512"
+row "vpu.op_overhead_cycles=256" "--set vpu.op_overhead_cycles=256"
+row "clock_hz=700e6 (v3 at v2 clock)" "--set clock_hz=700e6"
+row "hbm.t_rcd_ns,t_rp_ns,t_cl_ns=28" "--set hbm.t_rcd_ns=28 --set hbm.t_rp_ns=28 --set hbm.t_cl_ns=28"
+row "hbm.bandwidth_gbs=300" "--set hbm.bandwidth_gbs=300"
+row "ici.link_gbs=41 (half)" "--set ici.link_gbs=41"
+row "ici.link_gbs=100 (scaling book)" "--set ici.link_gbs=100"
+row "ici.hop_latency_s=5e-6" "--set ici.hop_latency_s=5e-6"
+row "ici.wrap=1" "--set ici.wrap=1"
+row "xla.halo_copy=0" "--set xla.halo_copy=0"
