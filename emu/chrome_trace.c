@@ -23,6 +23,8 @@ typedef struct {
     const emu_result *r;
     size_t n;         /* X events emitted */
     int first;        /* no comma before the next record */
+    const int *from;  /* from[c]: c, the core its timeline is copied from,
+                         or -1 (breakdown only) */
 } sink;
 
 static void put_str(FILE *f, const char *s)
@@ -276,7 +278,12 @@ static void write_all(sink *s, int level, const int *rep, unsigned *seen,
     const emu_result *r = s->r;
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
-        int reduced = level >= LV_GROUP && rep[c] != c;
+        int copied = s->from && s->from[c] != c;
+        int reduced = (level >= LV_GROUP && rep[c] != c) || copied;
+        if (copied && level < LV_MERGE) {
+            emit_core(s, pc, 0, 1, &seen[c]);
+            continue;
+        }
         if (reduced && level >= LV_BINNED) {
             seen[c] |= 1u << UNIT_CORE;
             emit_binned(s, pc, nbins);
@@ -340,18 +347,103 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
         return tpu_fail(err, TPU_ERR_INPUT, "chrome trace: no output path");
     if (!r || !r->per_core || r->cores <= 0)
         return tpu_fail(err, TPU_ERR_INPUT, "%s: no per-core results", path);
-    size_t total = 0;
+    /* The engine may simulate one core of a group of identical replicas
+     * and record only its timeline.  A core without events takes the
+     * critical path of the first core that has one and the same breakdown
+     * (stated in its thread name and in otherData); with no such twin it
+     * gets its breakdown as consecutive category spans, marked "order not
+     * recorded".  A result with no timeline at all is refused. */
+    emu_core_result *cores = malloc(sizeof *cores * r->cores);
+    int *from = malloc(sizeof(int) * r->cores);
+    emu_event *synth = calloc((size_t)r->cores * CAT_COUNT, sizeof *synth);
+    if (!cores || !from || !synth) {
+        free(cores);
+        free(from);
+        free(synth);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    }
+    int any = 0, ncopied = 0, nsynth = 0;
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
-        if (pc->n_events && !pc->events)
-            return tpu_fail(err, TPU_ERR_INPUT, "%s: core %d: events missing",
-                            path, c);
-        if (!pc->n_events && pc->step_time_s > 0)
-            return tpu_fail(err, TPU_ERR_INPUT,
-                            "%s: core %d has no recorded timeline (the step "
-                            "must be simulated with the timeline recorded)",
-                            path, c);
-        total += pc->n_events;
+        cores[c] = *pc;
+        from[c] = c;
+        if (pc->n_events && !pc->events) {
+            free(cores);
+            free(from);
+            free(synth);
+            return tpu_fail(err, TPU_ERR_INPUT, "%s: core %d: events missing", path, c);
+        }
+        any |= pc->n_events > 0;
+    }
+    if (!any) {
+        free(cores);
+        free(from);
+        free(synth);
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: the result has no recorded timeline (the step "
+                        "must be simulated with the timeline recorded)",
+                        path);
+    }
+    for (int c = 0; c < r->cores; c++) {
+        const emu_core_result *pc = &r->per_core[c];
+        if (pc->n_events || !(pc->step_time_s > 0))
+            continue;
+        int twin = -1;
+        for (int q = 0; q < r->cores && twin < 0; q++) {
+            const emu_core_result *pq = &r->per_core[q];
+            if (!pq->n_events || pq->step_time_s != pc->step_time_s)
+                continue;
+            int same = 1;
+            for (int k = 0; k < CAT_COUNT; k++)
+                same &= fabs(pq->breakdown_s[k] - pc->breakdown_s[k]) <=
+                        1e-12 * pc->step_time_s;
+            if (same)
+                twin = q;
+        }
+        if (twin >= 0) {
+            cores[c].events = r->per_core[twin].events;
+            cores[c].n_events = r->per_core[twin].n_events;
+            from[c] = twin;
+            ncopied++;
+        } else {
+            emu_event *e = &synth[(size_t)c * CAT_COUNT];
+            size_t n = 0;
+            double t = 0;
+            for (int k = 0; k < CAT_COUNT; k++)
+                if (pc->breakdown_s[k] > 0) {
+                    e[n] = (emu_event){t, t + pc->breakdown_s[k], UNIT_CORE,
+                                       (uint8_t)k, PHASE_FWD, 0, -1, 1, 0, 0};
+                    t += pc->breakdown_s[k];
+                    n++;
+                }
+            cores[c].events = e;
+            cores[c].n_events = n;
+            from[c] = -1;
+            nsynth++;
+        }
+    }
+    emu_result rcopy = *r;
+    rcopy.per_core = cores;
+    r = &rcopy;
+    size_t total = 0;
+    {
+        unsigned *u0 = calloc((size_t)r->cores, sizeof(unsigned));
+        sink cnt = {NULL, r, 0, 1, from};
+        int *id = malloc(sizeof(int) * r->cores);
+        if (!u0 || !id) {
+            free(u0);
+            free(id);
+            free(cores);
+            free(from);
+            free(synth);
+            return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+        }
+        for (int c = 0; c < r->cores; c++)
+            id[c] = c;
+        write_all(&cnt, LV_FULL, id, u0, 0);
+        total = cnt.n;
+        free(u0);
+        free(id);
     }
     if (!max_events)
         max_events = CHROME_TRACE_MAX_EVENTS;
@@ -361,6 +453,9 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
     if (!rep || !seen) {
         free(rep);
         free(seen);
+        free(cores);
+        free(from);
+        free(synth);
         return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
     }
     for (int c = 0; c < r->cores; c++)
@@ -375,6 +470,9 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
             if (ngroups < 0) {
                 free(rep);
                 free(seen);
+                free(cores);
+                free(from);
+                free(synth);
                 return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
             }
         }
@@ -388,7 +486,7 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
                     nred++;
                     continue;
                 }
-                sink one = {NULL, r, 0, 1};
+                sink one = {NULL, r, 0, 1, from};
                 unsigned u = 0;
                 emit_core(&one, &r->per_core[c], 1, 0, &u);
                 keep += one.n;
@@ -396,7 +494,7 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
             size_t per = nred && max_events > keep ? (max_events - keep) / nred : 1;
             nbins = per < 1 ? 1 : per > 100000 ? 100000 : (int)per;
         }
-        sink cs = {NULL, r, 0, 1};
+        sink cs = {NULL, r, 0, 1, from};
         memset(seen, 0, sizeof(unsigned) * r->cores);
         write_all(&cs, level, rep, seen, nbins);
         count = cs.n;
@@ -407,6 +505,9 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
     if (!tmp) {
         free(rep);
         free(seen);
+        free(cores);
+        free(from);
+        free(synth);
         return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
     }
     /* Streamed to a temporary file and renamed (SPEC.md: no partial output);
@@ -427,9 +528,12 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
         free(tmp);
         free(rep);
         free(seen);
+        free(cores);
+        free(from);
+        free(synth);
         return st;
     }
-    sink s = {f, r, 0, 1};
+    sink s = {f, r, 0, 1, from};
     fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
     fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
     put_str(f, r->trace);
@@ -463,6 +567,8 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
         if (level >= LV_BINNED)
             fprintf(f, ",\"bins_per_reduced_core\":%d", nbins);
     }
+    fprintf(f, ",\"cores_timeline_copied\":%d,\"cores_breakdown_only\":%d",
+            ncopied, nsynth);
     fputs("},\n\"traceEvents\":[\n", f);
 
     /* Metadata: names and order of chips and threads. */
@@ -486,7 +592,15 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
         for (int u = 0; u < UNIT_COUNT; u++) {
             if (u != UNIT_CORE && !(seen[c] >> u & 1))
                 continue;
-            if (u == UNIT_CORE && level >= LV_GROUP && rep[c] != c)
+            if (u == UNIT_CORE && from[c] < 0)
+                snprintf(name, sizeof name,
+                         "core %d: breakdown only (timeline not recorded, "
+                         "order of categories not known)", c);
+            else if (u == UNIT_CORE && from[c] != c)
+                snprintf(name, sizeof name,
+                         "core %d: critical path (not recorded: copied from "
+                         "core %d, same breakdown)", c, from[c]);
+            else if (u == UNIT_CORE && level >= LV_GROUP && rep[c] != c)
                 snprintf(name, sizeof name,
                          "core %d: critical path (units: see core %d, "
                          "identical)", c, rep[c]);
@@ -512,5 +626,8 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
     free(tmp);
     free(rep);
     free(seen);
+    free(cores);
+    free(from);
+    free(synth);
     return st;
 }

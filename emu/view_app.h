@@ -25,6 +25,9 @@ typedef struct {
     int loaded;           /* r is filled */
     int has_events;
     view_lane *lanes;     /* cores x UNIT_COUNT */
+    int *src;             /* src[c]: the core whose events row c draws: c,
+                             or a twin with the same breakdown when the
+                             engine recorded only one core of a group */
     char source[300];     /* file name or "demo" */
     int demo;             /* 0, or the demo's core count */
 

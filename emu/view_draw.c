@@ -97,7 +97,7 @@ static void fmt_t(char *buf, size_t cap, double s)
 static const emu_event *lane_ev(const view_app *a, int core, int unit,
                                 size_t i)
 {
-    return &a->r.per_core[core].events[a->lanes[core * UNIT_COUNT + unit].idx[i]];
+    return &a->r.per_core[a->src[core]].events[a->lanes[core * UNIT_COUNT + unit].idx[i]];
 }
 
 typedef struct {
@@ -118,8 +118,11 @@ int view_index(view_app *a)
     view_unindex(a);
     a->has_events = 0;
     a->lanes = calloc((size_t)a->r.cores * UNIT_COUNT, sizeof *a->lanes);
-    if (!a->lanes)
+    a->src = malloc(sizeof(int) * (a->r.cores > 0 ? a->r.cores : 1));
+    if (!a->lanes || !a->src)
         return 0;
+    for (int c = 0; c < a->r.cores; c++)
+        a->src[c] = c;
     for (int c = 0; c < a->r.cores; c++) {
         const emu_core_result *pc = &a->r.per_core[c];
         size_t cnt[UNIT_COUNT] = {0};
@@ -163,6 +166,28 @@ int view_index(view_app *a)
             a->has_events = 1;
         }
     }
+    /* Cores the engine did not record borrow the rows of the first
+     * recorded core with the same step time and breakdown. */
+    for (int c = 0; c < a->r.cores; c++) {
+        const emu_core_result *pc = &a->r.per_core[c];
+        if (pc->n_events)
+            continue;
+        for (int q = 0; q < a->r.cores; q++) {
+            const emu_core_result *pq = &a->r.per_core[q];
+            if (!pq->n_events || pq->step_time_s != pc->step_time_s)
+                continue;
+            int same = 1;
+            for (int k = 0; k < CAT_COUNT; k++)
+                same &= fabs(pq->breakdown_s[k] - pc->breakdown_s[k]) <=
+                        1e-12 * pc->step_time_s;
+            if (same) {
+                a->src[c] = q;
+                for (int u = 0; u < UNIT_COUNT; u++)
+                    a->lanes[c * UNIT_COUNT + u] = a->lanes[q * UNIT_COUNT + u];
+                break;
+            }
+        }
+    }
     return 1;
 }
 
@@ -170,11 +195,15 @@ void view_unindex(view_app *a)
 {
     if (a->lanes)
         for (int i = 0; i < a->r.cores * UNIT_COUNT; i++) {
+            if (a->src && a->src[i / UNIT_COUNT] != i / UNIT_COUNT)
+                continue; /* borrowed from a twin */
             free(a->lanes[i].idx);
             free(a->lanes[i].pmax);
         }
     free(a->lanes);
+    free(a->src);
     a->lanes = NULL;
+    a->src = NULL;
 }
 
 /* First index whose running-max end reaches t. */
@@ -291,6 +320,11 @@ static void draw_timeline(view_app *a)
             fill(a, 0, y - 1, VIEW_LABELS - 4, rh, 0xECEFF1);
         snprintf(buf, sizeof buf, "core %d", c);
         view_text(a, 6, y, buf, 1, C_INK);
+        if (a->src[c] != c) {
+            /* Not recorded by the engine: drawn from an identical core. */
+            snprintf(buf, sizeof buf, "same as %d", a->src[c]);
+            view_text(a, VIEW_LABELS - 8 - 6 * (int)strlen(buf), y, buf, 1, 0xA03000);
+        }
         if (a->units) {
             snprintf(buf, sizeof buf, "chip %d", pc->chip);
             view_text(a, 66, y, buf, 1, C_MUTED);
@@ -564,6 +598,9 @@ static const char *const help_lines[] = {
     "h, F1, ?          this help",
     "q                 quit",
     "",
+    "\"same as N\" by a core: not recorded by the engine (identical",
+    "replica), drawn from core N's timeline.",
+    "",
     "Colours: category of the critical path (the report's categories):",
 };
 
@@ -625,7 +662,7 @@ static void draw_footer(view_app *a)
     } else
         shown = view_pick(a, a->mx, a->my, &core, &unit, &ev);
     if (shown) {
-        const emu_event *e = &a->r.per_core[core].events[ev];
+        const emu_event *e = &a->r.per_core[a->src[core]].events[ev];
         const char *ln = (e->layer >= 0 && e->layer < a->r.n_layers && a->r.layer_names)
                              ? a->r.layer_names[e->layer] : "(no layer)";
         fmt_t(t0, sizeof t0, e->t0);

@@ -314,7 +314,7 @@ static int push_script(view_app *a, const char *script)
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", script);
     int mx = a->mx, my = a->my;
-    for (char *tok = strtok(buf, " ,;\t"); tok; tok = strtok(NULL, " ;\t")) {
+    for (char *tok = strtok(buf, " ;\t"); tok; tok = strtok(NULL, " ;\t")) {
         SDL_Event e;
         memset(&e, 0, sizeof e);
         int x, y;

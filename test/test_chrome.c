@@ -203,14 +203,40 @@ void th_suite_chrome(th_ctx *t)
     }
     emu_result_free(&r);
 
-    th_case(t, "a result without a timeline is refused, nothing written");
-    tsynth_result(&r, 2, 1, 1, 1, 1);
+    th_case(t, "cores the engine did not record: copied from a twin or breakdown only");
+    tsynth_result(&r, 4, 2, 1, 3, 1); /* identical cores */
     free(r.per_core[1].events);
     r.per_core[1].events = NULL;
     r.per_core[1].n_events = 0;
+    free(r.per_core[3].events);
+    r.per_core[3].events = NULL;
+    r.per_core[3].n_events = 0;
+    r.per_core[3].breakdown_s[CAT_MXU] -= 1e-4; /* no twin any more */
+    r.per_core[3].breakdown_s[CAT_IDLE] += 1e-4;
+    snprintf(path, sizeof path, "%s/copied.json", th_tmpdir());
+    st = chrome_trace_write(&r, path, &err);
+    TH_CHECKF(t, st == TPU_OK, "%s", err.msg);
+    doc = load_json(path);
+    if (TH_CHECK(t, doc != NULL)) {
+        TH_CHECK(t, check_cover(t, doc, &r, &unit_cores));
+        TH_CHECK(t, unit_cores == 2); /* only cores 0 and 2 have unit rows */
+        cJSON *od = cJSON_GetObjectItem(doc, "otherData");
+        TH_CHECK(t, cJSON_GetObjectItem(od, "cores_timeline_copied")->valueint == 1);
+        TH_CHECK(t, cJSON_GetObjectItem(od, "cores_breakdown_only")->valueint == 1);
+        cJSON_Delete(doc);
+    }
+    emu_result_free(&r);
+
+    th_case(t, "a result without any timeline is refused, nothing written");
+    tsynth_result(&r, 2, 1, 1, 1, 1);
+    for (int c = 0; c < 2; c++) {
+        free(r.per_core[c].events);
+        r.per_core[c].events = NULL;
+        r.per_core[c].n_events = 0;
+    }
     snprintf(path, sizeof path, "%s/none.json", th_tmpdir());
     st = chrome_trace_write(&r, path, &err);
-    TH_CHECK(t, st == TPU_ERR_INPUT && strstr(err.msg, "core 1"));
+    TH_CHECK(t, st == TPU_ERR_INPUT && strstr(err.msg, "no recorded timeline"));
     FILE *f = fopen(path, "r");
     TH_CHECK(t, f == NULL);
     if (f)
