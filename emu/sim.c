@@ -81,6 +81,11 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         if (rc)
             return rc;
     }
+    rc = hbm_check_params(&hw.hbm, err);
+    if (rc) {
+        err->code = TPU_ERR_INPUT;
+        return TPU_ERR_INPUT;
+    }
     rc = fill_header(g, sys, &hw, batch, o, out, err);
     if (rc)
         goto fail;
