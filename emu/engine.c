@@ -178,7 +178,7 @@ static void add_event(eng *e, core_t *c, emu_unit unit, emu_cat cat,
         if (p->unit != unit)
             continue;
         if (p->cat == cat && p->layer == layer && p->opcode == op &&
-            p->phase == phase && (double)t0 / PS - p->t1 < 1e-12) {
+            p->phase == phase && fabs((double)t0 / PS - p->t1) < 1e-12) {
             p->t1 = (double)t1 / PS;
             p->count++;
             p->bytes += bytes;
@@ -306,6 +306,55 @@ static void mark_iteration(eng *e, core_t *c)
     c->it_start_ev = c->nev;
 }
 
+/* Appends the timeline of r skipped iterations starting at t (ps), span
+ * ps long, summarizing the events of the last iteration. */
+static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
+                           int64_t t, int64_t span, const int64_t *dcat)
+{
+    size_t first = c->it_start_ev, last = c->nev;
+    int64_t at = t;
+    for (int k = 0; k < CAT_COUNT; k++) {
+        int64_t dk = dcat[k] * r;
+        if (dk > 0) {
+            fw_insn x = *loop;
+            x.op = FW_LOOP;
+            add_event(e, c, UNIT_CORE, (emu_cat)k, &x, at, at + dk, 0, 0);
+            at += dk;
+        }
+    }
+    for (int u = UNIT_MXU; u < UNIT_COUNT; u++) {
+        double busy = 0, bytes = 0, flops = 0;
+        uint32_t n = 0;
+        int cat = -1, op = 0;
+        for (size_t i = first; i < last && i < c->nev; i++) {
+            const emu_event *v = &c->ev[i];
+            if (v->unit != u)
+                continue;
+            double t0 = v->t0 * PS < (double)c->it_start_now
+                            ? (double)c->it_start_now / PS
+                            : v->t0;
+            busy += v->t1 - t0;
+            bytes += v->bytes;
+            flops += v->flops;
+            n += v->count;
+            cat = v->cat;
+            op = v->opcode;
+        }
+        if (cat < 0 || busy <= 0)
+            continue;
+        fw_insn x = *loop;
+        x.op = (uint8_t)op;
+        int64_t len = (int64_t)llround(busy * PS) * r;
+        if (len > span)
+            len = span;
+        size_t before = c->nev;
+        add_event(e, c, (emu_unit)u, (emu_cat)cat, &x, t, t + len,
+                  bytes * (double)r, flops * (double)r);
+        if (c->nev > before)
+            c->ev[c->nev - 1].count = n * (uint32_t)r;
+    }
+}
+
 /* At the end of one loop iteration: when the relative state repeats the
  * previous iteration's, all remaining iterations are this one again. */
 static void end_iteration(eng *e, int ci, const fw_insn *loop)
@@ -319,8 +368,10 @@ static void end_iteration(eng *e, int ci, const fw_insn *loop)
     if (same && !e->in->no_dedup && c->loop_left > 0) {
         int64_t r = c->loop_left;
         int64_t dnow = c->now - c->it_start_now;
+        int64_t dcat[CAT_COUNT];
         for (int k = 0; k < CAT_COUNT; k++) {
             int64_t dk = c->cat[k] - c->it_start_cat[k];
+            dcat[k] = dk;
             c->cat[k] += r * dk;
             if (e->sim_shard[ci] == 0 && e->layer_time && loop->layer >= 0)
                 e->layer_time[(size_t)loop->layer * CAT_COUNT + k] +=
@@ -329,14 +380,11 @@ static void end_iteration(eng *e, int ci, const fw_insn *loop)
         c->rd += (double)r * (c->rd - c->it_start_rd);
         c->wr += (double)r * (c->wr - c->it_start_wr);
         c->flops += (double)r * (c->flops - c->it_start_fl);
-        /* Timeline: stretch this iteration's events over the skipped ones. */
-        for (size_t i = c->it_start_ev > 0 ? c->it_start_ev - 1 : 0;
-             i < c->nev; i++) {
-            if (c->ev[i].t1 * PS + 0.5 >= (double)c->it_start_now) {
-                c->ev[i].t1 += (double)(r * dnow) / PS;
-                c->ev[i].count += (uint32_t)r;
-            }
-        }
+        /* Timeline: the skipped iterations as one span per category on
+         * the critical path and one per unit (their busy time summed), so
+         * events never overlap and the totals stay exact. */
+        if (e->in->record_timeline && r > 0)
+            skipped_events(e, c, loop, r, c->now, r * dnow, dcat);
         c->now += r * dnow;
         if (c->pipe_free > 0)
             c->pipe_free += r * dnow;

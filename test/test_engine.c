@@ -188,6 +188,38 @@ void th_suite_engine(th_ctx *t)
         }
     }
 
+    th_case(t, "the critical-path timeline covers each step, no gap or overlap");
+    {
+        emu_result r;
+        sim_opts q = o;
+        q.record_timeline = 1;
+        if (TH_CHECKF(t, run_file("traces/retinanet-2560-v3-8-p8.json", &q, &r,
+                                  &e) == 0, "%s", e.msg)) {
+            for (int c = 0; c < r.cores; c++) {
+                const emu_core_result *x = &r.per_core[c];
+                double at = 0, cat[CAT_COUNT] = {0};
+                int ok = x->n_events > 0;
+                for (size_t i = 0; i < x->n_events && ok; i++) {
+                    const emu_event *v = &x->events[i];
+                    if (v->unit != UNIT_CORE)
+                        continue;
+                    ok = fabs(v->t0 - at) < 1e-9 && v->t1 >= v->t0;
+                    cat[v->cat] += v->t1 - v->t0;
+                    at = v->t1;
+                }
+                TH_CHECKF(t, ok && fabs(at - x->step_time_s) < 1e-9,
+                          "core %d: timeline ends at %g of %g", c, at,
+                          x->step_time_s);
+                for (int k = 0; k < CAT_COUNT; k++)
+                    TH_CHECKF(t, fabs(cat[k] - x->breakdown_s[k]) < 1e-9,
+                              "core %d %s: events %g vs %g", c,
+                              emu_cat_name((emu_cat)k), cat[k],
+                              x->breakdown_s[k]);
+            }
+            emu_result_free(&r);
+        }
+    }
+
     th_case(t, "same run twice: byte-identical reports");
     {
         emu_result a, b;
