@@ -37,6 +37,11 @@ int cli_double(const char *opt, const char *s, double lo, double hi,
 /* The value after option argv[*i], advancing *i; prints an error and
  * returns NULL when it is missing. */
 const char *cli_value(int argc, char **argv, int *i);
+/* Matches option `name` at argv[*i], as "--name VALUE" or "--name=VALUE":
+ * 1 with *val set, 0 when argv[*i] is another option, -1 (error printed)
+ * when the value is missing. */
+int cli_take(int argc, char **argv, int *i, const char *name,
+             const char **val);
 /* True when argv has -h or --help. */
 int cli_wants_help(int argc, char **argv);
 

@@ -69,3 +69,20 @@ int cli_wants_help(int argc, char **argv)
             return 1;
     return 0;
 }
+
+int cli_take(int argc, char **argv, int *i, const char *name,
+             const char **val)
+{
+    const char *arg = argv[*i];
+    size_t len = strlen(name);
+    if (strncmp(arg, name, len) != 0)
+        return 0;
+    if (arg[len] == '=') {
+        *val = arg + len + 1;
+        return 1;
+    }
+    if (arg[len] != '\0')
+        return 0;
+    *val = cli_value(argc, argv, i);
+    return *val ? 1 : -1;
+}

@@ -38,22 +38,6 @@ static const char usage[] =
     "multiply-adds; PE model at most 2^36 PE updates (cycles x rows x cols,\n"
     "about a minute).  Beyond them the command exits 2.\n";
 
-static int take(int argc, char **argv, int *i, const char *name,
-                const char **val)
-{
-    const char *arg = argv[*i];
-    size_t len = strlen(name);
-    if (strncmp(arg, name, len) != 0)
-        return 0;
-    if (arg[len] == '=') {
-        *val = arg + len + 1;
-        return 1;
-    }
-    if (arg[len] != '\0')
-        return 0;
-    *val = cli_value(argc, argv, i);
-    return *val ? 1 : -1;
-}
 
 int cli_mxu(int argc, char **argv)
 {
@@ -68,19 +52,19 @@ int cli_mxu(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
-        if ((r = take(argc, argv, &i, "--m", &v)) != 0)
+        if ((r = cli_take(argc, argv, &i, "--m", &v)) != 0)
             sm = v;
-        else if ((r = take(argc, argv, &i, "--k", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--k", &v)) != 0)
             sk = v;
-        else if ((r = take(argc, argv, &i, "--n", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--n", &v)) != 0)
             sn = v;
-        else if ((r = take(argc, argv, &i, "--model", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--model", &v)) != 0)
             smodel = v;
-        else if ((r = take(argc, argv, &i, "--gen", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--gen", &v)) != 0)
             sgen = v;
-        else if ((r = take(argc, argv, &i, "--seed", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--seed", &v)) != 0)
             sseed = v;
-        else if ((r = take(argc, argv, &i, "--set", &v)) != 0) {
+        else if ((r = cli_take(argc, argv, &i, "--set", &v)) != 0) {
             if (v && nsets == MXU_CLI_MAX_SETS)
                 return cli_error(2, "mxu: at most %d --set options",
                                  MXU_CLI_MAX_SETS);

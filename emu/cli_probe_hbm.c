@@ -29,22 +29,6 @@ static const char usage[] =
     "\n"
     "Exit 2 on bad input, 3 when the block does not fit the core's HBM.\n";
 
-static int take(int argc, char **argv, int *i, const char *name,
-                const char **val)
-{
-    const char *arg = argv[*i];
-    size_t len = strlen(name);
-    if (strncmp(arg, name, len) != 0)
-        return 0;
-    if (arg[len] == '=') {
-        *val = arg + len + 1;
-        return 1;
-    }
-    if (arg[len] != '\0')
-        return 0;
-    *val = cli_value(argc, argv, i);
-    return *val ? 1 : -1;
-}
 
 int cli_probe_hbm(int argc, char **argv)
 {
@@ -58,15 +42,15 @@ int cli_probe_hbm(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
-        if ((r = take(argc, argv, &i, "--gen", &v)) != 0)
+        if ((r = cli_take(argc, argv, &i, "--gen", &v)) != 0)
             sgen = v;
-        else if ((r = take(argc, argv, &i, "--bytes", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--bytes", &v)) != 0)
             sbytes = v;
-        else if ((r = take(argc, argv, &i, "--stride", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--stride", &v)) != 0)
             sstride = v;
-        else if ((r = take(argc, argv, &i, "--chunk", &v)) != 0)
+        else if ((r = cli_take(argc, argv, &i, "--chunk", &v)) != 0)
             schunk = v;
-        else if ((r = take(argc, argv, &i, "--set", &v)) != 0) {
+        else if ((r = cli_take(argc, argv, &i, "--set", &v)) != 0) {
             if (r > 0 && nsets == PROBE_HBM_MAX_SETS)
                 return cli_error(2, "probe hbm: at most %d --set options",
                                  PROBE_HBM_MAX_SETS);
