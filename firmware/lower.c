@@ -470,8 +470,6 @@ static int passes_of(const glayer *L)
     return L->dtype_bytes == 4 ? 3 : 1;
 }
 
-static double vpu_f32_ops(const lc *c) { (void)c; return 1; }
-
 /* Conv, conv_transpose and dense: forward (phase FWD) or the two backward
  * products. */
 static void lower_matrix_layer(lc *c, int l, int phase)
@@ -550,13 +548,11 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     }
     /* dW: m = K rows of X^T, k = M positions, n = cout; accumulated in
      * fp32 in VMEM over M tiles, stored once. */
-    double ep = (double)K * npad / (double)(M > 0 ? M : 1) * 2;
     emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, 0, passes);
     /* The M-streaming loads of X and dY for dW are what bounds it. */
     emit_pass(c, phase, l, in_b + dy_b, (double)K * npad * 4, (double)K * npad,
-              ep > 0 ? 1 : 1);
+              1);
     c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
-    (void)vpu_f32_ops;
 }
 
 static int consumer_is(const lc *c, int l, graph_op op)
