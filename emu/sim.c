@@ -59,10 +59,12 @@ static tpu_status fill_header(const graph *g, const tpu_system *sys,
     return TPU_OK;
 }
 
-tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
-                   tpu_error *err)
+/* What run and lower share: the slice (--system or the trace's), the
+ * batch, the run checks, and the chip data with the --set overrides. */
+static tpu_status sim_setup(const graph *g, const sim_opts *o,
+                            const tpu_system **sys_out, int64_t *batch_out,
+                            tpu_params *hw, tpu_error *err)
 {
-    memset(out, 0, sizeof *out);
     const char *path = o->trace_path ? o->trace_path : g->name;
     const char *sysname = o->system ? o->system : g->system;
     const tpu_system *sys = tpu_system_find(sysname);
@@ -74,18 +76,32 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     tpu_status rc = graph_check_run(g, sys->name, batch, path, err);
     if (rc)
         return rc;
-    tpu_params hw;
-    tpu_params_default(&hw, sys->gen);
+    tpu_params_default(hw, sys->gen);
     for (int i = 0; i < o->n_sets; i++) {
-        rc = tpu_params_set(&hw, o->set_keys[i], o->set_values[i], err);
+        rc = tpu_params_set(hw, o->set_keys[i], o->set_values[i], err);
         if (rc)
             return rc;
     }
-    rc = hbm_check_params(&hw.hbm, err);
-    if (rc) {
+    if (hbm_check_params(&hw->hbm, err)) {
         err->code = TPU_ERR_INPUT;
         return TPU_ERR_INPUT;
     }
+    *sys_out = sys;
+    *batch_out = batch;
+    return TPU_OK;
+}
+
+tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
+                   tpu_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *path = o->trace_path ? o->trace_path : g->name;
+    const tpu_system *sys;
+    int64_t batch;
+    tpu_params hw;
+    tpu_status rc = sim_setup(g, o, &sys, &batch, &hw, err);
+    if (rc)
+        return rc;
     rc = fill_header(g, sys, &hw, batch, o, out, err);
     if (rc)
         goto fail;
@@ -176,26 +192,15 @@ fail:
 tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
                      fw_program *prog, fw_memory *mem, tpu_error *err)
 {
-    const char *path = o->trace_path ? o->trace_path : g->name;
-    const char *sysname = o->system ? o->system : g->system;
-    const tpu_system *sys = tpu_system_find(sysname);
-    if (!sys)
-        return tpu_fail(err, TPU_ERR_INPUT, "%s: unknown system '%s'",
-                        o->system ? "--system" : path, sysname);
-    int64_t batch = o->global_batch > 0 ? o->global_batch : g->global_batch;
-    tpu_status rc = graph_check_run(g, sys->name, batch, path, err);
+    const tpu_system *sys;
+    int64_t batch;
+    tpu_params hw;
+    tpu_status rc = sim_setup(g, o, &sys, &batch, &hw, err);
     if (rc)
         return rc;
     if (core < 0 || core >= sys->cores)
         return tpu_fail(err, TPU_ERR_INPUT, "--core %d: %s has cores 0..%d",
                         core, sys->name, sys->cores - 1);
-    tpu_params hw;
-    tpu_params_default(&hw, sys->gen);
-    for (int i = 0; i < o->n_sets; i++) {
-        rc = tpu_params_set(&hw, o->set_keys[i], o->set_values[i], err);
-        if (rc)
-            return rc;
-    }
     plan p;
     rc = plan_build(&p, g, sys, batch, err);
     if (rc)
