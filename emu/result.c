@@ -36,5 +36,7 @@ void emu_result_free(emu_result *r)
     free(r->link_busy_s);
     free(r->layer_names);
     free(r->layer_time_s);
+    free(r->output);
+    free(r->grads);
     *r = (emu_result){0};
 }

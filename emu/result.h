@@ -96,8 +96,18 @@ typedef struct {
     double *layer_time_s;
     /* --functional */
     int has_values;
-    uint64_t output_checksum;
-    double loss;
+    uint64_t output_checksum;      /* FNV-1a 64 over `output`'s fp32 bits */
+    double loss;                   /* mean over the global batch (train) */
+    /* The last non-loss layer's output in the global layout
+     * [global_batch, spatial..., channels], row-major (owned). */
+    float *output;
+    int output_rank;
+    int64_t output_shape[5];
+    /* Weight gradients after the all-reduce, before the update: every
+     * trainable layer's kernel ([taps][cin][cout]) then bias, in layer order
+     * (shared weights once), as core 0 holds them (owned; train only). */
+    float *grads;
+    int64_t n_grads;
 } emu_result;
 
 void emu_result_free(emu_result *r);
