@@ -79,8 +79,24 @@ void fw_format(const fw_insn *in, char *buf, size_t cap)
         w = snprintf(buf + o, cap - o, " %s=%" PRId64, an, v[i]);
         o += w > 0 ? (size_t)w : 0;
     }
-    if (in->op == FW_MATMUL && in->passes > 1 && o < cap)
-        snprintf(buf + o, cap - o, " passes=%d", in->passes);
+    if (in->op == FW_HALO && o < cap) {
+        w = snprintf(buf + o, cap - o, " rows=%" PRId64 "/%" PRId64,
+                     fw_halo_rows_lo(in), fw_halo_rows_hi(in));
+        o += w > 0 ? (size_t)w : 0;
+    }
+    if (in->op == FW_MATMUL && in->passes > 1 && o < cap) {
+        w = snprintf(buf + o, cap - o, " passes=%d", in->passes);
+        o += w > 0 ? (size_t)w : 0;
+    }
+    if (in->fx != FX_NONE && in->fx < FX_KIND_COUNT && o < cap)
+        snprintf(buf + o, cap - o, " fx=%s", fw_fx_name((fx_kind)in->fx));
+}
+
+const char *fw_fx_name(fx_kind k)
+{
+    static const char *const names[FX_KIND_COUNT] = {
+        "none", "fwd", "dx", "dw", "bstat", "bwd", "update"};
+    return (unsigned)k < FX_KIND_COUNT ? names[k] : "?";
 }
 
 tpu_status fw_validate(const fw_program *p, tpu_error *err)

@@ -19,8 +19,8 @@
  *                                                                (bf16; `passes` bf16 passes for f32), with
  *                                                                `d` fp32 vector ops overlapped (VLIW)
  *   vpu.op      elems       ops/elem x100 -          -           vector unit pass over a VMEM tile
- *   ici.halo    dim         from lo       from hi    -           collective-permute: receive that many bytes from the neighbours along
- *                                                                split spatial dim `dim` (partition group)
+ *   ici.halo    dim         from lo       from hi    rows        collective-permute: receive that many bytes from the neighbours along
+ *                                                                split spatial dim `dim` (partition group); rows = lo rows << 32 | hi rows
  *   ici.allreduce bytes     group         -          -           sum across group: 0 partition group, 1 all cores
  *   ici.allgather bytes     -             -          -           gather `bytes` (the whole tensor) in the group
  *   sync.barrier -          -             -          -           all cores
@@ -53,11 +53,24 @@ typedef enum {
 
 enum { FW_GROUP_PARTITION = 0, FW_GROUP_ALL = 1 };
 
+/* What a compute instruction computes, for --functional (emu/fexec.h):
+ * the timing never depends on it. */
+typedef enum {
+    FX_NONE,    /* moves or re-reads data another instruction accounts for */
+    FX_FWD,     /* the layer's forward values (matmul: the next M rows) */
+    FX_DX,      /* input gradient rows (matmul) */
+    FX_DW,      /* weight gradient rows (matmul) */
+    FX_BSTAT,   /* backward reductions (batchnorm) */
+    FX_BWD,     /* the layer's input gradient (vector pass) */
+    FX_UPDATE,  /* the optimizer step */
+    FX_KIND_COUNT
+} fx_kind;
+
 typedef struct {
     uint8_t op;      /* fw_op */
     uint8_t phase;   /* emu_phase */
     uint8_t passes;  /* MXU passes per product (1 bf16; 3 for f32) */
-    uint8_t unused;
+    uint8_t fx;      /* fx_kind */
     int32_t layer;   /* graph layer, -1 for none */
     int64_t a, b, c, d;
 } fw_insn;
@@ -69,8 +82,12 @@ typedef struct {
 } fw_program;
 
 const char *fw_op_name(fw_op op);
+const char *fw_fx_name(fx_kind k);
 void fw_program_init(fw_program *p);
 void fw_program_free(fw_program *p);
+/* Rows of an ici.halo's operand d. */
+static inline int64_t fw_halo_rows_lo(const fw_insn *in) { return in->d >> 32; }
+static inline int64_t fw_halo_rows_hi(const fw_insn *in) { return in->d & 0xffffffff; }
 /* Appends one instruction (sets p->oom instead of failing). */
 void fw_emit(fw_program *p, fw_op op, int phase, int layer, int64_t a,
              int64_t b, int64_t c, int64_t d);

@@ -39,6 +39,7 @@ typedef struct {
     int *nconsumers;       /* per layer */
     uint8_t *relu_fused;   /* relu layer fused into its producer's pass */
     fw_memory *mem;
+    int fx;                /* fx_kind stamped on compute instructions */
 } lc;
 
 static int64_t rup(int64_t x, int64_t m) { return m > 0 ? (x + m - 1) / m * m : x; }
@@ -145,8 +146,12 @@ typedef struct {
 static void emit_compute(lc *c, int phase, int layer, const tile *t)
 {
     emit(c, t->op, phase, layer, t->a, t->b, t->cc, t->d);
-    if (t->op == FW_MATMUL && !c->prog->oom)
-        c->prog->code[c->prog->n - 1].passes = (uint8_t)t->passes;
+    if (!c->prog->oom) {
+        fw_insn *in = &c->prog->code[c->prog->n - 1];
+        if (t->op == FW_MATMUL)
+            in->passes = (uint8_t)t->passes;
+        in->fx = (uint8_t)c->fx;
+    }
 }
 
 static void emit_tile_body(lc *c, int phase, int layer, int64_t next_ld,
@@ -224,6 +229,16 @@ static void emit_pass(lc *c, int phase, int layer, double in_bytes,
     emit_tiled(c, phase, layer, nt, 0, &full, &last);
 }
 
+/* The same, with the instructions' functional meaning. */
+static void emit_pass_fx(lc *c, int fx, int phase, int layer, double in_bytes,
+                         double out_b, double elems, double ops)
+{
+    int keep = c->fx;
+    c->fx = fx;
+    emit_pass(c, phase, layer, in_bytes, out_b, elems, ops);
+    c->fx = keep;
+}
+
 /* A tiled matrix product over M rows: per tile, load ld_per_row bytes a
  * row (+ weights once), multiply [mt, k] x [k, n], store st_per_row. */
 static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
@@ -289,8 +304,9 @@ static void need_range(const glayer *L, const glayer *I, int d, int64_t o0,
         *hi = (o1 - 1) * s - L->pad_lo[d] + (k - 1) * dil + 1;
         break;
     case GOP_CONV_T:
-        *lo = ceildiv(o0 + L->pad_lo[d] - (k - 1) * dil, s);
-        *hi = floordiv(o1 - 1 + L->pad_lo[d], s) + 1;
+        /* out[o] reads the stride-dilated input at o - pad_lo + t*dil. */
+        *lo = ceildiv(o0 - L->pad_lo[d], s);
+        *hi = floordiv(o1 - 1 - L->pad_lo[d] + (k - 1) * dil, s) + 1;
         break;
     case GOP_UPSAMPLE: {
         int64_t f = L->factor[d] > 0 ? L->factor[d] : 1;
@@ -301,6 +317,42 @@ static void need_range(const glayer *L, const glayer *I, int d, int64_t o0,
     default:
         *lo = o0;
         *hi = o1;
+    }
+    *lo = max64(*lo, 0);
+    *hi = min64(*hi, ext);
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* The output rows [*lo, *hi) of layer L whose windows touch input rows
+ * [i0, i1) along dim d: what the input gradient of those rows reads. */
+static void grad_need_range(const glayer *L, int d, int64_t i0, int64_t i1,
+                            int64_t *lo, int64_t *hi)
+{
+    int64_t ext = L->out.sp[d];
+    int64_t k = L->kernel[d] > 0 ? L->kernel[d] : 1;
+    int64_t s = L->strides[d] > 0 ? L->strides[d] : 1;
+    int64_t dil = L->dilation[d] > 0 ? L->dilation[d] : 1;
+    switch (L->op) {
+    case GOP_CONV:
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL:
+        *lo = ceildiv(i0 + L->pad_lo[d] - (k - 1) * dil, s);
+        *hi = floordiv(i1 - 1 + L->pad_lo[d], s) + 1;
+        break;
+    case GOP_CONV_T:
+        *lo = i0 * s + L->pad_lo[d] - (k - 1) * dil;
+        *hi = (i1 - 1) * s + L->pad_lo[d] + 1;
+        break;
+    case GOP_UPSAMPLE: {
+        int64_t f = L->factor[d] > 0 ? L->factor[d] : 1;
+        *lo = i0 * f;
+        *hi = i1 * f;
+        break;
+    }
+    default:
+        *lo = i0;
+        *hi = i1;
     }
     *lo = max64(*lo, 0);
     *hi = min64(*hi, ext);
@@ -384,6 +436,65 @@ static void halo_of(const lc *c, int l, int i, halo_t *h)
     }
 }
 
+/* Backward: the rows of layer l's output gradient this shard receives to
+ * compute the gradient of its slice of input i; a gather when the input
+ * is replicated along a dimension the output splits (every core then
+ * needs every output row) or a halo is wider than a neighbour's shard. */
+static void bwd_halo_of_shard(const lc *c, int l, int i, const int *coords,
+                              halo_t *h)
+{
+    const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
+    memset(h, 0, sizeof *h);
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        h->in_ext[d] = 1;
+    if (L->out.nsp == 0 || I->out.nsp != L->out.nsp)
+        return;
+    for (int d = 0; d < L->out.nsp; d++) {
+        int64_t ilo, ihi, olo, ohi, nlo, nhi;
+        plan_range(c->p, c->g, l, d, coords[d], &olo, &ohi);
+        h->in_ext[d] = ohi - olo;
+        if (!is_split(c, l, d))
+            continue;
+        if (!is_split(c, i, d)) {
+            h->gather = 1;
+            continue;
+        }
+        plan_range(c->p, c->g, i, d, coords[d], &ilo, &ihi);
+        grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
+        int64_t chunk = cdiv(L->out.sp[d], c->p->factor[d]);
+        h->from_lo[d] = max64(0, olo - nlo);
+        h->from_hi[d] = max64(0, nhi - ohi);
+        if (h->from_lo[d] > chunk || h->from_hi[d] > chunk)
+            h->gather = 1;
+        h->in_ext[d] += h->from_lo[d] + h->from_hi[d];
+    }
+}
+
+/* Group-wide, as halo_of; returns whether anything is exchanged. */
+static int bwd_halo_of(const lc *c, int l, int i, halo_t *h)
+{
+    const glayer *L = &c->g->layers[l];
+    int any = 0, gather = 0;
+    bwd_halo_of_shard(c, l, i, c->coords, h);
+    for (int k = 0; k < c->p->cpr; k++) {
+        int co[GRAPH_MAX_SP];
+        halo_t o;
+        plan_coords(c->p, k, co);
+        bwd_halo_of_shard(c, l, i, co, &o);
+        gather |= o.gather;
+        for (int d = 0; d < GRAPH_MAX_SP; d++)
+            any |= o.from_lo[d] || o.from_hi[d];
+    }
+    if (gather) {
+        h->gather = 1;
+        for (int d = 0; d < L->out.nsp; d++) {
+            h->in_ext[d] = L->out.sp[d];
+            h->from_lo[d] = h->from_hi[d] = 0;
+        }
+    }
+    return any || gather;
+}
+
 /* Whether layer l exchanges anything for input i: any split dimension the
  * output keeps split and whose window reaches past a shard, on any shard. */
 static int halo_needed(const lc *c, int l, int i)
@@ -402,15 +513,17 @@ static int halo_needed(const lc *c, int l, int i)
     return 0;
 }
 
-/* Emits the exchange for input i of layer l (forward) or of its gradient
- * (backward, rows scaled by the stride), returns the local input extents. */
+/* Emits the exchange for input i of layer l: of the input itself
+ * (forward), or of layer l's output gradient (backward; h from
+ * bwd_halo_of).  Every shard of the group emits the same collectives. */
 static void emit_exchange(lc *c, int phase, int l, int i, const halo_t *h,
                           int backward)
 {
-    const glayer *I = &c->g->layers[i], *L = &c->g->layers[l];
+    int t = backward ? l : i; /* the tensor that travels */
+    const glayer *T = &c->g->layers[t];
     if (h->gather) {
-        double full = layout_bytes(c, I->out.nsp, I->out.sp, I->out.c,
-                                   I->dtype_bytes);
+        double full = layout_bytes(c, T->out.nsp, T->out.sp, T->out.c,
+                                   T->dtype_bytes);
         emit(c, FW_ALLGATHER, phase, l, (int64_t)ceil(full), 0, 0, 0);
         return;
     }
@@ -418,45 +531,27 @@ static void emit_exchange(lc *c, int phase, int l, int i, const halo_t *h,
      * dimensions exchanged before it (corners travel in two hops, as in
      * XLA's ExchangeHalo). */
     int64_t ext[GRAPH_MAX_SP];
-    int64_t base_ext[GRAPH_MAX_SP];
-    for (int d = 0; d < GRAPH_MAX_SP; d++) {
-        int64_t lo, hi;
-        if (d < I->out.nsp)
-            plan_range(c->p, c->g, i, d, c->coords[d], &lo, &hi);
-        else
-            lo = 0, hi = 1;
-        base_ext[d] = hi - lo;
-        ext[d] = base_ext[d];
-    }
-    int64_t ch = I->out.c;
-    if (backward) {
-        /* The input gradient needs the output gradient's rows. */
-        ch = L->out.c;
-    }
-    for (int d = 0; d < I->out.nsp; d++) {
-        int64_t rl = h->from_lo[d], rh = h->from_hi[d];
-        if (backward) {
-            int64_t s = L->strides[d] > 0 ? L->strides[d] : 1;
-            rl = cdiv(rl, s);
-            rh = cdiv(rh, s);
-        }
+    local_out(c, t, ext, NULL);
+    for (int d = 0; d < T->out.nsp; d++) {
         if (!is_split(c, i, d) || !is_split(c, l, d))
             continue;
+        int64_t rl = h->from_lo[d], rh = h->from_hi[d];
         int64_t row[GRAPH_MAX_SP];
         memcpy(row, ext, sizeof row);
         row[d] = 1;
-        double rb = layout_bytes(c, I->out.nsp, row, ch, I->dtype_bytes);
+        double rb = layout_bytes(c, T->out.nsp, row, T->out.c, T->dtype_bytes);
         emit(c, FW_HALO, phase, l, d, (int64_t)ceil(rb * (double)rl),
-             (int64_t)ceil(rb * (double)rh), 0);
-        ext[d] += h->from_lo[d] + h->from_hi[d];
+             (int64_t)ceil(rb * (double)rh), rl * ((int64_t)1 << 32) + rh);
+        ext[d] += rl + rh;
     }
     if (c->hw->xla_halo_copy) {
         /* Shard and halos concatenated into the buffer the window reads. */
-        double padded = layout_bytes(c, I->out.nsp, ext, ch, I->dtype_bytes);
-        double elems = c->B * (double)ch;
-        for (int d = 0; d < I->out.nsp; d++)
+        double padded = layout_bytes(c, T->out.nsp, ext, T->out.c,
+                                     T->dtype_bytes);
+        double elems = c->B * (double)T->out.c;
+        for (int d = 0; d < T->out.nsp; d++)
             elems *= (double)ext[d];
-        emit_pass(c, phase, l, padded, padded, elems, 1);
+        emit_pass_fx(c, FX_NONE, phase, l, padded, padded, elems, 1);
     }
 }
 
@@ -512,8 +607,10 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     if (phase == PHASE_FWD) {
         if (halo_needed(c, l, i))
             emit_exchange(c, phase, l, i, &h, 0);
+        c->fx = FX_FWD;
         emit_matmul(c, phase, l, M, K, cout, in_b / (double)M, o_b / (double)M,
                     w_bytes, npad * 4, epi, passes);
+        c->fx = FX_NONE;
         c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
         return;
     }
@@ -521,18 +618,21 @@ static void lower_matrix_layer(lc *c, int l, int phase)
      * MXU streams K rows against dY weight tiles of depth `rows`. */
     double dy_b = o_b;
     double in_nohalo = 0;
+    int64_t Min = (int64_t)c->B; /* examples x local input positions */
     {
         int64_t e[GRAPH_MAX_SP];
         local_out(c, i, e, NULL);
         in_nohalo = layout_bytes(c, I->out.nsp, e, cin, I->dtype_bytes);
+        for (int d = 0; d < I->out.nsp; d++)
+            Min *= e[d];
     }
+    (void)dt;
     int need_dx = I->op != GOP_INPUT;
     if (need_dx) {
-        if (halo_needed(c, l, i))
-            emit_exchange(c, phase, l, i, &h, 1);
+        halo_t hb;
+        if (bwd_halo_of(c, l, i, &hb))
+            emit_exchange(c, phase, l, i, &hb, 1);
         /* dX = dY (*) W^T: same MACs as the forward product. */
-        double m_in = in_nohalo / (double)dt; /* upper bound on rows x ch */
-        int64_t Min = (int64_t)llround(m_in / (double)(rup(cin, 8)));
         if (Min < 1)
             Min = 1;
         int64_t Kdx = (L->op == GOP_CONV ? cdiv(taps, sprod) : taps) *
@@ -541,14 +641,18 @@ static void lower_matrix_layer(lc *c, int l, int phase)
             Kdx = rup(cout, rows);
         double ep = (double)rup(cin, c->hw->mxu.cols) *
                     ((double)cdiv(Kdx, rows) + 1);
+        c->fx = FX_DX;
         emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
                     in_nohalo / (double)Min, w_bytes,
                     (double)rup(cin, c->hw->mxu.cols) * 4, ep, passes);
+        c->fx = FX_NONE;
         c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     }
     /* dW: m = K rows of X^T, k = M positions, n = cout; accumulated in
      * fp32 in VMEM over M tiles, stored once. */
+    c->fx = FX_DW;
     emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, 0, passes);
+    c->fx = FX_NONE;
     /* The M-streaming loads of X and dY for dW are what bounds it. */
     emit_pass(c, phase, l, in_b + dy_b, (double)K * npad * 4, (double)K * npad,
               1);
@@ -566,7 +670,18 @@ static int consumer_is(const lc *c, int l, graph_op op)
     return 0;
 }
 
+static void lower_forward_ops(lc *c, int l);
+
+/* Every compute instruction of the forward pass computes the layer's
+ * values, except those that say otherwise (FX_NONE). */
 static void lower_forward(lc *c, int l)
+{
+    c->fx = FX_FWD;
+    lower_forward_ops(c, l);
+    c->fx = FX_NONE;
+}
+
+static void lower_forward_ops(lc *c, int l)
 {
     const glayer *L = &c->g->layers[l];
     const int ph = PHASE_FWD;
@@ -596,7 +711,7 @@ static void lower_forward(lc *c, int l)
          * is not a matrix layer (then a reduction pass reads x). */
         const glayer *I = &c->g->layers[L->in[0]];
         if (I->op != GOP_CONV && I->op != GOP_CONV_T && I->op != GOP_DENSE)
-            emit_pass(c, ph, l, ib, 0, ie, 3);
+            emit_pass_fx(c, FX_NONE, ph, l, ib, 0, ie, 3);
         if (any_split(c, l))
             emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,
                  0, 0);
@@ -633,8 +748,11 @@ static void lower_forward(lc *c, int l)
         return;
     }
     case GOP_UPSAMPLE:
+        /* Uneven shards: an output shard may start inside the previous
+         * input shard (e.g. 5 rows x2 in two shards: 0-2 and 3-4 feed
+         * outputs 0-4 and 5-9, and output 5 reads row 2). */
         halo_of(c, l, L->in[0], &h);
-        if (h.gather)
+        if (halo_needed(c, l, L->in[0]))
             emit_exchange(c, ph, l, L->in[0], &h, 0);
         emit_pass(c, ph, l, ib, ob, oe, 1);
         return;
@@ -670,7 +788,16 @@ static void lower_forward(lc *c, int l)
     }
 }
 
+static void lower_backward_ops(lc *c, int l);
+
 static void lower_backward(lc *c, int l)
+{
+    c->fx = FX_BWD;
+    lower_backward_ops(c, l);
+    c->fx = FX_NONE;
+}
+
+static void lower_backward_ops(lc *c, int l)
 {
     const glayer *L = &c->g->layers[l];
     const int ph = PHASE_BWD;
@@ -680,7 +807,7 @@ static void lower_backward(lc *c, int l)
     double ib = L->n_in ? out_bytes(c, L->in[0]) : 0;
     /* Gradients from several consumers are summed first. */
     for (int k = 1; k < c->nconsumers[l]; k++)
-        emit_pass(c, ph, l, 2 * ob, ob, oe, 1);
+        emit_pass_fx(c, FX_NONE, ph, l, 2 * ob, ob, oe, 1);
     int input_is_data = L->n_in && c->g->layers[L->in[0]].op == GOP_INPUT;
     switch (L->op) {
     case GOP_CONV:
@@ -691,7 +818,7 @@ static void lower_backward(lc *c, int l)
     case GOP_BATCHNORM:
         /* Two reductions (sum dy, sum dy*xhat), all-reduced across the
          * partition group, then dx; a fused relu's mask is read too. */
-        emit_pass(c, ph, l, 2 * ob + (c->relu_fused[l + 1 < c->g->n_layers ? l + 1 : l] ? ob : 0), 0, oe, 5);
+        emit_pass_fx(c, FX_BSTAT, ph, l, 2 * ob + (c->relu_fused[l + 1 < c->g->n_layers ? l + 1 : l] ? ob : 0), 0, oe, 5);
         if (any_split(c, l))
             emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,
                  0, 0);
@@ -712,19 +839,22 @@ static void lower_backward(lc *c, int l)
         if (input_is_data)
             return;
         halo_t h;
-        halo_of(c, l, L->in[0], &h);
         double win = 1;
         for (int d = 0; d < L->out.nsp; d++)
             win *= L->kernel[d];
-        if (halo_needed(c, l, L->in[0]))
+        if (bwd_halo_of(c, l, L->in[0], &h))
             emit_exchange(c, ph, l, L->in[0], &h, 1);
         emit_pass(c, ph, l, ob + (L->op == GOP_MAXPOOL ? ib + ob : 0), ib,
                   out_elems(c, L->in[0]), win + 2);
         return;
     }
     case GOP_UPSAMPLE:
-        if (!input_is_data)
+        if (!input_is_data) {
+            halo_t h;
+            if (bwd_halo_of(c, l, L->in[0], &h))
+                emit_exchange(c, ph, l, L->in[0], &h, 1);
             emit_pass(c, ph, l, ob, ib, oe, 1);
+        }
         return;
     case GOP_DROPOUT:
         emit_pass(c, ph, l, ob + oe / 8, ib, oe, 2);
@@ -842,7 +972,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
             emit(&c, FW_ALLREDUCE, PHASE_UPDATE, -1, (int64_t)wb, FW_GROUP_ALL,
                  0, 0);
         /* Momentum SGD in fp32: read w, m, g; write w, m. */
-        emit_pass(&c, PHASE_UPDATE, -1, 3 * wb, 2 * wb, wb / 4, 4);
+        emit_pass_fx(&c, FX_UPDATE, PHASE_UPDATE, -1, 3 * wb, 2 * wb, wb / 4, 4);
     }
     emit(&c, FW_WAIT_ST, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0, 0);
     emit(&c, FW_BARRIER, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0, 0);
