@@ -34,18 +34,17 @@ static int trace(char *buf, size_t cap, int batch, int cpr, int ph, int pw,
 }
 
 typedef struct {
-    double m_rows;   /* sum of M over the layer's products in the phase */
-    int64_t k_max;   /* largest K */
-    int64_t st;      /* bytes stored */
-    int halos;       /* FW_HALO instructions */
-    int64_t halo_b;  /* bytes received */
-    int nmm;         /* FW_MATMUL instructions */
+    double m_rows;  /* sum of M over the layer's products in the phase */
+    int64_t k_max;  /* largest K */
+    int64_t st;     /* bytes stored */
+    int halos;      /* FW_HALO instructions */
+    int64_t halo_b; /* bytes received */
+    int nmm;        /* FW_MATMUL instructions */
 } tally;
 
 /* Loop bodies count once per iteration. */
 static int lower_tally(const char *text, const char *key, const char *value,
-                       const char *layer, int phase, tally *out,
-                       tpu_error *e)
+                       const char *layer, int phase, tally *out, tpu_error *e)
 {
     graph g;
     memset(out, 0, sizeof *out);
@@ -108,22 +107,24 @@ void th_suite_xla_lower(th_ctx *t)
          * K = 9 x 32 = 288 (the MXU pads it to 384). */
         trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
         tally on, off;
-        if (TH_CHECKF(t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &on,
-                                     &e) == 0, "%s", e.msg) &&
-            TH_CHECKF(t, lower_tally(buf, "xla.conv_pad", "0", "c1",
-                                     PHASE_FWD, &off, &e) == 0, "%s",
-                      e.msg)) {
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &on, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.conv_pad", "0", "c1", PHASE_FWD,
+                                  &off, &e) == 0,
+                      "%s", e.msg)) {
             TH_CHECKF(t, on.m_rows == 8 * 256, "M %g", on.m_rows);
             TH_CHECKF(t, on.k_max == 9 * 128, "K %lld", (long long)on.k_max);
             TH_CHECKF(t, off.m_rows == 4 * 256, "off: M %g", off.m_rows);
-            TH_CHECKF(t, off.k_max == 288, "off: K %lld",
-                      (long long)off.k_max);
+            TH_CHECKF(t, off.k_max == 288, "off: K %lld", (long long)off.k_max);
         }
         /* 64 per core reaches the threshold: the small-batch rule is off
          * and tpuemu's fold rule applies. */
         trace(buf, sizeof buf, 512, 1, 1, 1, 16, 16, 32, 32, 3);
-        if (TH_CHECKF(t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &on,
-                                     &e) == 0, "%s", e.msg)) {
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &on, &e) == 0,
+                "%s", e.msg)) {
             TH_CHECKF(t, on.m_rows == 64 * 256, "64/core: M %g", on.m_rows);
             TH_CHECKF(t, on.k_max == 288, "64/core: K %lld",
                       (long long)on.k_max);
@@ -134,12 +135,12 @@ void th_suite_xla_lower(th_ctx *t)
     {
         trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
         tally on;
-        if (TH_CHECKF(t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &on,
-                                     &e) == 0, "%s", e.msg)) {
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &on, &e) == 0,
+                "%s", e.msg)) {
             /* dX streams 8 x 256 input rows; dW streams K = 9 x 128 rows
              * of X^T, reducing over 8 x 256 positions. */
-            TH_CHECKF(t, on.m_rows == 8 * 256 + 9 * 128, "bwd M %g",
-                      on.m_rows);
+            TH_CHECKF(t, on.m_rows == 8 * 256 + 9 * 128, "bwd M %g", on.m_rows);
             TH_CHECKF(t, on.k_max == 8 * 256, "bwd K %lld",
                       (long long)on.k_max);
         }
@@ -155,26 +156,28 @@ void th_suite_xla_lower(th_ctx *t)
         int B = 4;
         trace(buf, sizeof buf, B * 2, 4, 2, 2, 64, 30, 128, 128, 3);
         tally base, none, unf;
-        if (TH_CHECKF(t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &base,
-                                     &e) == 0, "%s", e.msg) &&
-            TH_CHECKF(t, lower_tally(buf, "xla.halo_copy", "0", "c1",
-                                     PHASE_FWD, &none, &e) == 0, "%s",
-                      e.msg) &&
-            TH_CHECKF(t, lower_tally(buf, "xla.halo_fused", "0", "c1",
-                                     PHASE_FWD, &unf, &e) == 0, "%s",
-                      e.msg)) {
+        if (TH_CHECKF(
+                t,
+                lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &base, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.halo_copy", "0", "c1", PHASE_FWD,
+                                  &none, &e) == 0,
+                      "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.halo_fused", "0", "c1", PHASE_FWD,
+                                  &unf, &e) == 0,
+                      "%s", e.msg)) {
             int64_t per_dim = (int64_t)B * 33 * 16 * 128 * 2;
             TH_CHECK(t, base.halos == 2);
             TH_CHECKF(t, base.st - none.st == 2 * per_dim,
                       "concat bytes %lld, want %lld",
-                      (long long)(base.st - none.st),
-                      (long long)(2 * per_dim));
+                      (long long)(base.st - none.st), (long long)(2 * per_dim));
             /* Unfused, each dimension's mask (same padding) is a second
              * pass over the same buffer. */
             TH_CHECKF(t, unf.st - none.st == 4 * per_dim,
                       "unfused bytes %lld, want %lld",
-                      (long long)(unf.st - none.st),
-                      (long long)(4 * per_dim));
+                      (long long)(unf.st - none.st), (long long)(4 * per_dim));
         }
     }
 
@@ -182,25 +185,29 @@ void th_suite_xla_lower(th_ctx *t)
     {
         trace(buf, sizeof buf, 8, 4, 2, 2, 64, 30, 128, 128, 3);
         tally fwd, bwd, bwd_off;
-        if (TH_CHECKF(t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &fwd,
-                                     &e) == 0, "%s", e.msg) &&
-            TH_CHECKF(t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd,
-                                     &e) == 0, "%s", e.msg) &&
-            TH_CHECKF(t, lower_tally(buf, "xla.dw_halo", "0", "c1",
-                                     PHASE_BWD, &bwd_off, &e) == 0, "%s",
-                      e.msg)) {
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &fwd, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.dw_halo", "0", "c1", PHASE_BWD,
+                                  &bwd_off, &e) == 0,
+                      "%s", e.msg)) {
             /* dX's exchange of dY (one per split dimension), plus the
              * same exchange of X as the forward one. */
             TH_CHECKF(t, bwd.halos == bwd_off.halos + fwd.halos,
-                      "bwd halos %d, off %d, fwd %d", bwd.halos,
-                      bwd_off.halos, fwd.halos);
+                      "bwd halos %d, off %d, fwd %d", bwd.halos, bwd_off.halos,
+                      fwd.halos);
             TH_CHECKF(t, bwd.halo_b == bwd_off.halo_b + fwd.halo_b,
                       "bwd halo bytes %lld", (long long)bwd.halo_b);
         }
         /* Unsplit: nothing to exchange. */
         trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
-        if (TH_CHECKF(t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd,
-                                     &e) == 0, "%s", e.msg))
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd, &e) == 0,
+                "%s", e.msg))
             TH_CHECK(t, bwd.halos == 0);
     }
 }
