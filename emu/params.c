@@ -68,6 +68,34 @@ void tpu_params_default(tpu_params *p, int gen)
      * per partitioned convolution.  Compiler behaviour, not hardware:
      * kept as a switch to measure it (docs/VALIDATION.md). */
     p->xla_halo_copy = 1;
+    /* [C] Cloud TPU "TensorFlow function performance notes"
+     * (cloud.google.com/tpu/docs/tensorflow-performance-guide,
+     * tf.nn.conv_n_d): XLA pads a convolution's activations and result in
+     * batch and feature; when the module's most common convolution batch
+     * is below 64, forward and input-gradient convolutions pad batch to a
+     * multiple of 8 and feature to a multiple of 128, weight-gradient
+     * convolutions the other way round.  The multiples are the (8, 128)
+     * tile (sublane_pad, lane_pad).  The page is today's; that XLA did the
+     * same in 2019-2020 is [U].  Switch kept for what-if studies. */
+    p->xla_conv_pad = 1;
+    p->xla_conv_batch_threshold = 64;      /* [C] same page */
+    /* [U] XLA SPMD's ReshardAsWindowedInput calls ExchangeHaloAndGetValidData
+     * once per split dimension (openxla/xla spmd/spmd_partitioner.cc,
+     * spmd_partitioner_util.cc): collective-permutes, a concatenate, a pad
+     * and a (dynamic-)slice when the window needs them, and an
+     * iota/compare/select that masks the window's padding and uneven
+     * shards.  Whether the TPU backend fuses those into one loop fusion
+     * per dimension (1) or runs each as its own HBM pass (0) is not
+     * public.  1 is the cheaper reading (all are elementwise or
+     * concatenate, which XLA's loop fusion accepts). */
+    p->xla_halo_fused = 1;
+    /* [C] openxla/xla spmd/convolution_handler.cc: the weight-gradient
+     * convolution has both operands split spatially and is partitioned by
+     * PartitionConvolutionWithSpatialDimensionHaloExchangeOnLHS (the
+     * default, conv_halo_exchange_always_on_lhs), which exchanges the
+     * activation's halo again (collective-permute + concatenate per
+     * dimension, no mask) rather than reusing the forward buffer. */
+    p->xla_dw_halo = 1;
 
     /* HBM2, per core (half a chip); model in hbm/hbm.h, docs/HBM.md.
      * [C] capacity: v2 16 GiB, v3 32 GiB per chip (Cloud TPU docs).
@@ -200,6 +228,14 @@ static const pentry table[] = {
     D("ici.onchip_latency_s", ici.onchip_latency_s, "s", 0, 1, "[U]"),
     I("xla.halo_copy", xla_halo_copy, "0/1", 0, 1,
       "[U] XLA ExchangeHalo concatenate"),
+    I("xla.conv_pad", xla_conv_pad, "0/1", 0, 1,
+      "[C] Cloud TPU TF performance notes, tf.nn.conv_n_d"),
+    I("xla.conv_batch_threshold", xla_conv_batch_threshold, "examples", 1,
+      1 << 30, "[C] same: 64"),
+    I("xla.halo_fused", xla_halo_fused, "0/1", 0, 1,
+      "[U] SPMD halo ops fused per dimension"),
+    I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,
+      "[C] XLA HaloExchangeOnLHS for weight gradients"),
     I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),
 };
 #define NTABLE (sizeof table / sizeof table[0])

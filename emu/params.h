@@ -30,6 +30,14 @@ typedef struct {
     double vpu_op_overhead_cycles; /* per vector instruction */
     int xla_halo_copy;       /* 1: a halo'd input is concatenated into a new
                                 buffer before the convolution reads it */
+    int xla_conv_pad;        /* 1: convolution operands padded as the Cloud
+                                TPU guide says (batch/feature to 8/128) */
+    int xla_conv_batch_threshold; /* most common conv batch below which
+                                the small-batch padding applies */
+    int xla_halo_fused;      /* 1: each split dimension's concatenate, pad,
+                                slice and mask are one fused pass */
+    int xla_dw_halo;         /* 1: the weight-gradient conv exchanges the
+                                activation's halo again (HaloExchangeOnLHS) */
     hbm_params hbm;
     ici_params ici;
 } tpu_params;

@@ -80,6 +80,25 @@ static int any_split(const lc *c, int l)
     return 0;
 }
 
+/* Whether XLA's small-batch convolution layout applies (Cloud TPU TF
+ * performance notes, tf.nn.conv_n_d; emu/params.c xla.conv_pad): the
+ * module's most common convolution batch is below the threshold.  Forward
+ * and input-gradient convolutions (two of every three) have the per-core
+ * batch B as their batch, so B is the most common one. */
+static int conv_small_batch(const lc *c)
+{
+    return c->hw->xla_conv_pad && c->B < c->hw->xla_conv_batch_threshold;
+}
+
+/* Examples a small-batch convolution really processes: batch padded to
+ * the sublanes (8).  1 otherwise. */
+static double conv_batch_scale(const lc *c)
+{
+    if (!conv_small_batch(c) || c->B <= 0)
+        return 1;
+    return (double)rup((int64_t)ceil(c->B), c->hw->sublane_pad) / c->B;
+}
+
 /* Bytes of a tensor of this shape in HBM, tiled layout, for B examples. */
 static double layout_bytes(const lc *c, int nsp, const int64_t ext[],
                            int64_t ch, int dtype)
@@ -133,6 +152,14 @@ static void emit(lc *c, fw_op op, int phase, int layer, int64_t a, int64_t b,
                  int64_t cc, int64_t d)
 {
     fw_emit(c->prog, op, phase, layer, a, b, cc, d);
+}
+
+static void emit_fx(lc *c, int fx, fw_op op, int phase, int layer, int64_t a,
+                    int64_t b, int64_t cc, int64_t d)
+{
+    fw_emit(c->prog, op, phase, layer, a, b, cc, d);
+    if (!c->prog->oom)
+        c->prog->code[c->prog->n - 1].fx = (uint8_t)fx;
 }
 
 /* One tile's work: loads, one compute instruction, stores. */
@@ -513,18 +540,60 @@ static int halo_needed(const lc *c, int l, int i)
     return 0;
 }
 
+/* Whether XLA masks the haloed buffer along split dimension d
+ * (ExchangeHaloAndGetValidData, mask_invalid_region): when the window pads
+ * the full shape there, or the split is uneven.  The input gradient's
+ * window is the transposed one, padded wherever the kernel is wider than
+ * one.  The weight gradient's exchange is unmasked (backward == 2) except
+ * for uneven shards (PadWithZero). */
+static int halo_masked(const lc *c, const glayer *L, const glayer *I, int d,
+                       int backward)
+{
+    if (I->out.sp[d] % c->p->factor[d] != 0)
+        return 1;
+    if (backward == 2)
+        return 0;
+    if (backward == 1)
+        return L->kernel[d] > 1;
+    return L->pad_lo[d] > 0 || L->pad_hi[d] > 0;
+}
+
+/* The HBM passes XLA's ExchangeHaloAndGetValidData makes for one split
+ * dimension once its halos have arrived: a concatenate of the halos and
+ * the shard (xla.halo_copy), and the select that masks the window's
+ * padding.  Fused (xla.halo_fused, [U]) they are one pass; unfused, the
+ * mask is a second read and write of the same buffer.  `ext` holds the
+ * extents after this dimension's halos were added. */
+static void emit_reshard_passes(lc *c, int phase, int l, const glayer *I,
+                                const int64_t ext[], int64_t ch, int masked)
+{
+    if (!c->hw->xla_halo_copy)
+        return;
+    double bytes = layout_bytes(c, I->out.nsp, ext, ch, I->dtype_bytes);
+    double elems = c->B * (double)ch;
+    for (int d = 0; d < I->out.nsp; d++)
+        elems *= (double)ext[d];
+    int npass = 1 + (masked && !c->hw->xla_halo_fused);
+    for (int k = 0; k < npass; k++)
+        emit_pass_fx(c, FX_NONE, phase, l, bytes, bytes, elems, k == 0 ? 1 : 3);
+}
+
 /* Emits the exchange for input i of layer l: of the input itself
- * (forward), or of layer l's output gradient (backward; h from
- * bwd_halo_of).  Every shard of the group emits the same collectives. */
+ * (forward, backward == 0), of layer l's output gradient (backward == 1;
+ * h from bwd_halo_of), or of the input again for the weight gradient
+ * (backward == 2).  Every shard of the group emits the same collectives;
+ * they carry the fx tag of the product that reads what they bring. */
 static void emit_exchange(lc *c, int phase, int l, int i, const halo_t *h,
                           int backward)
 {
-    int t = backward ? l : i; /* the tensor that travels */
+    const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
+    int t = backward == 1 ? l : i; /* the tensor that travels */
     const glayer *T = &c->g->layers[t];
+    int fx = backward == 1 ? FX_DX : backward == 2 ? FX_DW : FX_FWD;
     if (h->gather) {
         double full = layout_bytes(c, T->out.nsp, T->out.sp, T->out.c,
                                    T->dtype_bytes);
-        emit(c, FW_ALLGATHER, phase, l, (int64_t)ceil(full), 0, 0, 0);
+        emit_fx(c, fx, FW_ALLGATHER, phase, l, (int64_t)ceil(full), 0, 0, 0);
         return;
     }
     /* Dimension by dimension, each exchange carrying the halos of the
@@ -540,23 +609,44 @@ static void emit_exchange(lc *c, int phase, int l, int i, const halo_t *h,
         memcpy(row, ext, sizeof row);
         row[d] = 1;
         double rb = layout_bytes(c, T->out.nsp, row, T->out.c, T->dtype_bytes);
-        emit(c, FW_HALO, phase, l, d, (int64_t)ceil(rb * (double)rl),
-             (int64_t)ceil(rb * (double)rh), rl * ((int64_t)1 << 32) + rh);
+        emit_fx(c, fx, FW_HALO, phase, l, d, (int64_t)ceil(rb * (double)rl),
+                (int64_t)ceil(rb * (double)rh), rl * ((int64_t)1 << 32) + rh);
         ext[d] += rl + rh;
+        int masked = halo_masked(c, L, I, d, backward);
+        if (rl + rh > 0 || masked)
+            emit_reshard_passes(c, phase, l, T, ext, T->out.c, masked);
     }
-    if (c->hw->xla_halo_copy) {
-        /* Shard and halos concatenated into the buffer the window reads. */
-        double padded = layout_bytes(c, T->out.nsp, ext, T->out.c,
-                                     T->dtype_bytes);
-        double elems = c->B * (double)T->out.c;
-        for (int d = 0; d < T->out.nsp; d++)
-            elems *= (double)ext[d];
-        emit_pass_fx(c, FX_NONE, phase, l, padded, padded, elems, 1);
-    }
+}
+
+/* The weight gradient's own exchange of the layer's input: XLA partitions
+ * the weight-gradient convolution (both operands split spatially) with
+ * PartitionConvolutionWithSpatialDimensionHaloExchangeOnLHS, which sends
+ * the activation's halos again, concatenated per dimension, unmasked
+ * (openxla/xla spmd/convolution_handler.cc; xla.dw_halo). */
+static void emit_dw_exchange(lc *c, int l, int i, const halo_t *h)
+{
+    if (!c->hw->xla_dw_halo || h->gather || !halo_needed(c, l, i))
+        return;
+    emit_exchange(c, PHASE_BWD, l, i, h, 2);
 }
 
 
 /* ---- per-op lowering --------------------------------------------------- */
+
+/* A convolution in XLA's small-batch layout contracts each tap over the
+ * input features padded to the lanes (128): the taps stay separate K
+ * slices (no im2col folding; tpuemu's fold rule applies otherwise). */
+static int conv_keeps_taps(const lc *c, const glayer *L)
+{
+    return conv_small_batch(c) && (L->op == GOP_CONV || L->op == GOP_CONV_T);
+}
+
+/* Rows (M) a matrix layer streams per real row: the padded batch of a
+ * small-batch convolution. */
+static double conv_rows_scale(const lc *c, const glayer *L)
+{
+    return conv_keeps_taps(c, L) ? conv_batch_scale(c) : 1;
+}
 
 static int passes_of(const glayer *L)
 {
@@ -594,10 +684,10 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     int64_t k_taps = L->op == GOP_CONV_T ? cdiv(taps, sprod) : taps;
     int64_t k_unfold = k_taps * rup(cin, rows);
     int64_t k_fold = rup(k_taps * cin, rows);
-    int fold = k_fold < k_unfold;
+    int fold = k_fold < k_unfold && !conv_keeps_taps(c, L);
     int64_t K = fold ? k_taps * cin : k_unfold;
     double w_bytes = (double)taps * (double)cin * (double)rup(cout, c->hw->mxu.cols) * 2;
-    int64_t M = (int64_t)llround(m_out);
+    int64_t M = (int64_t)llround(m_out * conv_rows_scale(c, L));
     double ktiles = (double)cdiv(K, rows);
     double npad = (double)rup(cout, c->hw->mxu.cols);
     double epi = npad * (ktiles - 1 + 3); /* K-slice sums, bias, BN stats */
@@ -633,6 +723,8 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         if (bwd_halo_of(c, l, i, &hb))
             emit_exchange(c, phase, l, i, &hb, 1);
         /* dX = dY (*) W^T: same MACs as the forward product. */
+        if (conv_keeps_taps(c, L))
+            Min = (int64_t)llround((double)Min * conv_batch_scale(c));
         if (Min < 1)
             Min = 1;
         int64_t Kdx = (L->op == GOP_CONV ? cdiv(taps, sprod) : taps) *
@@ -648,8 +740,12 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         c->fx = FX_NONE;
         c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     }
+    emit_dw_exchange(c, l, i, &h);
     /* dW: m = K rows of X^T, k = M positions, n = cout; accumulated in
-     * fp32 in VMEM over M tiles, stored once. */
+     * fp32 in VMEM over M tiles, stored once.  In the small-batch layout
+     * the guide pads the weight-gradient convolution's batch (the input
+     * features: K, unfolded) to 128 and its feature (the examples, in M)
+     * to 8. */
     c->fx = FX_DW;
     emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, 0, passes);
     c->fx = FX_NONE;

@@ -1,0 +1,213 @@
+/* The XLA mechanisms of the lowering (docs/FIRMWARE.md): the small-batch
+ * convolution padding of the Cloud TPU performance notes, the SPMD
+ * partitioner's passes per split dimension, and the weight gradient's own
+ * halo exchange.  Each case checks the firmware against the rule's
+ * arithmetic, and that the rule's switch turns it off. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emu/sim.h"
+#include "test/harness.h"
+
+/* x [h, w, cin] -> c0 1x1 (cin) -> c1 k x k (cout) -> bn -> relu -> loss,
+ * split [1, ph, pw, 1]. */
+static int trace(char *buf, size_t cap, int batch, int cpr, int ph, int pw,
+                 int h, int w, int cin, int cout, int k)
+{
+    return snprintf(
+        buf, cap,
+        "{\"format\":\"tpuemu-trace/1\",\"name\":\"x\",\"system\":\"v3-8\","
+        "\"run\":{\"mode\":\"train\",\"global_batch\":%d,"
+        "\"num_cores_per_replica\":%d,"
+        "\"input_partition_dims\":[[1,%d,%d,1],null]},"
+        "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[%d,%d,%d]}],"
+        "\"layers\":["
+        "{\"name\":\"c0\",\"op\":\"conv\",\"in\":\"x\",\"filters\":%d,"
+        "\"kernel\":[1,1]},"
+        "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"c0\",\"filters\":%d,"
+        "\"kernel\":[%d,%d]},"
+        "{\"name\":\"bn\",\"op\":\"batchnorm\",\"in\":\"c1\"},"
+        "{\"name\":\"r\",\"op\":\"relu\",\"in\":\"bn\"},"
+        "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"r\"}]}}",
+        batch, cpr, ph, pw, h, w, cin, cin, cout, k, k);
+}
+
+typedef struct {
+    double m_rows;  /* sum of M over the layer's products in the phase */
+    int64_t k_max;  /* largest K */
+    int64_t st;     /* bytes stored */
+    int halos;      /* FW_HALO instructions */
+    int64_t halo_b; /* bytes received */
+    int nmm;        /* FW_MATMUL instructions */
+} tally;
+
+/* Loop bodies count once per iteration. */
+static int lower_tally(const char *text, const char *key, const char *value,
+                       const char *layer, int phase, tally *out, tpu_error *e)
+{
+    graph g;
+    memset(out, 0, sizeof *out);
+    if (graph_parse(&g, text, strlen(text), "t.json", e))
+        return -1;
+    sim_opts o;
+    sim_opts_default(&o);
+    const char *k[1] = {key}, *v[1] = {value};
+    if (key) {
+        o.n_sets = 1;
+        o.set_keys = k;
+        o.set_values = v;
+    }
+    fw_program prog;
+    fw_memory mem;
+    int rc = sim_lower(&g, &o, 0, &prog, &mem, e);
+    int li = graph_find(&g, layer);
+    graph_free(&g);
+    if (rc)
+        return -1;
+    int64_t rep = 1;
+    for (size_t i = 0; i < prog.n; i++) {
+        const fw_insn *in = &prog.code[i];
+        if (in->op == FW_LOOP) {
+            rep = in->a;
+            continue;
+        }
+        if (in->op == FW_ENDLOOP) {
+            rep = 1;
+            continue;
+        }
+        if (in->layer != li || in->phase != phase)
+            continue;
+        if (in->op == FW_MATMUL) {
+            out->m_rows += (double)in->a * (double)rep;
+            if (in->b > out->k_max)
+                out->k_max = in->b;
+            out->nmm++;
+        } else if (in->op == FW_DMA_ST) {
+            out->st += in->a * rep;
+        } else if (in->op == FW_HALO) {
+            out->halos++;
+            out->halo_b += in->b + in->c;
+        }
+    }
+    fw_program_free(&prog);
+    return 0;
+}
+
+void th_suite_xla_lower(th_ctx *t)
+{
+    char buf[4096];
+    tpu_error e = {0};
+
+    th_case(t, "small batch: conv M pads the batch to 8, K keeps taps x 128");
+    {
+        /* 4 examples per core (global 32 on v3-8), 3x3 conv on 32
+         * channels, 16x16: the guide's rule gives M = 8 x 256 rows and K
+         * = 9 x 128; tpuemu's im2col rule (xla.conv_pad=0) M = 4 x 256,
+         * K = 9 x 32 = 288 (the MXU pads it to 384). */
+        trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
+        tally on, off;
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &on, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.conv_pad", "0", "c1", PHASE_FWD,
+                                  &off, &e) == 0,
+                      "%s", e.msg)) {
+            TH_CHECKF(t, on.m_rows == 8 * 256, "M %g", on.m_rows);
+            TH_CHECKF(t, on.k_max == 9 * 128, "K %lld", (long long)on.k_max);
+            TH_CHECKF(t, off.m_rows == 4 * 256, "off: M %g", off.m_rows);
+            TH_CHECKF(t, off.k_max == 288, "off: K %lld", (long long)off.k_max);
+        }
+        /* 64 per core reaches the threshold: the small-batch rule is off
+         * and tpuemu's fold rule applies. */
+        trace(buf, sizeof buf, 512, 1, 1, 1, 16, 16, 32, 32, 3);
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &on, &e) == 0,
+                "%s", e.msg)) {
+            TH_CHECKF(t, on.m_rows == 64 * 256, "64/core: M %g", on.m_rows);
+            TH_CHECKF(t, on.k_max == 288, "64/core: K %lld",
+                      (long long)on.k_max);
+        }
+    }
+
+    th_case(t, "small batch: input and weight gradients are padded too");
+    {
+        trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
+        tally on;
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &on, &e) == 0,
+                "%s", e.msg)) {
+            /* dX streams 8 x 256 input rows; dW streams K = 9 x 128 rows
+             * of X^T, reducing over 8 x 256 positions. */
+            TH_CHECKF(t, on.m_rows == 8 * 256 + 9 * 128, "bwd M %g", on.m_rows);
+            TH_CHECKF(t, on.k_max == 8 * 256, "bwd K %lld",
+                      (long long)on.k_max);
+        }
+    }
+
+    th_case(t, "SPMD: one concatenate pass per split dimension, masks apart");
+    {
+        /* [1,2,2,1] on 64x30x128, 4 examples per replica (each core
+         * holds a quarter of every example).  Shard 0
+         * receives one row below along H, then one column right along W:
+         * buffers [33, 15] and [33, 16] positions, W minor padded to 16
+         * (8-row sublane tiles of 128 channels), bf16. */
+        int B = 4;
+        trace(buf, sizeof buf, B * 2, 4, 2, 2, 64, 30, 128, 128, 3);
+        tally base, none, unf;
+        if (TH_CHECKF(
+                t,
+                lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &base, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.halo_copy", "0", "c1", PHASE_FWD,
+                                  &none, &e) == 0,
+                      "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.halo_fused", "0", "c1", PHASE_FWD,
+                                  &unf, &e) == 0,
+                      "%s", e.msg)) {
+            int64_t per_dim = (int64_t)B * 33 * 16 * 128 * 2;
+            TH_CHECK(t, base.halos == 2);
+            TH_CHECKF(t, base.st - none.st == 2 * per_dim,
+                      "concat bytes %lld, want %lld",
+                      (long long)(base.st - none.st), (long long)(2 * per_dim));
+            /* Unfused, each dimension's mask (same padding) is a second
+             * pass over the same buffer. */
+            TH_CHECKF(t, unf.st - none.st == 4 * per_dim,
+                      "unfused bytes %lld, want %lld",
+                      (long long)(unf.st - none.st), (long long)(4 * per_dim));
+        }
+    }
+
+    th_case(t, "SPMD: the weight gradient exchanges the input's halo again");
+    {
+        trace(buf, sizeof buf, 8, 4, 2, 2, 64, 30, 128, 128, 3);
+        tally fwd, bwd, bwd_off;
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_FWD, &fwd, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.dw_halo", "0", "c1", PHASE_BWD,
+                                  &bwd_off, &e) == 0,
+                      "%s", e.msg)) {
+            /* dX's exchange of dY (one per split dimension), plus the
+             * same exchange of X as the forward one. */
+            TH_CHECKF(t, bwd.halos == bwd_off.halos + fwd.halos,
+                      "bwd halos %d, off %d, fwd %d", bwd.halos, bwd_off.halos,
+                      fwd.halos);
+            TH_CHECKF(t, bwd.halo_b == bwd_off.halo_b + fwd.halo_b,
+                      "bwd halo bytes %lld", (long long)bwd.halo_b);
+        }
+        /* Unsplit: nothing to exchange. */
+        trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd, &e) == 0,
+                "%s", e.msg))
+            TH_CHECK(t, bwd.halos == 0);
+    }
+}
