@@ -1,0 +1,598 @@
+#!/usr/bin/python3
+"""fx_reference.py -- numpy reference for `tpuemu run --functional`.
+
+    fx_reference.py TRACE.json OUT.npy --seed S [--system SYS] [--batch G]
+                    [--step N] [--mode infer|train]
+    fx_reference.py TRACE.json --seed S --write-ref REF.npy   (the reference itself)
+    fx_reference.py --self-test [TRACE.json ...]
+
+Recomputes, in float64 with numpy and independently of the emulator's code
+(and of test/fxref.c), the output of the last non-loss layer of TRACE for the
+whole global batch in the global layout [global_batch, spatial..., channels],
+from the inputs and weights that emu/fxdata.h defines (its counter-based
+generator is re-implemented here with uint64 arithmetic), then compares it with
+OUT.npy (the emulator's output: `tpuemu run TRACE --functional --seed S
+--output-npy OUT.npy`, float32).  Prints the max absolute and relative error and
+the largest fraction of the error bound used; exits 0 when every element is
+within the bound, 1 otherwise, 2 on bad arguments or input.
+
+The error bound is a first-order running error analysis carried through the
+graph alongside the values: for each stored tensor a bound E >= |emu - ref|
+elementwise, assuming the emulator's arithmetic is what docs/FUNCTIONAL.md
+says (bf16 operands for bf16 matrix layers, fp32 products and accumulation in
+any order, each layer's output rounded to its dtype).  Per op, with
+u16 = 2^-8 (bf16's unit roundoff, round to nearest even) and u32 = 2^-24:
+  - storing to bf16 (or f32): rounding is monotone, so the emulator's stored
+    value lies in [rnd(z - E), rnd(z + E)] (z the reference's value before
+    rounding): E' = max |rnd(z +- E) - rnd(z)|.  That is 0 where no rounding
+    boundary lies within E of z (both store the same number, the common case)
+    and one ulp where one does: the rounding "flip" that two correct
+    computations in different summation orders may differ by.
+  - matrix layers (conv, conv_transpose, dense), K = taps x cin terms:
+    E' = sum_k |w_k| E_k + (K + 2) u32 sum_k |x_k w_k|  (Higham's gamma_K for
+    an fp32 sum in any order, plus the product rounding of f32 layers; bf16
+    products are exact in fp32).  Weights are identical on both sides.
+  - relu: interval [relu(x - E), relu(x + E)] (0 where x + E < 0); concat,
+    flatten, upsample, maxpool: E' = E (maxpool: the max of E over the window;
+    all are 1-Lipschitz in the max norm).
+  - add of n: sum of E + n u32 sum |x|; avgpool / global_avgpool over n:
+    mean E + (n + 1) u32 mean |x|; sigmoid: its interval (at most E / 4) + 4 u32 |y|;
+    dropout: E / (1 - rate) + u32 |y|.
+  - batchnorm over N values: the mean's error Em = mean E + (N+1) u32 mean|x|,
+    the variance's dv = 2 mean(|x - m| (E + Em)) + (N + 3) u32 mean(x^2)
+    (covers the one-pass formula's cancellation too), and
+    E' = (E + Em) r + |x - m| r^3 dv / 2 + 4 u32 |y| with r = 1/sqrt(var + eps).
+First-order: products of two error terms are dropped (they are ~2^-16 of the
+kept ones at these sizes).  It is a worst-case bound, not scaled by any fudge
+factor: it never fails a correct emulator, and it is tight for shallow graphs
+(most outputs must match exactly), but it loosens by about sum |w| per matrix
+layer once flips are possible everywhere, so on deep graphs (cifar-small) it
+only catches gross errors; there the C reference and the bit-identity across
+partitionings are the sharp checks.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+G = 0x9E3779B97F4A7C15
+M1 = 0xBF58476D1CE4E5B9
+M2 = 0x94D049BB133111EB
+MASK = (1 << 64) - 1
+TAG_LABEL, TAG_TEMPLATE, TAG_INPUT, TAG_WEIGHT, TAG_DROPOUT = 1, 1000, 2000, 100000, 200000
+U16 = 2.0 ** -8
+U32 = 2.0 ** -24
+BN_EPS = 1e-3
+
+
+class BadInput(Exception):
+    pass
+
+
+# ---- fxdata.h's generator --------------------------------------------------
+
+def fx_hash(seed, tag, idx):
+    """splitmix64's finalizer over seed*G + tag*M1 + idx*M2 + G (mod 2^64)."""
+    idx = np.asarray(idx, dtype=np.uint64)
+    base = np.uint64(((seed * G) + (tag * M1) + G) & MASK)
+    with np.errstate(over="ignore"):
+        z = base + idx * np.uint64(M2)
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(M1)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(M2)
+        z ^= z >> np.uint64(31)
+    return z
+
+
+def fx_u(seed, tag, idx):
+    return (fx_hash(seed, tag, idx) >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
+
+
+def fx_v(seed, tag, idx):
+    return 2.0 * fx_u(seed, tag, idx) - 1.0
+
+
+def fx_class(seed, step, gb, ncls):
+    ncls = max(ncls, 1)
+    y = np.floor(fx_u(seed, TAG_LABEL, step * gb + np.arange(gb)) * ncls).astype(np.int64)
+    return np.minimum(y, ncls - 1)
+
+
+def to_bf16(x):
+    """float64 -> float32 -> bf16 (round to nearest even), as float64."""
+    f = np.asarray(x, dtype=np.float64).astype(np.float32)
+    b = f.view(np.uint32).astype(np.uint64)
+    b = (b + np.uint64(0x7FFF) + ((b >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000)
+    return b.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def to_f32(x):
+    return np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64)
+
+
+def store(z, ez, rnd):
+    """Rounds to a layer's dtype.  The emulator's value before rounding lies
+    in [z - ez, z + ez]; rounding is monotone, so its stored value lies in
+    [rnd(z - ez), rnd(z + ez)]: the new bound is exact interval arithmetic,
+    0 where no rounding boundary falls inside the interval (then both sides
+    store the same number), one ulp or so where one does."""
+    y = rnd(z)
+    ez = ez + 2.0 ** -50 * np.abs(z)    # numpy's own double rounding of z
+    return y, np.maximum(np.abs(rnd(z + ez) - y), np.abs(rnd(z - ez) - y))
+
+
+# ---- the trace: layers and shapes (TensorFlow padding rules) ----------------
+
+def dims(v, n, default):
+    if v is None:
+        return [default] * n
+    if isinstance(v, int):
+        return [v] * n
+    if not isinstance(v, list) or len(v) != n:
+        raise BadInput("expected %d numbers, found %r" % (n, v))
+    return list(v)
+
+
+def load_trace(path):
+    try:
+        with open(path) as f:
+            t = json.load(f)
+        gr = t["graph"]
+        layers = []
+        for i in gr["inputs"]:
+            shape = list(i["shape"])
+            layers.append({"name": i["name"], "op": "input", "in": [],
+                           "dtype": i.get("dtype", "bf16"),
+                           "sp": shape[:-1], "c": shape[-1]})
+        n_inputs = len(layers)
+        index = {L["name"]: k for k, L in enumerate(layers)}
+        for d in gr["layers"]:
+            ins = d["in"] if isinstance(d["in"], list) else [d["in"]]
+            L = dict(d)
+            L["in"] = [index[n] for n in ins]
+            L.setdefault("dtype", "bf16")
+            infer_shape(layers, L)
+            index[L["name"]] = len(layers)
+            layers.append(L)
+        return t, layers, n_inputs
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BadInput("%s: %s" % (path, e))
+
+
+def infer_shape(layers, L):
+    src = layers[L["in"][0]]
+    sp, c = list(src["sp"]), src["c"]
+    n = len(sp)
+    op = L["op"]
+    if op in ("conv", "maxpool", "avgpool"):
+        pool = op != "conv"
+        k = dims(L.get("window") if pool else L.get("kernel"), n, 1)
+        s = dims(L.get("strides"), n, None) if pool else dims(L.get("strides"), n, 1)
+        if pool and L.get("strides") is None:
+            s = list(k)
+        dil = [1] * n if pool else dims(L.get("dilation"), n, 1)
+        same = L.get("padding", "valid" if pool else "same") == "same"
+        out, plo = [], []
+        for d in range(n):
+            span = (k[d] - 1) * dil[d] + 1
+            if same:
+                o = -(-sp[d] // s[d])
+                tot = max((o - 1) * s[d] + span - sp[d], 0)
+                out.append(o)
+                plo.append(tot // 2)
+            else:
+                out.append(-(-(sp[d] - span + 1) // s[d]))
+                plo.append(0)
+        L.update(k=k, s=s, dil=dil, plo=plo)
+        sp = out
+        if not pool:
+            c = L["filters"]
+    elif op == "conv_transpose":
+        k = dims(L.get("kernel"), n, 1)
+        s = dims(L.get("strides"), n, 1)
+        same = L.get("padding", "same") == "same"
+        out, plo = [], []
+        for d in range(n):
+            if same:
+                out.append(sp[d] * s[d])
+                plo.append(k[d] - 1 - max(k[d] - s[d], 0) // 2)
+            else:
+                out.append((sp[d] - 1) * s[d] + k[d])
+                plo.append(k[d] - 1)
+        L.update(k=k, s=s, dil=[1] * n, plo=plo)
+        sp, c = out, L["filters"]
+    elif op == "dense":
+        c = L["units"]
+    elif op == "flatten":
+        c, sp = int(np.prod(sp)) * c, []
+    elif op == "global_avgpool":
+        sp = []
+    elif op == "concat":
+        c = sum(layers[j]["c"] for j in L["in"])
+    elif op == "upsample":
+        f = dims(L.get("factor"), n, 1)
+        L["f"] = f
+        sp = [a * b for a, b in zip(sp, f)]
+    elif op == "loss":
+        sp, c = [], 1
+    elif op not in ("batchnorm", "relu", "sigmoid", "add", "dropout"):
+        raise BadInput("unknown op %r" % op)
+    L["sp"], L["c"] = sp, c
+
+
+# ---- forward with error bounds ----------------------------------------------
+
+def window_slices(x, fill, k, s, dil, plo, out):
+    """Yields, per tap (row-major over the kernel), x at o*s - plo + t*dil
+    for every output position o, `fill` outside the input: [B, out..., C]."""
+    n = len(k)
+    pads = [(0, 0)]
+    for d in range(n):
+        need = (out[d] - 1) * s[d] + (k[d] - 1) * dil[d] + 1
+        pads.append((plo[d], max(need - plo[d] - x.shape[1 + d], 0)))
+    pads.append((0, 0))
+    xp = np.pad(x, pads, constant_values=fill)
+    for t in np.ndindex(*k):
+        idx = [slice(None)]
+        for d in range(n):
+            a = t[d] * dil[d]
+            idx.append(slice(a, a + (out[d] - 1) * s[d] + 1, s[d]))
+        idx.append(slice(None))
+        yield xp[tuple(idx)]
+
+
+def stuff(x, s):
+    """conv_transpose's input dilated by the strides: xd[j*s] = x[j]."""
+    shape = [x.shape[0]] + [(n - 1) * f + 1 for n, f in zip(x.shape[1:-1], s)] + [x.shape[-1]]
+    xd = np.zeros(shape)
+    xd[(slice(None),) + tuple(slice(None, None, f) for f in s) + (slice(None),)] = x
+    return xd
+
+
+class Ref:
+    def __init__(self, trace, layers, n_inputs, seed, step, gb, replicas, train):
+        self.t, self.layers, self.n_inputs = trace, layers, n_inputs
+        self.seed, self.step, self.gb, self.replicas, self.train = seed, step, gb, replicas, train
+        self.ncls = 1
+        for L in layers:
+            if L["op"] == "loss":
+                self.ncls = layers[L["in"][0]]["c"]
+                break
+
+    def weights(self, i, taps, cin, cout):
+        L = self.layers[i]
+        owner = i
+        if "share_weights" in L:
+            owner = next(k for k, M in enumerate(self.layers) if M["name"] == L["share_weights"])
+            while "share_weights" in self.layers[owner]:
+                nm = self.layers[owner]["share_weights"]
+                owner = next(k for k, M in enumerate(self.layers) if M["name"] == nm)
+        lim = math.sqrt(6.0 / (taps * cin + taps * cout))
+        w = (fx_v(self.seed, TAG_WEIGHT + owner, np.arange(taps * cin * cout)) * lim)
+        w = w.astype(np.float32).astype(np.float64)
+        if L["dtype"] == "bf16":
+            w = to_bf16(w)
+        return w.reshape(taps, cin, cout)
+
+    def input(self, n):
+        L = self.layers[n]
+        E = int(np.prod(L["sp"])) * L["c"]
+        b = np.arange(self.gb)[:, None]
+        e = np.arange(E)[None, :]
+        y = fx_class(self.seed, self.step, self.gb, self.ncls)[:, None]
+        tv = fx_v(self.seed, TAG_TEMPLATE + n, y * E + e)
+        xv = fx_v(self.seed, TAG_INPUT + n, (self.step * self.gb + b) * E + e)
+        x = 0.5 * tv + 0.5 * xv
+        x = to_bf16(x) if L["dtype"] == "bf16" else to_f32(x)
+        return x.reshape([self.gb] + L["sp"] + [L["c"]])
+
+    def matrix(self, i, x, E, src_bf16):
+        L = self.layers[i]
+        if L["dtype"] == "bf16" and not src_bf16:
+            x, E = store(x, E, to_bf16)
+        cin, cout = x.shape[-1], L["c"]
+        if L["op"] == "dense":
+            w = self.weights(i, 1, cin, cout)[0]
+            return x @ w, E @ np.abs(w) + (cin + 2) * U32 * (np.abs(x) @ np.abs(w))
+        taps = int(np.prod(L["k"]))
+        w = self.weights(i, taps, cin, cout)
+        if L["op"] == "conv_transpose":
+            x, E = stuff(x, L["s"]), stuff(E, L["s"])
+            s = [1] * len(L["k"])
+        else:
+            s = L["s"]
+        out = L["sp"]
+        z = np.zeros([x.shape[0]] + out + [cout])
+        ez = np.zeros_like(z)
+        sa = np.zeros_like(z)
+        aw = np.abs(w)
+        for t, (xs, es) in enumerate(zip(window_slices(x, 0.0, L["k"], s, L["dil"], L["plo"], out),
+                                         window_slices(E, 0.0, L["k"], s, L["dil"], L["plo"], out))):
+            z += xs @ w[t]
+            ez += es @ aw[t]
+            sa += np.abs(xs) @ aw[t]
+        return z, ez + (taps * cin + 2) * U32 * sa
+
+    def run(self):
+        vals, errs = [], []
+        for i, L in enumerate(self.layers):
+            op = L["op"]
+            if op == "loss":
+                vals.append(None)
+                errs.append(None)
+                continue
+            if op == "input":
+                vals.append(self.input(i))
+                errs.append(np.zeros_like(vals[-1]))
+                continue
+            x, E = vals[L["in"][0]], errs[L["in"][0]]
+            src_bf16 = self.layers[L["in"][0]]["dtype"] == "bf16"
+            if op in ("conv", "conv_transpose", "dense"):
+                z, ez = self.matrix(i, x, E, src_bf16)
+            elif op == "relu":
+                # monotone: the emulator's value lies in [relu(x-E), relu(x+E)]
+                z = np.maximum(x, 0.0)
+                ez = np.maximum(np.maximum(x + E, 0.0) - z, z - np.maximum(x - E, 0.0))
+            elif op == "sigmoid":
+                # monotone and 1/4-Lipschitz; + the fp32 exp and divide
+                z = 1.0 / (1.0 + np.exp(-x))
+                ez = np.minimum(E / 4, np.maximum(1.0 / (1.0 + np.exp(-(x + E))) - z,
+                                                  z - 1.0 / (1.0 + np.exp(-(x - E))))) \
+                    + 4 * U32 * np.abs(z)
+            elif op == "flatten":
+                z, ez = x.reshape(self.gb, -1), E.reshape(self.gb, -1)
+            elif op == "global_avgpool":
+                ax = tuple(range(1, x.ndim - 1))
+                n = int(np.prod(x.shape[1:-1]))
+                z = x.mean(axis=ax)
+                ez = E.mean(axis=ax) + (n + 1) * U32 * np.abs(x).mean(axis=ax)
+            elif op == "add":
+                xs = [vals[j] for j in L["in"]]
+                z = sum(xs)
+                ez = sum(errs[j] for j in L["in"]) + len(xs) * U32 * sum(np.abs(a) for a in xs)
+            elif op == "concat":
+                z = np.concatenate([vals[j] for j in L["in"]], axis=-1)
+                ez = np.concatenate([errs[j] for j in L["in"]], axis=-1)
+            elif op == "upsample":
+                z, ez = x, E
+                for d, f in enumerate(L["f"]):
+                    z, ez = np.repeat(z, f, axis=1 + d), np.repeat(ez, f, axis=1 + d)
+            elif op == "maxpool":
+                args = (L["k"], L["s"], L["dil"], L["plo"], L["sp"])
+                z = np.maximum.reduce(list(window_slices(x, -np.inf, *args)))
+                ez = np.maximum.reduce(list(window_slices(E, 0.0, *args)))
+            elif op == "avgpool":
+                args = (L["k"], L["s"], L["dil"], L["plo"], L["sp"])
+                cnt = sum(window_slices(np.ones_like(x), 0.0, *args))
+                z = sum(window_slices(x, 0.0, *args)) / cnt
+                sa = sum(window_slices(np.abs(x), 0.0, *args)) / cnt
+                ez = sum(window_slices(E, 0.0, *args)) / cnt + (cnt + 1) * U32 * sa
+            elif op == "dropout":
+                if self.train:
+                    n = int(np.prod(x.shape[1:]))
+                    idx = (self.step * self.gb + np.arange(self.gb)[:, None]) * n + np.arange(n)[None, :]
+                    keep = (fx_u(self.seed, TAG_DROPOUT + i, idx) >= L["rate"]).reshape(x.shape)
+                    sc = 1.0 / (1.0 - L["rate"])
+                    z = np.where(keep, x * sc, 0.0)
+                    ez = np.where(keep, E * sc + U32 * np.abs(z), 0.0)
+                else:
+                    z, ez = x, E
+            elif op == "batchnorm":
+                z, ez = self.batchnorm(x, E)
+            else:
+                raise BadInput("op %r has no forward value" % op)
+            y, ey = store(z, ez, to_bf16 if L["dtype"] == "bf16" else to_f32)
+            vals.append(y)
+            errs.append(ey)
+        last = max(k for k, L in enumerate(self.layers) if L["op"] != "loss")
+        return vals[last], errs[last], vals
+
+    def batchnorm(self, x, E):
+        if self.replicas < 1 or self.gb % self.replicas:
+            raise BadInput("batch %d does not divide into %d replicas" % (self.gb, self.replicas))
+        per = self.gb // self.replicas
+        c = x.shape[-1]
+        xr = x.reshape(self.replicas, -1, c)     # per replica: (per x positions, C)
+        er = E.reshape(self.replicas, -1, c)
+        n = xr.shape[1]
+        m = xr.mean(axis=1, keepdims=True)
+        var = ((xr - m) ** 2).mean(axis=1, keepdims=True)
+        r = 1.0 / np.sqrt(var + BN_EPS)
+        y = (xr - m) * r
+        em = er.mean(axis=1, keepdims=True) + (n + 1) * U32 * np.abs(xr).mean(axis=1, keepdims=True)
+        dv = 2 * (np.abs(xr - m) * (er + em)).mean(axis=1, keepdims=True) + \
+            (n + 3) * U32 * (xr ** 2).mean(axis=1, keepdims=True)
+        ey = (er + em) * r + np.abs(xr - m) * r ** 3 * dv / 2 + 4 * U32 * np.abs(y)
+        return y.reshape(x.shape), ey.reshape(x.shape)
+
+
+def system_cores(name):
+    try:
+        return int(name.split("-", 1)[1])
+    except (IndexError, ValueError):
+        raise BadInput("system %r: expected a slice name such as v3-8" % name)
+
+
+def make_ref(trace_path, seed, system=None, batch=None, step=0, mode=None):
+    t, layers, n_inputs = load_trace(trace_path)
+    run = t["run"]
+    gb = batch if batch is not None else run["global_batch"]
+    cores = system_cores(system or t["system"])
+    cpr = run.get("num_cores_per_replica", 1)
+    if cores % cpr or gb % (cores // cpr):
+        raise BadInput("%s: batch %d does not divide into %d replicas" % (trace_path, gb, cores // cpr))
+    train = (mode or run["mode"]) == "train"
+    return Ref(t, layers, n_inputs, seed, step, gb, cores // cpr, train)
+
+
+def compare(emu, ref, bound, label=""):
+    """Prints the errors; True when every element is within its bound."""
+    emu = np.asarray(emu, dtype=np.float64)
+    d = np.abs(emu - ref)
+    bad = ~(d <= bound)                     # NaN in emu counts as bad
+    rel = d / np.maximum(np.abs(ref), 1e-30)
+    used = np.where(bound > 0, d / np.where(bound > 0, bound, 1), np.where(d > 0, np.inf, 0))
+    print("%smax abs error %.3e, max rel error %.3e, max bound used %.3f, "
+          "exact %d of %d, outside the bound %d"
+          % (label, np.nanmax(d) if d.size else 0, np.nanmax(rel) if d.size else 0,
+             np.nanmax(used) if d.size else 0, int((d == 0).sum()), d.size, int(bad.sum())))
+    if bad.any():
+        k = int(np.flatnonzero(bad.ravel())[0])
+        at = np.unravel_index(k, ref.shape)
+        print("%sfirst outside: at %s emu %.9g ref %.9g bound %.3g"
+              % (label, list(map(int, at)), emu.ravel()[k], ref.ravel()[k], bound.ravel()[k]))
+    return not bad.any()
+
+
+# ---- self-test: numpy against the C reference (test/fxref.c) ----------------
+
+C_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "test/fxref.h"
+int main(int argc, char **argv)
+{
+    graph g; tpu_error err; double *o = NULL; int64_t n = 0; FILE *f;
+    if (argc != 4) return 2;
+    if (graph_load(&g, argv[1], &err)) { fprintf(stderr, "%s\n", err.msg); return 2; }
+    if (fxref_forward(&g, strtoull(argv[2], NULL, 10), 0, g.global_batch, g.train,
+                      &o, &n, &err)) { fprintf(stderr, "%s\n", err.msg); return 2; }
+    f = fopen(argv[3], "wb");
+    if (!f || fwrite(o, sizeof *o, (size_t)n, f) != (size_t)n) return 2;
+    fclose(f); free(o); graph_free(&g);
+    return 0;
+}
+"""
+
+
+def self_test(root, traces):
+    tmp = tempfile.mkdtemp(prefix="fxref-")
+    ok = True
+    try:
+        lib = os.path.join(root, "build", "libtpuemu.a")
+        if not os.path.exists(lib):
+            print("self-test: %s missing (run make first)" % lib)
+            return 2
+        drv = os.path.join(tmp, "drv.c")
+        with open(drv, "w") as f:
+            f.write(C_DRIVER + '#include "test/fxref.c"\n')
+        libs = subprocess.run(["pkg-config", "--libs", "libcjson", "libpng"],
+                              capture_output=True, text=True).stdout.split()
+        cflags = subprocess.run(["pkg-config", "--cflags", "libcjson", "libpng"],
+                                capture_output=True, text=True).stdout.split()
+        exe = os.path.join(tmp, "drv")
+        r = subprocess.run(["cc", "-std=c11", "-O2", "-I", root] + cflags +
+                           [drv, lib, "-o", exe] + libs + ["-lm"], capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr)
+            return 2
+        # The generator against fxdata.c's published constants: hash(0,0,0)
+        # is splitmix64's finalizer of G, whose first output is well known.
+        h = int(fx_hash(0, 0, 0))
+        if h != 0xE220A8397B1DCDAF:
+            print("self-test: fx_hash(0,0,0) = %016x, expected e220a8397b1dcdaf" % h)
+            ok = False
+        for tr in traces:
+            name = os.path.basename(tr)
+            for seed in (1, 2):
+                raw = os.path.join(tmp, "c.bin")
+                r = subprocess.run([exe, tr, str(seed), raw], capture_output=True, text=True)
+                if r.returncode:
+                    print("self-test: %s: C reference failed: %s" % (name, r.stderr.strip()))
+                    ok = False
+                    continue
+                ref = make_ref(tr, seed)
+                y, e, _ = ref.run()
+                c = np.fromfile(raw, dtype=np.float64)
+                if c.size != y.size:
+                    print("self-test: %s: C gives %d values, numpy %d" % (name, c.size, y.size))
+                    ok = False
+                    continue
+                c = c.reshape(y.shape)
+                # C vs numpy (both double): equal but for summation order,
+                # which can flip a bf16 rounding, so the same bound applies.
+                ok &= compare(c, y, e, "self-test %s seed %d C vs numpy: " % (name, seed))
+                # Through a .npy as the emulator writes it (float32).
+                npy = os.path.join(tmp, "emu.npy")
+                np.save(npy, c.astype(np.float32))
+                emu = np.load(npy)
+                ok &= emu.shape == y.shape and compare(emu, y, e, "self-test %s seed %d npy: " % (name, seed))
+                # The check must be able to fail: one wrong element (a dropped
+                # term of the sum, well above the bound) is caught.
+                k = int(np.argmax(np.abs(y.ravel())))
+                bad = emu.astype(np.float64).ravel().copy()
+                bad[k] += 16 * e.ravel()[k] + 1e-3 * abs(y.ravel()[k]) + 1e-6
+                if compare(bad.reshape(y.shape), y, e, "self-test %s perturbed (must fail): " % name):
+                    print("self-test: %s: a perturbed element passed" % name)
+                    ok = False
+                bound_rel = np.max(e / np.maximum(np.abs(y), 1e-30))
+                print("self-test %s: bound relative to |ref|: max %.3g, median %.3g"
+                      % (name, bound_rel, float(np.median(e / np.maximum(np.abs(y), 1e-30)))))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("self-test: %s" % ("ok" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", nargs="?")
+    p.add_argument("out", nargs="?", help="the emulator's output (.npy, float32)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--system")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--step", type=int, default=0)
+    p.add_argument("--mode", choices=["infer", "train"], help="default: the trace's")
+    p.add_argument("--write-ref", metavar="REF.npy", help="write the reference (float32) and exit")
+    p.add_argument("--self-test", action="store_true",
+                   help="compare with test/fxref.c on traces/functional/ (or the traces given)")
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as e:
+        return 0 if e.code == 0 else 2
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        if a.self_test:
+            traces = [t for t in (a.trace, a.out) if t] or sorted(
+                os.path.join(root, "traces", "functional", f)
+                for f in os.listdir(os.path.join(root, "traces", "functional"))
+                if f.endswith(".json") and f != "partitions.json")
+            return self_test(root, traces)
+        if a.trace is None or a.seed is None or a.seed < 0 or (a.out is None and not a.write_ref):
+            print("fx_reference.py: error: need TRACE.json OUT.npy --seed S (S >= 0)", file=sys.stderr)
+            return 2
+        if a.batch is not None and a.batch < 1:
+            raise BadInput("--batch %d" % a.batch)
+        ref = make_ref(a.trace, a.seed, a.system, a.batch, a.step, a.mode)
+        y, e, _ = ref.run()
+        if a.write_ref:
+            tmp = a.write_ref + ".tmp.npy"
+            np.save(tmp, y.astype(np.float32))
+            os.replace(tmp, a.write_ref)
+            return 0
+        try:
+            emu = np.load(a.out, allow_pickle=False)
+        except (OSError, ValueError) as ex:
+            raise BadInput("%s: %s" % (a.out, ex))
+        if emu.shape != y.shape:
+            print("fx_reference.py: %s has shape %s, the reference %s"
+                  % (a.out, list(emu.shape), list(y.shape)))
+            return 1
+        print("bound: first-order bf16/fp32 running error analysis (see --help)")
+        return 0 if compare(emu, y, e) else 1
+    except BadInput as ex:
+        print("fx_reference.py: error: %s" % ex, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
