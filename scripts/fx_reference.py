@@ -565,7 +565,7 @@ def main(argv):
             traces = [t for t in (a.trace, a.out) if t] or sorted(
                 os.path.join(root, "traces", "functional", f)
                 for f in os.listdir(os.path.join(root, "traces", "functional"))
-                if f.endswith(".json") and f != "partitions.json")
+                if f.endswith(".json"))
             return self_test(root, traces)
         if a.trace is None or a.seed is None or a.seed < 0 or (a.out is None and not a.write_ref):
             print("fx_reference.py: error: need TRACE.json OUT.npy --seed S (S >= 0)", file=sys.stderr)
