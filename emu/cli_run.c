@@ -7,6 +7,7 @@
 
 #include "emu/chart.h"
 #include "emu/chrome_trace.h"
+#include "emu/npy.h"
 #include "emu/cli.h"
 #include "emu/report.h"
 #include "emu/sim.h"
@@ -17,13 +18,15 @@ static const char usage[] =
     "usage: tpuemu run TRACE.json [--system NAME] [--batch N]\n"
     "                 [--set KEY=VALUE ...] [--report R.json]\n"
     "                 [--chrome-trace T.json] [--png P.png]\n"
-    "                 [--functional [--seed S]] [--no-dedup] [--quiet]\n"
+    "                 [--functional [--seed S] [--steps N] [--lr X]\n"
+    "                  [--output-npy O.npy] [--loss-png L.png]\n"
+    "                  [--host-mem-gib G]] [--no-dedup] [--quiet]\n"
     "\n"
     "Simulates one training (or inference) step of TRACE on the named pod\n"
     "slice and prints, per core, the step time and where it went, then the\n"
     "slowest core's step time.  Cores with identical figures are grouped.\n"
     "\n"
-    "  --system NAME   slice (v2-8 ... v2-512, v3-8 ... v3-2048)\n"
+    "  --system NAME   slice (v2-2, v2-8 ... v2-512, v3-2, v3-8 ... v3-2048)\n"
     "  --batch N       global batch (overrides the trace's)\n"
     "  --set K=V       override one hardware parameter (repeatable); keys:\n";
 
@@ -39,8 +42,15 @@ static void print_usage(FILE *f)
           "  --chrome-trace T  write a Trace Event Format timeline\n"
           "                  (Perfetto, chrome://tracing)\n"
           "  --png P         write a chart of every core's breakdown\n"
-          "  --functional    also compute values (small traces only)\n"
+          "  --functional    also compute the values (bf16 MXU, fp32 sums) on\n"
+          "                  synthetic data; small traces only\n"
           "  --seed S        seed of the functional inputs and weights\n"
+          "  --steps N       functional: train N steps, print the loss curve\n"
+          "  --lr X          functional: learning rate (momentum SGD 0.9)\n"
+          "  --output-npy O  functional: the last layer's output as .npy\n"
+          "  --loss-png L    functional: the loss curve as a PNG chart\n"
+          "  --host-mem-gib G  functional: refuse runs needing more host\n"
+          "                  memory (default: half of MemAvailable)\n"
           "  --no-dedup      execute every core and every loop iteration\n"
           "                  (slow; for checking the engine's shortcuts)\n"
           "  --quiet         print only the slowest core's step time\n"
@@ -141,6 +151,62 @@ static void print_table(const emu_result *r)
     printf("step time %.4f s (slowest core %d)\n", r->step_time_s, slow);
 }
 
+/* Half of what the kernel says is available (/proc/meminfo MemAvailable),
+ * so a functional run never pushes the machine into swap; 4 GiB when the
+ * file cannot be read. */
+static double host_mem_default(void)
+{
+    double gib = 4.0 * 1024 * 1024 * 1024;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return gib;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        long long kb;
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) {
+            gib = (double)kb * 1024.0 / 2.0;
+            break;
+        }
+    }
+    fclose(f);
+    return gib;
+}
+
+static void print_values(const emu_result *r)
+{
+    printf("\nfunctional: output %s [", r->layer_names && r->n_layers
+                                             ? "of the last layer"
+                                             : "");
+    for (int i = 0; i < r->output_rank; i++)
+        printf("%s%lld", i ? "," : "", (long long)r->output_shape[i]);
+    printf("], output_checksum %016llx", (unsigned long long)r->output_checksum);
+    if (r->train)
+        printf(", loss %.6f", r->loss);
+    printf("\n");
+    if (r->n_losses > 1) {
+        printf("step  loss\n");
+        for (int i = 0; i < r->n_losses; i++)
+            printf("%4d  %.6f\n", i, r->losses[i]);
+    }
+}
+
+static tpu_status write_loss_png(const emu_result *r, const char *trace,
+                                 const char *path, tpu_error *err)
+{
+    double *xs = malloc(sizeof(double) * (size_t)(r->n_losses + 1));
+    if (!xs)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+    for (int i = 0; i < r->n_losses; i++)
+        xs[i] = i;
+    char title[200];
+    snprintf(title, sizeof title, "%s on %s: training loss (functional)",
+             r->trace[0] ? r->trace : trace, r->system);
+    chart_series s = {"loss", xs, r->losses, r->n_losses};
+    tpu_status rc = chart_lines_png(path, title, "step", "loss", &s, 1, err);
+    free(xs);
+    return rc;
+}
+
 int cli_run(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -148,6 +214,7 @@ int cli_run(int argc, char **argv)
         return 0;
     }
     const char *trace = NULL, *report = NULL, *chrome = NULL, *png = NULL;
+    const char *npy = NULL, *loss_png = NULL;
     const char *keys[MAX_SETS], *vals[MAX_SETS];
     char setbuf[MAX_SETS][256];
     int quiet = 0;
@@ -192,6 +259,28 @@ int cli_run(int argc, char **argv)
                 cli_int("--seed", v, 0, INT64_MAX, &s))
                 return 2;
             o.seed = (uint64_t)s;
+        } else if (strcmp(a, "--steps") == 0) {
+            int64_t n;
+            if (!(v = cli_value(argc, argv, &i)) ||
+                cli_int("--steps", v, 1, 1000000, &n))
+                return 2;
+            o.steps = (int)n;
+        } else if (strcmp(a, "--lr") == 0) {
+            if (!(v = cli_value(argc, argv, &i)) ||
+                cli_double("--lr", v, 0, 1e6, &o.learning_rate))
+                return 2;
+        } else if (strcmp(a, "--host-mem-gib") == 0) {
+            double gb;
+            if (!(v = cli_value(argc, argv, &i)) ||
+                cli_double("--host-mem-gib", v, 1e-6, 1e9, &gb))
+                return 2;
+            o.host_mem_limit = gb * 1024.0 * 1024.0 * 1024.0;
+        } else if (strcmp(a, "--output-npy") == 0) {
+            if (!(npy = cli_value(argc, argv, &i)))
+                return 2;
+        } else if (strcmp(a, "--loss-png") == 0) {
+            if (!(loss_png = cli_value(argc, argv, &i)))
+                return 2;
         } else if (strcmp(a, "--no-dedup") == 0) {
             o.no_dedup = 1;
         } else if (strcmp(a, "--quiet") == 0) {
@@ -209,6 +298,11 @@ int cli_run(int argc, char **argv)
         print_usage(stderr);
         return 2;
     }
+    if (!o.functional && (npy || loss_png || o.steps != 1))
+        return cli_error(2, "run: --steps, --output-npy and --loss-png need "
+                            "--functional");
+    if (o.functional && o.host_mem_limit <= 0)
+        o.host_mem_limit = host_mem_default();
     o.set_keys = keys;
     o.set_values = vals;
     o.trace_path = trace;
@@ -251,12 +345,19 @@ int cli_run(int argc, char **argv)
         printf("%.6f\n", r.step_time_s);
     else
         print_table(&r);
+    if (r.has_values && !quiet)
+        print_values(&r);
     int code = 0;
     if (report && report_write(&r, report, &err))
         code = cli_fail(&err);
     if (!code && chrome && chrome_trace_write(&r, chrome, &err))
         code = cli_fail(&err);
     if (!code && png && chart_breakdown_png(&r, png, &err))
+        code = cli_fail(&err);
+    if (!code && npy &&
+        npy_write_f32(npy, r.output, r.output_rank, r.output_shape, &err))
+        code = cli_fail(&err);
+    if (!code && loss_png && write_loss_png(&r, trace, loss_png, &err))
         code = cli_fail(&err);
     emu_result_free(&r);
     return code;

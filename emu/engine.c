@@ -161,6 +161,8 @@ typedef struct {
     double *bytes_sent;           /* per global core */
     double *layer_time;           /* n_layers x CAT_COUNT (shard 0) */
     int max_dma;
+    tpu_status fx_rc;             /* first failure of the functional values */
+    tpu_error fx_err;
 } eng;
 
 static void add_event(eng *e, core_t *c, emu_unit unit, emu_cat cat,
@@ -428,6 +430,8 @@ static void run_core(eng *e, int ci)
             break;
         case FW_MATMUL: {
             int64_t m, v;
+            if (e->in->fx && !e->fx_rc)
+                e->fx_rc = fx_exec(e->in->fx, e->sim_core[ci], in, &e->fx_err);
             matmul_ps(hw, in, &m, &v);
             int64_t t0 = c->now;
             double fl = 2.0 * (double)in->a * (double)in->b * (double)in->c;
@@ -442,6 +446,8 @@ static void run_core(eng *e, int ci)
         }
         case FW_VEC: {
             int64_t v = vec_ps(hw, in);
+            if (e->in->fx && !e->fx_rc)
+                e->fx_rc = fx_exec(e->in->fx, e->sim_core[ci], in, &e->fx_err);
             add_event(e, c, UNIT_VPU, CAT_VECTOR, in, c->now, c->now + v, 0,
                       (double)in->a * (double)in->b / 100.0);
             advance(e, ci, c->now + v, CAT_VECTOR, in);
@@ -575,6 +581,17 @@ static tpu_status run_collective(eng *e, tpu_error *err)
                             "(%s vs %s, layer %d)", fw_op_name((fw_op)in0->op),
                             fw_op_name((fw_op)x->op), (int)x->layer);
     }
+    if (e->in->fx && !e->fx_rc) {
+        /* Values move with the collective; all cores execute (no dedup). */
+        const fw_insn **ins = calloc((size_t)p->cores, sizeof *ins);
+        if (!ins)
+            return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+        for (int ci = 0; ci < e->ncores_sim; ci++)
+            ins[e->sim_core[ci]] =
+                &e->in->progs[e->sim_shard[ci]].code[e->cs[ci].pc];
+        e->fx_rc = fx_collective(e->in->fx, ins, &e->fx_err);
+        free(ins);
+    }
     int group_all = in0->op == FW_BARRIER ||
                     (in0->op == FW_ALLREDUCE && in0->b == FW_GROUP_ALL);
     int64_t dur = 0;
@@ -675,6 +692,11 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
         if (in->progress)
             in->progress(in->progress_ctx,
                          (double)e.cs[0].pc / (double)total_insns);
+    }
+    if (e.fx_rc) {
+        *err = e.fx_err;
+        rc = e.fx_rc;
+        goto done;
     }
     for (int ci = 0; ci < e.ncores_sim; ci++)
         if (e.cs[ci].oom) {

@@ -26,6 +26,7 @@
 
 #include "emu/graph.h"
 #include "emu/params.h"
+#include "emu/fexec.h"
 #include "emu/plan.h"
 #include "emu/result.h"
 #include "firmware/isa.h"
@@ -37,6 +38,9 @@ typedef struct {
     const fw_program *progs;   /* one per shard of a replica (p->cpr) */
     int record_timeline;
     int no_dedup;
+    /* --functional: the values executor (NULL: timing only); needs
+     * no_dedup, since every core's values differ. */
+    fx_state *fx;
     void (*progress)(void *ctx, double fraction);
     void *progress_ctx;
 } engine_input;

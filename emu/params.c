@@ -13,8 +13,12 @@
 
 /* Slices: the number counts cores; two cores per chip; chips on a 2D torus
  * (full pods: v2 16x16, v3 32x32; Cloud TPU docs).  Partial slices take a
- * rectangle of the pod, the longer side along x. */
+ * rectangle of the pod, the longer side along x.  v2-2 and v3-2 are one
+ * chip: not a Cloud TPU offering, but the smallest machine with the same
+ * cores (what-if runs, and functional comparisons at a given replica
+ * count). */
 static const tpu_system systems[] = {
+    {"v2-2", 2, 2, 1, 1, 0},       {"v3-2", 3, 2, 1, 1, 0},
     {"v2-8", 2, 8, 2, 2, 0},       {"v2-32", 2, 32, 4, 4, 0},
     {"v2-128", 2, 128, 8, 8, 0},   {"v2-256", 2, 256, 16, 8, 0},
     {"v2-512", 2, 512, 16, 16, 1}, {"v3-8", 3, 8, 2, 2, 0},

@@ -238,6 +238,17 @@ char *report_to_json(const emu_result *r)
         sb_kv_num(&b, "loss", r->loss, ",\n  ");
         sb_key(&b, "output_checksum");
         sb_printf(&b, "\"%016llx\"", (unsigned long long)r->output_checksum);
+        if (r->n_losses > 1) {
+            sb_str(&b, ",\n  ");
+            sb_key(&b, "losses");
+            sb_str(&b, "[");
+            for (int i = 0; i < r->n_losses; i++) {
+                sb_num(&b, r->losses[i]);
+                if (i + 1 < r->n_losses)
+                    sb_str(&b, ", ");
+            }
+            sb_str(&b, "]");
+        }
     }
 
     if (r->n_layers > 0 && r->layer_names && r->layer_time_s) {

@@ -38,5 +38,6 @@ void emu_result_free(emu_result *r)
     free(r->layer_time_s);
     free(r->output);
     free(r->grads);
+    free(r->losses);
     *r = (emu_result){0};
 }

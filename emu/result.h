@@ -108,6 +108,9 @@ typedef struct {
      * (shared weights once), as core 0 holds them (owned; train only). */
     float *grads;
     int64_t n_grads;
+    /* The loss of every functional step (n_losses = --steps; owned). */
+    double *losses;
+    int n_losses;
 } emu_result;
 
 void emu_result_free(emu_result *r);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "emu/engine.h"
+#include "emu/fexec.h"
 #include "emu/plan.h"
 #include "firmware/lower.h"
 
@@ -15,6 +16,11 @@ void sim_opts_default(sim_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->seed = 1;
+    o->steps = 1;
+    /* Keras SGD-with-momentum style defaults for the small functional
+     * traces; not hardware parameters. */
+    o->learning_rate = 0.05;
+    o->momentum = 0.9;
 }
 
 static tpu_status fill_header(const graph *g, const tpu_system *sys,
@@ -70,7 +76,7 @@ static tpu_status sim_setup(const graph *g, const sim_opts *o,
     const tpu_system *sys = tpu_system_find(sysname);
     if (!sys)
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "%s: unknown system '%s' (v2-8 ... v2-512, v3-8 ... "
+                        "%s: unknown system '%s' (v2-2, v2-8 ... v2-512, v3-2, v3-8 ... "
                         "v3-2048)", o->system ? "--system" : path, sysname);
     int64_t batch = o->global_batch > 0 ? o->global_batch : g->global_batch;
     tpu_status rc = graph_check_run(g, sys->name, batch, path, err);
@@ -89,6 +95,68 @@ static tpu_status sim_setup(const graph *g, const sim_opts *o,
     *sys_out = sys;
     *batch_out = batch;
     return TPU_OK;
+}
+
+#define HOST_LIMIT_DEFAULT (4.0 * GIB)
+
+/* --functional: the same engine run, with fexec computing the values on
+ * every core (no replica dedup: each core's data differ), `steps` times
+ * with the weights carried over.  The first step's timing is the report's;
+ * every later step runs the same firmware, so its timing is the same. */
+static tpu_status run_functional(const graph *g, const sim_opts *o,
+                                 const plan *p, const tpu_params *hw,
+                                 const fw_program *progs, engine_input *ei,
+                                 emu_result *out, tpu_error *err)
+{
+    const char *path = o->trace_path ? o->trace_path : g->name;
+    double limit = o->host_mem_limit > 0 ? o->host_mem_limit : HOST_LIMIT_DEFAULT;
+    double need = fx_bytes_needed(g, p);
+    if (need > limit)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: --functional needs about %.2f GiB of host memory "
+                        "for this trace on %s (batch %lld), more than the "
+                        "limit of %.2f GiB (--host-mem-gib); functional mode "
+                        "is meant for small traces: use a smaller input, "
+                        "batch or slice",
+                        path, need / GIB, p->sys->name,
+                        (long long)(p->batch * p->replicas), limit / GIB);
+    int steps = o->steps > 0 ? o->steps : 1;
+    fx_config cfg = {o->seed, o->learning_rate, o->momentum, o->init_weights,
+                     o->n_init_weights};
+    fx_state *fx = NULL;
+    tpu_status rc = fx_new(&fx, g, p, hw, progs, &cfg, err);
+    if (rc)
+        return rc;
+    out->losses = calloc((size_t)steps, sizeof(double));
+    if (!out->losses) {
+        fx_free(fx);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+    }
+    ei->fx = fx;
+    ei->no_dedup = 1;
+    for (int s = 0; s < steps && !rc; s++) {
+        rc = fx_begin_step(fx, s, err);
+        if (rc)
+            break;
+        if (s == 0) {
+            rc = engine_run(ei, out, err);
+        } else {
+            emu_result tmp = {0};
+            engine_input e2 = *ei;
+            e2.record_timeline = 0;
+            e2.progress = NULL;
+            rc = engine_run(&e2, &tmp, err);
+            emu_result_free(&tmp);
+        }
+        if (!rc)
+            rc = fx_end_step(fx, out, err);
+        if (!rc) {
+            out->losses[s] = out->loss;
+            out->n_losses = s + 1;
+        }
+    }
+    fx_free(fx);
+    return rc;
 }
 
 tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
@@ -152,9 +220,15 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     ei.no_dedup = o->no_dedup;
     ei.progress = o->progress;
     ei.progress_ctx = o->progress_ctx;
-    rc = engine_run(&ei, out, err);
-    if (rc)
-        goto fail_plan;
+    if (o->functional) {
+        rc = run_functional(g, o, &p, &hw, progs, &ei, out, err);
+        if (rc)
+            goto fail_plan;
+    } else {
+        rc = engine_run(&ei, out, err);
+        if (rc)
+            goto fail_plan;
+    }
     double peak_macs = tpu_core_peak_flops(&hw) / 2;
     for (int c = 0; c < out->cores; c++) {
         emu_core_result *r = &out->per_core[c];

@@ -18,8 +18,16 @@ typedef struct {
     int n_sets;
     const char *const *set_keys;   /* --set KEY=VALUE overrides */
     const char *const *set_values;
-    int functional;            /* compute values too */
+    int functional;            /* compute values too (emu/fexec.h) */
     uint64_t seed;
+    int steps;                 /* functional: training steps (weights carry
+                                  over; timing is the same every step) */
+    double learning_rate;      /* functional: momentum SGD */
+    double momentum;
+    const float *init_weights; /* functional: starting weights (fexec.h) */
+    int64_t n_init_weights;
+    double host_mem_limit;     /* functional: refuse (TPU_ERR_INPUT) a run
+                                  needing more host bytes; 0: 4 GiB */
     int record_timeline;       /* fill per-core events */
     int no_dedup;              /* simulate every core, skip no shortcut */
     int time_unfit;            /* time the step even when it does not fit

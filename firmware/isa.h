@@ -73,6 +73,8 @@ typedef struct {
     uint8_t fx;      /* fx_kind */
     int32_t layer;   /* graph layer, -1 for none */
     int64_t a, b, c, d;
+    int64_t e;       /* mxu.matmul: rows of the whole product (the M the
+                        tiles walk per N chunk), for --functional */
 } fw_insn;
 
 typedef struct {

@@ -167,6 +167,7 @@ typedef struct {
     int64_t ld, st;      /* bytes */
     fw_op op;            /* FW_MATMUL or FW_VEC */
     int64_t a, b, cc, d; /* operands of the compute instruction */
+    int64_t e;
     int passes;
 } tile;
 
@@ -175,8 +176,10 @@ static void emit_compute(lc *c, int phase, int layer, const tile *t)
     emit(c, t->op, phase, layer, t->a, t->b, t->cc, t->d);
     if (!c->prog->oom) {
         fw_insn *in = &c->prog->code[c->prog->n - 1];
-        if (t->op == FW_MATMUL)
+        if (t->op == FW_MATMUL) {
             in->passes = (uint8_t)t->passes;
+            in->e = t->e;
+        }
         in->fx = (uint8_t)c->fx;
     }
 }
@@ -298,6 +301,7 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
     full.op = FW_MATMUL;
     full.passes = passes;
     full.a = mt;
+    full.e = m;
     full.b = k;
     full.cc = n_chunk;
     full.ld = (int64_t)ceil(ld_per_row * (double)mt);
@@ -519,6 +523,46 @@ static int bwd_halo_of(const lc *c, int l, int i, halo_t *h)
             h->from_lo[d] = h->from_hi[d] = 0;
         }
     }
+    return any || gather;
+}
+
+/* Max pooling's backward also needs the input rows of the windows of the
+ * output rows it receives (to find each window's maximum): the input
+ * exchanged again, as far as those windows reach. */
+static int pool_bwd_input_halo_of(const lc *c, int l, int i, halo_t *out)
+{
+    const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
+    int any = 0, gather = 0;
+    for (int k = 0; k < c->p->cpr; k++) {
+        int co[GRAPH_MAX_SP];
+        halo_t h;
+        memset(&h, 0, sizeof h);
+        plan_coords(c->p, k, co);
+        for (int d = 0; d < I->out.nsp; d++) {
+            if (!is_split(c, i, d))
+                continue;
+            if (!is_split(c, l, d)) {
+                gather = 1;
+                continue;
+            }
+            int64_t ilo, ihi, nlo, nhi, alo, ahi;
+            plan_range(c->p, c->g, i, d, co[d], &ilo, &ihi);
+            grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
+            need_range(L, I, d, nlo, nhi, &alo, &ahi);
+            int64_t chunk = cdiv(I->out.sp[d], c->p->factor[d]);
+            h.from_lo[d] = max64(0, ilo - alo);
+            h.from_hi[d] = max64(0, ahi - ihi);
+            if (h.from_lo[d] > chunk || h.from_hi[d] > chunk)
+                gather = 1;
+            any |= h.from_lo[d] || h.from_hi[d];
+        }
+        if (k == c->shard)
+            *out = h;
+    }
+    out->gather = gather;
+    if (gather)
+        for (int d = 0; d < GRAPH_MAX_SP; d++)
+            out->from_lo[d] = out->from_hi[d] = 0;
     return any || gather;
 }
 
@@ -940,6 +984,9 @@ static void lower_backward_ops(lc *c, int l)
             win *= L->kernel[d];
         if (bwd_halo_of(c, l, L->in[0], &h))
             emit_exchange(c, ph, l, L->in[0], &h, 1);
+        if (L->op == GOP_MAXPOOL &&
+            pool_bwd_input_halo_of(c, l, L->in[0], &h))
+            emit_exchange(c, ph, l, L->in[0], &h, 2);
         emit_pass(c, ph, l, ob + (L->op == GOP_MAXPOOL ? ib + ob : 0), ib,
                   out_elems(c, L->in[0]), win + 2);
         return;

@@ -1,0 +1,15 @@
+/* npy — writes an array as a NumPy .npy file (format version 1.0: magic,
+ * a Python-dict header padded to 64 bytes, then the data little-endian),
+ * so numpy.load reads --functional outputs without a parser of ours. */
+#ifndef EMU_NPY_H
+#define EMU_NPY_H
+
+#include <stdint.h>
+
+#include "emu/status.h"
+
+/* float32 array of the given shape (C order), written atomically. */
+tpu_status npy_write_f32(const char *path, const float *data, int rank,
+                         const int64_t *shape, tpu_error *err);
+
+#endif
