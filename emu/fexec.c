@@ -229,17 +229,17 @@ static int64_t kernel_taps(const glayer *L)
 
 /* Upper estimate: per core, each layer's output and gradient shards, two
  * windows (at most the whole tensor, at most twice the shard), the
- * weights three times (value, momentum, gradient), and the largest
- * im2col operand a matmul instruction builds (rows x K in bf16, fp32
- * results), counted as if one instruction took all rows. */
-double fx_bytes_needed(const graph *g, const plan *p)
+ * weights three times (value, momentum, gradient); plus, once, the
+ * operands of the largest matmul instruction (its rows x K, K padded to the MXU
+ * depth per tap, in fp32 and two bf16 copies, and its fp32 results). */
+double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
 {
     double w = (double)graph_weights(g) * 4.0 * 3.0;
-    double total = 0;
+    double total = 0, tmp = 0;
     for (int k = 0; k < p->cpr; k++) {
         int co[SP] = {0};
         plan_coords(p, k, co);
-        double per = w, tmp = 0;
+        double per = w;
         for (int l = 0; l < g->n_layers; l++) {
             const glayer *L = &g->layers[l];
             double full = (double)p->batch * (double)L->out.c;
@@ -252,24 +252,25 @@ double fx_bytes_needed(const graph *g, const plan *p)
             }
             double win = full < 2 * local ? full : 2 * local;
             per += 4.0 * (2 * local + 2 * win);
-            if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE) {
-                const glayer *I = &g->layers[L->in[0]];
-                double kk = (double)kernel_taps(L) *
-                            (double)((I->out.c + 127) / 128 * 128 + L->out.c);
-                double rows = local / (double)L->out.c;
-                double in_rows = (double)p->batch;
-                for (int d = 0; d < I->out.nsp; d++)
-                    in_rows *= (double)I->out.sp[d];
-                if (in_rows > rows)
-                    rows = in_rows;
-                double t = rows * kk * 2.0 * 3.0 + rows * (double)L->out.c * 4.0;
-                if (t > tmp)
-                    tmp = t;
-            }
         }
-        total += (per + tmp) * (double)p->replicas;
+        for (size_t i = 0; i < progs[k].n; i++) {
+            const fw_insn *in = &progs[k].code[i];
+            if (in->op != FW_MATMUL || in->layer < 0)
+                continue;
+            const glayer *L = &g->layers[in->layer];
+            const glayer *I = &g->layers[L->in[0]];
+            int64_t depth = I->out.c > L->out.c ? I->out.c : L->out.c;
+            double kp = (double)kernel_taps(L) * (double)((depth + 127) / 128 * 128);
+            double kk = (double)in->b > kp ? (double)in->b : kp;
+            double t = (double)in->a * kk * (4.0 + 3 * 2.0) +
+                       (double)in->a * (double)in->c * 8.0;
+            if (t > tmp)
+                tmp = t;
+        }
+        total += per * (double)p->replicas;
     }
-    return total;
+    /* Instructions run one at a time: one set of operands is live. */
+    return total + tmp;
 }
 
 static void fcore_free(fcore *c, int n)
@@ -674,13 +675,69 @@ static int tap_hits_dx(const glayer *L, int d, int64_t p, int64_t kk,
     return 1;
 }
 
-/* C[m x n] = A[m x k] B[k x n] on the MXU model: bf16 operands, fp32
- * accumulation; with passes == 3 (f32 layers, bf16_3x) each operand is
- * split into a bf16 high and low part and the three significant products
- * are summed: (hi*hi + hi*lo) + lo*hi. */
+/* One bf16 product on the MXU model, C = A B with fp32 accumulation,
+ * when K is laid out in slots `sw` wide of which only the first `depth`
+ * rows are real (the rest is lane padding, zeros in both operands).  A
+ * padded row adds +0 to a column sum, which changes no value (the sum
+ * starts at +0 and is never -0), and a K tile of padding adds a +0
+ * partial; so each weight tile's real rows are multiplied on their own
+ * (one tile: c = its partial sum) and the partials are added in tile
+ * order, as the MXU does: the same bits as the padded product, for a
+ * fraction of the host's work. */
+static tpu_status mm_bf16(const fx_state *x, const bf16 *a, const bf16 *b,
+                          float *cres, int64_t m, int64_t k, int64_t n,
+                          int64_t depth, int64_t sw, tpu_error *err)
+{
+    int64_t R = x->hw->mxu.rows;
+    if (depth >= sw) {
+        mxu_fast_matmul(&x->hw->mxu, a, b, cres, m, k, n, NULL);
+        return TPU_OK;
+    }
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)(R + 1));
+    bf16 *as = malloc(sizeof(bf16) * (size_t)(m * R + 1));
+    bf16 *bs = malloc(sizeof(bf16) * (size_t)(R * n + 1));
+    float *t = malloc(sizeof(float) * (size_t)(m * n + 1));
+    tpu_status rc = TPU_OK;
+    int first = 1;
+    if (!rows || !as || !bs || !t) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
+        goto done;
+    }
+    for (int64_t k0 = 0; k0 < k; k0 += R) {
+        int64_t nr = 0;
+        for (int64_t kk = k0; kk < k0 + R && kk < k; kk++)
+            if (kk % sw < depth)
+                rows[nr++] = kk;
+        if (!nr)
+            continue;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t r = 0; r < nr; r++)
+                as[i * nr + r] = a[i * k + rows[r]];
+        for (int64_t r = 0; r < nr; r++)
+            memcpy(&bs[r * n], &b[rows[r] * n], sizeof(bf16) * (size_t)n);
+        mxu_fast_matmul(&x->hw->mxu, as, bs, first ? cres : t, m, nr, n, NULL);
+        if (!first)
+            for (int64_t i = 0; i < m * n; i++)
+                cres[i] += t[i];
+        first = 0;
+    }
+    if (first)
+        memset(cres, 0, sizeof(float) * (size_t)(m * n));
+done:
+    free(rows);
+    free(as);
+    free(bs);
+    free(t);
+    return rc;
+}
+
+/* C[m x n] = A[m x k] B[k x n] on the MXU: operands rounded to bf16; with
+ * passes == 3 (f32 layers, bf16_3x) each operand is split into a bf16
+ * high and low part and the three significant products, each a whole MXU
+ * product, are summed on the vector unit: (hi*hi + hi*lo) + lo*hi. */
 static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
                          float *cres, int64_t m, int64_t k, int64_t n,
-                         int passes, tpu_error *err)
+                         int64_t depth, int64_t sw, int passes, tpu_error *err)
 {
     size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
     bf16 *ah = malloc((na + 1) * sizeof(bf16)), *bh = malloc((nb + 1) * sizeof(bf16));
@@ -693,7 +750,8 @@ static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
         ah[i] = bf16_from_f32(a[i]);
     for (size_t i = 0; i < nb; i++)
         bh[i] = bf16_from_f32(b[i]);
-    mxu_fast_matmul(&x->hw->mxu, ah, bh, cres, m, k, n, NULL);
+    if ((rc = mm_bf16(x, ah, bh, cres, m, k, n, depth, sw, err)))
+        goto done;
     if (passes == 3) {
         al = malloc((na + 1) * sizeof(bf16));
         bl = malloc((nb + 1) * sizeof(bf16));
@@ -704,10 +762,12 @@ static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
             al[i] = bf16_from_f32(a[i] - bf16_to_f32(ah[i]));
         for (size_t i = 0; i < nb; i++)
             bl[i] = bf16_from_f32(b[i] - bf16_to_f32(bh[i]));
-        mxu_fast_matmul(&x->hw->mxu, ah, bl, t, m, k, n, NULL);
+        if ((rc = mm_bf16(x, ah, bl, t, m, k, n, depth, sw, err)))
+            goto done;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
-        mxu_fast_matmul(&x->hw->mxu, al, bh, t, m, k, n, NULL);
+        if ((rc = mm_bf16(x, al, bh, t, m, k, n, depth, sw, err)))
+            goto done;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
     }
@@ -805,7 +865,7 @@ static tpu_status gwin_of(fx_state *x, int core, int l, const tens **out,
 }
 
 typedef struct {
-    int64_t taps, cin, cout, sw, kp;
+    int64_t taps, cin, cout, sw, kp, depth;
     int spatial;   /* dims a tap offsets (0: dense) */
 } mm_geom;
 
@@ -830,6 +890,7 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
             sprod *= dflt(L->strides[d]);
         kt = (gm->taps + sprod - 1) / sprod;
     }
+    gm->depth = depth;
     gm->sw = (!dx && in->b == kt * depth) ? depth
                                           : (depth + rows - 1) / rows * rows;
     gm->kp = gm->taps * gm->sw;
@@ -901,7 +962,7 @@ static tpu_status mm_forward(fx_state *x, int core, int l, const fw_insn *in,
             }
         }
     }
-    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, in->passes, err)))
+    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, gm.depth, gm.sw, in->passes, err)))
         goto done;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < nn; j++) {
@@ -979,7 +1040,7 @@ static tpu_status mm_dx(fx_state *x, int core, int l, const fw_insn *in,
             }
         }
     }
-    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, in->passes, err)))
+    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, gm.depth, gm.sw, in->passes, err)))
         goto done;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < nn; j++)
@@ -1064,7 +1125,7 @@ static tpu_status mm_dw(fx_state *x, int core, int l, const fw_insn *in,
             }
         }
     }
-    if ((rc = mxu_mm(x, A, Bm, C, m, Mc, nn, in->passes, err)))
+    if ((rc = mxu_mm(x, A, Bm, C, m, Mc, nn, Mc, Mc, in->passes, err)))
         goto done;
     for (int64_t k = k0; k < k1; k++)
         for (int64_t j = 0; j < nn; j++)

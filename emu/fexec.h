@@ -45,10 +45,11 @@ typedef struct {
     int64_t n_init_weights;
 } fx_config;
 
-/* Host bytes fexec will allocate for this plan (all cores' tensors,
- * windows, gradients, weights): checked against the host limit before
- * anything is allocated. */
-double fx_bytes_needed(const graph *g, const plan *p);
+/* Host bytes fexec will allocate for this plan and these programs (one
+ * per shard; all cores' tensors, windows, gradients, weights, the largest
+ * matmul's operands), an upper estimate checked against the host limit
+ * before anything is allocated. */
+double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs);
 
 /* progs: one program per shard (the instructions' fx tags tell fexec
  * which layers compute their input gradient themselves). */

@@ -110,7 +110,7 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
 {
     const char *path = o->trace_path ? o->trace_path : g->name;
     double limit = o->host_mem_limit > 0 ? o->host_mem_limit : HOST_LIMIT_DEFAULT;
-    double need = fx_bytes_needed(g, p);
+    double need = fx_bytes_needed(g, p, progs);
     if (need > limit)
         return tpu_fail(err, TPU_ERR_INPUT,
                         "%s: --functional needs about %.2f GiB of host memory "

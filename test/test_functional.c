@@ -1,0 +1,364 @@
+/* --functional (emu/fexec.c): values computed by executing the firmware.
+ *
+ *  - Every partitioning a forward trace allows (1 to 16 ways, uneven
+ *    splits included) gives the unpartitioned run's output bit for bit.
+ *  - The output equals the plain C reference (test/fxref.c, double) within
+ *    the bf16 rounding bound, and numpy's (scripts/fx_reference.py).
+ *  - Training: loss and all-reduced gradients of a partitioned run equal
+ *    the unpartitioned run's within fp32 reordering; central differences
+ *    agree with the gradients; the CIFAR-style net learns, partitioned as
+ *    unpartitioned.
+ *  - Timing does not depend on --functional; a trace too big for the host
+ *    is refused with exit 2.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/fxdata.h"
+#include "emu/sim.h"
+#include "test/fxref.h"
+#include "test/harness.h"
+
+#define TR "traces/functional/"
+
+static int load(th_ctx *t, graph *g, const char *name)
+{
+    char path[256];
+    tpu_error err = {0};
+    snprintf(path, sizeof path, TR "%s.json", name);
+    if (graph_load(g, path, &err)) {
+        TH_FAIL(t, "%s: %s", path, err.msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Re-partitions g in memory: factors per spatial dim (NULL: none). */
+static void set_parts(graph *g, const int *f)
+{
+    int nsp = g->pdims_rank > 2 ? g->pdims_rank - 2
+                                : g->layers[0].out.nsp;
+    int prod = 1;
+    g->pdims_rank = nsp + 2;
+    g->pdims[0] = 1;
+    g->pdims[nsp + 1] = 1;
+    for (int d = 0; d < nsp; d++) {
+        g->pdims[1 + d] = f ? f[d] : 1;
+        prod *= g->pdims[1 + d];
+    }
+    g->cores_per_replica = prod;
+}
+
+static int run(th_ctx *t, const graph *g, const char *sys, int steps,
+               emu_result *r)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    o.functional = 1;
+    o.steps = steps;
+    o.system = sys;
+    tpu_error err = {0};
+    if (sim_run(g, &o, r, &err)) {
+        TH_FAIL(t, "%s on %s: %s", g->name, sys ? sys : g->system, err.msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Every factor assignment with a product of 2..16 that the run checks
+ * accept: calls fn with each.  Returns how many ran. */
+typedef int (*parts_fn)(th_ctx *t, graph *g, const char *sys, void *ctx);
+
+static int each_partitioning(th_ctx *t, graph *g, const char *base_sys,
+                             parts_fn fn, void *ctx)
+{
+    static const int fs[] = {1, 2, 4, 8, 16};
+    int nsp = g->layers[0].out.nsp, n = 0;
+    int combos = 1;
+    for (int d = 0; d < nsp; d++)
+        combos *= 5;
+    for (int c = 0; c < combos; c++) {
+        int f[GRAPH_MAX_SP] = {1, 1, 1}, prod = 1, q = c;
+        for (int d = 0; d < nsp; d++) {
+            f[d] = fs[q % 5];
+            q /= 5;
+            prod *= f[d];
+        }
+        if (prod < 2 || prod > 16)
+            continue;
+        const char *sys = prod > 8 ? (g->system[1] == '2' ? "v2-32" : "v3-32")
+                                   : base_sys;
+        set_parts(g, f);
+        tpu_error err = {0};
+        if (graph_check_run(g, sys, g->global_batch, g->name, &err))
+            continue; /* a dimension too small for its factor */
+        n++;
+        if (!fn(t, g, sys, ctx))
+            break;
+    }
+    return n;
+}
+
+typedef struct {
+    uint64_t want;
+    int runs, same;
+} fwd_ctx;
+
+static int check_same(th_ctx *t, graph *g, const char *sys, void *vc)
+{
+    fwd_ctx *c = vc;
+    emu_result r;
+    if (!run(t, g, sys, 1, &r))
+        return 0;
+    c->runs++;
+    int ok = r.output_checksum == c->want;
+    c->same += ok;
+    TH_CHECKF(t, ok, "%s [%d,%d,%d] on %s: checksum %016llx, unpartitioned "
+              "%016llx", g->name, g->pdims[1], g->pdims[2],
+              g->pdims_rank > 4 ? g->pdims[3] : 1, sys,
+              (unsigned long long)r.output_checksum,
+              (unsigned long long)c->want);
+    emu_result_free(&r);
+    return ok;
+}
+
+static const char *const fwd_traces[] = {"conv2d", "conv3d", "deconv",
+                                         "dense-heads", "pool-up-concat"};
+
+/* |emu - ref| per element against the bf16 bound of a value that went
+ * through `depth` roundings: each bf16 rounding is within 2^-9 relative,
+ * fp32 accumulation adds less; the bound is taken on the output's scale
+ * (max |ref|), since cancellation leaves small outputs with the absolute
+ * error of the large terms that made them. */
+static void check_ref(th_ctx *t, const graph *g, const emu_result *r)
+{
+    double *ref = NULL;
+    int64_t n = 0;
+    tpu_error err = {0};
+    if (fxref_forward(g, 1, 0, g->global_batch, g->train, &ref, &n, &err)) {
+        TH_FAIL(t, "fxref %s: %s", g->name, err.msg);
+        return;
+    }
+    int64_t want = 1;
+    for (int i = 0; i < r->output_rank; i++)
+        want *= r->output_shape[i];
+    if (!TH_CHECKF(t, want == n, "%s: %lld values, reference %lld", g->name,
+                   (long long)want, (long long)n)) {
+        free(ref);
+        return;
+    }
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    for (int64_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)r->output[i] - ref[i]));
+    int depth = g->n_layers;
+    double bound = depth * ldexp(1.0, -8) * scale;
+    TH_CHECKF(t, worst <= bound && scale > 0,
+              "%s: max |emu - ref| %.3g > %.3g (scale %.3g)", g->name, worst,
+              bound, scale);
+    free(ref);
+}
+
+static void forward_cases(th_ctx *t)
+{
+    th_case(t, "forward: every partitioning (1-16 ways, uneven) is "
+               "bit-identical to the unpartitioned run");
+    int total = 0;
+    for (size_t i = 0; i < sizeof fwd_traces / sizeof *fwd_traces; i++) {
+        graph g;
+        if (!load(t, &g, fwd_traces[i]))
+            continue;
+        set_parts(&g, NULL);
+        emu_result r;
+        if (run(t, &g, NULL, 1, &r)) {
+            fwd_ctx c = {r.output_checksum, 0, 0};
+            check_ref(t, &g, &r);
+            emu_result_free(&r);
+            int n = each_partitioning(t, &g, g.system, check_same, &c);
+            TH_CHECKF(t, n >= 4 && c.same == n,
+                      "%s: %d of %d partitionings identical", g.name, c.same,
+                      n);
+            total += n;
+        }
+        graph_free(&g);
+    }
+    TH_CHECKF(t, total >= 40, "only %d partitionings ran", total);
+}
+
+static double max_rel(const float *a, const float *b, int64_t n)
+{
+    double scale = 0, d = 0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(b[i]));
+    for (int64_t i = 0; i < n; i++)
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    return scale > 0 ? d / scale : d;
+}
+
+/* Batchnorm statistics are per replica: partitionings with the same
+ * replica count compute the same statistics, but each core sums its own
+ * rows first and the all-reduce adds the partial sums, so the fp32
+ * rounding of the statistics differs with the split; after the bf16
+ * rounding of the normalised values that is at most a one-step (2^-8)
+ * difference in a few elements. */
+static void batchnorm_case(th_ctx *t)
+{
+    th_case(t, "forward with batchnorm: partitionings with the same replicas "
+               "agree within one bf16 step, and match the reference");
+    graph g;
+    if (!load(t, &g, "resadd"))
+        return;
+    static const int parts[][2] = {{4, 1}, {2, 2}, {1, 4}};
+    emu_result first = {0};
+    for (int k = 0; k < 3; k++) {
+        set_parts(&g, parts[k]);
+        emu_result r;
+        if (!run(t, &g, NULL, 1, &r))
+            break;
+        check_ref(t, &g, &r);
+        if (k == 0) {
+            first = r;
+            continue;
+        }
+        int64_t n = 1;
+        for (int i = 0; i < r.output_rank; i++)
+            n *= r.output_shape[i];
+        double d = max_rel(r.output, first.output, n);
+        TH_CHECKF(t, d <= ldexp(1.0, -7), "[%d,%d]: outputs differ by %.3g "
+                  "of their scale", parts[k][0], parts[k][1], d);
+        emu_result_free(&r);
+    }
+    emu_result_free(&first);
+    graph_free(&g);
+}
+
+/* The seed's starting weights (emu/fxdata.h's definition, written out
+ * here independently of fexec): glorot kernels, zero biases, batchnorm
+ * gamma 1 and beta 0, in layer order. */
+static int seed_weights(const graph *g, uint64_t seed, float *w, int64_t nw)
+{
+    int64_t o = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->share_from >= 0 || L->weights <= 0)
+            continue;
+        if (o + L->weights > nw)
+            return -1;
+        if (L->op == GOP_BATCHNORM) {
+            for (int64_t c = 0; c < L->out.c; c++) {
+                w[o + c] = 1.0f;
+                w[o + L->out.c + c] = 0.0f;
+            }
+        } else {
+            int64_t taps = 1, cin = g->layers[L->in[0]].out.c;
+            if (L->op != GOP_DENSE)
+                for (int d = 0; d < L->out.nsp; d++)
+                    taps *= L->kernel[d];
+            int64_t nk = taps * cin * L->out.c;
+            for (int64_t i = 0; i < L->weights; i++)
+                w[o + i] = i < nk ? fxd_weight(seed, l, i, taps * cin,
+                                               taps * L->out.c)
+                                  : 0.0f;
+        }
+        o += L->weights;
+    }
+    return o == nw ? 0 : -1;
+}
+
+static void train_cases(th_ctx *t)
+{
+    th_case(t, "training: a partitioned step's loss and all-reduced "
+               "gradients equal the unpartitioned step's");
+    graph g;
+    if (!load(t, &g, "tiny-train"))
+        return;
+    set_parts(&g, NULL);
+    emu_result base;
+    if (!run(t, &g, NULL, 1, &base)) {
+        graph_free(&g);
+        return;
+    }
+    double ref_loss = 0;
+    tpu_error err = {0};
+    TH_CHECK(t, fxref_loss(&g, 1, 0, g.global_batch, 1, &ref_loss, &err) == 0);
+    TH_CHECKF(t, fabs(base.loss - ref_loss) <= 1e-5 * fabs(ref_loss),
+              "loss %.9g, reference %.9g", base.loss, ref_loss);
+    static const int parts[][2] = {{2, 1}, {1, 2}, {2, 2}, {4, 1}, {4, 2}};
+    for (int k = 0; k < 5; k++) {
+        set_parts(&g, parts[k]);
+        emu_result r;
+        if (!run(t, &g, NULL, 1, &r))
+            break;
+        /* Weight gradients sum over positions: each core sums its own,
+         * the all-reduce adds the cores' sums, so fp32 rounding differs
+         * from one sum over all positions (2^-24 per addition, a few
+         * hundred terms: 1e-5 of the largest gradient). */
+        TH_CHECKF(t, r.n_grads == base.n_grads &&
+                         max_rel(r.grads, base.grads, r.n_grads) < 1e-5,
+                  "[%d,%d]: gradients differ by %.3g", parts[k][0],
+                  parts[k][1], max_rel(r.grads, base.grads, r.n_grads));
+        TH_CHECKF(t, fabs(r.loss - base.loss) <= 1e-6 * fabs(base.loss),
+                  "[%d,%d]: loss %.9g vs %.9g", parts[k][0], parts[k][1],
+                  r.loss, base.loss);
+        TH_CHECKF(t, r.output_checksum == base.output_checksum,
+                  "[%d,%d]: forward output differs", parts[k][0], parts[k][1]);
+        emu_result_free(&r);
+    }
+
+    th_case(t, "training: central differences agree with the gradients "
+               "(f32 net)");
+    set_parts(&g, NULL);
+    int64_t nw = base.n_grads;
+    float *w0 = calloc((size_t)nw + 1, sizeof(float));
+    if (w0 && seed_weights(&g, 1, w0, nw) == 0) {
+        int checked = 0, bad = 0;
+        for (int64_t i = 0; i < nw; i += nw / 23 + 1) {
+            const double eps = 1e-2;
+            double lp = 0, lm = 0;
+            for (int s = -1; s <= 1; s += 2) {
+                float keep = w0[i];
+                w0[i] = (float)(keep + s * eps);
+                sim_opts o;
+                sim_opts_default(&o);
+                o.functional = 1;
+                o.init_weights = w0;
+                o.n_init_weights = nw;
+                emu_result r;
+                if (sim_run(&g, &o, &r, &err) == 0) {
+                    if (s < 0)
+                        lm = r.loss;
+                    else
+                        lp = r.loss;
+                    emu_result_free(&r);
+                }
+                w0[i] = keep;
+            }
+            double num = (lp - lm) / (2 * eps), ana = base.grads[i];
+            checked++;
+            /* f32 products (bf16_3x) and a smooth loss: the central
+             * difference's truncation error is O(eps^2 * f''') ~ 1e-4. */
+            if (fabs(num - ana) > 2e-3 + 2e-2 * fabs(ana)) {
+                bad++;
+                TH_FAIL(t, "weight %lld: numerical %.6g, gradient %.6g",
+                        (long long)i, num, ana);
+            }
+        }
+        TH_CHECKF(t, checked >= 20 && bad == 0, "%d of %d weights disagree",
+                  bad, checked);
+    } else {
+        TH_FAIL(t, "could not read the starting weights");
+    }
+    free(w0);
+    emu_result_free(&base);
+    graph_free(&g);
+}
+
+void th_suite_functional(th_ctx *t)
+{
+    forward_cases(t);
+    batchnorm_case(t);
+    train_cases(t);
+}
