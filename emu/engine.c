@@ -159,7 +159,7 @@ typedef struct {
     ici *net;
     double *link_busy;            /* chips x 4 */
     double *bytes_sent;           /* per global core */
-    double *layer_time;           /* n_layers x CAT_COUNT (shard 0) */
+    double *layer_time;           /* n_layers x CAT_COUNT (executed core 0: replica 0, shard 0) */
     int max_dma;
     tpu_status fx_rc;             /* first failure of the functional values */
     tpu_error fx_err;
@@ -220,7 +220,7 @@ static void advance(eng *e, int ci, int64_t t, emu_cat cat, const fw_insn *in)
         return;
     add_event(e, c, UNIT_CORE, cat, in, c->now, t, 0, 0);
     c->cat[cat] += t - c->now;
-    if (e->sim_shard[ci] == 0 && e->layer_time && in && in->layer >= 0)
+    if (ci == 0 && e->layer_time && in && in->layer >= 0)
         e->layer_time[(size_t)in->layer * CAT_COUNT + cat] +=
             (double)(t - c->now) / PS;
     c->now = t;
@@ -375,7 +375,7 @@ static void end_iteration(eng *e, int ci, const fw_insn *loop)
             int64_t dk = c->cat[k] - c->it_start_cat[k];
             dcat[k] = dk;
             c->cat[k] += r * dk;
-            if (e->sim_shard[ci] == 0 && e->layer_time && loop->layer >= 0)
+            if (ci == 0 && e->layer_time && loop->layer >= 0)
                 e->layer_time[(size_t)loop->layer * CAT_COUNT + k] +=
                     (double)(r * dk) / PS;
         }

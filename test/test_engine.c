@@ -72,6 +72,14 @@ static int same_cores(const emu_result *a, const emu_result *b)
             x->hbm_write_bytes != y->hbm_write_bytes)
             return 0;
     }
+    /* Core 0's per-layer time too (skipped loop iterations are added in
+     * one step there, so allow the rounding of a double sum). */
+    if (a->n_layers != b->n_layers || !a->layer_time_s || !b->layer_time_s)
+        return 0;
+    for (int i = 0; i < a->n_layers * CAT_COUNT; i++)
+        if (fabs(a->layer_time_s[i] - b->layer_time_s[i]) >
+            1e-9 * fabs(a->layer_time_s[i]) + 1e-15)
+            return 0;
     return 1;
 }
 

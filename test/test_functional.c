@@ -362,3 +362,142 @@ void th_suite_functional(th_ctx *t)
     batchnorm_case(t);
     train_cases(t);
 }
+
+/* The CIFAR-style net of the seeds, scaled down, on v2-8 with [1,2,2,1]
+ * (2 replicas of 4 cores) and unpartitioned on one chip (v2-2: the same 2
+ * replicas, so batchnorm sees the same examples). */
+void th_suite_functional_training(th_ctx *t)
+{
+    th_case(t, "CIFAR-style net: 20 steps on v2-8 [1,2,2,1]: the loss falls "
+               "and follows the unpartitioned run");
+    graph g;
+    if (!load(t, &g, "cifar-small"))
+        return;
+    int steps = th_asan() ? 6 : 20;
+    emu_result part, flat;
+    if (!run(t, &g, NULL, steps, &part)) {
+        graph_free(&g);
+        return;
+    }
+    set_parts(&g, NULL);
+    if (!run(t, &g, "v2-2", steps, &flat)) {
+        emu_result_free(&part);
+        graph_free(&g);
+        return;
+    }
+    TH_CHECK(t, part.n_losses == steps && flat.n_losses == steps);
+    double first = 0, last = 0, worst = 0, early = 0;
+    for (int s = 0; s < steps; s++) {
+        double d = fabs(part.losses[s] - flat.losses[s]);
+        worst = fmax(worst, d);
+        if (s < 5)
+            early = fmax(early, d);
+    }
+    /* Means of the first and last 4 steps (each step is a fresh batch). */
+    for (int s = 0; s < 4; s++) {
+        first += part.losses[s] / 4;
+        last += part.losses[steps - 4 + s] / 4;
+    }
+    if (!th_asan())
+        TH_CHECKF(t, last < 0.75 * first, "loss %.3f -> %.3f: did not fall",
+                  first, last);
+    /* Same data, same replicas: the curves differ only by fp32 reduction
+     * order (per-core partial sums, then the all-reduce), which bf16
+     * rounding and the training dynamics amplify step by step. */
+    TH_CHECKF(t, early < 0.01, "first steps differ by %.4f", early);
+    TH_CHECKF(t, worst < 0.2, "curves differ by %.4f", worst);
+    emu_result_free(&part);
+    emu_result_free(&flat);
+    graph_free(&g);
+}
+
+static double file_size(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return (double)n;
+}
+
+void th_suite_functional_cli(th_ctx *t)
+{
+    th_cmd_result c;
+    const char *tmp = th_tmpdir();
+    char a[512], b[512];
+
+    th_case(t, "the report's timing is the same with and without "
+               "--functional");
+    snprintf(a, sizeof a, "%s/fx-on.json", tmp);
+    snprintf(b, sizeof b, "%s/fx-off.json", tmp);
+    th_run(&c, "%s run " TR "cifar-small.json --functional --report %s",
+           th_bin(), a);
+    TH_CHECKF(t, c.status == 0, "status %d: %s", c.status, c.err);
+    th_run(&c, "%s run " TR "cifar-small.json --report %s", th_bin(), b);
+    TH_CHECKF(t, c.status == 0, "status %d: %s", c.status, c.err);
+    /* Byte for byte, once the two functional fields are taken out. */
+    th_run(&c, "grep -v -e '\"loss\":' -e '\"output_checksum\":' %s | "
+               "cmp -s - %s", a, b);
+    TH_CHECKF(t, c.status == 0, "reports differ beyond loss and checksum");
+    th_run(&c, "grep -c output_checksum %s", a);
+    TH_CHECKF(t, c.status == 0, "no output_checksum in the report");
+    /* and across several steps and partitionings of a training trace */
+    th_run(&c, "%s run " TR "tiny-train.json --functional --steps 3 "
+               "--report %s", th_bin(), a);
+    th_run(&c, "%s run " TR "tiny-train.json --report %s", th_bin(), b);
+    th_run(&c, "grep -v -e '\"loss\":' -e '\"output_checksum\":' "
+               "-e '\"losses\":' %s | cmp -s - %s", a, b);
+    TH_CHECKF(t, c.status == 0, "tiny-train reports differ");
+
+    th_case(t, "a trace too big for the host is refused: exit 2, says why");
+    th_run(&c, "%s run " TR "conv3d.json --functional --host-mem-gib 0.001",
+           th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "host memory") &&
+                     strstr(c.err, "conv3d.json"),
+              "status %d: %s", c.status, c.err);
+    th_run(&c, "%s run traces/reference/unet3d-256-v3-128.json --functional",
+           th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "host memory"),
+              "status %d: %s", c.status, c.err);
+
+    th_case(t, "--steps, --output-npy and --loss-png need --functional; "
+               "bad values exit 2");
+    th_run(&c, "%s run " TR "conv2d.json --steps 3", th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "--functional"), "status %d",
+              c.status);
+    th_run(&c, "%s run " TR "conv2d.json --functional --steps 0", th_bin());
+    TH_CHECK(t, c.status == 2);
+    th_run(&c, "%s run " TR "conv2d.json --functional --lr x", th_bin());
+    TH_CHECK(t, c.status == 2);
+
+    th_case(t, "--output-npy and --loss-png write their files; numpy agrees "
+               "within the bf16 bound");
+    snprintf(a, sizeof a, "%s/fx-out.npy", tmp);
+    snprintf(b, sizeof b, "%s/fx-loss.png", tmp);
+    th_run(&c, "%s run " TR "pool-up-concat.json --functional --seed 7 "
+               "--output-npy %s", th_bin(), a);
+    TH_CHECKF(t, c.status == 0 && file_size(a) > 128, "status %d: %s",
+              c.status, c.err);
+    th_run(&c, "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
+    if (c.status == 0) {
+        th_run(&c, "/usr/bin/python3 scripts/fx_reference.py " TR
+                   "pool-up-concat.json %s --seed 7", a);
+        TH_CHECKF(t, c.status == 0, "numpy reference: status %d: %s%s",
+                  c.status, c.out, c.err);
+        th_run(&c, "%s run " TR "pool-up-concat.json --functional --seed 8 "
+                   "--output-npy %s", th_bin(), a);
+        th_run(&c, "/usr/bin/python3 scripts/fx_reference.py " TR
+                   "pool-up-concat.json %s --seed 7", a);
+        TH_CHECKF(t, c.status == 1, "another seed's output passed: %d",
+                  c.status);
+    } else {
+        TH_FAIL(t, "python3-numpy is missing (make deps installs it)");
+    }
+    th_run(&c, "%s run " TR "tiny-train.json --functional --steps 3 "
+               "--loss-png %s", th_bin(), b);
+    TH_CHECKF(t, c.status == 0 && file_size(b) > 1000 &&
+                     strstr(c.out, "step  loss"),
+              "status %d: %s", c.status, c.err);
+}
