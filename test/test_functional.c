@@ -268,6 +268,31 @@ static int seed_weights(const graph *g, uint64_t seed, float *w, int64_t nw)
     return o == nw ? 0 : -1;
 }
 
+typedef struct {
+    const emu_result *base;
+    int ok, runs;
+} grad_ctx;
+
+/* fp32 reordering only: each core sums its positions, the all-reduce adds
+ * the cores' sums (2^-24 per addition, a few thousand terms). */
+static int check_grads(th_ctx *t, graph *g, const char *sys, void *vc)
+{
+    grad_ctx *c = vc;
+    emu_result r;
+    if (!run(t, g, sys, 1, &r))
+        return 0;
+    double d = max_rel(r.grads, c->base->grads, r.n_grads);
+    int ok = r.n_grads == c->base->n_grads && d < 1e-5 &&
+             r.output_checksum == c->base->output_checksum &&
+             fabs(r.loss - c->base->loss) <= 1e-6 * fabs(c->base->loss);
+    TH_CHECKF(t, ok, "%s [%d,%d] on %s: gradients differ by %.3g, loss %.9g "
+              "vs %.9g", g->name, g->pdims[1], g->pdims[2], sys, d, r.loss,
+              c->base->loss);
+    c->ok += ok;
+    emu_result_free(&r);
+    return 1;
+}
+
 static void train_cases(th_ctx *t)
 {
     th_case(t, "training: a partitioned step's loss and all-reduced "
@@ -353,6 +378,21 @@ static void train_cases(th_ctx *t)
     }
     free(w0);
     emu_result_free(&base);
+    graph_free(&g);
+
+    th_case(t, "training: the CIFAR-style net without batchnorm (maxpool, "
+               "dropout, flatten, dense): every [h,w] partitioning's "
+               "gradients equal the unpartitioned run's");
+    if (!load(t, &g, "cifar-nobn"))
+        return;
+    set_parts(&g, NULL);
+    if (run(t, &g, NULL, 1, &base)) {
+        grad_ctx gc = {&base, 0, 0};
+        int n = each_partitioning(t, &g, g.system, check_grads, &gc);
+        TH_CHECKF(t, n >= 6 && gc.ok == n, "%d of %d partitionings agree", gc.ok,
+                  n);
+        emu_result_free(&base);
+    }
     graph_free(&g);
 }
 
