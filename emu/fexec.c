@@ -1336,12 +1336,17 @@ static tpu_status fwd_gap(fx_state *x, int core, int l, tpu_error *err)
         return rc;
     float P = (float)gpos_count(&x->g->layers[L->in[0]]);
     int64_t npos = tens_pos(in);
+    /* A split input's partial means are summed by the all-reduce, which
+     * rounds the total to the layer's dtype. */
+    int split = 0;
+    for (int d = 0; d < SP; d++)
+        split |= is_split(x, L->in[0], d);
     for (int64_t b = 0; b < o->B; b++)
         for (int64_t ch = 0; ch < o->C; ch++) {
             float s = 0.0f;
             for (int64_t pos = 0; pos < npos; pos++)
                 s += in->v[(b * npos + pos) * in->C + ch];
-            o->v[b * o->C + ch] = s / P;
+            o->v[b * o->C + ch] = split ? s / P : rnd(s / P, L->dtype_bytes);
         }
     return TPU_OK;
 }
@@ -2233,8 +2238,15 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
             return group_sum(x, l, l, part_bn_fwd, 2 * C, err);
         }
         return group_sum(x, l, l, part_bn_bwd, 2 * C, err);
-    case GOP_GAP:
-        return group_sum(x, l, L->in[0], part_gap, x->p->batch * C, err);
+    case GOP_GAP: {
+        tpu_status rc = group_sum(x, l, L->in[0], part_gap, x->p->batch * C, err);
+        for (int k = 0; k < x->p->cores && !rc; k++) {
+            tens *t = &x->cs[k].act[l];
+            for (int64_t i = 0; i < tens_elems(t); i++)
+                t->v[i] = rnd(t->v[i], L->dtype_bytes);
+        }
+        return rc;
+    }
     case GOP_LOSS: {
         /* the dice sums; the partial losses are added at the end */
         int cpr = x->p->cpr;

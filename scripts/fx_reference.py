@@ -30,7 +30,8 @@ u16 = 2^-8 (bf16's unit roundoff, round to nearest even) and u32 = 2^-24:
     computations in different summation orders may differ by.
   - matrix layers (conv, conv_transpose, dense), K = taps x cin terms:
     E' = sum_k |w_k| E_k + (K + 2) u32 sum_k |x_k w_k|  (Higham's gamma_K for
-    an fp32 sum in any order, plus the product rounding of f32 layers; bf16
+    an fp32 sum in any order, plus the product rounding of f32 layers; an
+    f32 layer's products are bf16_3x on the MXU, adding 2^-14 sum_k |x_k w_k|; bf16
     products are exact in fp32).  Weights are identical on both sides.
   - relu: interval [relu(x - E), relu(x + E)] (0 where x + E < 0); concat,
     flatten, upsample, maxpool: E' = E (maxpool: the max of E over the window;
@@ -69,6 +70,11 @@ MASK = (1 << 64) - 1
 TAG_LABEL, TAG_TEMPLATE, TAG_INPUT, TAG_WEIGHT, TAG_DROPOUT = 1, 1000, 2000, 100000, 200000
 U16 = 2.0 ** -8
 U32 = 2.0 ** -24
+# An f32 matrix layer multiplies on the MXU as bf16_3x (docs/FUNCTIONAL.md):
+# a = ah + al + ra with ah = bf16(a), al = bf16(a - ah), |ra| <= 2^-16 |a|,
+# and the al*bl product dropped: |ab - (ah bh + ah bl + al bh)| <=
+# (2^-16 + 2^-16 + 2^-16 + 2^-16 + ...) |a||b| < 2^-14 |a||b|.
+X3 = 2.0 ** -14
 BN_EPS = 1e-3
 
 
@@ -301,7 +307,8 @@ class Ref:
         cin, cout = x.shape[-1], L["c"]
         if L["op"] == "dense":
             w = self.weights(i, 1, cin, cout)[0]
-            return x @ w, E @ np.abs(w) + (cin + 2) * U32 * (np.abs(x) @ np.abs(w))
+            return x @ w, E @ np.abs(w) + (cin + 2) * U32 * (np.abs(x) @ np.abs(w)) \
+                + X3 * (L["dtype"] != "bf16") * (np.abs(x) @ np.abs(w))
         taps = int(np.prod(L["k"]))
         w = self.weights(i, taps, cin, cout)
         if L["op"] == "conv_transpose":
@@ -319,7 +326,7 @@ class Ref:
             z += xs @ w[t]
             ez += es @ aw[t]
             sa += np.abs(xs) @ aw[t]
-        return z, ez + (taps * cin + 2) * U32 * sa
+        return z, ez + ((taps * cin + 2) * U32 + X3 * (L["dtype"] != "bf16")) * sa
 
     def run(self):
         vals, errs = [], []

@@ -516,16 +516,21 @@ void th_suite_functional_cli(th_ctx *t)
                "within the bf16 bound");
     snprintf(a, sizeof a, "%s/fx-out.npy", tmp);
     snprintf(b, sizeof b, "%s/fx-loss.png", tmp);
-    th_run(&c, "%s run " TR "pool-up-concat.json --functional --seed 7 "
-               "--output-npy %s", th_bin(), a);
-    TH_CHECKF(t, c.status == 0 && file_size(a) > 128, "status %d: %s",
-              c.status, c.err);
+    static const char *const npy_traces[] = {
+        "conv2d", "conv3d", "deconv", "dense-heads", "pool-up-concat",
+        "resadd", "tiny-train"};
     th_run(&c, "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
     if (c.status == 0) {
-        th_run(&c, "/usr/bin/python3 scripts/fx_reference.py " TR
-                   "pool-up-concat.json %s --seed 7", a);
-        TH_CHECKF(t, c.status == 0, "numpy reference: status %d: %s%s",
-                  c.status, c.out, c.err);
+        for (size_t i = 0; i < sizeof npy_traces / sizeof *npy_traces; i++) {
+            th_run(&c, "%s run " TR "%s.json --functional --seed 7 "
+                       "--output-npy %s", th_bin(), npy_traces[i], a);
+            TH_CHECKF(t, c.status == 0 && file_size(a) > 128, "%s: status %d: %s",
+                      npy_traces[i], c.status, c.err);
+            th_run(&c, "/usr/bin/python3 scripts/fx_reference.py " TR
+                       "%s.json %s --seed 7", npy_traces[i], a);
+            TH_CHECKF(t, c.status == 0, "%s: numpy reference: status %d: %s%s",
+                      npy_traces[i], c.status, c.out, c.err);
+        }
         th_run(&c, "%s run " TR "pool-up-concat.json --functional --seed 8 "
                    "--output-npy %s", th_bin(), a);
         th_run(&c, "/usr/bin/python3 scripts/fx_reference.py " TR
