@@ -445,7 +445,7 @@ static void spatial_loss_case(th_ctx *t)
                  "\"dtype\":\"f32\"}],\"layers\":["
                  "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"x\",\"filters\":4,"
                  "\"kernel\":[3,3],\"use_bias\":true,\"dtype\":\"f32\"},"
-                 "{\"name\":\"r1\",\"op\":\"relu\",\"in\":\"c1\",\"dtype\":\"f32\"},"
+                 "{\"name\":\"r1\",\"op\":\"sigmoid\",\"in\":\"c1\",\"dtype\":\"f32\"},"
                  "{\"name\":\"c2\",\"op\":\"conv\",\"in\":\"r1\",\"filters\":3,"
                  "\"kernel\":[3,3],\"dtype\":\"f32\"},"
                  "{\"name\":\"loss\",\"op\":\"loss\",\"in\":\"c2\","
