@@ -478,12 +478,45 @@ static void spatial_loss_case(th_ctx *t)
     }
 }
 
+/* Every op's backward in one f32 net: central differences, and the
+ * partitionings with 2 replicas of 4 cores against one chip (v3-2: the
+ * same replicas, so batchnorm sees the same examples). */
+static void train_ops_case(th_ctx *t)
+{
+    th_case(t, "training: every op's backward (train-ops.json): central "
+               "differences, and 4-way partitionings equal one chip");
+    graph g;
+    if (!load(t, &g, "train-ops"))
+        return;
+    grad_check(t, &g, 30);
+    static const int parts[][2] = {{4, 1}, {2, 2}, {1, 4}};
+    set_parts(&g, NULL);
+    emu_result flat;
+    if (run(t, &g, "v3-2", 1, &flat)) {
+        for (int k = 0; k < 3; k++) {
+            set_parts(&g, parts[k]);
+            emu_result r;
+            if (!run(t, &g, NULL, 1, &r))
+                continue;
+            double d = max_rel(r.grads, flat.grads, r.n_grads);
+            TH_CHECKF(t, d < 1e-5 && fabs(r.loss - flat.loss) <=
+                                         1e-6 * fabs(flat.loss),
+                      "[%d,%d]: gradients differ by %.3g, loss %.9g vs %.9g",
+                      parts[k][0], parts[k][1], d, r.loss, flat.loss);
+            emu_result_free(&r);
+        }
+        emu_result_free(&flat);
+    }
+    graph_free(&g);
+}
+
 void th_suite_functional(th_ctx *t)
 {
     forward_cases(t);
     batchnorm_case(t);
     train_cases(t);
     spatial_loss_case(t);
+    train_ops_case(t);
 }
 
 /* The CIFAR-style net of the seeds, scaled down, on v2-8 with [1,2,2,1]
