@@ -1782,6 +1782,11 @@ static tpu_status lazy_backward(fx_state *x, int core, int l, tpu_error *err)
         return TPU_OK;
     if (L->op == GOP_LOSS)
         return bwd_loss(x, core, l, err);
+    int data_only = 1;
+    for (int k = 0; k < L->n_in; k++)
+        data_only &= x->g->layers[L->in[k]].op == GOP_INPUT;
+    if (data_only)
+        return TPU_OK; /* no gradient to pass (the lowering emits none) */
     if ((rc = grad_of(x, core, l, &gy, err)))
         return rc;
     switch (L->op) {
