@@ -899,24 +899,35 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
     return TPU_OK;
 }
 
-static tpu_status mm_forward(fx_state *x, int core, int l, const fw_insn *in,
-                             tpu_error *err)
+/* The forward product (dx = 0: rows are this core's output positions,
+ * gathered from the input window, times W[t][ci][n]) and the input
+ * gradient (dx = 1: rows are its input positions, gathered from the output
+ * gradient's window, times W[t][n][co]).  One instruction's tile. */
+static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
+                          int dx, tpu_error *err)
 {
     fcore *c = &x->cs[core];
     const glayer *L = &x->g->layers[l];
     mm_geom gm;
-    tpu_status rc = geom(x, l, in, 0, &gm, err);
+    tpu_status rc = geom(x, l, in, dx, &gm, err);
     if (rc)
         return rc;
-    tens *o = &c->act[l];
-    if (!c->have_act[l] && (rc = new_act(x, core, l, &o, err)))
-        return rc;
-    const tens *win;
-    if ((rc = fwin_of(x, core, l, &win, err)))
-        return rc;
-    int64_t npos = tens_pos(o), real = o->B * npos;
+    const tens *src;   /* what the rows gather from */
+    tens *dst;         /* whose rows they are */
+    if (dx) {
+        if ((rc = gwin_of(x, core, l, &src, err)) ||
+            (rc = grad_of(x, core, L->in[0], &dst, err)))
+            return rc;
+    } else {
+        dst = &c->act[l];
+        if ((!c->have_act[l] && (rc = new_act(x, core, l, &dst, err))) ||
+            (rc = fwin_of(x, core, l, &src, err)))
+            return rc;
+    }
+    int64_t depth = dx ? gm.cout : gm.cin, width = dx ? gm.cin : gm.cout;
+    int64_t npos = tens_pos(dst), real = dst->B * npos;
     int64_t r0, r1, n0, n1;
-    next_tile(c, l, 0, in, gm.cout, &r0, &r1, &n0, &n1);
+    next_tile(c, l, dx, in, width, &r0, &r1, &n0, &n1);
     if (r1 > real)
         r1 = real;
     if (r0 >= r1 || n0 >= n1)
@@ -931,120 +942,55 @@ static tpu_status mm_forward(fx_state *x, int core, int l, const fw_insn *in,
     }
     const float *W = wts(x, core, l);
     for (int64_t t = 0; t < gm.taps; t++)
-        for (int64_t ci = 0; ci < gm.cin; ci++)
+        for (int64_t k = 0; k < depth; k++)
             for (int64_t j = 0; j < nn; j++)
-                Bm[(t * gm.sw + ci) * nn + j] =
-                    W[(t * gm.cin + ci) * gm.cout + n0 + j];
+                Bm[(t * gm.sw + k) * nn + j] =
+                    dx ? W[(t * gm.cin + n0 + j) * gm.cout + k]
+                       : W[(t * gm.cin + k) * gm.cout + n0 + j];
     for (int64_t r = r0; r < r1; r++) {
-        int64_t b = r / npos, loc[SP], og[SP];
-        pos_decode(o, r % npos, loc);
+        int64_t b = r / npos, loc[SP], gp[SP];
+        pos_decode(dst, r % npos, loc);
         for (int d = 0; d < SP; d++)
-            og[d] = loc[d] + o->lo[d];
+            gp[d] = loc[d] + dst->lo[d];
         for (int64_t t = 0; t < gm.taps; t++) {
-            int64_t kk[SP], gi[SP];
+            int64_t kk[SP], gs[SP];
             tap_decode(L, t, kk);
             int hit = 1;
             for (int d = 0; d < SP; d++) {
-                gi[d] = og[d];
-                if (d < gm.spatial && !tap_hits(L, d, og[d], kk[d], &gi[d]))
+                gs[d] = gp[d];
+                if (d < gm.spatial &&
+                    !(dx ? tap_hits_dx : tap_hits)(L, d, gp[d], kk[d], &gs[d]))
                     hit = 0;
             }
             if (!hit)
                 continue;
             float *arow = &A[(r - r0) * gm.kp + t * gm.sw];
-            for (int64_t ci = 0; ci < gm.cin; ci++) {
+            for (int64_t k = 0; k < depth; k++) {
                 int miss = 0;
-                arow[ci] = rd(win, b, gi, ci, &miss);
+                arow[k] = rd(src, b, gs, k, &miss);
                 if (miss) {
-                    rc = missing(err, x, core, l, "forward", miss);
+                    rc = missing(err, x, core, l,
+                                 dx ? "input gradient" : "forward", miss);
                     goto done;
                 }
             }
         }
     }
-    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, gm.depth, gm.sw, in->passes, err)))
+    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, gm.depth, gm.sw, in->passes,
+                     err)))
         goto done;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < nn; j++) {
             float v = C[(r - r0) * nn + j];
+            float *o = &dst->v[r * width + n0 + j];
+            if (dx) {
+                *o += v;
+                continue;
+            }
             if (L->use_bias)
                 v += W[gm.taps * gm.cin * gm.cout + n0 + j];
-            o->v[r * gm.cout + n0 + j] = rnd(v, L->dtype_bytes);
+            *o = rnd(v, L->dtype_bytes);
         }
-done:
-    free(A);
-    free(Bm);
-    free(C);
-    return rc;
-}
-
-static tpu_status mm_dx(fx_state *x, int core, int l, const fw_insn *in,
-                        tpu_error *err)
-{
-    const glayer *L = &x->g->layers[l];
-    mm_geom gm;
-    tpu_status rc = geom(x, l, in, 1, &gm, err);
-    if (rc)
-        return rc;
-    const tens *gw;
-    tens *gi_t;
-    if ((rc = gwin_of(x, core, l, &gw, err)) ||
-        (rc = grad_of(x, core, L->in[0], &gi_t, err)))
-        return rc;
-    fcore *c = &x->cs[core];
-    int64_t npos = tens_pos(gi_t), real = gi_t->B * npos;
-    int64_t r0, r1, n0, n1;
-    next_tile(c, l, 1, in, gm.cin, &r0, &r1, &n0, &n1);
-    if (r1 > real)
-        r1 = real;
-    if (r0 >= r1 || n0 >= n1)
-        return TPU_OK;
-    int64_t m = r1 - r0, nn = n1 - n0;
-    float *A = calloc((size_t)(m * gm.kp) + 1, sizeof(float));
-    float *Bm = calloc((size_t)(gm.kp * nn) + 1, sizeof(float));
-    float *C = calloc((size_t)(m * nn) + 1, sizeof(float));
-    if (!A || !Bm || !C) {
-        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
-        goto done;
-    }
-    const float *W = wts(x, core, l);
-    for (int64_t t = 0; t < gm.taps; t++)
-        for (int64_t co = 0; co < gm.cout; co++)
-            for (int64_t j = 0; j < nn; j++)
-                Bm[(t * gm.sw + co) * nn + j] =
-                    W[(t * gm.cin + n0 + j) * gm.cout + co];
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t b = r / npos, loc[SP], gp[SP];
-        pos_decode(gi_t, r % npos, loc);
-        for (int d = 0; d < SP; d++)
-            gp[d] = loc[d] + gi_t->lo[d];
-        for (int64_t t = 0; t < gm.taps; t++) {
-            int64_t kk[SP], go[SP];
-            tap_decode(L, t, kk);
-            int hit = 1;
-            for (int d = 0; d < SP; d++) {
-                go[d] = gp[d];
-                if (d < gm.spatial && !tap_hits_dx(L, d, gp[d], kk[d], &go[d]))
-                    hit = 0;
-            }
-            if (!hit)
-                continue;
-            float *arow = &A[(r - r0) * gm.kp + t * gm.sw];
-            for (int64_t co = 0; co < gm.cout; co++) {
-                int miss = 0;
-                arow[co] = rd(gw, b, go, co, &miss);
-                if (miss) {
-                    rc = missing(err, x, core, l, "input gradient", miss);
-                    goto done;
-                }
-            }
-        }
-    }
-    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, gm.depth, gm.sw, in->passes, err)))
-        goto done;
-    for (int64_t r = r0; r < r1; r++)
-        for (int64_t j = 0; j < nn; j++)
-            gi_t->v[r * gm.cin + n0 + j] += C[(r - r0) * nn + j];
 done:
     free(A);
     free(Bm);
@@ -1942,9 +1888,9 @@ tpu_status fx_exec(fx_state *x, int core, const fw_insn *in, tpu_error *err)
     if (in->op == FW_MATMUL) {
         switch (in->fx) {
         case FX_FWD:
-            return mm_forward(x, core, l, in, err);
+            return mm_rows(x, core, l, in, 0, err);
         case FX_DX:
-            return mm_dx(x, core, l, in, err);
+            return mm_rows(x, core, l, in, 1, err);
         case FX_DW:
             return mm_dw(x, core, l, in, err);
         default:
