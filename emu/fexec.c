@@ -509,6 +509,8 @@ tpu_status fx_begin_step(fx_state *x, int64_t step, tpu_error *err)
 
 /* ---- forward values ---------------------------------------------------- */
 
+static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err);
+
 static tpu_status act_of(fx_state *x, int core, int l, const tens **out,
                          tpu_error *err);
 
@@ -589,20 +591,8 @@ static tpu_status lazy_forward(fx_state *x, int core, int l, tpu_error *err)
         return TPU_OK;
     }
     case GOP_RELU:
-    case GOP_SIGMOID: {
-        if ((rc = act_of(x, core, L->in[0], &in, err)))
-            return rc;
-        if ((rc = new_act(x, core, l, &o, err)))
-            return rc;
-        int64_t n = tens_elems(o);
-        for (int64_t i = 0; i < n; i++) {
-            float v = in->v[i];
-            o->v[i] = L->op == GOP_RELU ? (v > 0.0f ? v : 0.0f)
-                                        : rnd(1.0f / (1.0f + expf(-v)),
-                                              L->dtype_bytes);
-        }
-        return TPU_OK;
-    }
+    case GOP_SIGMOID:
+        return fwd_elementwise(x, core, l, err);
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: core %d reads layer '%s' "
@@ -2004,6 +1994,29 @@ static tpu_status fill_from(fx_state *x, int core, int l, tens *dst,
     return TPU_OK;
 }
 
+/* Every core's new window replaces its old one (after all were built
+ * from the old ones: an exchange reads the neighbours' previous state). */
+static void install_windows(fx_state *x, const fw_insn *const *ins, int l,
+                            int grad, tens *next)
+{
+    for (int k = 0; k < x->p->cores; k++) {
+        fcore *c = &x->cs[k];
+        tens *w = grad ? &c->gwin[l] : &c->win[l];
+        tens_free(w);
+        *w = next[k];
+        next[k].v = NULL;
+        (grad ? c->have_gwin : c->have_win)[l] = (uint8_t)ins[k]->fx;
+    }
+}
+
+static void free_windows(tens *next, int n)
+{
+    if (next)
+        for (int k = 0; k < n; k++)
+            tens_free(&next[k]);
+    free(next);
+}
+
 /* One halo step along dim d for every core: the new window is the old one
  * grown by the rows its instruction names, taken from the neighbours' old
  * windows. */
@@ -2054,19 +2067,9 @@ static tpu_status coll_halo(fx_state *x, const fw_insn *const *ins,
         if ((rc = fill_from(x, k, l, &next[k], srcs, 3, err)))
             goto done;
     }
-    for (int k = 0; k < ncores; k++) {
-        fcore *c = &x->cs[k];
-        tens *w = grad ? &c->gwin[l] : &c->win[l];
-        tens_free(w);
-        *w = next[k];
-        next[k].v = NULL;
-        (grad ? c->have_gwin : c->have_win)[l] = (uint8_t)ins[k]->fx;
-    }
+    install_windows(x, ins, l, grad, next);
 done:
-    if (next)
-        for (int k = 0; k < ncores; k++)
-            tens_free(&next[k]);
-    free(next);
+    free_windows(next, ncores);
     free(cur);
     return rc;
 }
@@ -2102,19 +2105,9 @@ static tpu_status coll_gather(fx_state *x, const fw_insn *const *ins,
         if ((rc = fill_from(x, k, l, &next[k], srcs, cpr, err)))
             goto done;
     }
-    for (int k = 0; k < ncores; k++) {
-        fcore *c = &x->cs[k];
-        tens *w = grad ? &c->gwin[l] : &c->win[l];
-        tens_free(w);
-        *w = next[k];
-        next[k].v = NULL;
-        (grad ? c->have_gwin : c->have_win)[l] = (uint8_t)ins[k]->fx;
-    }
+    install_windows(x, ins, l, grad, next);
 done:
-    if (next)
-        for (int k = 0; k < ncores; k++)
-            tens_free(&next[k]);
-    free(next);
+    free_windows(next, ncores);
     free(srcs);
     free(base);
     return rc;
