@@ -546,9 +546,9 @@ tpu_status chart_lines_png(const char *path, const char *title,
         xmin -= 0.5;
         xmax += 0.5;
     }
-    /* Start the y axis at zero when the data is positive and not far from
-     * it, so differences are not exaggerated. */
-    if (ymin > 0 && ymin < 0.5 * ymax)
+    /* Positive data (step times, losses) starts the y axis at zero, so a
+     * 15% difference looks like 15%, not like a factor. */
+    if (ymin > 0)
         ymin = 0;
     if (ymax == ymin) {
         ymin -= fabs(ymin) * 0.1 + 0.5;
