@@ -58,7 +58,27 @@ struct fx_state {
     int out_layer;
     uint8_t *has_bwd;        /* layer has backward compute instructions */
     fcore *cs;
+    /* Operand buffers of the matrix products, grown and reused: one
+     * instruction runs at a time, and fresh calloc'd megabytes per
+     * instruction cost more in page faults than the products. */
+    float *scratch[3];
+    size_t scratch_cap[3];
 };
+
+/* Zeroed scratch buffer i of at least n floats (NULL: out of memory). */
+static float *scratch(fx_state *x, int i, int64_t n)
+{
+    size_t need = (size_t)(n > 0 ? n : 1);
+    if (need > x->scratch_cap[i]) {
+        free(x->scratch[i]);
+        x->scratch[i] = malloc(need * sizeof(float));
+        x->scratch_cap[i] = x->scratch[i] ? need : 0;
+        if (!x->scratch[i])
+            return NULL;
+    }
+    memset(x->scratch[i], 0, need * sizeof(float));
+    return x->scratch[i];
+}
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -318,6 +338,8 @@ void fx_free(fx_state *x)
             fcore_free(&x->cs[k], x->g->n_layers);
     free(x->cs);
     free(x->has_bwd);
+    for (int i = 0; i < 3; i++)
+        free(x->scratch[i]);
     free(x);
 }
 
@@ -736,10 +758,17 @@ static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
     tpu_status rc = TPU_OK;
     if (!ah || !bh)
         goto oom;
-    for (size_t i = 0; i < na; i++)
-        ah[i] = bf16_from_f32(a[i]);
-    for (size_t i = 0; i < nb; i++)
-        bh[i] = bf16_from_f32(b[i]);
+    /* Only the real rows of K are converted: padding stays +0. */
+    memset(ah, 0, (na + 1) * sizeof(bf16));
+    memset(bh, 0, (nb + 1) * sizeof(bf16));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t s0 = 0; s0 < k; s0 += sw)
+            for (int64_t kk = s0; kk < s0 + depth && kk < k; kk++)
+                ah[i * k + kk] = bf16_from_f32(a[i * k + kk]);
+    for (int64_t s0 = 0; s0 < k; s0 += sw)
+        for (int64_t kk = s0; kk < s0 + depth && kk < k; kk++)
+            for (int64_t j = 0; j < n; j++)
+                bh[kk * n + j] = bf16_from_f32(b[kk * n + j]);
     if ((rc = mm_bf16(x, ah, bh, cres, m, k, n, depth, sw, err)))
         goto done;
     if (passes == 3) {
@@ -749,9 +778,9 @@ static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
         if (!al || !bl || !t)
             goto oom;
         for (size_t i = 0; i < na; i++)
-            al[i] = bf16_from_f32(a[i] - bf16_to_f32(ah[i]));
+            al[i] = ah[i] ? bf16_from_f32(a[i] - bf16_to_f32(ah[i])) : 0;
         for (size_t i = 0; i < nb; i++)
-            bl[i] = bf16_from_f32(b[i] - bf16_to_f32(bh[i]));
+            bl[i] = bh[i] ? bf16_from_f32(b[i] - bf16_to_f32(bh[i])) : 0;
         if ((rc = mm_bf16(x, ah, bl, t, m, k, n, depth, sw, err)))
             goto done;
         for (size_t i = 0; i < nc; i++)
@@ -923,9 +952,9 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
     if (r0 >= r1 || n0 >= n1)
         return TPU_OK;
     int64_t m = r1 - r0, nn = n1 - n0;
-    float *A = calloc((size_t)(m * gm.kp) + 1, sizeof(float));
-    float *Bm = calloc((size_t)(gm.kp * nn) + 1, sizeof(float));
-    float *C = calloc((size_t)(m * nn) + 1, sizeof(float));
+    float *A = scratch(x, 0, m * gm.kp);
+    float *Bm = scratch(x, 1, gm.kp * nn);
+    float *C = scratch(x, 2, m * nn);
     if (!A || !Bm || !C) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
         goto done;
@@ -982,9 +1011,6 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
             *o = rnd(v, L->dtype_bytes);
         }
 done:
-    free(A);
-    free(Bm);
-    free(C);
     return rc;
 }
 
@@ -1027,9 +1053,9 @@ static tpu_status mm_dw(fx_state *x, int core, int l, const fw_insn *in,
     if (k0 >= k1 || n0 >= n1 || Mc == 0)
         return TPU_OK;
     int64_t m = k1 - k0, nn = n1 - n0;
-    float *A = calloc((size_t)(m * Mc) + 1, sizeof(float));
-    float *Bm = calloc((size_t)(Mc * nn) + 1, sizeof(float));
-    float *C = calloc((size_t)(m * nn) + 1, sizeof(float));
+    float *A = scratch(x, 0, m * Mc);
+    float *Bm = scratch(x, 1, Mc * nn);
+    float *C = scratch(x, 2, m * nn);
     if (!A || !Bm || !C) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
         goto done;
@@ -1067,9 +1093,6 @@ static tpu_status mm_dw(fx_state *x, int core, int l, const fw_insn *in,
         for (int64_t j = 0; j < nn; j++)
             wg[k * gm.cout + n0 + j] += C[(k - k0) * nn + j];
 done:
-    free(A);
-    free(Bm);
-    free(C);
     return rc;
 }
 
