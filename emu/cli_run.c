@@ -148,6 +148,10 @@ static void print_table(const emu_result *r)
                ? 100 * r->flops_per_step /
                      (r->step_time_s * r->cores * r->core_peak_flops)
                : 0);
+    if (r->hbm_remat_bytes > 0)
+        printf("fits by recomputing %.3g MiB of activations in the backward "
+               "pass (xla.remat)\n",
+               r->hbm_remat_bytes / (1024.0 * 1024));
     printf("step time %.4f s (slowest core %d)\n", r->step_time_s, slow);
 }
 

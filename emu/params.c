@@ -100,6 +100,14 @@ void tpu_params_default(tpu_params *p, int gen)
      * activation's halo again (collective-permute + concatenate per
      * dimension, no mask) rather than reusing the forward buffer. */
     p->xla_dw_halo = 1;
+    /* [C] openxla/xla HloRematerialization (hlo_rematerialization.cc):
+     * given a memory limit, XLA recomputes values instead of keeping them
+     * live ("Can't reduce memory use below ... by rematerialization" is its
+     * message when it cannot).  That the TPU compiler runs it with the
+     * core's HBM as the limit is [U] (the TPU backend is closed); tpuemu
+     * applies the cheapest case only: an activation (relu/sigmoid) whose
+     * input is kept anyway is recomputed by one vector pass. */
+    p->xla_remat = 1;
 
     /* HBM2, per core (half a chip); model in hbm/hbm.h, docs/HBM.md.
      * [C] capacity: v2 16 GiB, v3 32 GiB per chip (Cloud TPU docs).
@@ -240,6 +248,8 @@ static const pentry table[] = {
       "[U] SPMD halo ops fused per dimension"),
     I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,
       "[C] XLA HaloExchangeOnLHS for weight gradients"),
+    I("xla.remat", xla_remat, "0/1", 0, 1,
+      "[C] XLA HloRematerialization; [U] on TPU"),
     I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),
 };
 #define NTABLE (sizeof table / sizeof table[0])

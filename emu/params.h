@@ -38,6 +38,9 @@ typedef struct {
                                 slice and mask are one fused pass */
     int xla_dw_halo;         /* 1: the weight-gradient conv exchanges the
                                 activation's halo again (HaloExchangeOnLHS) */
+    int xla_remat;           /* 1: when a training step does not fit in HBM,
+                                activations cheap to recompute are dropped and
+                                recomputed in the backward pass */
     hbm_params hbm;
     ici_params ici;
 } tpu_params;

@@ -195,6 +195,8 @@ char *report_to_json(const emu_result *r)
     sb_str(&b, r->fits ? "true" : "false");
     sb_str(&b, ",\n  ");
     sb_kv_num(&b, "hbm_needed_bytes", r->hbm_needed_bytes, ",\n  ");
+    if (r->hbm_remat_bytes > 0)
+        sb_kv_num(&b, "hbm_remat_bytes", r->hbm_remat_bytes, ",\n  ");
     sb_kv_num(&b, "hbm_capacity_bytes", r->hbm_capacity_bytes, ",\n  ");
     sb_kv_num(&b, "step_time_s", r->step_time_s, ",\n  ");
     sb_kv_num(&b, "flops_per_step", r->flops_per_step, ",\n  ");
@@ -538,6 +540,8 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     r->fits = cJSON_IsTrue(fits);
     TRY(get_num(c, root, "hbm_needed_bytes", "hbm_needed_bytes", 0,
                 &r->hbm_needed_bytes));
+    TRY(get_num(c, root, "hbm_remat_bytes", "hbm_remat_bytes", 0,
+                &r->hbm_remat_bytes));
     TRY(get_num(c, root, "hbm_capacity_bytes", "hbm_capacity_bytes", 0,
                 &r->hbm_capacity_bytes));
     TRY(get_num(c, root, "step_time_s", "step_time_s", 1, &r->step_time_s));

@@ -80,6 +80,8 @@ typedef struct {
     int train;
     int fits;
     double hbm_needed_bytes;       /* the largest core's peak */
+    double hbm_remat_bytes;        /* activations that core recomputes in
+                                      the backward pass to fit (xla.remat) */
     double hbm_capacity_bytes;
     double step_time_s;            /* the slowest core's */
     double flops_per_step;         /* all cores, useful work */

@@ -189,8 +189,10 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         rc = fw_lower(g, &p, &hw, k, &progs[k], &mems[k], err);
         if (rc)
             goto fail_plan;
-        if (mems[k].peak_bytes > need)
+        if (mems[k].peak_bytes > need) {
             need = mems[k].peak_bytes;
+            out->hbm_remat_bytes = mems[k].remat_bytes;
+        }
     }
     out->hbm_needed_bytes = need;
     out->fits = need <= hw.hbm.capacity_bytes;
@@ -199,14 +201,24 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         for (int k = 1; k < p.cpr; k++)
             if (mems[k].peak_bytes > m->peak_bytes)
                 m = &mems[k];
+        /* GiB for real chips; MiB when --set shrinks HBM to test a trace */
+        double u = hw.hbm.capacity_bytes >= GIB ? GIB : GIB / 1024;
+        const char *un = u == GIB ? "GiB" : "MiB";
+        char remat[160] = "";
+        if (m->remat_layers > 0)
+            snprintf(remat, sizeof remat,
+                     ", after recomputing %d activations (%.1f %s) in the "
+                     "backward pass",
+                     m->remat_layers, m->remat_bytes / u, un);
         rc = tpu_fail(err, TPU_ERR_NOFIT,
-                      "%s: needs %.1f GiB of HBM per core, v%d core has %.0f "
-                      "GiB (weights+gradients+optimizer %.1f, activations "
-                      "kept for backward %.1f, workspace %.1f GiB; %lld "
+                      "%s: needs %.1f %s of HBM per core, v%d core has %.0f "
+                      "%s (weights+gradients+optimizer %.1f, activations "
+                      "kept for backward %.1f, workspace %.1f %s%s; %lld "
                       "examples per replica, %d cores per replica)",
-                      path, need / GIB, sys->gen, hw.hbm.capacity_bytes / GIB,
-                      (m->weights_bytes + m->grads_bytes + m->opt_bytes) / GIB,
-                      m->saved_bytes / GIB, m->workspace_bytes / GIB,
+                      path, need / u, un, sys->gen, hw.hbm.capacity_bytes / u,
+                      un,
+                      (m->weights_bytes + m->grads_bytes + m->opt_bytes) / u,
+                      m->saved_bytes / u, m->workspace_bytes / u, un, remat,
                       (long long)p.batch, p.cpr);
         goto fail_plan;
     }

@@ -38,6 +38,7 @@ typedef struct {
     double B;              /* examples per replica */
     int *nconsumers;       /* per layer */
     uint8_t *relu_fused;   /* relu layer fused into its producer's pass */
+    uint8_t *remat;        /* activation recomputed in the backward pass */
     fw_memory *mem;
     int fx;                /* fx_kind stamped on compute instructions */
 } lc;
@@ -1045,7 +1046,7 @@ static void account_memory(lc *c)
         if (L->share_from < 0)
             w += (double)L->weights;
         double ob = out_bytes(c, l);
-        if (g->train && saved_for_backward(c, l))
+        if (g->train && saved_for_backward(c, l) && !c->remat[l])
             saved += ob;
         double in = 0;
         for (int k = 0; k < L->n_in; k++) {
@@ -1069,6 +1070,70 @@ static void account_memory(lc *c)
     m->peak_bytes = m->weights_bytes + m->grads_bytes + m->opt_bytes + saved + ws;
 }
 
+/* An activation whose input the backward pass keeps anyway (a batchnorm,
+ * whose input is saved for its own backward, or a saved tensor): dropping
+ * its output costs one vector pass to recompute it. */
+static int remat_candidate(const lc *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    if ((L->op != GOP_RELU && L->op != GOP_SIGMOID) || L->n_in != 1 ||
+        !saved_for_backward(c, l))
+        return 0;
+    int i = L->in[0];
+    return c->g->layers[i].op == GOP_BATCHNORM || saved_for_backward(c, i);
+}
+
+/* xla.remat: when the step does not fit, drop the largest recomputable
+ * activations until it does (or none is left: then it does not fit). */
+static void choose_remat(lc *c)
+{
+    const double cap = c->hw->hbm.capacity_bytes;
+    account_memory(c);
+    while (c->mem->peak_bytes > cap) {
+        int best = -1;
+        double bb = 0;
+        for (int l = 0; l < c->g->n_layers; l++)
+            if (!c->remat[l] && remat_candidate(c, l) && out_bytes(c, l) > bb) {
+                bb = out_bytes(c, l);
+                best = l;
+            }
+        if (best < 0)
+            break;
+        c->remat[best] = 1;
+        c->mem->remat_bytes += bb;
+        c->mem->remat_layers++;
+        double keep_b = c->mem->remat_bytes;
+        int keep_n = c->mem->remat_layers;
+        account_memory(c);
+        c->mem->remat_bytes = keep_b;
+        c->mem->remat_layers = keep_n;
+    }
+}
+
+/* Recomputes a dropped activation just before the first backward layer
+ * that reads it (its last consumer: backward runs in reverse order). */
+static void emit_recompute(lc *c, int j)
+{
+    for (int l = 0; l < j; l++) {
+        if (!c->remat[l])
+            continue;
+        int last = -1;
+        for (int k = l + 1; k < c->g->n_layers; k++)
+            for (int q = 0; q < c->g->layers[k].n_in; q++)
+                if (c->g->layers[k].in[q] == l)
+                    last = k;
+        if (last != j)
+            continue;
+        const glayer *L = &c->g->layers[l];
+        const glayer *I = &c->g->layers[L->in[0]];
+        double in_b = out_bytes(c, L->in[0]);
+        /* through the batchnorm (normalise + activation) or the activation */
+        double ops = I->op == GOP_BATCHNORM ? 5 : (L->op == GOP_RELU ? 2 : 6);
+        emit_pass_fx(c, FX_NONE, PHASE_BWD, l, in_b, out_bytes(c, l),
+                     out_elems(c, l), ops);
+    }
+}
+
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
                     int shard, fw_program *out, fw_memory *mem, tpu_error *err)
 {
@@ -1085,9 +1150,11 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     fw_program_init(out);
     c.nconsumers = calloc((size_t)g->n_layers + 1, sizeof(int));
     c.relu_fused = calloc((size_t)g->n_layers + 1, 1);
-    if (!c.nconsumers || !c.relu_fused) {
+    c.remat = calloc((size_t)g->n_layers + 1, 1);
+    if (!c.nconsumers || !c.relu_fused || !c.remat) {
         free(c.nconsumers);
         free(c.relu_fused);
+        free(c.remat);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
     for (int l = 0; l < g->n_layers; l++) {
@@ -1104,11 +1171,21 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     }
     for (int l = 0; l < g->n_layers; l++)
         lower_forward(&c, l);
+    if (g->train && hw->xla_remat)
+        choose_remat(&c);
     if (g->train) {
-        for (int l = g->n_layers - 1; l >= 0; l--)
+        for (int l = g->n_layers - 1; l >= 0; l--) {
+            emit_recompute(&c, l);
             lower_backward(&c, l);
+        }
     }
-    account_memory(&c);
+    {
+        double rb = mem->remat_bytes;
+        int rn = mem->remat_layers;
+        account_memory(&c);
+        mem->remat_bytes = rb;
+        mem->remat_layers = rn;
+    }
     if (g->train) {
         double wb = mem->weights_bytes;
         if (p->cores > 1)
@@ -1121,6 +1198,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     emit(&c, FW_BARRIER, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0, 0);
     free(c.nconsumers);
     free(c.relu_fused);
+    free(c.remat);
     if (out->oom) {
         fw_program_free(out);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (firmware)");

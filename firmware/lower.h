@@ -23,6 +23,8 @@ typedef struct {
     double opt_bytes;       /* optimizer state (momentum) */
     double saved_bytes;     /* activations kept for the backward pass */
     double workspace_bytes; /* largest set of transient tensors */
+    double remat_bytes;     /* activations dropped and recomputed (xla.remat) */
+    int remat_layers;
     double peak_bytes;      /* the sum: what must fit in the core's HBM */
     double useful_macs;     /* unpadded multiply-adds this core executes */
 } fw_memory;
