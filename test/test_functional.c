@@ -186,6 +186,26 @@ static void forward_cases(th_ctx *t)
         graph_free(&g);
     }
     TH_CHECKF(t, total >= 40, "only %d partitionings ran", total);
+
+    th_case(t, "forward: weights cut into N chunks (each re-walking M) give "
+               "the unpartitioned values");
+    graph g;
+    if (load(t, &g, "chunks")) {
+        emu_result base;
+        set_parts(&g, NULL);
+        if (run(t, &g, NULL, 1, &base)) {
+            check_ref(t, &g, &base);
+            static const int parts[][2] = {{2, 1}, {2, 2}};
+            fwd_ctx c = {base.output_checksum, 0, 0};
+            for (int k = 0; k < 2; k++) {
+                set_parts(&g, parts[k]);
+                check_same(t, &g, g.system, &c);
+            }
+            TH_CHECK(t, c.same == 2);
+            emu_result_free(&base);
+        }
+        graph_free(&g);
+    }
 }
 
 static double max_rel(const float *a, const float *b, int64_t n)
@@ -650,7 +670,7 @@ void th_suite_functional_cli(th_ctx *t)
     snprintf(b, sizeof b, "%s/fx-loss.png", tmp);
     static const char *const npy_traces[] = {
         "conv2d", "conv3d", "deconv", "dense-heads", "pool-up-concat",
-        "resadd", "tiny-train"};
+        "resadd", "tiny-train", "chunks"};
     th_run(&c, "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
     if (c.status == 0) {
         for (size_t i = 0; i < sizeof npy_traces / sizeof *npy_traces; i++) {
