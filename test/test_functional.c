@@ -714,85 +714,102 @@ static int rnd_in(uint64_t *s, int lo, int hi)
     return lo + (int)(rnd_next(s) % (uint64_t)(hi - lo + 1));
 }
 
-/* A random small 2D graph (JSON): a chain of windowed and elementwise ops
- * with occasional adds and concats of equal-shaped earlier tensors; shapes
- * the reader refuses are skipped by the caller. */
-static void random_trace(uint64_t seed, int train, char *buf, size_t cap)
+/* "[a,b]" or "[a,b,c]": nsp random values in [lo, hi]. */
+static const char *rnd_list(uint64_t *s, int nsp, int lo, int hi, char *buf)
+{
+    int o = sprintf(buf, "[");
+    for (int d = 0; d < nsp; d++)
+        o += sprintf(buf + o, "%s%d", d ? "," : "", rnd_in(s, lo, hi));
+    sprintf(buf + o, "]");
+    return buf;
+}
+
+/* A random small 2D or 3D graph (JSON): a chain of windowed and
+ * elementwise ops with residual adds and concats of equal-shaped tensors;
+ * shapes the reader refuses are skipped by the caller. */
+static void random_trace(uint64_t seed, int nsp, int train, char *buf,
+                         size_t cap)
 {
     uint64_t s = seed;
-    int h = rnd_in(&s, 7, 26), w = rnd_in(&s, 7, 26), c = rnd_in(&s, 1, 5);
+    char shape[64], k1[32], k2[32], k3[32];
+    int big = nsp == 2 ? 26 : 10;
     int o = snprintf(buf, cap,
-                     "{\"format\":\"tpuemu-trace/1\",\"name\":\"rand%llu\","
+                     "{\"format\":\"tpuemu-trace/1\",\"name\":\"rand%dd-%llu\","
                      "\"system\":\"v3-8\",\"run\":{\"mode\":\"%s\","
                      "\"global_batch\":8},\"graph\":{\"inputs\":[{\"name\":"
-                     "\"x\",\"shape\":[%d,%d,%d]%s}],\"layers\":[",
-                     (unsigned long long)seed, train ? "train" : "infer", h, w,
-                     c, train ? ",\"dtype\":\"f32\"" : "");
+                     "\"x\",\"shape\":%.*s,%d]%s}],\"layers\":[",
+                     nsp, (unsigned long long)seed, train ? "train" : "infer",
+                     (int)strlen(rnd_list(&s, nsp, 5, big, shape)) - 1, shape,
+                     rnd_in(&s, 1, nsp == 2 ? 5 : 3),
+                     train ? ",\"dtype\":\"f32\"" : "");
     const char *dt = train ? ",\"dtype\":\"f32\"" : "";
-    int n = rnd_in(&s, 3, 7);
+    int n = rnd_in(&s, 3, nsp == 2 ? 7 : 5);
     char prev[16] = "x";
-    for (int i = 0; i < n && o < (int)cap - 400; i++) {
+    for (int i = 0; i < n && o < (int)cap - 600; i++) {
         char name[16];
         snprintf(name, sizeof name, "l%d", i);
-        int k = rnd_in(&s, 1, 4), st = rnd_in(&s, 1, 2), dil = rnd_in(&s, 1, 2);
         const char *pad = rnd_in(&s, 0, 1) ? "same" : "valid";
+        int st = rnd_in(&s, 1, 2);
         switch (rnd_in(&s, 0, 7)) {
         case 0:
         case 1:
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%s\",\"op\":\"conv\",\"in\":\"%s\","
-                          "\"filters\":%d,\"kernel\":[%d,%d],\"strides\":[%d,"
-                          "%d],\"dilation\":[%d,1],\"padding\":\"%s\","
+                          "\"filters\":%d,\"kernel\":%s,\"strides\":%s,"
+                          "\"dilation\":%s,\"padding\":\"%s\","
                           "\"use_bias\":true%s},",
-                          name, prev, rnd_in(&s, 1, 6), k, rnd_in(&s, 1, 4),
-                          st, rnd_in(&s, 1, 2), st == 1 ? dil : 1, pad, dt);
+                          name, prev, rnd_in(&s, 1, 6),
+                          rnd_list(&s, nsp, 1, 4, k1),
+                          rnd_list(&s, nsp, st, st, k2),
+                          rnd_list(&s, nsp, 1, st == 1 ? 2 : 1, k3), pad, dt);
             break;
         case 2:
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%s\",\"op\":\"%s\",\"in\":\"%s\","
-                          "\"window\":[%d,%d],\"strides\":[%d,%d],"
-                          "\"padding\":\"%s\"%s},",
+                          "\"window\":%s,\"strides\":%s,\"padding\":\"%s\"%s},",
                           name, rnd_in(&s, 0, 1) ? "maxpool" : "avgpool", prev,
-                          rnd_in(&s, 2, 3), rnd_in(&s, 1, 3), st,
-                          rnd_in(&s, 1, 2), pad, dt);
+                          rnd_list(&s, nsp, 2, 3, k1),
+                          rnd_list(&s, nsp, 1, 2, k2), pad, dt);
             break;
         case 3:
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%s\",\"op\":\"conv_transpose\",\"in\":"
-                          "\"%s\",\"filters\":%d,\"kernel\":[%d,%d],"
-                          "\"strides\":[%d,%d],\"padding\":\"%s\"%s},",
-                          name, prev, rnd_in(&s, 1, 4), rnd_in(&s, 1, 3),
-                          rnd_in(&s, 1, 3), st, rnd_in(&s, 1, 2), pad, dt);
+                          "\"%s\",\"filters\":%d,\"kernel\":%s,\"strides\":%s,"
+                          "\"padding\":\"%s\"%s},",
+                          name, prev, rnd_in(&s, 1, 4),
+                          rnd_list(&s, nsp, 1, 3, k1),
+                          rnd_list(&s, nsp, 1, 2, k2), pad, dt);
             break;
         case 4:
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%s\",\"op\":\"upsample\",\"in\":\"%s\","
-                          "\"factor\":[%d,%d]%s},",
-                          name, prev, rnd_in(&s, 1, 2), rnd_in(&s, 1, 3), dt);
+                          "\"factor\":%s%s},",
+                          name, prev, rnd_list(&s, nsp, 1, nsp == 2 ? 3 : 2, k1),
+                          dt);
             break;
         case 5:
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%s\",\"op\":\"%s\",\"in\":\"%s\"%s},",
                           name, rnd_in(&s, 0, 1) ? "relu" : "sigmoid", prev, dt);
             break;
-        case 6: /* a residual: conv same stride 1 keeps the shape */
+        case 6: /* a residual: same-padded stride-1 convs keep the shape */
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%sa\",\"op\":\"conv\",\"in\":\"%s\","
-                          "\"filters\":%d,\"kernel\":[3,3]%s},"
+                          "\"filters\":3,\"kernel\":%s%s},"
                           "{\"name\":\"%sb\",\"op\":\"conv\",\"in\":\"%s\","
-                          "\"filters\":%d,\"kernel\":[1,1]%s},"
+                          "\"filters\":3,\"kernel\":%s%s},"
                           "{\"name\":\"%s\",\"op\":\"%s\",\"in\":[\"%sa\","
                           "\"%sb\"]%s},",
-                          name, prev, 3, dt, name, prev, 3, dt, name,
+                          name, prev, rnd_list(&s, nsp, 3, 3, k1), dt, name,
+                          prev, rnd_list(&s, nsp, 1, 1, k2), dt, name,
                           rnd_in(&s, 0, 1) ? "add" : "concat", name, name, dt);
             break;
         default:
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%s\",\"op\":\"conv\",\"in\":\"%s\","
-                          "\"filters\":%d,\"kernel\":[%d,%d],\"padding\":"
-                          "\"%s\"%s},",
-                          name, prev, rnd_in(&s, 2, 5), rnd_in(&s, 2, 5),
-                          rnd_in(&s, 2, 5), pad, dt);
+                          "\"filters\":%d,\"kernel\":%s,\"padding\":\"%s\"%s},",
+                          name, prev, rnd_in(&s, 2, 5),
+                          rnd_list(&s, nsp, 2, 5, k1), pad, dt);
         }
         snprintf(prev, sizeof prev, "%s", name);
     }
@@ -810,12 +827,12 @@ static void random_trace(uint64_t seed, int train, char *buf, size_t cap)
 
 void th_suite_functional_random(th_ctx *t)
 {
-    th_case(t, "random 2D graphs: every partitioning's output is "
+    th_case(t, "random 2D and 3D graphs: every partitioning's output is "
                "bit-identical to the unpartitioned run");
-    int graphs = 0, runs = 0, n = th_asan() ? 6 : 24;
+    int graphs = 0, runs = 0, n = th_asan() ? 6 : 32;
     char buf[8192];
-    for (uint64_t seed = 1; graphs < n && seed < 2000; seed++) {
-        random_trace(seed, 0, buf, sizeof buf);
+    for (uint64_t seed = 1; graphs < n && seed < 4000; seed++) {
+        random_trace(seed, graphs % 4 == 3 ? 3 : 2, 0, buf, sizeof buf);
         graph g;
         tpu_error err = {0};
         if (graph_parse(&g, buf, strlen(buf), "rand.json", &err))
@@ -836,18 +853,22 @@ void th_suite_functional_random(th_ctx *t)
         }
         runs += k;
         graphs++;
+        if (getenv("FX_RANDOM_DEBUG"))
+            fprintf(stderr, "%s: %d partitionings\n", g.name, k);
         emu_result_free(&base);
         graph_free(&g);
     }
     TH_CHECKF(t, graphs == n && runs >= 2 * n, "%d graphs, %d partitioned runs",
               graphs, runs);
+    if (getenv("FX_RANDOM_DEBUG"))
+        fprintf(stderr, "%d graphs, %d partitioned runs\n", graphs, runs);
 
     th_case(t, "random 2D training graphs: partitioned gradients equal one "
                "chip's, and central differences");
     graphs = 0;
     n = th_asan() ? 2 : 8;
     for (uint64_t seed = 5000; graphs < n && seed < 7000; seed++) {
-        random_trace(seed, 1, buf, sizeof buf);
+        random_trace(seed, graphs % 4 == 3 ? 3 : 2, 1, buf, sizeof buf);
         graph g;
         tpu_error err = {0};
         if (graph_parse(&g, buf, strlen(buf), "rand.json", &err))
