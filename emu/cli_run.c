@@ -321,6 +321,11 @@ int cli_run(int argc, char **argv)
     graph g;
     if (graph_load(&g, trace, &err))
         return cli_fail(&err);
+    if ((loss_png || o.steps > 1) && !g.train) {
+        graph_free(&g);
+        return cli_error(2, "run: --steps and --loss-png need a training trace "
+                            "(%s is run.mode \"infer\")", trace);
+    }
     emu_result r;
     tpu_status rc = sim_run(&g, &o, &r, &err);
     if (prog.shown)

@@ -663,6 +663,9 @@ void th_suite_functional_cli(th_ctx *t)
     TH_CHECK(t, c.status == 2);
     th_run(&c, "%s run " TR "conv2d.json --functional --lr x", th_bin());
     TH_CHECK(t, c.status == 2);
+    th_run(&c, "%s run " TR "conv2d.json --functional --steps 3", th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "training trace"),
+              "status %d: %s", c.status, c.err);
 
     th_case(t, "--output-npy and --loss-png write their files; numpy agrees "
                "within the bf16 bound");
