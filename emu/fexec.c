@@ -25,7 +25,7 @@
 #include "mxu/mxu.h"
 
 #define SP GRAPH_MAX_SP
-#define BN_EPS 1e-3f /* Keras BatchNormalization's default epsilon */
+#define BN_EPS 1e-3f     /* Keras BatchNormalization's default epsilon */
 #define FOCAL_ALPHA 0.25 /* RetinaNet's focal loss (Lin et al. 2017) */
 #define FOCAL_GAMMA 2.0
 
@@ -39,13 +39,13 @@ typedef struct {
 typedef struct {
     tens *act, *grad, *win, *gwin;
     uint8_t *have_act, *have_win, *have_gwin, *done_fwd, *done_bwd;
-    uint8_t *stats_reduced;  /* batchnorm: statistics came from the group */
-    float **w, **mom, **wg;  /* per owner layer: weights, momentum, gradient */
-    float **bn;              /* per batchnorm: mean, invstd, sum dy, sum dy*xhat (4C) */
-    double *loss_part;       /* per loss layer: sum of element losses */
-    double *dice;            /* per loss layer and input: sum p*t, sum p, sum t */
-    int64_t *cur, *chunk;    /* matmul cursors per layer x {fwd, dx, dw} */
-    int swept;               /* lazy backward propagation done down to here */
+    uint8_t *stats_reduced; /* batchnorm: statistics came from the group */
+    float **w, **mom, **wg; /* per owner layer: weights, momentum, gradient */
+    float **bn; /* per batchnorm: mean, invstd, sum dy, sum dy*xhat (4C) */
+    double *loss_part;    /* per loss layer: sum of element losses */
+    double *dice;         /* per loss layer and input: sum p*t, sum p, sum t */
+    int64_t *cur, *chunk; /* matmul cursors per layer x {fwd, dx, dw} */
+    int swept;            /* lazy backward propagation done down to here */
 } fcore;
 
 struct fx_state {
@@ -56,7 +56,7 @@ struct fx_state {
     int64_t step, G;
     int ncls;
     int out_layer;
-    uint8_t *has_bwd;        /* layer has backward compute instructions */
+    uint8_t *has_bwd; /* layer has backward compute instructions */
     fcore *cs;
     /* Operand buffers of the matrix products, grown and reused: one
      * instruction runs at a time, and fresh calloc'd megabytes per
@@ -280,7 +280,8 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
             const glayer *L = &g->layers[in->layer];
             const glayer *I = &g->layers[L->in[0]];
             int64_t depth = I->out.c > L->out.c ? I->out.c : L->out.c;
-            double kp = (double)kernel_taps(L) * (double)((depth + 127) / 128 * 128);
+            double kp =
+                (double)kernel_taps(L) * (double)((depth + 127) / 128 * 128);
             double kk = (double)in->b > kp ? (double)in->b : kp;
             double t = (double)in->a * kk * (4.0 + 3 * 2.0) +
                        (double)in->a * (double)in->c * 8.0;
@@ -651,7 +652,10 @@ static void tap_decode(const glayer *L, int64_t t, int64_t k[SP])
     }
 }
 
-static int64_t dflt(int v) { return v > 0 ? v : 1; }
+static int64_t dflt(int v)
+{
+    return v > 0 ? v : 1;
+}
 
 /* Input coordinate that output coordinate o reads through tap offset kk
  * along dim d; returns 0 when the tap does not hit (a stride phase of a
@@ -752,7 +756,8 @@ static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
                          int64_t depth, int64_t sw, int passes, tpu_error *err)
 {
     size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
-    bf16 *ah = malloc((na + 1) * sizeof(bf16)), *bh = malloc((nb + 1) * sizeof(bf16));
+    bf16 *ah = malloc((na + 1) * sizeof(bf16)),
+         *bh = malloc((nb + 1) * sizeof(bf16));
     bf16 *al = NULL, *bl = NULL;
     float *t = NULL;
     tpu_status rc = TPU_OK;
@@ -885,7 +890,7 @@ static tpu_status gwin_of(fx_state *x, int core, int l, const tens **out,
 
 typedef struct {
     int64_t taps, cin, cout, sw, kp, depth;
-    int spatial;   /* dims a tap offsets (0: dense) */
+    int spatial; /* dims a tap offsets (0: dense) */
 } mm_geom;
 
 /* K layout of a product: one slot per kernel tap, `sw` wide (the input
@@ -910,8 +915,8 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
         kt = (gm->taps + sprod - 1) / sprod;
     }
     gm->depth = depth;
-    gm->sw = (!dx && in->b == kt * depth) ? depth
-                                          : (depth + rows - 1) / rows * rows;
+    gm->sw =
+        (!dx && in->b == kt * depth) ? depth : (depth + rows - 1) / rows * rows;
     gm->kp = gm->taps * gm->sw;
     if (gm->sw < depth)
         return tpu_fail(err, TPU_ERR_SYSTEM, "internal: functional: K layout");
@@ -931,8 +936,8 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
     tpu_status rc = geom(x, l, in, dx, &gm, err);
     if (rc)
         return rc;
-    const tens *src;   /* what the rows gather from */
-    tens *dst;         /* whose rows they are */
+    const tens *src; /* what the rows gather from */
+    tens *dst;       /* whose rows they are */
     if (dx) {
         if ((rc = gwin_of(x, core, l, &src, err)) ||
             (rc = grad_of(x, core, L->in[0], &dst, err)))
@@ -1204,8 +1209,9 @@ static tpu_status fwd_pool(fx_state *x, int core, int l, tpu_error *err)
                     sum += v;
                     cnt++;
                 }
-                float r = L->op == GOP_MAXPOOL ? best
-                                               : (cnt ? sum / (float)cnt : 0.0f);
+                float r = L->op == GOP_MAXPOOL
+                              ? best
+                              : (cnt ? sum / (float)cnt : 0.0f);
                 o->v[at(o, b, loc, ch)] = rnd(r, L->dtype_bytes);
             }
         }
@@ -1312,15 +1318,17 @@ static tpu_status fwd_gap(fx_state *x, int core, int l, tpu_error *err)
 
 /* ---- losses ------------------------------------------------------------ */
 
-static int target(const fx_state *x, int core, int64_t b, int64_t ch,
-                  int64_t C)
+static int target(const fx_state *x, int core, int64_t b, int64_t ch, int64_t C)
 {
-    int y = fxd_class(x->cfg.seed, x->step, x->G, gexample(x, core, b),
-                      x->ncls);
+    int y =
+        fxd_class(x->cfg.seed, x->step, x->G, gexample(x, core, b), x->ncls);
     return ch == (int64_t)y % C;
 }
 
-static double sigm(double v) { return 1.0 / (1.0 + exp(-v)); }
+static double sigm(double v)
+{
+    return 1.0 / (1.0 + exp(-v));
+}
 
 /* Elements the mean of input k runs over (global batch x positions, x
  * channels for elementwise losses). */
@@ -1369,7 +1377,8 @@ static tpu_status fwd_loss(fx_state *x, int core, int l, tpu_error *err)
                 case GLOSS_SIGMOID_FOCAL: {
                     double pt = t > 0 ? p : 1 - p;
                     double a = t > 0 ? FOCAL_ALPHA : 1 - FOCAL_ALPHA;
-                    s += -a * pow(1 - pt, FOCAL_GAMMA) * log(pt > 1e-30 ? pt : 1e-30);
+                    s += -a * pow(1 - pt, FOCAL_GAMMA) *
+                         log(pt > 1e-30 ? pt : 1e-30);
                     break;
                 }
                 case GLOSS_L2:
@@ -1417,7 +1426,8 @@ static tpu_status bwd_loss(fx_state *x, int core, int l, tpu_error *err)
         int64_t rows = z->B * tens_pos(z), C = z->C, npos = tens_pos(z);
         if (L->loss == GLOSS_DICE && x->p->shard_of[core] == 0) {
             /* One value per replica, counted on its first core. */
-            c->loss_part[l] += (1.0 - (2 * dz[0] + 1) / (dz[1] + dz[2] + 1)) / R;
+            c->loss_part[l] +=
+                (1.0 - (2 * dz[0] + 1) / (dz[1] + dz[2] + 1)) / R;
         }
         for (int64_t r = 0; r < rows; r++) {
             const float *v = &z->v[r * C];
@@ -1431,7 +1441,8 @@ static tpu_status bwd_loss(fx_state *x, int core, int l, tpu_error *err)
                     se += exp(v[ch] - mx);
                 for (int64_t ch = 0; ch < C; ch++)
                     gv[ch] += (float)((exp(v[ch] - mx) / se -
-                                       target(x, core, b, ch, C)) / N);
+                                       target(x, core, b, ch, C)) /
+                                      N);
                 continue;
             }
             for (int64_t ch = 0; ch < C; ch++) {
@@ -1443,9 +1454,10 @@ static tpu_status bwd_loss(fx_state *x, int core, int l, tpu_error *err)
                     double pt = t > 0 ? p : 1 - p;
                     pt = pt > 1e-30 ? pt : 1e-30;
                     /* d/dpt of -a (1-pt)^g log pt, times dpt/dz = +-p(1-p). */
-                    double dpt = a * (FOCAL_GAMMA * pow(1 - pt, FOCAL_GAMMA - 1) *
-                                          log(pt) -
-                                      pow(1 - pt, FOCAL_GAMMA) / pt);
+                    double dpt =
+                        a *
+                        (FOCAL_GAMMA * pow(1 - pt, FOCAL_GAMMA - 1) * log(pt) -
+                         pow(1 - pt, FOCAL_GAMMA) / pt);
                     gr = dpt * p * (1 - p) * (t > 0 ? 1 : -1) / N;
                     break;
                 }
@@ -1589,8 +1601,9 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
         for (int64_t ch = 0; ch < C; ch++) {
             float dy = gy->v[r * C + ch];
             float xh = (in->v[r * C + ch] - bn[2 * C + ch]) * bn[3 * C + ch];
-            gx->v[r * C + ch] += W[ch] * bn[3 * C + ch] / n *
-                                 (n * dy - bn[4 * C + ch] - xh * bn[5 * C + ch]);
+            gx->v[r * C + ch] +=
+                W[ch] * bn[3 * C + ch] / n *
+                (n * dy - bn[4 * C + ch] - xh * bn[5 * C + ch]);
         }
     return TPU_OK;
 }
@@ -1640,7 +1653,8 @@ static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
                         int miss = 0;
                         acc += rd(gw, b, go, ch, &miss);
                         if (miss)
-                            return missing(err, x, core, l, "upsample gradient", miss);
+                            return missing(err, x, core, l, "upsample gradient",
+                                           miss);
                     }
                     gx->v[at(gx, b, loc, ch)] += acc;
                     continue;
@@ -1661,7 +1675,8 @@ static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
                     int miss = 0;
                     float dy = rd(gw, b, go, ch, &miss);
                     if (miss)
-                        return missing(err, x, core, l, "pooling gradient", miss);
+                        return missing(err, x, core, l, "pooling gradient",
+                                       miss);
                     /* The output's window: its in-bounds inputs. */
                     int64_t cnt = 0, arg = -1;
                     float best = -INFINITY;
@@ -1724,7 +1739,8 @@ static tpu_status bwd_gap(fx_state *x, int core, int l, tpu_error *err)
     for (int64_t b = 0; b < gx->B; b++)
         for (int64_t pos = 0; pos < npos; pos++)
             for (int64_t ch = 0; ch < gx->C; ch++)
-                gx->v[(b * npos + pos) * gx->C + ch] += gy->v[b * gy->C + ch] / P;
+                gx->v[(b * npos + pos) * gx->C + ch] +=
+                    gy->v[b * gy->C + ch] / P;
     return TPU_OK;
 }
 
@@ -1798,7 +1814,8 @@ static tpu_status lazy_backward(fx_state *x, int core, int l, tpu_error *err)
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: layer '%s' has no backward "
-                        "instructions", L->name);
+                        "instructions",
+                        L->name);
     }
 }
 
@@ -1850,7 +1867,8 @@ static tpu_status reduce_grads(fx_state *x, tpu_error *err)
             continue;
         float *tot = calloc((size_t)nw + 1, sizeof(float));
         if (!tot)
-            return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
+            return tpu_fail(err, TPU_ERR_SYSTEM,
+                            "out of host memory (functional)");
         for (int k = 0; k < ncores; k++) {
             const float *p = x->cs[k].wg[l];
             if (p && contributes(x, k, l))
@@ -2154,8 +2172,8 @@ static float *part_gap(fx_state *x, int core, int l)
     return x->cs[core].act[l].v;
 }
 
-static tpu_status group_sum(fx_state *x, int l, int contrib_layer,
-                            part_fn get, int64_t n, tpu_error *err)
+static tpu_status group_sum(fx_state *x, int l, int contrib_layer, part_fn get,
+                            int64_t n, tpu_error *err)
 {
     int cpr = x->p->cpr;
     float *tot = calloc((size_t)n + 1, sizeof(float));
@@ -2206,7 +2224,8 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
         }
         return group_sum(x, l, l, part_bn_bwd, 2 * C, err);
     case GOP_GAP: {
-        tpu_status rc = group_sum(x, l, L->in[0], part_gap, x->p->batch * C, err);
+        tpu_status rc =
+            group_sum(x, l, L->in[0], part_gap, x->p->batch * C, err);
         for (int k = 0; k < x->p->cores && !rc; k++) {
             tens *t = &x->cs[k].act[l];
             for (int64_t i = 0; i < tens_elems(t); i++)
@@ -2221,9 +2240,8 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
             for (int kk = 0; kk < L->n_in; kk++) {
                 double tot[3] = {0, 0, 0};
                 for (int s = 0; s < cpr; s++) {
-                    const double *p =
-                        &x->cs[x->p->core_of[r * cpr + s]]
-                             .dice[(l * GRAPH_MAX_IN + kk) * 3];
+                    const double *p = &x->cs[x->p->core_of[r * cpr + s]]
+                                           .dice[(l * GRAPH_MAX_IN + kk) * 3];
                     for (int i = 0; i < 3; i++)
                         tot[i] += p[i];
                 }
@@ -2239,8 +2257,7 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
     }
 }
 
-tpu_status fx_collective(fx_state *x, const fw_insn *const *ins,
-                         tpu_error *err)
+tpu_status fx_collective(fx_state *x, const fw_insn *const *ins, tpu_error *err)
 {
     switch ((fw_op)ins[0]->op) {
     case FW_HALO:
@@ -2269,7 +2286,8 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
     r->grads = NULL;
     r->n_grads = 0;
     if (ol < 0)
-        return tpu_fail(err, TPU_ERR_INPUT, "functional: the graph has no output");
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "functional: the graph has no output");
     const glayer *L = &x->g->layers[ol];
     int64_t E = gshape_elems(&L->out), n = x->G * E;
     float *out = calloc((size_t)n + 1, sizeof(float));
@@ -2294,11 +2312,13 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
                     int64_t gi = gexample(x, k, b) * E + gflat(t, g, ch);
                     float v = t->v[at(t, b, loc, ch)];
                     /* Replicated work must agree bit for bit. */
-                    if (seen[gi] && bf16_f32_bits(out[gi]) != bf16_f32_bits(v) &&
+                    if (seen[gi] &&
+                        bf16_f32_bits(out[gi]) != bf16_f32_bits(v) &&
                         !(v != v && out[gi] != out[gi])) {
                         rc = tpu_fail(err, TPU_ERR_SYSTEM,
                                       "internal: functional: cores disagree on "
-                                      "a replicated value of '%s'", L->name);
+                                      "a replicated value of '%s'",
+                                      L->name);
                         break;
                     }
                     out[gi] = v;
@@ -2331,14 +2351,16 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
                 ng += x->g->layers[l].weights;
         r->grads = calloc((size_t)ng + 1, sizeof(float));
         if (!r->grads)
-            return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
+            return tpu_fail(err, TPU_ERR_SYSTEM,
+                            "out of host memory (functional)");
         int64_t o = 0;
         for (int l = 0; l < x->g->n_layers; l++) {
             int64_t nw = x->g->layers[l].weights;
             if (x->g->layers[l].share_from >= 0 || nw <= 0)
                 continue;
             if (x->cs[0].wg[l])
-                memcpy(&r->grads[o], x->cs[0].wg[l], (size_t)nw * sizeof(float));
+                memcpy(&r->grads[o], x->cs[0].wg[l],
+                       (size_t)nw * sizeof(float));
             o += nw;
         }
         r->n_grads = ng;

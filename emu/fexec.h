@@ -36,7 +36,7 @@ typedef struct fx_state fx_state;
 
 typedef struct {
     uint64_t seed;
-    double learning_rate;   /* momentum SGD */
+    double learning_rate; /* momentum SGD */
     double momentum;
     /* Starting weights instead of the seed's (NULL: the seed's): every
      * trainable layer's weights in layer order, shared ones once, in the

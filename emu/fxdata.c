@@ -32,8 +32,9 @@ int fxd_class(uint64_t seed, int64_t step, int64_t global_batch, int64_t b,
 {
     if (ncls < 1)
         ncls = 1;
-    int y = (int)(fxd_u(seed, FXD_TAG_LABEL,
-                        (uint64_t)(step * global_batch + b)) * ncls);
+    int y =
+        (int)(fxd_u(seed, FXD_TAG_LABEL, (uint64_t)(step * global_batch + b)) *
+              ncls);
     return y < ncls ? y : ncls - 1;
 }
 
@@ -43,14 +44,17 @@ double fxd_input(uint64_t seed, int n, int64_t step, int64_t global_batch,
     int y = fxd_class(seed, step, global_batch, b, ncls);
     double t = fxd_v(seed, FXD_TAG_TEMPLATE + (uint64_t)n,
                      (uint64_t)((int64_t)y * elems_per_example + e));
-    double x = fxd_v(seed, FXD_TAG_INPUT + (uint64_t)n,
-                     (uint64_t)((step * global_batch + b) * elems_per_example + e));
+    double x =
+        fxd_v(seed, FXD_TAG_INPUT + (uint64_t)n,
+              (uint64_t)((step * global_batch + b) * elems_per_example + e));
     return 0.5 * t + 0.5 * x;
 }
 
 float fxd_weight(uint64_t seed, int layer, int64_t i, int64_t fan_in,
                  int64_t fan_out)
 {
-    double lim = sqrt(6.0 / (double)(fan_in + fan_out > 0 ? fan_in + fan_out : 1));
-    return (float)(fxd_v(seed, FXD_TAG_WEIGHT + (uint64_t)layer, (uint64_t)i) * lim);
+    double lim =
+        sqrt(6.0 / (double)(fan_in + fan_out > 0 ? fan_in + fan_out : 1));
+    return (float)(fxd_v(seed, FXD_TAG_WEIGHT + (uint64_t)layer, (uint64_t)i) *
+                   lim);
 }

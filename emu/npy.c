@@ -15,7 +15,10 @@ tpu_status npy_write_f32(const char *path, const float *data, int rank,
     int64_t n = 1;
     for (int i = 0; i < rank && o < (int)sizeof hdr; i++) {
         o += snprintf(hdr + o, sizeof hdr - (size_t)o, "%lld%s",
-                      (long long)shape[i], rank == 1 ? "," : i + 1 < rank ? ", " : "");
+                      (long long)shape[i],
+                      rank == 1      ? ","
+                      : i + 1 < rank ? ", "
+                                     : "");
         n *= shape[i];
     }
     if (o < (int)sizeof hdr)
@@ -39,7 +42,8 @@ tpu_status npy_write_f32(const char *path, const float *data, int rank,
         uint32_t u;
         memcpy(&u, &data[i], 4);
         for (int k = 0; k < 4; k++)
-            buf[total_hdr + (size_t)i * 4 + (size_t)k] = (unsigned char)(u >> (8 * k));
+            buf[total_hdr + (size_t)i * 4 + (size_t)k] =
+                (unsigned char)(u >> (8 * k));
     }
     tpu_status rc = tpu_write_atomic(path, buf, len, err);
     free(buf);

@@ -78,8 +78,8 @@ static void speed(const char *name, int steps)
     double macs = r.flops_per_step / 2 * steps;
     printf("functional %s (%d step%s, %s, %d cores): host %.3f s, %.3g "
            "useful MACs/s (timing only: %.4f s per step)\n",
-           name, steps, steps > 1 ? "s" : "", r.system, r.cores, tf,
-           macs / tf, tt);
+           name, steps, steps > 1 ? "s" : "", r.system, r.cores, tf, macs / tf,
+           tt);
     emu_result_free(&r);
 }
 
@@ -103,9 +103,8 @@ void tb_bench_functional(void)
     double xs[20];
     for (int i = 0; i < 20; i++)
         xs[i] = i;
-    chart_series s[2] = {
-        {"[1,2,2,1] v2-8", xs, a.losses, a.n_losses},
-        {"unsplit v2-2", xs, b.losses, b.n_losses}};
+    chart_series s[2] = {{"[1,2,2,1] v2-8", xs, a.losses, a.n_losses},
+                         {"unsplit v2-2", xs, b.losses, b.n_losses}};
     tpu_error e = {0};
     if (chart_lines_png("build/functional-loss.png",
                         "cifar-small: training loss, --functional, seed 1",

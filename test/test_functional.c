@@ -38,8 +38,7 @@ static int load(th_ctx *t, graph *g, const char *name)
 /* Re-partitions g in memory: factors per spatial dim (NULL: none). */
 static void set_parts(graph *g, const int *f)
 {
-    int nsp = g->pdims_rank > 2 ? g->pdims_rank - 2
-                                : g->layers[0].out.nsp;
+    int nsp = g->pdims_rank > 2 ? g->pdims_rank - 2 : g->layers[0].out.nsp;
     int prod = 1;
     g->pdims_rank = nsp + 2;
     g->pdims[0] = 1;
@@ -88,8 +87,8 @@ static int each_partitioning(th_ctx *t, graph *g, const char *base_sys,
         }
         if (prod < 2 || prod > 16)
             continue;
-        const char *sys = prod > 8 ? (g->system[1] == '2' ? "v2-32" : "v3-32")
-                                   : base_sys;
+        const char *sys =
+            prod > 8 ? (g->system[1] == '2' ? "v2-32" : "v3-32") : base_sys;
         set_parts(g, f);
         tpu_error err = {0};
         if (graph_check_run(g, sys, g->global_batch, g->name, &err))
@@ -115,8 +114,10 @@ static int check_same(th_ctx *t, graph *g, const char *sys, void *vc)
     c->runs++;
     int ok = r.output_checksum == c->want;
     c->same += ok;
-    TH_CHECKF(t, ok, "%s [%d,%d,%d] on %s: checksum %016llx, unpartitioned "
-              "%016llx", g->name, g->pdims[1], g->pdims[2],
+    TH_CHECKF(t, ok,
+              "%s [%d,%d,%d] on %s: checksum %016llx, unpartitioned "
+              "%016llx",
+              g->name, g->pdims[1], g->pdims[2],
               g->pdims_rank > 4 ? g->pdims[3] : 1, sys,
               (unsigned long long)r.output_checksum,
               (unsigned long long)c->want);
@@ -247,8 +248,10 @@ static void batchnorm_case(th_ctx *t)
         for (int i = 0; i < r.output_rank; i++)
             n *= r.output_shape[i];
         double d = max_rel(r.output, first.output, n);
-        TH_CHECKF(t, d <= ldexp(1.0, -7), "[%d,%d]: outputs differ by %.3g "
-                  "of their scale", parts[k][0], parts[k][1], d);
+        TH_CHECKF(t, d <= ldexp(1.0, -7),
+                  "[%d,%d]: outputs differ by %.3g "
+                  "of their scale",
+                  parts[k][0], parts[k][1], d);
         emu_result_free(&r);
     }
     emu_result_free(&first);
@@ -279,9 +282,9 @@ static int seed_weights(const graph *g, uint64_t seed, float *w, int64_t nw)
                     taps *= L->kernel[d];
             int64_t nk = taps * cin * L->out.c;
             for (int64_t i = 0; i < L->weights; i++)
-                w[o + i] = i < nk ? fxd_weight(seed, l, i, taps * cin,
-                                               taps * L->out.c)
-                                  : 0.0f;
+                w[o + i] =
+                    i < nk ? fxd_weight(seed, l, i, taps * cin, taps * L->out.c)
+                           : 0.0f;
         }
         o += L->weights;
     }
@@ -381,9 +384,11 @@ static int check_grads(th_ctx *t, graph *g, const char *sys, void *vc)
     double tol = 1e-5 + terms * ldexp(1.0, -24);
     int ok = r.n_grads == c->base->n_grads && d < tol && dout < tol &&
              fabs(r.loss - c->base->loss) <= 1e-6 * fabs(c->base->loss);
-    TH_CHECKF(t, ok, "%s [%d,%d] on %s: gradients differ by %.3g, outputs by "
-              "%.3g (tolerance %.3g), loss %.9g vs %.9g", g->name, g->pdims[1],
-              g->pdims[2], sys, d, dout, tol, r.loss, c->base->loss);
+    TH_CHECKF(t, ok,
+              "%s [%d,%d] on %s: gradients differ by %.3g, outputs by "
+              "%.3g (tolerance %.3g), loss %.9g vs %.9g",
+              g->name, g->pdims[1], g->pdims[2], sys, d, dout, tol, r.loss,
+              c->base->loss);
     c->ok += ok;
     emu_result_free(&r);
     return 1;
@@ -417,10 +422,11 @@ static void train_cases(th_ctx *t)
          * the all-reduce adds the cores' sums, so fp32 rounding differs
          * from one sum over all positions (2^-24 per addition, a few
          * hundred terms: 1e-5 of the largest gradient). */
-        TH_CHECKF(t, r.n_grads == base.n_grads &&
-                         max_rel(r.grads, base.grads, r.n_grads) < 1e-5,
-                  "[%d,%d]: gradients differ by %.3g", parts[k][0],
-                  parts[k][1], max_rel(r.grads, base.grads, r.n_grads));
+        TH_CHECKF(t,
+                  r.n_grads == base.n_grads &&
+                      max_rel(r.grads, base.grads, r.n_grads) < 1e-5,
+                  "[%d,%d]: gradients differ by %.3g", parts[k][0], parts[k][1],
+                  max_rel(r.grads, base.grads, r.n_grads));
         TH_CHECKF(t, fabs(r.loss - base.loss) <= 1e-6 * fabs(base.loss),
                   "[%d,%d]: loss %.9g vs %.9g", parts[k][0], parts[k][1],
                   r.loss, base.loss);
@@ -453,8 +459,8 @@ static void train_cases(th_ctx *t)
     if (run(t, &g, NULL, 1, &base)) {
         grad_ctx gc = {&base, 0, 0};
         int n = each_partitioning(t, &g, g.system, check_grads, &gc);
-        TH_CHECKF(t, n >= 6 && gc.ok == n, "%d of %d partitionings agree", gc.ok,
-                  n);
+        TH_CHECKF(t, n >= 6 && gc.ok == n, "%d of %d partitionings agree",
+                  gc.ok, n);
         emu_result_free(&base);
     }
     graph_free(&g);
@@ -481,7 +487,8 @@ static void spatial_loss_case(th_ctx *t)
                  "\"dtype\":\"f32\"}],\"layers\":["
                  "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"x\",\"filters\":4,"
                  "\"kernel\":[3,3],\"use_bias\":true,\"dtype\":\"f32\"},"
-                 "{\"name\":\"r1\",\"op\":\"sigmoid\",\"in\":\"c1\",\"dtype\":\"f32\"},"
+                 "{\"name\":\"r1\",\"op\":\"sigmoid\",\"in\":\"c1\",\"dtype\":"
+                 "\"f32\"},"
                  "{\"name\":\"c2\",\"op\":\"conv\",\"in\":\"r1\",\"filters\":3,"
                  "\"kernel\":[3,3],\"dtype\":\"f32\"},"
                  "{\"name\":\"loss\",\"op\":\"loss\",\"in\":\"c2\","
@@ -489,8 +496,9 @@ static void spatial_loss_case(th_ctx *t)
                  kinds[k], kinds[k]);
         graph g;
         tpu_error err = {0};
-        if (!TH_CHECKF(t, graph_parse(&g, text, strlen(text), "seg.json",
-                                      &err) == 0, "%s", err.msg))
+        if (!TH_CHECKF(
+                t, graph_parse(&g, text, strlen(text), "seg.json", &err) == 0,
+                "%s", err.msg))
             continue;
         emu_result part, flat;
         if (run(t, &g, NULL, 1, &part)) {
@@ -501,10 +509,12 @@ static void spatial_loss_case(th_ctx *t)
                  * the other losses must agree across replica counts. */
                 double d = max_rel(part.grads, flat.grads, part.n_grads);
                 if (strcmp(kinds[k], "dice") != 0)
-                    TH_CHECKF(t, d < 1e-5 && fabs(part.loss - flat.loss) <=
-                                                 1e-6 * fabs(flat.loss),
+                    TH_CHECKF(t,
+                              d < 1e-5 && fabs(part.loss - flat.loss) <=
+                                              1e-6 * fabs(flat.loss),
                               "%s: gradients differ by %.3g, loss %.9g vs "
-                              "%.9g", kinds[k], d, part.loss, flat.loss);
+                              "%.9g",
+                              kinds[k], d, part.loss, flat.loss);
                 grad_check(t, &g, 6);
                 emu_result_free(&flat);
             }
@@ -535,8 +545,9 @@ static void train_ops_case(th_ctx *t)
             if (!run(t, &g, NULL, 1, &r))
                 continue;
             double d = max_rel(r.grads, flat.grads, r.n_grads);
-            TH_CHECKF(t, d < 1e-5 && fabs(r.loss - flat.loss) <=
-                                         1e-6 * fabs(flat.loss),
+            TH_CHECKF(t,
+                      d < 1e-5 &&
+                          fabs(r.loss - flat.loss) <= 1e-6 * fabs(flat.loss),
                       "[%d,%d]: gradients differ by %.3g, loss %.9g vs %.9g",
                       parts[k][0], parts[k][1], d, r.loss, flat.loss);
             emu_result_free(&r);
@@ -630,29 +641,36 @@ void th_suite_functional_cli(th_ctx *t)
     th_run(&c, "%s run " TR "cifar-small.json --report %s", th_bin(), b);
     TH_CHECKF(t, c.status == 0, "status %d: %s", c.status, c.err);
     /* Byte for byte, once the two functional fields are taken out. */
-    th_run(&c, "grep -v -e '\"loss\":' -e '\"output_checksum\":' %s | "
-               "cmp -s - %s", a, b);
+    th_run(&c,
+           "grep -v -e '\"loss\":' -e '\"output_checksum\":' %s | "
+           "cmp -s - %s",
+           a, b);
     TH_CHECKF(t, c.status == 0, "reports differ beyond loss and checksum");
     th_run(&c, "grep -c output_checksum %s", a);
     TH_CHECKF(t, c.status == 0, "no output_checksum in the report");
     /* and across several steps and partitionings of a training trace */
-    th_run(&c, "%s run " TR "tiny-train.json --functional --steps 3 "
-               "--report %s", th_bin(), a);
+    th_run(&c,
+           "%s run " TR "tiny-train.json --functional --steps 3 "
+           "--report %s",
+           th_bin(), a);
     th_run(&c, "%s run " TR "tiny-train.json --report %s", th_bin(), b);
-    th_run(&c, "grep -v -e '\"loss\":' -e '\"output_checksum\":' "
-               "-e '\"losses\":' %s | cmp -s - %s", a, b);
+    th_run(&c,
+           "grep -v -e '\"loss\":' -e '\"output_checksum\":' "
+           "-e '\"losses\":' %s | cmp -s - %s",
+           a, b);
     TH_CHECKF(t, c.status == 0, "tiny-train reports differ");
 
     th_case(t, "a trace too big for the host is refused: exit 2, says why");
     th_run(&c, "%s run " TR "conv3d.json --functional --host-mem-gib 0.001",
            th_bin());
-    TH_CHECKF(t, c.status == 2 && strstr(c.err, "host memory") &&
-                     strstr(c.err, "conv3d.json"),
+    TH_CHECKF(t,
+              c.status == 2 && strstr(c.err, "host memory") &&
+                  strstr(c.err, "conv3d.json"),
               "status %d: %s", c.status, c.err);
     th_run(&c, "%s run traces/reference/unet3d-256-v3-128.json --functional",
            th_bin());
-    TH_CHECKF(t, c.status == 2 && strstr(c.err, "host memory"),
-              "status %d: %s", c.status, c.err);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "host memory"), "status %d: %s",
+              c.status, c.err);
 
     th_case(t, "--steps, --output-npy and --loss-png need --functional; "
                "bad values exit 2");
@@ -672,34 +690,45 @@ void th_suite_functional_cli(th_ctx *t)
     snprintf(a, sizeof a, "%s/fx-out.npy", tmp);
     snprintf(b, sizeof b, "%s/fx-loss.png", tmp);
     static const char *const npy_traces[] = {
-        "conv2d", "conv3d", "deconv", "dense-heads", "pool-up-concat",
-        "resadd", "tiny-train", "chunks"};
-    th_run(&c, "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
+        "conv2d",         "conv3d", "deconv",     "dense-heads",
+        "pool-up-concat", "resadd", "tiny-train", "chunks"};
+    th_run(&c,
+           "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
     if (c.status == 0) {
         for (size_t i = 0; i < sizeof npy_traces / sizeof *npy_traces; i++) {
-            th_run(&c, "%s run " TR "%s.json --functional --seed 7 "
-                       "--output-npy %s", th_bin(), npy_traces[i], a);
-            TH_CHECKF(t, c.status == 0 && file_size(a) > 128, "%s: status %d: %s",
-                      npy_traces[i], c.status, c.err);
-            th_run(&c, "/usr/bin/python3 scripts/fx_reference.py " TR
-                       "%s.json %s --seed 7", npy_traces[i], a);
+            th_run(&c,
+                   "%s run " TR "%s.json --functional --seed 7 "
+                   "--output-npy %s",
+                   th_bin(), npy_traces[i], a);
+            TH_CHECKF(t, c.status == 0 && file_size(a) > 128,
+                      "%s: status %d: %s", npy_traces[i], c.status, c.err);
+            th_run(&c,
+                   "/usr/bin/python3 scripts/fx_reference.py " TR
+                   "%s.json %s --seed 7",
+                   npy_traces[i], a);
             TH_CHECKF(t, c.status == 0, "%s: numpy reference: status %d: %s%s",
                       npy_traces[i], c.status, c.out, c.err);
         }
-        th_run(&c, "%s run " TR "pool-up-concat.json --functional --seed 8 "
-                   "--output-npy %s", th_bin(), a);
-        th_run(&c, "/usr/bin/python3 scripts/fx_reference.py " TR
-                   "pool-up-concat.json %s --seed 7", a);
+        th_run(&c,
+               "%s run " TR "pool-up-concat.json --functional --seed 8 "
+               "--output-npy %s",
+               th_bin(), a);
+        th_run(&c,
+               "/usr/bin/python3 scripts/fx_reference.py " TR
+               "pool-up-concat.json %s --seed 7",
+               a);
         TH_CHECKF(t, c.status == 1, "another seed's output passed: %d",
                   c.status);
     } else {
         TH_FAIL(t, "python3-numpy is missing (make deps installs it)");
     }
-    th_run(&c, "%s run " TR "tiny-train.json --functional --steps 3 "
-               "--loss-png %s", th_bin(), b);
-    TH_CHECKF(t, c.status == 0 && file_size(b) > 1000 &&
-                     strstr(c.out, "step  loss"),
-              "status %d: %s", c.status, c.err);
+    th_run(&c,
+           "%s run " TR "tiny-train.json --functional --steps 3 "
+           "--loss-png %s",
+           th_bin(), b);
+    TH_CHECKF(
+        t, c.status == 0 && file_size(b) > 1000 && strstr(c.out, "step  loss"),
+        "status %d: %s", c.status, c.err);
 }
 
 /* ---- random graphs ------------------------------------------------------ */
@@ -787,13 +816,14 @@ static void random_trace(uint64_t seed, int nsp, int train, char *buf,
             o += snprintf(buf + o, cap - (size_t)o,
                           "{\"name\":\"%s\",\"op\":\"upsample\",\"in\":\"%s\","
                           "\"factor\":%s%s},",
-                          name, prev, rnd_list(&s, nsp, 1, nsp == 2 ? 3 : 2, k1),
-                          dt);
+                          name, prev,
+                          rnd_list(&s, nsp, 1, nsp == 2 ? 3 : 2, k1), dt);
             break;
         case 5:
-            o += snprintf(buf + o, cap - (size_t)o,
-                          "{\"name\":\"%s\",\"op\":\"%s\",\"in\":\"%s\"%s},",
-                          name, rnd_in(&s, 0, 1) ? "relu" : "sigmoid", prev, dt);
+            o +=
+                snprintf(buf + o, cap - (size_t)o,
+                         "{\"name\":\"%s\",\"op\":\"%s\",\"in\":\"%s\"%s},",
+                         name, rnd_in(&s, 0, 1) ? "relu" : "sigmoid", prev, dt);
             break;
         case 6: /* a residual: same-padded stride-1 convs keep the shape */
             o += snprintf(buf + o, cap - (size_t)o,
@@ -848,8 +878,10 @@ void th_suite_functional_random(th_ctx *t)
         }
         fwd_ctx c = {base.output_checksum, 0, 0};
         int k = each_partitioning(t, &g, g.system, check_same, &c);
-        if (!TH_CHECKF(t, c.same == k, "%d of %d partitionings identical; "
-                       "trace: %s", c.same, k, buf)) {
+        if (!TH_CHECKF(t, c.same == k,
+                       "%d of %d partitionings identical; "
+                       "trace: %s",
+                       c.same, k, buf)) {
             emu_result_free(&base);
             graph_free(&g);
             break;

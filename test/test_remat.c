@@ -55,8 +55,9 @@ void th_suite_remat(th_ctx *t)
                           e.msg)) {
                 double dv = b.per_core[0].breakdown_s[CAT_VECTOR] -
                             c.per_core[0].breakdown_s[CAT_VECTOR];
-                TH_CHECKF(t, dv > 0 && b.step_time_s > c.step_time_s &&
-                                 b.step_time_s < 1.05 * c.step_time_s,
+                TH_CHECKF(t,
+                          dv > 0 && b.step_time_s > c.step_time_s &&
+                              b.step_time_s < 1.05 * c.step_time_s,
                           "vector +%.4f s, step %.4f vs %.4f", dv,
                           b.step_time_s, c.step_time_s);
                 emu_result_free(&c);
