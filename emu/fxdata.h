@@ -3,13 +3,13 @@
  * sees the same numbers (docs/FUNCTIONAL.md has the definitions; the numpy
  * reference in scripts/fx_reference.py re-implements them independently).
  *
- * Every value comes from one counter-based generator:
- *   z = seed * G + tag * M1 + idx * M2 + G   (mod 2^64;
- *       G = 0x9E3779B97F4A7C15, M1 = 0xBF58476D1CE4E5B9, M2 =
- * 0x94D049BB133111EB) z ^= z >> 30; z *= M1; z ^= z >> 27; z *= M2; z ^= z >>
- * 31   (splitmix64's finalizer) u = (z >> 40) * 2^-24 in [0, 1),   v = 2u - 1
- * in [-1, 1) so a value depends only on (seed, tag, idx), never on which core
- * asks.
+ * Every value comes from one counter-based generator (mod 2^64):
+ *   z = seed*G + tag*M1 + idx*M2 + G
+ *   z ^= z >> 30; z *= M1; z ^= z >> 27; z *= M2; z ^= z >> 31
+ *   u = (z >> 40) * 2^-24 in [0, 1);  v = 2u - 1 in [-1, 1)
+ * with G = 0x9E3779B97F4A7C15, M1 = 0xBF58476D1CE4E5B9,
+ * M2 = 0x94D049BB133111EB (splitmix64's constants and finalizer), so a
+ * value depends only on (seed, tag, idx), never on which core asks.
  *
  * Synthetic learnable data (step s, global batch G, example b in 0..G-1):
  *   class  y = floor(u(seed, FXD_TAG_LABEL, s*G + b) * ncls)
@@ -26,8 +26,8 @@
  *   computed in double and rounded once to fp32; biases 0; batchnorm
  *   gamma 1, beta 0 (Keras' defaults).
  * Dropout keeps element e of example b of layer l at step s when
- *   u(seed, FXD_TAG_DROPOUT + l, (s*G + b)*E + e) >= rate, scaling by
- * 1/(1-rate).
+ *   u(seed, FXD_TAG_DROPOUT + l, (s*G + b)*E + e) >= rate,
+ * and scales the kept ones by 1/(1-rate).
  */
 #ifndef EMU_FXDATA_H
 #define EMU_FXDATA_H
