@@ -1,6 +1,6 @@
 #!/bin/sh
-# First-time set-up: make sure the Debian packages tpuemu builds against are
-# present.  As root, installs what is missing with apt-get (one update
+# First-time set-up: make sure the Debian packages tpuemu builds and tests
+# against are present.  As root, installs what is missing with apt-get (one update
 # first); otherwise prints the command to run.
 set -e
 need=""
@@ -13,6 +13,11 @@ if command -v pkg-config >/dev/null 2>&1; then
 else
   need="$need libsdl2-dev libcjson-dev libpng-dev"
 fi
+# The tests: numpy for the independent functional reference
+# (scripts/fx_reference.py, Debian's /usr/bin/python3, not a pyenv one), and
+# Xvfb for the viewer's real-window test.
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || need="$need python3-numpy"
+command -v xvfb-run >/dev/null 2>&1 || need="$need xvfb xauth"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "deps: installing$need" >&2
