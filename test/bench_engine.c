@@ -8,20 +8,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "test/bench.h"
 #include "emu/sim.h"
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void one(const char *path)
 {
@@ -30,7 +18,7 @@ static void one(const char *path)
     for (int i = 0; i < 5; i++) {
         graph g;
         tpu_error e = {0};
-        double t0 = wall();
+        double t0 = tb_now();
         if (graph_load(&g, path, &e)) {
             printf("%s: %s\n", path, e.msg);
             return;
@@ -44,12 +32,12 @@ static void one(const char *path)
             graph_free(&g);
             return;
         }
-        t[i] = wall() - t0;
+        t[i] = tb_now() - t0;
         step = r.step_time_s;
         emu_result_free(&r);
         graph_free(&g);
     }
-    qsort(t, 5, sizeof t[0], cmp);
+    qsort(t, 5, sizeof t[0], tb_cmp_double);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("%s: simulated step %.4f s, host time median %.3f s (min %.3f, "

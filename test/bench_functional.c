@@ -9,21 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "test/bench.h"
 #include "emu/chart.h"
 #include "emu/sim.h"
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median host seconds of one run; r keeps the last result. */
 static double timed(const char *path, const char *sys, int functional,
@@ -49,20 +37,20 @@ static double timed(const char *path, const char *sys, int functional,
         o.functional = functional;
         o.steps = steps;
         emu_result r;
-        double t0 = wall();
+        double t0 = tb_now();
         if (sim_run(&g, &o, &r, &e)) {
             printf("%s: %s\n", path, e.msg);
             graph_free(&g);
             return -1;
         }
-        t[i] = wall() - t0;
+        t[i] = tb_now() - t0;
         if (keep && i == 2)
             *keep = r;
         else
             emu_result_free(&r);
         graph_free(&g);
     }
-    qsort(t, 3, sizeof t[0], cmp);
+    qsort(t, 3, sizeof t[0], tb_cmp_double);
     return t[1];
 }
 

@@ -5,21 +5,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test/bench.h"
 #include "emu/params.h"
 #include "hbm/hbm.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median over 5 runs of ns per call; each call moves to a new address and
  * starts when the previous one ends, so the state really changes. */
@@ -33,17 +21,17 @@ static double ns_per_call(const tpu_params *p, uint64_t chunk, uint64_t n,
     double sink = 0;
     for (int r = 0; r < 5; r++) {
         hbm_reset(h);
-        double t = 0, t0 = now_s();
+        double t = 0, t0 = tb_now();
         for (int i = 0; i < calls; i++) {
             hbm_xfer x = {(uint64_t)i * 3 * 1024 * 1024 % (4ull << 30), chunk,
                           n, stride, i & 1};
             t = hbm_access(h, t, &x);
         }
-        runs[r] = (now_s() - t0) / calls * 1e9;
+        runs[r] = (tb_now() - t0) / calls * 1e9;
         sink += t;
     }
     hbm_free(h);
-    qsort(runs, 5, sizeof runs[0], cmp_d);
+    qsort(runs, 5, sizeof runs[0], tb_cmp_double);
     return sink > 0 ? runs[2] : -1;
 }
 

@@ -4,21 +4,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test/bench.h"
 #include "emu/params.h"
 #include "interconnect/ici.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static ici *mk(const char *name, tpu_params *p)
 {
@@ -41,13 +29,13 @@ void tb_bench_ici(void)
         int *c = malloc((size_t)nc * sizeof(int));
         for (int i = 0; i < nc; i++)
             c[i] = i;
-        double t0 = now();
+        double t0 = tb_now();
         sim = ici_allreduce(n, c, nc, big, 0);
-        h[r] = now() - t0;
+        h[r] = tb_now() - t0;
         free(c);
         ici_free(n);
     }
-    qsort(h, REPS, sizeof h[0], cmp_d);
+    qsort(h, REPS, sizeof h[0], tb_cmp_double);
     double bus = big / sim * 2.0 * 2047 / 2048;
     printf("v3-2048 allreduce 256 MiB host time (median of %d): %.3f s\n",
            REPS, h[REPS / 2]);
@@ -65,9 +53,9 @@ void tb_bench_ici(void)
         int *c = malloc((size_t)nc * sizeof(int));
         for (int i = 0; i < nc; i++)
             c[i] = i;
-        double t0 = now();
+        double t0 = tb_now();
         double t = ici_allreduce(n, c, nc, big, 0);
-        double host = now() - t0;
+        double host = tb_now() - t0;
         double b = big / t * 2.0 * (nc - 1) / nc;
         printf("%s allreduce 256 MiB: %.6f s simulated, busbw %.1f GB/s "
                "(%.2f x link), host %.3f s\n", sys[s], t, b / 1e9,
@@ -87,40 +75,40 @@ void tb_bench_ici(void)
         if (nx >= 0 && nx < 8)
             fl[nf++] = (ici_flow){c, c + 2 * (nx - x), 65536.0 * (1 + c % 3)};
     }
-    double t0 = now();
+    double t0 = tb_now();
     ici_permute(n, fl, nf, 0);
     printf("v3-64 halo permute, first call (simulated): %.1f us\n",
-           (now() - t0) * 1e6);
+           (tb_now() - t0) * 1e6);
     for (int i = 0; i < N; i++) {
-        t0 = now();
+        t0 = tb_now();
         ici_permute(n, fl, nf, i * 1e-3);
-        lat[i] = now() - t0;
+        lat[i] = tb_now() - t0;
     }
-    qsort(lat, N, sizeof lat[0], cmp_d);
+    qsort(lat, N, sizeof lat[0], tb_cmp_double);
     printf("v3-64 halo permute, repeated (cache): %.2f us median\n",
            lat[N / 2] * 1e6);
     int g16[16];
     for (int i = 0; i < 16; i++)
         g16[i] = 16 + i;
-    t0 = now();
+    t0 = tb_now();
     double t16 = ici_allreduce(n, g16, 16, 4e6, 0);
     printf("v3-64 16-core group allreduce 4 MB, first call (simulated): "
-           "%.1f us (model %.1f us)\n", (now() - t0) * 1e6, t16 * 1e6);
+           "%.1f us (model %.1f us)\n", (tb_now() - t0) * 1e6, t16 * 1e6);
     for (int i = 0; i < N; i++) {
-        t0 = now();
+        t0 = tb_now();
         ici_allreduce(n, g16, 16, 4e6, i * 1e-3);
-        lat[i] = now() - t0;
+        lat[i] = tb_now() - t0;
     }
-    qsort(lat, N, sizeof lat[0], cmp_d);
+    qsort(lat, N, sizeof lat[0], tb_cmp_double);
     printf("v3-64 16-core group allreduce, repeated (cache): %.2f us median\n",
            lat[N / 2] * 1e6);
     /* distinct sizes defeat the cache: the simulation itself */
     for (int i = 0; i < 200; i++) {
-        t0 = now();
+        t0 = tb_now();
         ici_allreduce(n, g16, 16, 4e6 + i, 0);
-        lat[i] = now() - t0;
+        lat[i] = tb_now() - t0;
     }
-    qsort(lat, 200, sizeof lat[0], cmp_d);
+    qsort(lat, 200, sizeof lat[0], tb_cmp_double);
     printf("v3-64 16-core group allreduce, uncached: %.1f us median\n",
            lat[100] * 1e6);
     free(lat);

@@ -2,28 +2,16 @@
  * timing (one 128x128 weight tile, M = 1024, no values) in tiles per
  * second, its values in multiply-adds per second, and the fast/PE ratio.
  * Every figure is the median of several runs. */
+#include "test/bench.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "mxu/mxu.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, tb_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -52,9 +40,9 @@ void tb_bench_mxu(void)
     uint64_t cycles = 0;
     for (int r = 0; r < REPS; r++) {
         tpu_error e;
-        double t0 = now_s();
+        double t0 = tb_now();
         mxu_pe_matmul(&mp, a, b, c, m, k, n, &cycles, &e);
-        t_pe[r] = now_s() - t0;
+        t_pe[r] = tb_now() - t0;
     }
     double pe_s = median(t_pe, REPS);
     double updates = (double)cycles * mp.rows * mp.cols;
@@ -67,10 +55,10 @@ void tb_bench_mxu(void)
     const long calls = 20000000;
     uint64_t sink = 0;
     for (int r = 0; r < REPS; r++) {
-        double t0 = now_s();
+        double t0 = tb_now();
         for (long i = 0; i < calls; i++)
             sink += mxu_fast_cycles(&mp, 1024 + (i & 1), 128, 128);
-        t_ft[r] = now_s() - t0;
+        t_ft[r] = tb_now() - t0;
     }
     double ft = median(t_ft, REPS) / (double)calls;
     printf("fast model timing (128x128 tile, M=1024): %.3g tiles/s\n",
@@ -80,9 +68,9 @@ void tb_bench_mxu(void)
     /* Fast values: the same product as the PE run. */
     double t_fv[REPS];
     for (int r = 0; r < REPS; r++) {
-        double t0 = now_s();
+        double t0 = tb_now();
         mxu_fast_matmul(&mp, a, b, c, m, k, n, NULL);
-        t_fv[r] = now_s() - t0;
+        t_fv[r] = tb_now() - t0;
     }
     double fv_s = median(t_fv, REPS);
     printf("fast model values (M=1024 K=256 N=256): %.3g MACs/s\n",

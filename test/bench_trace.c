@@ -4,20 +4,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test/bench.h"
 #include "emu/graph.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 void tb_bench_trace(void)
 {
@@ -27,16 +15,16 @@ void tb_bench_trace(void)
     for (int i = 0; i < 21; i++) {
         graph g;
         tpu_error e;
-        double t0 = now_s();
+        double t0 = tb_now();
         if (graph_load(&g, path, &e) != TPU_OK) {
             printf("trace load: failed: %s\n", e.msg);
             return;
         }
-        t[i] = now_s() - t0;
+        t[i] = tb_now() - t0;
         layers = g.n_layers;
         graph_free(&g);
     }
-    qsort(t, 21, sizeof t[0], cmp_d);
+    qsort(t, 21, sizeof t[0], tb_cmp_double);
     printf("trace load %s (%d layers): %.3f ms median of 21\n", path, layers,
            t[10] * 1e3);
 }
