@@ -1424,11 +1424,6 @@ static tpu_status bwd_loss(fx_state *x, int core, int l, tpu_error *err)
         const double *dz = &c->dice[(l * GRAPH_MAX_IN + k) * 3];
         double N = loss_norm(x, L, k);
         int64_t rows = z->B * tens_pos(z), C = z->C, npos = tens_pos(z);
-        if (L->loss == GLOSS_DICE && x->p->shard_of[core] == 0) {
-            /* One value per replica, counted on its first core. */
-            c->loss_part[l] +=
-                (1.0 - (2 * dz[0] + 1) / (dz[1] + dz[2] + 1)) / R;
-        }
         for (int64_t r = 0; r < rows; r++) {
             const float *v = &z->v[r * C];
             float *gv = &gz->v[r * C];
@@ -2340,8 +2335,20 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
     r->output_checksum = mxu_checksum(out, (size_t)n);
     double loss = 0;
     for (int k = 0; k < x->p->cores; k++)
-        for (int l = 0; l < x->g->n_layers; l++)
+        for (int l = 0; l < x->g->n_layers; l++) {
+            const glayer *Ll = &x->g->layers[l];
             loss += x->cs[k].loss_part[l];
+            if (Ll->op != GOP_LOSS || Ll->loss != GLOSS_DICE ||
+                x->p->shard_of[k] != 0)
+                continue;
+            /* Dice is one value per replica (its sums are whole after the
+             * all-reduce), counted on the replica's first core. */
+            for (int q = 0; q < Ll->n_in; q++) {
+                const double *dz = &x->cs[k].dice[(l * GRAPH_MAX_IN + q) * 3];
+                loss += (1.0 - (2 * dz[0] + 1) / (dz[1] + dz[2] + 1)) /
+                        x->p->replicas;
+            }
+        }
     r->loss = loss;
     r->has_values = 1;
     if (x->g->train) {
