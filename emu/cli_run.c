@@ -19,7 +19,8 @@ static const char usage[] =
     "                 [--set KEY=VALUE ...] [--report R.json]\n"
     "                 [--chrome-trace T.json] [--png P.png]\n"
     "                 [--functional [--seed S] [--steps N] [--lr X]\n"
-    "                  [--output-npy O.npy] [--loss-png L.png]\n"
+    "                  [--output-npy O.npy] [--output-layer NAME]\n"
+    "                  [--loss-png L.png]\n"
     "                  [--host-mem-gib G]] [--no-dedup] [--quiet]\n"
     "\n"
     "Simulates one training (or inference) step of TRACE on the named pod\n"
@@ -48,6 +49,8 @@ static void print_usage(FILE *f)
           "  --steps N       functional: train N steps, print the loss curve\n"
           "  --lr X          functional: learning rate (momentum SGD 0.9)\n"
           "  --output-npy O  functional: the last layer's output as .npy\n"
+          "  --output-layer NAME  functional: report (and write) that layer's\n"
+          "                  output instead (checksum and .npy)\n"
           "  --loss-png L    functional: the loss curve as a PNG chart\n"
           "  --host-mem-gib G  functional: refuse runs needing more host\n"
           "                  memory (default: half of MemAvailable)\n"
@@ -178,9 +181,11 @@ static double host_mem_default(void)
 
 static void print_values(const emu_result *r)
 {
-    printf("\nfunctional: output %s [", r->layer_names && r->n_layers
-                                             ? "of the last layer"
-                                             : "");
+    const char *name = r->layer_names && r->output_layer >= 0 &&
+                               r->output_layer < r->n_layers
+                           ? r->layer_names[r->output_layer]
+                           : "?";
+    printf("\nfunctional: output of '%s' [", name);
     for (int i = 0; i < r->output_rank; i++)
         printf("%s%lld", i ? "," : "", (long long)r->output_shape[i]);
     printf("], output_checksum %016llx", (unsigned long long)r->output_checksum);
@@ -282,6 +287,9 @@ int cli_run(int argc, char **argv)
         } else if (strcmp(a, "--output-npy") == 0) {
             if (!(npy = cli_value(argc, argv, &i)))
                 return 2;
+        } else if (strcmp(a, "--output-layer") == 0) {
+            if (!(o.output_layer = cli_value(argc, argv, &i)))
+                return 2;
         } else if (strcmp(a, "--loss-png") == 0) {
             if (!(loss_png = cli_value(argc, argv, &i)))
                 return 2;
@@ -302,9 +310,9 @@ int cli_run(int argc, char **argv)
         print_usage(stderr);
         return 2;
     }
-    if (!o.functional && (npy || loss_png || o.steps != 1))
-        return cli_error(2, "run: --steps, --output-npy and --loss-png need "
-                            "--functional");
+    if (!o.functional && (npy || loss_png || o.steps != 1 || o.output_layer))
+        return cli_error(2, "run: --steps, --output-npy, --output-layer and "
+                            "--loss-png need --functional");
     if (o.functional && o.host_mem_limit <= 0)
         o.host_mem_limit = host_mem_default();
     o.set_keys = keys;

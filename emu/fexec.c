@@ -379,13 +379,18 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
     x->G = p->batch * p->replicas;
     int n = g->n_layers;
     x->out_layer = -1;
-    x->ncls = 1;
+    x->ncls = 0;
     for (int l = 0; l < n; l++) {
         if (g->layers[l].op != GOP_LOSS)
             x->out_layer = l;
-        else if (x->ncls == 1)
+        else if (x->ncls == 0)
             x->ncls = (int)g->layers[g->layers[l].in[0]].out.c;
     }
+    if (x->ncls == 0)
+        x->ncls = 1;
+    if (cfg->output_layer >= 0 && cfg->output_layer < n &&
+        g->layers[cfg->output_layer].op != GOP_LOSS)
+        x->out_layer = cfg->output_layer;
     x->has_bwd = calloc((size_t)n + 1, 1);
     x->cs = calloc((size_t)p->cores, sizeof *x->cs);
     if (!x->has_bwd || !x->cs)
@@ -2327,6 +2332,7 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
         return rc;
     }
     r->output = out;
+    r->output_layer = ol;
     r->output_rank = 2 + L->out.nsp;
     r->output_shape[0] = x->G;
     for (int d = 0; d < L->out.nsp; d++)

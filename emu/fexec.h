@@ -43,6 +43,8 @@ typedef struct {
      * layout of emu_result.grads; n_init_weights must match. */
     const float *init_weights;
     int64_t n_init_weights;
+    int output_layer; /* the layer fx_end_step reports; -1: the last
+                         non-loss layer */
 } fx_config;
 
 /* Host bytes fexec will allocate for this plan and these programs (one

@@ -103,6 +103,7 @@ typedef struct {
     /* The last non-loss layer's output in the global layout
      * [global_batch, spatial..., channels], row-major (owned). */
     float *output;
+    int output_layer;              /* index into layer_names */
     int output_rank;
     int64_t output_shape[5];
     /* Weight gradients after the all-reduce, before the update: every

@@ -121,8 +121,17 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
                         path, need / GIB, p->sys->name,
                         (long long)(p->batch * p->replicas), limit / GIB);
     int steps = o->steps > 0 ? o->steps : 1;
-    fx_config cfg = {o->seed, o->learning_rate, o->momentum, o->init_weights,
-                     o->n_init_weights};
+    int out_layer = -1;
+    if (o->output_layer) {
+        out_layer = graph_find(g, o->output_layer);
+        if (out_layer < 0 || g->layers[out_layer].op == GOP_LOSS)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "--output-layer %s: %s", o->output_layer,
+                            out_layer < 0 ? "no layer of that name in the trace"
+                                          : "a loss has no tensor to report");
+    }
+    fx_config cfg = {o->seed,         o->learning_rate, o->momentum,
+                     o->init_weights, o->n_init_weights, out_layer};
     fx_state *fx = NULL;
     tpu_status rc = fx_new(&fx, g, p, hw, progs, &cfg, err);
     if (rc)

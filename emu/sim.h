@@ -25,6 +25,8 @@ typedef struct {
     double learning_rate;      /* functional: momentum SGD */
     double momentum;
     const float *init_weights; /* functional: starting weights (fexec.h) */
+    const char *output_layer;  /* functional: the layer whose values are
+                                  reported (NULL: the last non-loss one) */
     int64_t n_init_weights;
     double host_mem_limit;     /* functional: refuse (TPU_ERR_INPUT) a run
                                   needing more host bytes; 0: 4 GiB */

@@ -188,6 +188,37 @@ static void forward_cases(th_ctx *t)
     }
     TH_CHECKF(t, total >= 40, "only %d partitionings ran", total);
 
+    th_case(t, "forward: every layer's values (--output-layer), not only the "
+               "last, are bit-identical across partitionings");
+    graph gl;
+    if (load(t, &gl, "pool-up-concat")) {
+        int checked = 0;
+        for (int l = gl.n_inputs; l < gl.n_layers; l++) {
+            uint64_t sum[2] = {0, 0};
+            static const int two[2] = {2, 2};
+            for (int k = 0; k < 2; k++) {
+                set_parts(&gl, k ? two : NULL);
+                sim_opts o;
+                sim_opts_default(&o);
+                o.functional = 1;
+                o.output_layer = gl.layers[l].name;
+                emu_result r;
+                tpu_error err = {0};
+                if (TH_CHECKF(t, sim_run(&gl, &o, &r, &err) == 0, "%s",
+                              err.msg)) {
+                    sum[k] = r.output_checksum;
+                    TH_CHECK(t, r.output_layer == l);
+                    emu_result_free(&r);
+                }
+            }
+            checked += TH_CHECKF(t, sum[0] == sum[1] && sum[0] != 0,
+                                 "layer %s differs", gl.layers[l].name);
+        }
+        TH_CHECKF(t, checked == gl.n_layers - gl.n_inputs && checked >= 5,
+                  "%d of %d layers", checked, gl.n_layers - gl.n_inputs);
+        graph_free(&gl);
+    }
+
     th_case(t, "forward: weights cut into N chunks (each re-walking M) give "
                "the unpartitioned values");
     graph g;
@@ -681,6 +712,10 @@ void th_suite_functional_cli(th_ctx *t)
     TH_CHECK(t, c.status == 2);
     th_run(&c, "%s run " TR "conv2d.json --functional --lr x", th_bin());
     TH_CHECK(t, c.status == 2);
+    th_run(&c, "%s run " TR "conv2d.json --functional --output-layer nope",
+           th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "nope"), "status %d: %s",
+              c.status, c.err);
     th_run(&c, "%s run " TR "conv2d.json --functional --steps 3", th_bin());
     TH_CHECKF(t, c.status == 2 && strstr(c.err, "training trace"),
               "status %d: %s", c.status, c.err);
