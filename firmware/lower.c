@@ -720,7 +720,6 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     double m_out = out_elems(c, l) / (double)cout; /* B x local positions */
     double in_b = layout_bytes(c, I->out.nsp, h.in_ext, cin, I->dtype_bytes);
     double o_b = out_bytes(c, l);
-    int dt = L->dtype_bytes;
     int passes = passes_of(L);
     /* Dense on a flat tensor: positions = 1. */
     if (L->op == GOP_DENSE && I->out.nsp > 0 && L->out.nsp > 0)
@@ -761,7 +760,6 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         for (int d = 0; d < I->out.nsp; d++)
             Min *= e[d];
     }
-    (void)dt;
     int need_dx = I->op != GOP_INPUT;
     if (need_dx) {
         halo_t hb;
