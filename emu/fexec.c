@@ -155,6 +155,27 @@ static float rd(const tens *t, int64_t b, const int64_t g[SP], int64_t c,
     return t->v[at(t, b, loc, c)];
 }
 
+/* The channels [c0, c0 + n) at global coordinate g of example b into dst
+ * (channels are innermost, so one copy): 0 when g is padding (dst left
+ * as it is: the callers' buffers are zeroed), -1 with *miss set when the
+ * core does not hold the row, 1 when copied. */
+static int rd_row(const tens *t, int64_t b, const int64_t g[SP], int64_t c0,
+                  int64_t n, float *dst, int *miss)
+{
+    int64_t loc[SP];
+    for (int d = 0; d < SP; d++) {
+        if (g[d] < 0 || g[d] >= t->gext[d])
+            return 0;
+        loc[d] = g[d] - t->lo[d];
+        if (loc[d] < 0 || loc[d] >= t->ext[d]) {
+            *miss = d + 1;
+            return -1;
+        }
+    }
+    memcpy(dst, &t->v[at(t, b, loc, c0)], sizeof(float) * (size_t)n);
+    return 1;
+}
+
 /* The shape of this core's shard of layer l's output. */
 static void shard_shape(const fx_state *x, int core, int l, tens *t)
 {
@@ -993,15 +1014,12 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
             }
             if (!hit)
                 continue;
-            float *arow = &A[(r - r0) * gm.kp + t * gm.sw];
-            for (int64_t k = 0; k < depth; k++) {
-                int miss = 0;
-                arow[k] = rd(src, b, gs, k, &miss);
-                if (miss) {
-                    rc = missing(err, x, core, l,
-                                 dx ? "input gradient" : "forward", miss);
-                    goto done;
-                }
+            int miss = 0;
+            if (rd_row(src, b, gs, 0, depth, &A[(r - r0) * gm.kp + t * gm.sw],
+                       &miss) < 0) {
+                rc = missing(err, x, core, l,
+                             dx ? "input gradient" : "forward", miss);
+                goto done;
             }
         }
     }
@@ -1073,13 +1091,20 @@ static tpu_status mm_dw(fx_state *x, int core, int l, const fw_insn *in,
     for (int64_t mm = 0; mm < Mc; mm++)
         for (int64_t j = 0; j < nn; j++)
             Bm[mm * nn + j] = gy->v[mm * gm.cout + n0 + j];
-    for (int64_t mm = 0; mm < Mc; mm++) {
+    /* Each position's window rows, tap by tap, a run of channels at a
+     * time, into the columns of X^T. */
+    float *row = malloc(sizeof(float) * (size_t)(gm.cin + 1));
+    if (!row) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
+        goto done;
+    }
+    for (int64_t mm = 0; mm < Mc && !rc; mm++) {
         int64_t b = mm / npos, loc[SP], og[SP];
         pos_decode(gy, mm % npos, loc);
         for (int d = 0; d < SP; d++)
             og[d] = loc[d] + gy->lo[d];
-        for (int64_t k = k0; k < k1; k++) {
-            int64_t t = k / gm.cin, ci = k % gm.cin, kk[SP], gi[SP];
+        for (int64_t t = k0 / gm.cin; t * gm.cin < k1; t++) {
+            int64_t kk[SP], gi[SP];
             tap_decode(L, t, kk);
             int hit = 1;
             for (int d = 0; d < SP; d++) {
@@ -1089,14 +1114,21 @@ static tpu_status mm_dw(fx_state *x, int core, int l, const fw_insn *in,
             }
             if (!hit)
                 continue;
-            int miss = 0;
-            A[(k - k0) * Mc + mm] = rd(win, b, gi, ci, &miss);
-            if (miss) {
+            int64_t c0 = t * gm.cin < k0 ? k0 - t * gm.cin : 0;
+            int64_t c1 = (t + 1) * gm.cin > k1 ? k1 - t * gm.cin : gm.cin;
+            int miss = 0, got = rd_row(win, b, gi, c0, c1 - c0, row, &miss);
+            if (got < 0) {
                 rc = missing(err, x, core, l, "weight gradient", miss);
-                goto done;
+                break;
             }
+            if (got)
+                for (int64_t ci = c0; ci < c1; ci++)
+                    A[(t * gm.cin + ci - k0) * Mc + mm] = row[ci - c0];
         }
     }
+    free(row);
+    if (rc)
+        goto done;
     if ((rc = mxu_mm(x, A, Bm, C, m, Mc, nn, Mc, Mc, in->passes, err)))
         goto done;
     for (int64_t k = k0; k < k1; k++)
