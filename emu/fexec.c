@@ -1539,13 +1539,12 @@ static tpu_status add_grad(fx_state *x, int core, int to, const tens *src,
 static tpu_status bwd_act(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
-    const tens *y, *in;
+    const tens *y;
     tens *gy;
     tpu_status rc;
     if ((rc = ensure_grad(x, core, l, err)) ||
         (rc = grad_of(x, core, l, &gy, err)) ||
-        (rc = act_of(x, core, l, &y, err)) ||
-        (rc = act_of(x, core, L->in[0], &in, err)))
+        (rc = act_of(x, core, l, &y, err)))
         return rc;
     int64_t n = tens_elems(gy);
     float *m = malloc((size_t)n * sizeof(float) + 1);
@@ -1574,7 +1573,6 @@ static tpu_status bwd_act(fx_state *x, int core, int l, tpu_error *err)
             m[i] = 1.0f;
         }
     }
-    (void)in;
     rc = add_grad(x, core, L->in[0], gy, m, err);
     free(m);
     return rc;
@@ -1647,7 +1645,7 @@ static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
     const glayer *L = &x->g->layers[l];
     if (x->g->layers[L->in[0]].op == GOP_INPUT)
         return TPU_OK;
-    const tens *gw, *xin = NULL, *y = NULL;
+    const tens *gw, *xin = NULL;
     tens *gx;
     tpu_status rc;
     if ((rc = gwin_of(x, core, l, &gw, err)) ||
@@ -1655,7 +1653,6 @@ static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
         return rc;
     if (L->op == GOP_MAXPOOL && (rc = fwin_of(x, core, l, &xin, err)))
         return rc;
-    (void)y;
     int64_t win = 1;
     if (L->op != GOP_UPSAMPLE)
         for (int d = 0; d < L->out.nsp; d++)
@@ -1870,9 +1867,10 @@ static tpu_status ensure_grad(fx_state *x, int core, int l, tpu_error *err)
 
 /* ---- dispatch ---------------------------------------------------------- */
 
-static tpu_status do_update(fx_state *x, int core, tpu_error *err)
+/* Momentum SGD, fp32, on the core's own copy (every core applies the
+ * same all-reduced gradients, so the copies stay equal). */
+static void do_update(fx_state *x, int core)
 {
-    (void)err;
     fcore *c = &x->cs[core];
     float lr = (float)x->cfg.learning_rate, mu = (float)x->cfg.momentum;
     for (int l = 0; l < x->g->n_layers; l++) {
@@ -1884,7 +1882,6 @@ static tpu_status do_update(fx_state *x, int core, tpu_error *err)
             c->w[l][i] -= lr * c->mom[l][i];
         }
     }
-    return TPU_OK;
 }
 
 /* Sums the weight-gradient partials: per layer over the cores that hold a
@@ -1943,7 +1940,8 @@ tpu_status fx_exec(fx_state *x, int core, const fw_insn *in, tpu_error *err)
             if (rc)
                 return rc;
         }
-        return do_update(x, core, err);
+        do_update(x, core);
+        return TPU_OK;
     }
     if (l < 0 || l >= x->g->n_layers)
         return TPU_OK;
