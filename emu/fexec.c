@@ -271,8 +271,8 @@ static int64_t kernel_taps(const glayer *L)
 /* Upper estimate: per core, each layer's output and gradient shards, two
  * windows (at most the whole tensor, at most twice the shard), the
  * weights three times (value, momentum, gradient); plus, once, the
- * operands of the largest matmul instruction (its rows x K, K padded to the MXU
- * depth per tap, in fp32 and two bf16 copies, and its fp32 results). */
+ * operands of the largest matmul instruction (its rows x the real K rows,
+ * in fp32 and bf16 copies, and its fp32 results). */
 double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
 {
     double w = (double)graph_weights(g) * 4.0 * 3.0;
@@ -300,12 +300,21 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
                 continue;
             const glayer *L = &g->layers[in->layer];
             const glayer *I = &g->layers[L->in[0]];
+            /* operands hold the real K rows only (mm_bf16); a weight
+             * gradient's K is the core's positions, at most the
+             * instruction's */
             int64_t depth = I->out.c > L->out.c ? I->out.c : L->out.c;
-            double kp =
-                (double)kernel_taps(L) * (double)((depth + 127) / 128 * 128);
-            double kk = (double)in->b > kp ? (double)in->b : kp;
-            double t = (double)in->a * kk * (4.0 + 3 * 2.0) +
-                       (double)in->a * (double)in->c * 8.0;
+            double rows = (double)in->a, kk;
+            if (in->fx == FX_DW) {
+                /* rows of the padded K map onto the real taps x cin */
+                double real = (double)kernel_taps(L) * (double)I->out.c;
+                double e = in->e > 0 ? (double)in->e : 1;
+                rows = fmin(rows, ceil(rows * real / e) + 1);
+                kk = (double)in->b;
+            } else {
+                kk = (double)kernel_taps(L) * (double)depth;
+            }
+            double t = rows * kk * (4.0 + 3 * 2.0) + rows * (double)in->c * 8.0;
             if (t > tmp)
                 tmp = t;
         }
@@ -717,71 +726,66 @@ static int tap_hits_dx(const glayer *L, int d, int64_t p, int64_t kk,
     return 1;
 }
 
-/* One bf16 product on the MXU model, C = A B with fp32 accumulation,
- * when K is laid out in slots `sw` wide of which only the first `depth`
- * rows are real (the rest is lane padding, zeros in both operands).  A
- * padded row adds +0 to a column sum, which changes no value (the sum
- * starts at +0 and is never -0), and a K tile of padding adds a +0
- * partial; so each weight tile's real rows are multiplied on their own
- * (one tile: c = its partial sum) and the partials are added in tile
- * order, as the MXU does: the same bits as the padded product, for a
- * fraction of the host's work. */
+/* One bf16 product on the MXU model, C = A B with fp32 accumulation.  A
+ * and B hold only the real rows of K (kc of them, compact); on the MXU, K
+ * is laid out in slots `sw` wide of which the first `depth` rows are real
+ * and the rest lane padding (zeros).  A padded row adds +0 to a column sum,
+ * which changes no value (the sum starts at +0 and is never -0), and a K
+ * tile of padding adds a +0 partial; so each weight tile's real rows are
+ * multiplied on their own (one tile: c = its partial sum) and the
+ * partials are added in tile order, as the MXU does: the bits of the
+ * padded product, without storing or multiplying the padding. */
 static tpu_status mm_bf16(const fx_state *x, const bf16 *a, const bf16 *b,
-                          float *cres, int64_t m, int64_t k, int64_t n,
+                          float *cres, int64_t m, int64_t kc, int64_t n,
                           int64_t depth, int64_t sw, tpu_error *err)
 {
     int64_t R = x->hw->mxu.rows;
     if (depth >= sw) {
-        mxu_fast_matmul(&x->hw->mxu, a, b, cres, m, k, n, NULL);
+        mxu_fast_matmul(&x->hw->mxu, a, b, cres, m, kc, n, NULL);
         return TPU_OK;
     }
-    int64_t *rows = malloc(sizeof(int64_t) * (size_t)(R + 1));
     bf16 *as = malloc(sizeof(bf16) * (size_t)(m * R + 1));
-    bf16 *bs = malloc(sizeof(bf16) * (size_t)(R * n + 1));
     float *t = malloc(sizeof(float) * (size_t)(m * n + 1));
     tpu_status rc = TPU_OK;
     int first = 1;
-    if (!rows || !as || !bs || !t) {
+    if (!as || !t) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
         goto done;
     }
-    for (int64_t k0 = 0; k0 < k; k0 += R) {
-        int64_t nr = 0;
-        for (int64_t kk = k0; kk < k0 + R && kk < k; kk++)
-            if (kk % sw < depth)
-                rows[nr++] = kk;
-        if (!nr)
-            continue;
+    for (int64_t q0 = 0; q0 < kc;) {
+        /* the compact rows [q0, q1) that share one padded K tile */
+        int64_t tile = ((q0 / depth) * sw + q0 % depth) / R, q1 = q0 + 1;
+        while (q1 < kc && ((q1 / depth) * sw + q1 % depth) / R == tile)
+            q1++;
+        int64_t nr = q1 - q0;
         for (int64_t i = 0; i < m; i++)
-            for (int64_t r = 0; r < nr; r++)
-                as[i * nr + r] = a[i * k + rows[r]];
-        for (int64_t r = 0; r < nr; r++)
-            memcpy(&bs[r * n], &b[rows[r] * n], sizeof(bf16) * (size_t)n);
-        mxu_fast_matmul(&x->hw->mxu, as, bs, first ? cres : t, m, nr, n, NULL);
+            memcpy(&as[i * nr], &a[i * kc + q0], sizeof(bf16) * (size_t)nr);
+        mxu_fast_matmul(&x->hw->mxu, as, &b[q0 * n], first ? cres : t, m, nr,
+                        n, NULL);
         if (!first)
             for (int64_t i = 0; i < m * n; i++)
                 cres[i] += t[i];
         first = 0;
+        q0 = q1;
     }
     if (first)
         memset(cres, 0, sizeof(float) * (size_t)(m * n));
 done:
-    free(rows);
     free(as);
-    free(bs);
     free(t);
     return rc;
 }
 
-/* C[m x n] = A[m x k] B[k x n] on the MXU: operands rounded to bf16; with
- * passes == 3 (f32 layers, bf16_3x) each operand is split into a bf16
- * high and low part and the three significant products, each a whole MXU
- * product, are summed on the vector unit: (hi*hi + hi*lo) + lo*hi. */
+/* C[m x n] = A[m x kc] B[kc x n] on the MXU (kc compact K rows, laid out
+ * on the MXU as mm_bf16 says): operands rounded to bf16; with passes == 3
+ * (f32 layers, bf16_3x) each operand is split into a bf16 high and low
+ * part and the three significant products, each a whole MXU product, are
+ * summed on the vector unit: (hi*hi + hi*lo) + lo*hi. */
 static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
-                         float *cres, int64_t m, int64_t k, int64_t n,
+                         float *cres, int64_t m, int64_t kc, int64_t n,
                          int64_t depth, int64_t sw, int passes, tpu_error *err)
 {
-    size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
+    size_t na = (size_t)(m * kc), nb = (size_t)(kc * n), nc = (size_t)(m * n);
     bf16 *ah = malloc((na + 1) * sizeof(bf16)),
          *bh = malloc((nb + 1) * sizeof(bf16));
     bf16 *al = NULL, *bl = NULL;
@@ -789,18 +793,11 @@ static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
     tpu_status rc = TPU_OK;
     if (!ah || !bh)
         goto oom;
-    /* Only the real rows of K are converted: padding stays +0. */
-    memset(ah, 0, (na + 1) * sizeof(bf16));
-    memset(bh, 0, (nb + 1) * sizeof(bf16));
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t s0 = 0; s0 < k; s0 += sw)
-            for (int64_t kk = s0; kk < s0 + depth && kk < k; kk++)
-                ah[i * k + kk] = bf16_from_f32(a[i * k + kk]);
-    for (int64_t s0 = 0; s0 < k; s0 += sw)
-        for (int64_t kk = s0; kk < s0 + depth && kk < k; kk++)
-            for (int64_t j = 0; j < n; j++)
-                bh[kk * n + j] = bf16_from_f32(b[kk * n + j]);
-    if ((rc = mm_bf16(x, ah, bh, cres, m, k, n, depth, sw, err)))
+    for (size_t i = 0; i < na; i++)
+        ah[i] = bf16_from_f32(a[i]);
+    for (size_t i = 0; i < nb; i++)
+        bh[i] = bf16_from_f32(b[i]);
+    if ((rc = mm_bf16(x, ah, bh, cres, m, kc, n, depth, sw, err)))
         goto done;
     if (passes == 3) {
         al = malloc((na + 1) * sizeof(bf16));
@@ -809,14 +806,14 @@ static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
         if (!al || !bl || !t)
             goto oom;
         for (size_t i = 0; i < na; i++)
-            al[i] = ah[i] ? bf16_from_f32(a[i] - bf16_to_f32(ah[i])) : 0;
+            al[i] = bf16_from_f32(a[i] - bf16_to_f32(ah[i]));
         for (size_t i = 0; i < nb; i++)
-            bl[i] = bh[i] ? bf16_from_f32(b[i] - bf16_to_f32(bh[i])) : 0;
-        if ((rc = mm_bf16(x, ah, bl, t, m, k, n, depth, sw, err)))
+            bl[i] = bf16_from_f32(b[i] - bf16_to_f32(bh[i]));
+        if ((rc = mm_bf16(x, ah, bl, t, m, kc, n, depth, sw, err)))
             goto done;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
-        if ((rc = mm_bf16(x, al, bh, t, m, k, n, depth, sw, err)))
+        if ((rc = mm_bf16(x, al, bh, t, m, kc, n, depth, sw, err)))
             goto done;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
@@ -915,7 +912,7 @@ static tpu_status gwin_of(fx_state *x, int core, int l, const tens **out,
 }
 
 typedef struct {
-    int64_t taps, cin, cout, sw, kp, depth;
+    int64_t taps, cin, cout, sw, depth;
     int spatial; /* dims a tap offsets (0: dense) */
 } mm_geom;
 
@@ -943,7 +940,6 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
     gm->depth = depth;
     gm->sw =
         (!dx && in->b == kt * depth) ? depth : (depth + rows - 1) / rows * rows;
-    gm->kp = gm->taps * gm->sw;
     if (gm->sw < depth)
         return tpu_fail(err, TPU_ERR_SYSTEM, "internal: functional: K layout");
     return TPU_OK;
@@ -983,8 +979,9 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
     if (r0 >= r1 || n0 >= n1)
         return TPU_OK;
     int64_t m = r1 - r0, nn = n1 - n0;
-    float *A = scratch(x, 0, m * gm.kp);
-    float *Bm = scratch(x, 1, gm.kp * nn);
+    int64_t kc = gm.taps * depth; /* compact K: the real rows only */
+    float *A = scratch(x, 0, m * kc);
+    float *Bm = scratch(x, 1, kc * nn);
     float *C = scratch(x, 2, m * nn);
     if (!A || !Bm || !C) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
@@ -994,7 +991,7 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
     for (int64_t t = 0; t < gm.taps; t++)
         for (int64_t k = 0; k < depth; k++)
             for (int64_t j = 0; j < nn; j++)
-                Bm[(t * gm.sw + k) * nn + j] =
+                Bm[(t * depth + k) * nn + j] =
                     dx ? W[(t * gm.cin + n0 + j) * gm.cout + k]
                        : W[(t * gm.cin + k) * gm.cout + n0 + j];
     for (int64_t r = r0; r < r1; r++) {
@@ -1015,7 +1012,7 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
             if (!hit)
                 continue;
             int miss = 0;
-            if (rd_row(src, b, gs, 0, depth, &A[(r - r0) * gm.kp + t * gm.sw],
+            if (rd_row(src, b, gs, 0, depth, &A[(r - r0) * kc + t * depth],
                        &miss) < 0) {
                 rc = missing(err, x, core, l,
                              dx ? "input gradient" : "forward", miss);
@@ -1023,7 +1020,7 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
             }
         }
     }
-    if ((rc = mxu_mm(x, A, Bm, C, m, gm.kp, nn, gm.depth, gm.sw, in->passes,
+    if ((rc = mxu_mm(x, A, Bm, C, m, kc, nn, gm.depth, gm.sw, in->passes,
                      err)))
         goto done;
     for (int64_t r = r0; r < r1; r++)
