@@ -49,6 +49,8 @@ static void print_usage(FILE *f)
           "  --steps N       functional: train N steps, print the loss curve\n"
           "  --lr X          functional: learning rate (momentum SGD 0.9)\n"
           "  --output-npy O  functional: the last layer's output as .npy\n"
+          "  --mxu-model pe|fast  functional: the MXU model that computes the\n"
+          "                  products (pe: cycle by cycle, slow; same bits)\n"
           "  --output-layer NAME  functional: report (and write) that layer's\n"
           "                  output instead (checksum and .npy)\n"
           "  --loss-png L    functional: the loss curve as a PNG chart\n"
@@ -287,6 +289,12 @@ int cli_run(int argc, char **argv)
         } else if (strcmp(a, "--output-npy") == 0) {
             if (!(npy = cli_value(argc, argv, &i)))
                 return 2;
+        } else if (strcmp(a, "--mxu-model") == 0) {
+            if (!(v = cli_value(argc, argv, &i)))
+                return 2;
+            if (strcmp(v, "pe") != 0 && strcmp(v, "fast") != 0)
+                return cli_error(2, "--mxu-model %s: expected pe or fast", v);
+            o.pe_model = strcmp(v, "pe") == 0;
         } else if (strcmp(a, "--output-layer") == 0) {
             if (!(o.output_layer = cli_value(argc, argv, &i)))
                 return 2;
@@ -310,7 +318,8 @@ int cli_run(int argc, char **argv)
         print_usage(stderr);
         return 2;
     }
-    if (!o.functional && (npy || loss_png || o.steps != 1 || o.output_layer))
+    if (!o.functional &&
+        (npy || loss_png || o.steps != 1 || o.output_layer || o.pe_model))
         return cli_error(2, "run: --steps, --output-npy, --output-layer and "
                             "--loss-png need --functional");
     if (o.functional && o.host_mem_limit <= 0)

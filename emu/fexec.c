@@ -726,6 +726,19 @@ static int tap_hits_dx(const glayer *L, int d, int64_t p, int64_t kk,
     return 1;
 }
 
+/* One MXU product: the fast model, or (fx_config.pe_model) the
+ * cycle-by-cycle PE model, which gives the same bits (test_mxu proves it
+ * on random shapes; test_functional on whole runs). */
+static tpu_status mxu_product(const fx_state *x, const bf16 *a, const bf16 *b,
+                              float *c, int64_t m, int64_t k, int64_t n,
+                              tpu_error *err)
+{
+    if (x->cfg.pe_model)
+        return mxu_pe_matmul(&x->hw->mxu, a, b, c, m, k, n, NULL, err);
+    mxu_fast_matmul(&x->hw->mxu, a, b, c, m, k, n, NULL);
+    return TPU_OK;
+}
+
 /* One bf16 product on the MXU model, C = A B with fp32 accumulation.  A
  * and B hold only the real rows of K (kc of them, compact); on the MXU, K
  * is laid out in slots `sw` wide of which the first `depth` rows are real
@@ -740,10 +753,8 @@ static tpu_status mm_bf16(const fx_state *x, const bf16 *a, const bf16 *b,
                           int64_t depth, int64_t sw, tpu_error *err)
 {
     int64_t R = x->hw->mxu.rows;
-    if (depth >= sw) {
-        mxu_fast_matmul(&x->hw->mxu, a, b, cres, m, kc, n, NULL);
-        return TPU_OK;
-    }
+    if (depth >= sw)
+        return mxu_product(x, a, b, cres, m, kc, n, err);
     bf16 *as = malloc(sizeof(bf16) * (size_t)(m * R + 1));
     float *t = malloc(sizeof(float) * (size_t)(m * n + 1));
     tpu_status rc = TPU_OK;
@@ -760,8 +771,9 @@ static tpu_status mm_bf16(const fx_state *x, const bf16 *a, const bf16 *b,
         int64_t nr = q1 - q0;
         for (int64_t i = 0; i < m; i++)
             memcpy(&as[i * nr], &a[i * kc + q0], sizeof(bf16) * (size_t)nr);
-        mxu_fast_matmul(&x->hw->mxu, as, &b[q0 * n], first ? cres : t, m, nr,
-                        n, NULL);
+        if ((rc = mxu_product(x, as, &b[q0 * n], first ? cres : t, m, nr, n,
+                              err)))
+            goto done;
         if (!first)
             for (int64_t i = 0; i < m * n; i++)
                 cres[i] += t[i];
@@ -1014,14 +1026,13 @@ static tpu_status mm_rows(fx_state *x, int core, int l, const fw_insn *in,
             int miss = 0;
             if (rd_row(src, b, gs, 0, depth, &A[(r - r0) * kc + t * depth],
                        &miss) < 0) {
-                rc = missing(err, x, core, l,
-                             dx ? "input gradient" : "forward", miss);
+                rc = missing(err, x, core, l, dx ? "input gradient" : "forward",
+                             miss);
                 goto done;
             }
         }
     }
-    if ((rc = mxu_mm(x, A, Bm, C, m, kc, nn, gm.depth, gm.sw, in->passes,
-                     err)))
+    if ((rc = mxu_mm(x, A, Bm, C, m, kc, nn, gm.depth, gm.sw, in->passes, err)))
         goto done;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < nn; j++) {

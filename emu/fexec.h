@@ -45,6 +45,7 @@ typedef struct {
     int64_t n_init_weights;
     int output_layer; /* the layer fx_end_step reports; -1: the last
                          non-loss layer */
+    int pe_model;     /* 1: products on the PE-level MXU model (slow) */
 } fx_config;
 
 /* Host bytes fexec will allocate for this plan and these programs (one

@@ -130,8 +130,9 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
                             out_layer < 0 ? "no layer of that name in the trace"
                                           : "a loss has no tensor to report");
     }
-    fx_config cfg = {o->seed,         o->learning_rate, o->momentum,
-                     o->init_weights, o->n_init_weights, out_layer};
+    fx_config cfg = {o->seed,         o->learning_rate,  o->momentum,
+                     o->init_weights, o->n_init_weights, out_layer,
+                     o->pe_model};
     fx_state *fx = NULL;
     tpu_status rc = fx_new(&fx, g, p, hw, progs, &cfg, err);
     if (rc)

@@ -27,6 +27,8 @@ typedef struct {
     const float *init_weights; /* functional: starting weights (fexec.h) */
     const char *output_layer;  /* functional: the layer whose values are
                                   reported (NULL: the last non-loss one) */
+    int pe_model;              /* functional: products on the PE-level MXU
+                                  model instead of the fast one (same bits) */
     int64_t n_init_weights;
     double host_mem_limit;     /* functional: refuse (TPU_ERR_INPUT) a run
                                   needing more host bytes; 0: 4 GiB */

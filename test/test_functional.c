@@ -588,6 +588,43 @@ static void train_ops_case(th_ctx *t)
     graph_free(&g);
 }
 
+/* The products of a whole run on the cycle-by-cycle PE model: the same
+ * bits as the fast model (outputs, loss and every gradient). */
+static void pe_model_case(th_ctx *t)
+{
+    th_case(t, "a whole run's products on the PE-level MXU model give the "
+               "fast model's bits (forward, loss, gradients)");
+    static const char *const names[] = {"tiny-train", "conv2d"};
+    for (int k = 0; k < (th_asan() ? 1 : 2); k++) {
+        graph g;
+        if (!load(t, &g, names[k]))
+            continue;
+        emu_result r[2];
+        int ok = 1;
+        for (int pe = 0; pe < 2 && ok; pe++) {
+            sim_opts o;
+            sim_opts_default(&o);
+            o.functional = 1;
+            o.pe_model = pe;
+            tpu_error err = {0};
+            ok = TH_CHECKF(t, sim_run(&g, &o, &r[pe], &err) == 0, "%s: %s",
+                           names[k], err.msg);
+            if (!ok && pe)
+                emu_result_free(&r[0]);
+        }
+        if (ok) {
+            TH_CHECK(t, r[0].output_checksum == r[1].output_checksum);
+            TH_CHECK(t, r[0].loss == r[1].loss && r[0].n_grads == r[1].n_grads);
+            TH_CHECK(t, r[0].n_grads == 0 ||
+                            memcmp(r[0].grads, r[1].grads,
+                                   sizeof(float) * (size_t)r[0].n_grads) == 0);
+            emu_result_free(&r[0]);
+            emu_result_free(&r[1]);
+        }
+        graph_free(&g);
+    }
+}
+
 void th_suite_functional(th_ctx *t)
 {
     forward_cases(t);
@@ -595,6 +632,7 @@ void th_suite_functional(th_ctx *t)
     train_cases(t);
     spatial_loss_case(t);
     train_ops_case(t);
+    pe_model_case(t);
 }
 
 /* The CIFAR-style net of the seeds, scaled down, on v2-8 with [1,2,2,1]
