@@ -1363,11 +1363,13 @@ static tpu_status fwd_gap(fx_state *x, int core, int l, tpu_error *err)
 
 /* ---- losses ------------------------------------------------------------ */
 
-static int target(const fx_state *x, int core, int64_t b, int64_t ch, int64_t C)
+/* The channel that is 1 in the one-hot target of example b (fxdata.h). */
+static int64_t target_channel(const fx_state *x, int core, int64_t b,
+                              int64_t C)
 {
     int y =
         fxd_class(x->cfg.seed, x->step, x->G, gexample(x, core, b), x->ncls);
-    return ch == (int64_t)y % C;
+    return (int64_t)y % C;
 }
 
 static double sigm(double v)
@@ -1403,20 +1405,18 @@ static tpu_status fwd_loss(fx_state *x, int core, int l, tpu_error *err)
         int64_t rows = z->B * tens_pos(z), C = z->C, npos = tens_pos(z);
         for (int64_t r = 0; r < rows; r++) {
             const float *v = &z->v[r * C];
-            int64_t b = r / npos;
+            int64_t tc = target_channel(x, core, r / npos, C);
             if (L->loss == GLOSS_SOFTMAX_XENT) {
                 double mx = v[0], se = 0;
                 for (int64_t ch = 1; ch < C; ch++)
                     mx = v[ch] > mx ? v[ch] : mx;
                 for (int64_t ch = 0; ch < C; ch++)
                     se += exp(v[ch] - mx);
-                for (int64_t ch = 0; ch < C; ch++)
-                    if (target(x, core, b, ch, C))
-                        s += -(v[ch] - mx - log(se));
+                s += -(v[tc] - mx - log(se));
                 continue;
             }
             for (int64_t ch = 0; ch < C; ch++) {
-                double t = target(x, core, b, ch, C), zz = v[ch];
+                double t = ch == tc, zz = v[ch];
                 double p = sigm(zz), dd = zz - t;
                 switch (L->loss) {
                 case GLOSS_SIGMOID_FOCAL: {
@@ -1472,7 +1472,7 @@ static tpu_status bwd_loss(fx_state *x, int core, int l, tpu_error *err)
         for (int64_t r = 0; r < rows; r++) {
             const float *v = &z->v[r * C];
             float *gv = &gz->v[r * C];
-            int64_t b = r / npos;
+            int64_t tc = target_channel(x, core, r / npos, C);
             if (L->loss == GLOSS_SOFTMAX_XENT) {
                 double mx = v[0], se = 0;
                 for (int64_t ch = 1; ch < C; ch++)
@@ -1480,13 +1480,11 @@ static tpu_status bwd_loss(fx_state *x, int core, int l, tpu_error *err)
                 for (int64_t ch = 0; ch < C; ch++)
                     se += exp(v[ch] - mx);
                 for (int64_t ch = 0; ch < C; ch++)
-                    gv[ch] += (float)((exp(v[ch] - mx) / se -
-                                       target(x, core, b, ch, C)) /
-                                      N);
+                    gv[ch] += (float)((exp(v[ch] - mx) / se - (ch == tc)) / N);
                 continue;
             }
             for (int64_t ch = 0; ch < C; ch++) {
-                double t = target(x, core, b, ch, C), zz = v[ch];
+                double t = ch == tc, zz = v[ch];
                 double p = sigm(zz), dd = zz - t, gr = 0;
                 switch (L->loss) {
                 case GLOSS_SIGMOID_FOCAL: {

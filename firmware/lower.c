@@ -39,6 +39,7 @@ typedef struct {
     int *nconsumers;       /* per layer */
     uint8_t *relu_fused;   /* relu layer fused into its producer's pass */
     uint8_t *remat;        /* activation recomputed in the backward pass */
+    int *last_use;         /* per layer: its last consumer, -1 for none */
     fw_memory *mem;
     int fx;                /* fx_kind stamped on compute instructions */
 } lc;
@@ -1113,14 +1114,7 @@ static void choose_remat(lc *c)
 static void emit_recompute(lc *c, int j)
 {
     for (int l = 0; l < j; l++) {
-        if (!c->remat[l])
-            continue;
-        int last = -1;
-        for (int k = l + 1; k < c->g->n_layers; k++)
-            for (int q = 0; q < c->g->layers[k].n_in; q++)
-                if (c->g->layers[k].in[q] == l)
-                    last = k;
-        if (last != j)
+        if (!c->remat[l] || c->last_use[l] != j)
             continue;
         const glayer *L = &c->g->layers[l];
         const glayer *I = &c->g->layers[L->in[0]];
@@ -1149,16 +1143,22 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     c.nconsumers = calloc((size_t)g->n_layers + 1, sizeof(int));
     c.relu_fused = calloc((size_t)g->n_layers + 1, 1);
     c.remat = calloc((size_t)g->n_layers + 1, 1);
-    if (!c.nconsumers || !c.relu_fused || !c.remat) {
+    c.last_use = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
+    if (!c.nconsumers || !c.relu_fused || !c.remat || !c.last_use) {
         free(c.nconsumers);
         free(c.relu_fused);
         free(c.remat);
+        free(c.last_use);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
+    for (int l = 0; l < g->n_layers; l++)
+        c.last_use[l] = -1;
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
-        for (int k = 0; k < L->n_in; k++)
+        for (int k = 0; k < L->n_in; k++) {
             c.nconsumers[L->in[k]]++;
+            c.last_use[L->in[k]] = l;
+        }
         /* relu right after batchnorm or add, its only consumer: fused. */
         if (L->op == GOP_RELU && L->n_in == 1) {
             int i = L->in[0];
@@ -1197,6 +1197,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     free(c.nconsumers);
     free(c.relu_fused);
     free(c.remat);
+    free(c.last_use);
     if (out->oom) {
         fw_program_free(out);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (firmware)");
