@@ -1295,11 +1295,13 @@ static tpu_status fwd_upsample(fx_state *x, int core, int l, tpu_error *err)
 static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
-    const tens *in;
+    const tens *ins[GRAPH_MAX_IN];
     tens *o;
     tpu_status rc;
-    if ((rc = act_of(x, core, L->in[0], &in, err)) ||
-        (rc = new_act(x, core, l, &o, err)))
+    for (int k = 0; k < L->n_in; k++)
+        if ((rc = act_of(x, core, L->in[k], &ins[k], err)))
+            return rc;
+    if ((rc = new_act(x, core, l, &o, err)))
         return rc;
     int64_t npos = tens_pos(o);
     for (int64_t b = 0; b < o->B; b++)
@@ -1308,7 +1310,7 @@ static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
             pos_decode(o, pos, loc);
             for (int64_t ch = 0; ch < o->C; ch++) {
                 int64_t i = at(o, b, loc, ch);
-                float v = in->v[i], r = v;
+                float v = ins[0]->v[i], r = v;
                 if (L->op == GOP_RELU)
                     r = v > 0.0f ? v : 0.0f;
                 else if (L->op == GOP_SIGMOID)
@@ -1317,15 +1319,9 @@ static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
                     r = drop_keep(x, core, l, o, b, loc, ch)
                             ? v / (1.0f - (float)L->rate)
                             : 0.0f;
-                else if (L->op == GOP_ADD) {
-                    r = v;
-                    for (int k = 1; k < L->n_in; k++) {
-                        const tens *ik;
-                        if ((rc = act_of(x, core, L->in[k], &ik, err)))
-                            return rc;
-                        r += ik->v[i];
-                    }
-                }
+                else if (L->op == GOP_ADD)
+                    for (int k = 1; k < L->n_in; k++)
+                        r += ins[k]->v[i];
                 o->v[i] = rnd(r, L->dtype_bytes);
             }
         }
@@ -1364,8 +1360,7 @@ static tpu_status fwd_gap(fx_state *x, int core, int l, tpu_error *err)
 /* ---- losses ------------------------------------------------------------ */
 
 /* The channel that is 1 in the one-hot target of example b (fxdata.h). */
-static int64_t target_channel(const fx_state *x, int core, int64_t b,
-                              int64_t C)
+static int64_t target_channel(const fx_state *x, int core, int64_t b, int64_t C)
 {
     int y =
         fxd_class(x->cfg.seed, x->step, x->G, gexample(x, core, b), x->ncls);
