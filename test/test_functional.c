@@ -935,9 +935,14 @@ void th_suite_functional_random(th_ctx *t)
 {
     th_case(t, "random 2D and 3D graphs: every partitioning's output is "
                "bit-identical to the unpartitioned run");
+    /* FX_RANDOM_GRAPHS=N runs more (a soak: `FX_RANDOM_GRAPHS=400
+     * ./test/run functional_random`). */
+    const char *soak = getenv("FX_RANDOM_GRAPHS");
     int graphs = 0, runs = 0, n = th_asan() ? 6 : 32;
+    if (soak && atoi(soak) > 0)
+        n = atoi(soak);
     char buf[8192];
-    for (uint64_t seed = 1; graphs < n && seed < 4000; seed++) {
+    for (uint64_t seed = 1; graphs < n && seed < (uint64_t)n * 100; seed++) {
         random_trace(seed, graphs % 4 == 3 ? 3 : 2, 0, buf, sizeof buf);
         graph g;
         tpu_error err = {0};
@@ -975,7 +980,10 @@ void th_suite_functional_random(th_ctx *t)
                "chip's, and central differences");
     graphs = 0;
     n = th_asan() ? 2 : 8;
-    for (uint64_t seed = 5000; graphs < n && seed < 7000; seed++) {
+    if (soak && atoi(soak) > 0)
+        n = atoi(soak) / 4 + 1;
+    for (uint64_t seed = 1000000; graphs < n && seed < 1000000 + (uint64_t)n * 200;
+         seed++) {
         random_trace(seed, graphs % 4 == 3 ? 3 : 2, 1, buf, sizeof buf);
         graph g;
         tpu_error err = {0};
