@@ -268,31 +268,56 @@ static int64_t kernel_taps(const glayer *L)
     return t;
 }
 
-/* Upper estimate: per core, each layer's output and gradient shards, two
- * windows (at most the whole tensor, at most twice the shard), the
- * weights three times (value, momentum, gradient); plus, once, the
- * operands of the largest matmul instruction (its rows x the real K rows,
- * in fp32 and bf16 copies, and its fp32 results). */
+/* Elements of layer l's tensor for a replica's batch: whole, and the part
+ * the shard at coordinates co holds. */
+static void tensor_elems(const graph *g, const plan *p, int l, const int *co,
+                         double *full, double *local)
+{
+    const glayer *L = &g->layers[l];
+    *full = *local = (double)p->batch * (double)L->out.c;
+    for (int d = 0; d < L->out.nsp; d++) {
+        int64_t lo, hi;
+        plan_range(p, g, l, d, co[d], &lo, &hi);
+        *full *= (double)L->out.sp[d];
+        *local *= (double)(hi - lo);
+    }
+}
+
+/* Upper estimate, fp32 throughout.  Per core: each layer's output and
+ * gradient shards; its input window and its gradient window, each the
+ * whole tensor where the program gathers it and at most twice the shard
+ * otherwise (a halo is narrower than a shard); the weights three times
+ * (value, momentum, gradient).  Plus, once (instructions run one at a
+ * time), the largest matrix instruction's operands: its rows x real K
+ * rows in fp32 and two bf16 copies, the weight operand likewise, the
+ * results and the per-tile temporaries. */
 double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
 {
     double w = (double)graph_weights(g) * 4.0 * 3.0;
     double total = 0, tmp = 0;
+    int n = g->n_layers;
+    uint8_t *gathered = malloc((size_t)n * 2 + 2);
+    if (!gathered)
+        return INFINITY;
     for (int k = 0; k < p->cpr; k++) {
         int co[SP] = {0};
         plan_coords(p, k, co);
+        memset(gathered, 0, (size_t)n * 2 + 2);
+        for (size_t i = 0; i < progs[k].n; i++) {
+            const fw_insn *in = &progs[k].code[i];
+            if (in->op == FW_ALLGATHER && in->layer >= 0)
+                gathered[in->layer * 2 + (in->fx == FX_DX)] = 1;
+        }
         double per = w;
-        for (int l = 0; l < g->n_layers; l++) {
+        for (int l = 0; l < n; l++) {
             const glayer *L = &g->layers[l];
-            double full = (double)p->batch * (double)L->out.c;
-            double local = full;
-            for (int d = 0; d < L->out.nsp; d++) {
-                int64_t lo, hi;
-                plan_range(p, g, l, d, co[d], &lo, &hi);
-                full *= (double)L->out.sp[d];
-                local *= (double)(hi - lo);
-            }
-            double win = full < 2 * local ? full : 2 * local;
-            per += 4.0 * (2 * local + 2 * win);
+            double full, local, ifull = 0, ilocal = 0;
+            tensor_elems(g, p, l, co, &full, &local);
+            if (L->n_in > 0)
+                tensor_elems(g, p, L->in[0], co, &ifull, &ilocal);
+            double win = gathered[l * 2] ? ifull : fmin(ifull, 2 * ilocal);
+            double gwin = gathered[l * 2 + 1] ? full : fmin(full, 2 * local);
+            per += 4.0 * (2 * local + win + gwin);
         }
         for (size_t i = 0; i < progs[k].n; i++) {
             const fw_insn *in = &progs[k].code[i];
@@ -314,13 +339,15 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
             } else {
                 kk = (double)kernel_taps(L) * (double)depth;
             }
-            double t = rows * kk * (4.0 + 3 * 2.0) + rows * (double)in->c * 8.0;
+            double cols = (double)in->c, R = (double)128;
+            double t = (rows * kk + kk * cols) * (4.0 + 3 * 2.0) +
+                       rows * cols * 4.0 * 3 + rows * R * 2.0;
             if (t > tmp)
                 tmp = t;
         }
         total += per * (double)p->replicas;
     }
-    /* Instructions run one at a time: one set of operands is live. */
+    free(gathered);
     return total + tmp;
 }
 
@@ -600,7 +627,8 @@ static tpu_status fwin_of(fx_state *x, int core, int l, const tens **out,
 
 /* Layers without instructions of their own (flatten, concat, a relu fused
  * into its producer's pass) are written in place by their producers: their
- * values are formed when first read. */
+ * values are formed when first read, in their own dtype (an f32 producer
+ * writing into a bf16 concat buffer rounds). */
 static tpu_status lazy_forward(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
@@ -628,7 +656,7 @@ static tpu_status lazy_forward(fx_state *x, int core, int l, tpu_error *err)
                     float v = rd(in, b, g, ch, &miss);
                     if (miss)
                         return missing(err, x, core, l, "flatten", miss);
-                    o->v[b * o->C + pos * in->C + ch] = v;
+                    o->v[b * o->C + pos * in->C + ch] = rnd(v, L->dtype_bytes);
                 }
             }
         return TPU_OK;
@@ -642,8 +670,9 @@ static tpu_status lazy_forward(fx_state *x, int core, int l, tpu_error *err)
                 return rc;
             int64_t n = o->B * tens_pos(o);
             for (int64_t r = 0; r < n; r++)
-                memcpy(&o->v[r * o->C + off], &in->v[r * in->C],
-                       (size_t)in->C * sizeof(float));
+                for (int64_t ch = 0; ch < in->C; ch++)
+                    o->v[r * o->C + off + ch] =
+                        rnd(in->v[r * in->C + ch], L->dtype_bytes);
             off += in->C;
         }
         return TPU_OK;
@@ -1285,7 +1314,7 @@ static tpu_status fwd_upsample(fx_state *x, int core, int l, tpu_error *err)
                 float v = rd(in, b, gi, ch, &miss);
                 if (miss)
                     return missing(err, x, core, l, "upsample", miss);
-                o->v[at(o, b, loc, ch)] = v;
+                o->v[at(o, b, loc, ch)] = rnd(v, L->dtype_bytes);
             }
         }
     return TPU_OK;
@@ -1437,10 +1466,11 @@ static tpu_status fwd_loss(fx_state *x, int core, int l, tpu_error *err)
                 }
             }
         }
-        if (!keep) {
+        /* The dice sums stay on every core: with an unsplit input they are
+         * already whole (no all-reduce follows); the all-reduce counts the
+         * distinct parts only.  The loss itself is counted once. */
+        if (!keep)
             s = 0;
-            dz[0] = dz[1] = dz[2] = 0;
-        }
         if (L->loss != GLOSS_DICE)
             total += s / loss_norm(x, L, k);
     }
@@ -2271,10 +2301,12 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
             for (int kk = 0; kk < L->n_in; kk++) {
                 double tot[3] = {0, 0, 0};
                 for (int s = 0; s < cpr; s++) {
-                    const double *p = &x->cs[x->p->core_of[r * cpr + s]]
-                                           .dice[(l * GRAPH_MAX_IN + kk) * 3];
-                    for (int i = 0; i < 3; i++)
-                        tot[i] += p[i];
+                    int k = x->p->core_of[r * cpr + s];
+                    const double *p =
+                        &x->cs[k].dice[(l * GRAPH_MAX_IN + kk) * 3];
+                    if (contributes(x, k, L->in[kk]))
+                        for (int i = 0; i < 3; i++)
+                            tot[i] += p[i];
                 }
                 for (int s = 0; s < cpr; s++)
                     memcpy(&x->cs[x->p->core_of[r * cpr + s]]

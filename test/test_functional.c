@@ -125,8 +125,9 @@ static int check_same(th_ctx *t, graph *g, const char *sys, void *vc)
     return ok;
 }
 
-static const char *const fwd_traces[] = {"conv2d", "conv3d", "deconv",
-                                         "dense-heads", "pool-up-concat"};
+static const char *const fwd_traces[] = {"conv2d",         "conv3d",
+                                         "deconv",         "dense-heads",
+                                         "pool-up-concat", "views-dtype"};
 
 /* |emu - ref| per element against the bf16 bound of a value that went
  * through `depth` roundings: each bf16 rounding is within 2^-9 relative,
@@ -467,16 +468,19 @@ static void train_cases(th_ctx *t)
     }
 
     th_case(t, "training: central differences agree with the gradients "
-               "(f32 net, every loss kind, unpartitioned and [2,2])");
+               "(f32 net, every loss kind, unpartitioned, [2,1] and [2,2])");
     static const graph_loss kinds[] = {GLOSS_SOFTMAX_XENT, GLOSS_SIGMOID_FOCAL,
                                        GLOSS_L2, GLOSS_SMOOTH_L1, GLOSS_DICE};
     int loss_layer = g.n_layers - 1;
-    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-        g.layers[loss_layer].loss = kinds[k];
-        static const int two[2] = {2, 2};
-        set_parts(&g, k % 2 ? two : NULL);
-        grad_check(t, &g, k == 0 ? 23 : 7);
-    }
+    /* [2,1] and [2,2] split the conv but not the flat logits the loss reads:
+     * the loss's sums are whole on every core without an all-reduce */
+    static const int splits[3][2] = {{1, 1}, {2, 1}, {2, 2}};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (int q = 0; q < 3; q++) {
+            g.layers[loss_layer].loss = kinds[k];
+            set_parts(&g, q ? splits[q] : NULL);
+            grad_check(t, &g, k == 0 && q == 0 ? 23 : 7);
+        }
     g.layers[loss_layer].loss = GLOSS_SOFTMAX_XENT;
     emu_result_free(&base);
     graph_free(&g);
@@ -741,6 +745,41 @@ void th_suite_functional_cli(th_ctx *t)
     TH_CHECKF(t, c.status == 2 && strstr(c.err, "host memory"), "status %d: %s",
               c.status, c.err);
 
+    th_case(t, "the host estimate counts gathered windows whole (each "
+               "[11,1] conv on a 16-way split gathers its input)");
+    {
+        /* 8 gathers of a 64 x 1024 x 8 fp32 tensor (x2 examples) on each of
+         * 32 cores: at least 8 x 32 x 4 MiB = 1 GiB */
+        char path[512], text[4096];
+        int o = snprintf(text, sizeof text,
+                         "{\"format\":\"tpuemu-trace/1\",\"name\":\"gathers\","
+                         "\"system\":\"v3-32\",\"run\":{\"mode\":\"infer\","
+                         "\"global_batch\":4,\"num_cores_per_replica\":16,"
+                         "\"input_partition_dims\":[[1,16,1,1],null]},"
+                         "\"graph\":{\"inputs\":[{\"name\":\"c\",\"shape\":"
+                         "[64,1024,8],\"dtype\":\"f32\"}],\"layers\":[");
+        for (int i = 0; i < 8; i++)
+            o += snprintf(text + o, sizeof text - (size_t)o,
+                          "%s{\"name\":\"c%d\",\"op\":\"conv\",\"in\":"
+                          "\"c%s\",\"filters\":8,\"kernel\":[11,1],"
+                          "\"dtype\":\"f32\"}",
+                          i ? "," : "", i,
+                          i ? (char[]){(char)('0' + i - 1), 0} : "");
+        snprintf(text + o, sizeof text - (size_t)o, "]}}");
+        snprintf(path, sizeof path, "%s/gathers.json", tmp);
+        FILE *f = fopen(path, "w");
+        if (TH_CHECK(t, f != NULL)) {
+            fputs(text, f);
+            fclose(f);
+            th_run(&c, "%s lower %s | grep -c ici.allgather", th_bin(), path);
+            TH_CHECKF(t, atoi(c.out) >= 8, "%s", c.out);
+            th_run(&c, "%s run %s --functional --host-mem-gib 0.9", th_bin(),
+                   path);
+            TH_CHECKF(t, c.status == 2 && strstr(c.err, "host memory"),
+                      "status %d: %s", c.status, c.err);
+        }
+    }
+
     th_case(t, "--steps, --output-npy and --loss-png need --functional; "
                "bad values exit 2");
     th_run(&c, "%s run " TR "conv2d.json --steps 3", th_bin());
@@ -763,8 +802,8 @@ void th_suite_functional_cli(th_ctx *t)
     snprintf(a, sizeof a, "%s/fx-out.npy", tmp);
     snprintf(b, sizeof b, "%s/fx-loss.png", tmp);
     static const char *const npy_traces[] = {
-        "conv2d",         "conv3d", "deconv",     "dense-heads",
-        "pool-up-concat", "resadd", "tiny-train", "chunks"};
+        "conv2d", "conv3d",     "deconv", "dense-heads", "pool-up-concat",
+        "resadd", "tiny-train", "chunks", "views-dtype"};
     th_run(&c,
            "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
     if (c.status == 0) {
@@ -982,8 +1021,8 @@ void th_suite_functional_random(th_ctx *t)
     n = th_asan() ? 2 : 8;
     if (soak && atoi(soak) > 0)
         n = atoi(soak) / 4 + 1;
-    for (uint64_t seed = 1000000; graphs < n && seed < 1000000 + (uint64_t)n * 200;
-         seed++) {
+    for (uint64_t seed = 1000000;
+         graphs < n && seed < 1000000 + (uint64_t)n * 200; seed++) {
         random_trace(seed, graphs % 4 == 3 ? 3 : 2, 1, buf, sizeof buf);
         graph g;
         tpu_error err = {0};
