@@ -1159,11 +1159,17 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
             c.nconsumers[L->in[k]]++;
             c.last_use[L->in[k]] = l;
         }
-        /* relu right after batchnorm or add, its only consumer: fused. */
+    }
+    /* relu right after batchnorm or add, its only consumer: fused into the
+     * producer's pass (XLA loop fusion; the producer's output is never
+     * written). */
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
         if (L->op == GOP_RELU && L->n_in == 1) {
             int i = L->in[0];
             const glayer *I = &g->layers[i];
-            if (I->op == GOP_BATCHNORM || I->op == GOP_ADD)
+            if ((I->op == GOP_BATCHNORM || I->op == GOP_ADD) &&
+                c.nconsumers[i] == 1)
                 c.relu_fused[l] = 1;
         }
     }
