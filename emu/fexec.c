@@ -1210,9 +1210,9 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l, tpu_error *err)
     const float *W = wts(x, core, l);
     for (int64_t ch = 0; ch < C; ch++) {
         float mean = bn[ch] / n;
-        /* E[x^2] - E[x]^2 in one pass, as XLA's BatchNormExpander
-         * computes it (openxla/xla batchnorm_expander.cc), so one
-         * all-reduce carries both sums */
+        /* E[x^2] - E[x]^2 in one pass, so one all-reduce carries both
+         * sums: the identity XLA's BatchNormExpander and tensorflow/tpu's
+         * cross-replica TpuBatchNormalization use for the same reason */
         float var = bn[C + ch] / n - mean * mean;
         if (var < 0.0f)
             var = 0.0f;
