@@ -1555,7 +1555,7 @@ static tpu_status bwd_loss(fx_state *x, int core, int l, tpu_error *err)
 static tpu_status add_grad(fx_state *x, int core, int to, const tens *src,
                            const float *scale, tpu_error *err)
 {
-    if (x->g->layers[to].op == GOP_INPUT)
+    if (!x->g->layers[to].needs_grad)
         return TPU_OK;
     tens *gt;
     tpu_status rc = grad_of(x, core, to, &gt, err);
@@ -1652,7 +1652,7 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
     const tens *in;
     tens *gy, *gx;
     tpu_status rc;
-    if (x->g->layers[L->in[0]].op == GOP_INPUT)
+    if (!x->g->layers[L->in[0]].needs_grad)
         return TPU_OK;
     if ((rc = grad_of(x, core, l, &gy, err)) ||
         (rc = act_of(x, core, L->in[0], &in, err)) ||
@@ -1677,7 +1677,7 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
 static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
-    if (x->g->layers[L->in[0]].op == GOP_INPUT)
+    if (!x->g->layers[L->in[0]].needs_grad)
         return TPU_OK;
     const tens *gw, *xin = NULL;
     tens *gx;
@@ -1789,7 +1789,7 @@ static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
 static tpu_status bwd_gap(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
-    if (x->g->layers[L->in[0]].op == GOP_INPUT)
+    if (!x->g->layers[L->in[0]].needs_grad)
         return TPU_OK;
     tens *gy, *gx;
     tpu_status rc;
@@ -1820,6 +1820,8 @@ static tpu_status lazy_backward(fx_state *x, int core, int l, tpu_error *err)
         return TPU_OK;
     if (L->op == GOP_LOSS)
         return bwd_loss(x, core, l, err);
+    if (!L->needs_grad)
+        return TPU_OK; /* nothing at or below it trains */
     int data_only = 1;
     for (int k = 0; k < L->n_in; k++)
         data_only &= x->g->layers[L->in[k]].op == GOP_INPUT;
@@ -1908,7 +1910,7 @@ static void do_update(fx_state *x, int core)
     fcore *c = &x->cs[core];
     float lr = (float)x->cfg.learning_rate, mu = (float)x->cfg.momentum;
     for (int l = 0; l < x->g->n_layers; l++) {
-        if (!c->w[l] || !c->wg[l])
+        if (!c->w[l] || !c->wg[l] || x->g->layers[l].frozen)
             continue;
         int64_t n = x->g->layers[l].weights;
         for (int64_t i = 0; i < n; i++) {
@@ -1926,7 +1928,8 @@ static tpu_status reduce_grads(fx_state *x, tpu_error *err)
     int n = x->g->n_layers, ncores = x->p->cores;
     for (int l = 0; l < n; l++) {
         int64_t nw = nweights(x, l);
-        if (nw <= 0 || x->g->layers[l].op == GOP_INPUT)
+        if (nw <= 0 || x->g->layers[l].op == GOP_INPUT ||
+            !graph_layer_trains(x->g, l))
             continue;
         float *tot = calloc((size_t)nw + 1, sizeof(float));
         if (!tot)
@@ -2437,7 +2440,8 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
             int64_t nw = x->g->layers[l].weights;
             if (x->g->layers[l].share_from >= 0 || nw <= 0)
                 continue;
-            if (x->cs[0].wg[l])
+            /* A frozen layer's gradient is not computed: zeros. */
+            if (x->cs[0].wg[l] && !x->g->layers[l].frozen)
                 memcpy(&r->grads[o], x->cs[0].wg[l],
                        (size_t)nw * sizeof(float));
             o += nw;

@@ -193,8 +193,38 @@ static tpu_status check_share(const graph *g, const glayer *L,
     return TPU_OK;
 }
 
+static tpu_status infer_layer(graph *g, int i, const char **key,
+                              tpu_error *err);
+
+/* Whether layer i's own weights (or its owner's) get a gradient. */
+static int trains_weights(const graph *g, int i)
+{
+    const glayer *L = &g->layers[i];
+    const glayer *O = L->share_from >= 0 ? &g->layers[L->share_from] : L;
+    return O->weights > 0 && !O->frozen;
+}
+
 tpu_status graph_infer_layer(graph *g, int i, const char **key,
                              tpu_error *err)
+{
+    tpu_status st = infer_layer(g, i, key, err);
+    glayer *L = &g->layers[i];
+    L->needs_grad = 0;
+    if (st || L->op == GOP_INPUT)
+        return st;
+    L->needs_grad = trains_weights(g, i);
+    for (int k = 0; k < L->n_in; k++)
+        L->needs_grad |= g->layers[L->in[k]].needs_grad;
+    return TPU_OK;
+}
+
+int graph_layer_trains(const graph *g, int i)
+{
+    return trains_weights(g, i);
+}
+
+static tpu_status infer_layer(graph *g, int i, const char **key,
+                              tpu_error *err)
 {
     const char *unused = "";
     glayer *L = &g->layers[i];
@@ -412,14 +442,16 @@ double graph_backward_flops(const graph *g)
     double f = 0;
     for (int i = 0; i < g->n_layers; i++) {
         const glayer *L = &g->layers[i];
+        if (!L->needs_grad)
+            continue;
         double fwd = graph_layer_flops(g, i);
         if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE) {
-            int from_input = 1;
-            for (int j = 0; j < L->n_in; j++)
-                from_input &= g->layers[L->in[j]].op == GOP_INPUT;
-            /* weight gradient always; input gradient unless the input is
-             * data, which needs no gradient. */
-            f += 2 * L->macs * (from_input ? 1 : 2) + (fwd - 2 * L->macs);
+            int dx = g->layers[L->in[0]].needs_grad;
+            int dw = trains_weights(g, i);
+            /* the weight gradient when the weights train, the input
+             * gradient when something below trains; the elementwise
+             * epilogue's backward either way. */
+            f += 2 * L->macs * (dx + dw) + (fwd - 2 * L->macs);
         } else {
             f += 2 * fwd;
         }
@@ -438,6 +470,15 @@ int64_t graph_weights(const graph *g)
     int64_t w = 0;
     for (int i = 0; i < g->n_layers; i++)
         w += g->layers[i].weights;
+    return w;
+}
+
+int64_t graph_trainable_weights(const graph *g)
+{
+    int64_t w = 0;
+    for (int i = 0; i < g->n_layers; i++)
+        if (!g->layers[i].frozen)
+            w += g->layers[i].weights;
     return w;
 }
 

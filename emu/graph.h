@@ -90,9 +90,21 @@ typedef struct {
     int share_from;              /* optional "share_weights": index of the
                                     layer whose weights this one reuses
                                     (RetinaNet's heads across FPN levels), -1 */
+    int frozen;                  /* "trainable": false on a layer with
+                                    weights: they get no gradient, no
+                                    optimizer state and no update (a sharer
+                                    has its owner's setting).  0 by default,
+                                    so a zeroed layer trains. */
+
+    /* derived in training: the gradient of this layer's output is needed,
+     * because a trainable layer feeds it (or is it).  Without it the
+     * backward pass has nothing to do here (TF differentiates only
+     * towards the trainable variables: a frozen stem costs no backward). */
+    int needs_grad;
 
     /* derived, per example */
-    int64_t weights;             /* trainable parameters (incl. bias, BN gamma/beta) */
+    int64_t weights;             /* parameters (incl. bias, BN gamma/beta),
+                                    trainable or frozen; 0 on a sharer */
     double macs;                 /* forward multiply-adds (conv, conv_t, dense) */
 } glayer;
 
@@ -138,8 +150,8 @@ tpu_status graph_check_run(const graph *g, const char *system,
                            int64_t global_batch, const char *path,
                            tpu_error *err);
 
-/* Infers layer i's output shape, padding, weights and MACs from its
- * parameters and its inputs' (already inferred) shapes.  On a mismatch
+/* Infers layer i's output shape, padding, weights, MACs and needs_grad
+ * from its parameters and its inputs' (already inferred) ones.  On a mismatch
  * returns TPU_ERR_INPUT with *key naming the offending trace key ("in",
  * "kernel", ...) and err holding the reason without file or path, which
  * the caller prefixes. */
@@ -156,14 +168,22 @@ double graph_forward_flops(const graph *g);
  * each pairwise add; one per window element for pooling; one per input
  * element for global_avgpool and loss; 0 for flatten, concat, upsample). */
 double graph_layer_flops(const graph *g, int i);
-/* Backward FLOPs of the whole graph per example: matrix layers 4 x MACs
- * (input gradient and weight gradient, the first layer after an input
- * skips its input gradient), elementwise layers 2 x their forward work. */
+/* Backward FLOPs of the whole graph per example: matrix layers 2 x MACs
+ * for the weight gradient (when the weights train) and 2 x MACs for the
+ * input gradient (when the input needs a gradient: not data, not a frozen
+ * prefix), elementwise layers 2 x their forward work; nothing for a layer
+ * that needs no gradient (needs_grad). */
 double graph_backward_flops(const graph *g);
+/* Whether layer i's weights (its owner's, for a sharer) get a gradient:
+ * it has weights and is not frozen. */
+int graph_layer_trains(const graph *g, int i);
 /* Bytes of layer i's output per example, in its dtype. */
 int64_t graph_layer_out_bytes(const graph *g, int i);
-/* Trainable parameters of the whole graph (shared weights counted once). */
+/* Parameters of the whole graph, frozen ones included (shared weights
+ * counted once). */
 int64_t graph_weights(const graph *g);
+/* The trainable ones only (what gets gradients and optimizer state). */
+int64_t graph_trainable_weights(const graph *g);
 /* Name of an op as it is written in traces ("conv", "global_avgpool"). */
 const char *graph_op_name(graph_op op);
 /* Index of the layer called name, or -1. */

@@ -41,8 +41,10 @@ static tpu_status fill_header(const graph *g, const tpu_system *sys,
     r->train = g->train;
     r->hbm_capacity_bytes = hw->hbm.capacity_bytes;
     r->core_peak_flops = tpu_core_peak_flops(hw);
+    /* The work the step really does: a frozen prefix has no backward. */
     r->flops_per_step =
-        graph_forward_flops(g) * (double)batch * (g->train ? 3.0 : 1.0);
+        (graph_forward_flops(g) + (g->train ? graph_backward_flops(g) : 0)) *
+        (double)batch;
     if (o->n_sets) {
         r->overrides = calloc((size_t)o->n_sets, sizeof *r->overrides);
         if (!r->overrides)

@@ -373,13 +373,16 @@ static const char *const *trace_op_keys(graph_op op)
     static const char *const conv[] = {
         "name",    "op",       "in",       "dtype",        "comment", "filters",
         "kernel",  "strides",  "padding",  "dilation",     "use_bias",
-        "share_weights", NULL};
+        "share_weights", "trainable", NULL};
     static const char *const conv_t[] = {
         "name",    "op",      "in",       "dtype",        "comment",
         "filters", "kernel",  "strides",  "padding",      "use_bias",
-        "share_weights", NULL};
-    static const char *const dense[] = {"name",  "op",       "in", "dtype",
-                                        "comment", "units", "use_bias", NULL};
+        "share_weights", "trainable", NULL};
+    static const char *const dense[] = {"name",     "op",    "in",
+                                        "dtype",    "comment", "units",
+                                        "use_bias", "trainable", NULL};
+    static const char *const bn[] = {"name",    "op",        "in", "dtype",
+                                     "comment", "trainable", NULL};
     static const char *const plain[] = {"name", "op", "in", "dtype",
                                         "comment", NULL};
     static const char *const pool[] = {"name",   "op",      "in",
@@ -395,6 +398,7 @@ static const char *const *trace_op_keys(graph_op op)
     case GOP_CONV: return conv;
     case GOP_CONV_T: return conv_t;
     case GOP_DENSE: return dense;
+    case GOP_BATCHNORM: return bn;
     case GOP_MAXPOOL:
     case GOP_AVGPOOL: return pool;
     case GOP_UPSAMPLE: return up;
@@ -617,6 +621,29 @@ static tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
         break;
     }
 
+    if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE ||
+        L->op == GOP_BATCHNORM) {
+        /* Shared weights are frozen or trained together: a sharer takes
+         * its owner's setting and may only repeat it. */
+        int tr = -1;
+        if ((st = trace_bool(c, o, base, "trainable", &tr)))
+            return st;
+        if (L->share_from >= 0) {
+            const glayer *O = &g->layers[L->share_from];
+            if (tr >= 0 && tr == O->frozen) {
+                trace_path(p, sizeof p, base, "trainable");
+                return trace_fail(c, p,
+                                  "%s, but the weights it shares with '%s' "
+                                  "are %s",
+                                  tr ? "true" : "false",
+                                  trace_q(q, sizeof q, O->name),
+                                  O->frozen ? "frozen" : "trainable");
+            }
+            L->frozen = O->frozen;
+        } else {
+            L->frozen = tr == 0;
+        }
+    }
     g->n_layers++;
     st = graph_infer_layer(g, g->n_layers - 1, &key, c->err);
     if (st) {

@@ -761,7 +761,10 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         for (int d = 0; d < I->out.nsp; d++)
             Min *= e[d];
     }
-    int need_dx = I->op != GOP_INPUT;
+    /* The input gradient only when something below trains, the weight
+     * gradient only when these weights do (tf.gradients differentiates
+     * towards the trainable variables alone). */
+    int need_dx = I->needs_grad;
     if (need_dx) {
         halo_t hb;
         if (bwd_halo_of(c, l, i, &hb))
@@ -784,6 +787,8 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         c->fx = FX_NONE;
         c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     }
+    if (!graph_layer_trains(c->g, l))
+        return;
     emit_dw_exchange(c, l, i, &h);
     /* dW: m = K rows of X^T, k = M positions, n = cout; accumulated in
      * fp32 in VMEM over M tiles, stored once.  In the small-batch layout
@@ -941,14 +946,15 @@ static void lower_backward_ops(lc *c, int l)
 {
     const glayer *L = &c->g->layers[l];
     const int ph = PHASE_BWD;
-    if (L->op == GOP_INPUT)
-        return;
+    if (L->op == GOP_INPUT || !L->needs_grad)
+        return; /* nothing at or below it trains: no gradient flows here */
     double ob = out_bytes(c, l), oe = out_elems(c, l);
     double ib = L->n_in ? out_bytes(c, L->in[0]) : 0;
     /* Gradients from several consumers are summed first. */
     for (int k = 1; k < c->nconsumers[l]; k++)
         emit_pass_fx(c, FX_NONE, ph, l, 2 * ob, ob, oe, 1);
-    int input_is_data = L->n_in && c->g->layers[L->in[0]].op == GOP_INPUT;
+    /* The input needs no gradient: data, or a frozen prefix. */
+    int input_is_data = L->n_in && !c->g->layers[L->in[0]].needs_grad;
     switch (L->op) {
     case GOP_CONV:
     case GOP_CONV_T:
@@ -1000,10 +1006,12 @@ static void lower_backward_ops(lc *c, int l)
         }
         return;
     case GOP_DROPOUT:
-        emit_pass(c, ph, l, ob + oe / 8, ib, oe, 2);
+        if (!input_is_data)
+            emit_pass(c, ph, l, ob + oe / 8, ib, oe, 2);
         return;
     case GOP_GAP:
-        emit_pass(c, ph, l, ob, ib, out_elems(c, L->in[0]), 1);
+        if (!input_is_data)
+            emit_pass(c, ph, l, ob, ib, out_elems(c, L->in[0]), 1);
         return;
     case GOP_INPUT:
     case GOP_FLATTEN:
@@ -1014,21 +1022,30 @@ static void lower_backward_ops(lc *c, int l)
     }
 }
 
-/* Tensors the backward pass reads: inputs of matrix layers and batchnorm,
- * outputs of relu/sigmoid (masks), maxpool inputs and outputs. */
+/* Tensors the backward pass reads: inputs of matrix layers whose weights
+ * train (the weight gradient), inputs of batchnorms with a backward,
+ * outputs of relu/sigmoid (masks) and maxpool inputs and outputs where a
+ * gradient passes.  A frozen prefix keeps none of them. */
 static int saved_for_backward(const lc *c, int l)
 {
-    const glayer *L = &c->g->layers[l];
-    if (L->op == GOP_RELU || L->op == GOP_SIGMOID || L->op == GOP_MAXPOOL)
+    const graph *g = c->g;
+    const glayer *L = &g->layers[l];
+    if ((L->op == GOP_RELU || L->op == GOP_SIGMOID) && L->needs_grad)
         return 1;
-    for (int j = l + 1; j < c->g->n_layers; j++) {
-        const glayer *J = &c->g->layers[j];
+    if (L->op == GOP_MAXPOOL && g->layers[L->in[0]].needs_grad)
+        return 1;
+    for (int j = l + 1; j < g->n_layers; j++) {
+        const glayer *J = &g->layers[j];
         for (int k = 0; k < J->n_in; k++) {
             if (J->in[k] != l)
                 continue;
-            if (J->op == GOP_CONV || J->op == GOP_CONV_T ||
-                J->op == GOP_DENSE || J->op == GOP_BATCHNORM ||
-                J->op == GOP_MAXPOOL)
+            if ((J->op == GOP_CONV || J->op == GOP_CONV_T ||
+                 J->op == GOP_DENSE) &&
+                graph_layer_trains(g, j))
+                return 1;
+            if (J->op == GOP_BATCHNORM && J->needs_grad)
+                return 1;
+            if (J->op == GOP_MAXPOOL && L->needs_grad)
                 return 1;
         }
     }
@@ -1039,11 +1056,14 @@ static void account_memory(lc *c)
 {
     const graph *g = c->g;
     fw_memory *m = c->mem;
-    double w = 0, saved = 0, ws = 0;
+    double w = 0, wt = 0, saved = 0, ws = 0;
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
-        if (L->share_from < 0)
+        if (L->share_from < 0) {
             w += (double)L->weights;
+            if (!L->frozen)
+                wt += (double)L->weights;
+        }
         double ob = out_bytes(c, l);
         if (g->train && saved_for_backward(c, l) && !c->remat[l])
             saved += ob;
@@ -1062,8 +1082,8 @@ static void account_memory(lc *c)
             ws = live;
     }
     m->weights_bytes = w * 4;
-    m->grads_bytes = g->train ? w * 4 : 0;
-    m->opt_bytes = g->train ? w * 4 : 0;
+    m->grads_bytes = g->train ? wt * 4 : 0; /* frozen weights: neither */
+    m->opt_bytes = g->train ? wt * 4 : 0;
     m->saved_bytes = saved;
     m->workspace_bytes = ws;
     m->peak_bytes = m->weights_bytes + m->grads_bytes + m->opt_bytes + saved + ws;
@@ -1190,8 +1210,10 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
         mem->remat_bytes = rb;
         mem->remat_layers = rn;
     }
-    if (g->train) {
-        double wb = mem->weights_bytes;
+    if (g->train && mem->grads_bytes > 0) {
+        /* Only the trainable weights' gradients are all-reduced and
+         * applied. */
+        double wb = mem->grads_bytes;
         if (p->cores > 1)
             emit(&c, FW_ALLREDUCE, PHASE_UPDATE, -1, (int64_t)wb, FW_GROUP_ALL,
                  0, 0);

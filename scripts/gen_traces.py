@@ -107,7 +107,7 @@ class Graph:
         return name
 
     def conv(self, name, x, filters, kernel, strides=1, padding="same",
-             dilation=1, use_bias=False, share=None, dtype=None):
+             dilation=1, use_bias=False, share=None, dtype=None, trainable=True):
         sp, cin = self._get(x)
         nsp = len(sp)
         k = self._vec(kernel, nsp)
@@ -138,6 +138,8 @@ class Graph:
                 raise TraceError("%s: shares weights of %s with another geometry"
                                  % (name, share))
             layer["share_weights"] = share
+        if not trainable:
+            layer["trainable"] = False
         if dtype:
             layer["dtype"] = dtype
         self.macs += _prod(out) * _prod(k) * cin * filters
@@ -185,10 +187,13 @@ class Graph:
             layer["dtype"] = dtype
         return layer
 
-    def bn(self, name, x, dtype=None):
+    def bn(self, name, x, dtype=None, trainable=True):
         sp, c = self._get(x)
         self.weights += 2 * c          # gamma and beta
-        return self._emit(self._simple(name, "batchnorm", x, dtype), (sp, c))
+        layer = self._simple(name, "batchnorm", x, dtype)
+        if not trainable:
+            layer["trainable"] = False
+        return self._emit(layer, (sp, c))
 
     def relu(self, name, x, dtype=None):
         return self._emit(self._simple(name, "relu", x, dtype), self._get(x))
@@ -276,33 +281,41 @@ class Graph:
 RESNET50_STAGES = ((2, 64, 3, 1), (3, 128, 4, 2), (4, 256, 6, 2), (5, 512, 3, 2))
 
 
-def resnet50_backbone(g, x):
+def resnet50_backbone(g, x, freeze_res2=False):
     """ResNet-50 v1.5 as tensorflow/tpu builds it (post-activation, BN after
     every conv, stride 2 in the 3x3 conv of a stage's first block, projection
     shortcut conv+BN on every stage's first block, convs without bias).
-    Returns the outputs of stages 3, 4 and 5 (C3, C4, C5)."""
-    x = g.conv("conv1", x, 64, 7, strides=2)
-    x = g.bn("bn_conv1", x)
+    Returns the outputs of stages 3, 4 and 5 (C3, C4, C5).
+
+    freeze_res2: conv1, stage 2 and their batchnorms are not trained, as
+    models/official/detection's base_config.py RESNET_FROZEN_VAR_PREFIX
+    (resnet50/conv2d..conv2d_10 and batch_normalization..batch_normalization_10:
+    the stem and res2's 10 convs) sets train.frozen_variable_prefix."""
+    fr = not freeze_res2
+    x = g.conv("conv1", x, 64, 7, strides=2, trainable=fr)
+    x = g.bn("bn_conv1", x, trainable=fr)
     x = g.relu("conv1_relu", x)
     x = g.maxpool("pool1", x, 3, strides=2, padding="same")
     outs = {}
     for stage, mid, blocks, stride in RESNET50_STAGES:
+        tr = not (freeze_res2 and stage == 2)
         for b in range(blocks):
             tag = "%d%s" % (stage, "abcdef"[b])
             s = stride if b == 0 else 1
             if b == 0:
-                sc = g.conv("res%s_branch1" % tag, x, 4 * mid, 1, strides=s)
-                sc = g.bn("bn%s_branch1" % tag, sc)
+                sc = g.conv("res%s_branch1" % tag, x, 4 * mid, 1, strides=s,
+                            trainable=tr)
+                sc = g.bn("bn%s_branch1" % tag, sc, trainable=tr)
             else:
                 sc = x
-            y = g.conv("res%s_branch2a" % tag, x, mid, 1)
-            y = g.bn("bn%s_branch2a" % tag, y)
+            y = g.conv("res%s_branch2a" % tag, x, mid, 1, trainable=tr)
+            y = g.bn("bn%s_branch2a" % tag, y, trainable=tr)
             y = g.relu("res%s_branch2a_relu" % tag, y)
-            y = g.conv("res%s_branch2b" % tag, y, mid, 3, strides=s)
-            y = g.bn("bn%s_branch2b" % tag, y)
+            y = g.conv("res%s_branch2b" % tag, y, mid, 3, strides=s, trainable=tr)
+            y = g.bn("bn%s_branch2b" % tag, y, trainable=tr)
             y = g.relu("res%s_branch2b_relu" % tag, y)
-            y = g.conv("res%s_branch2c" % tag, y, 4 * mid, 1)
-            y = g.bn("bn%s_branch2c" % tag, y)
+            y = g.conv("res%s_branch2c" % tag, y, 4 * mid, 1, trainable=tr)
+            y = g.bn("bn%s_branch2c" % tag, y, trainable=tr)
             y = g.add("res%s" % tag, [y, sc])
             x = g.relu("res%s_relu" % tag, y)
         outs[stage] = x
@@ -319,7 +332,7 @@ def retinanet(size):
     resnet.py, fpn.py, heads.py RetinanetHead, retinanet losses)."""
     g = Graph(2)
     img = g.input("image", [size, size, 3])
-    c = resnet50_backbone(g, img)
+    c = resnet50_backbone(g, img, freeze_res2=True)
     lat = {lvl: g.conv("fpn_l%d" % lvl, c[lvl], FPN_DIMS, 1, use_bias=True)
            for lvl in (3, 4, 5)}
     top = {5: lat[5]}
@@ -553,13 +566,13 @@ def render(t):
 
 def check_refs(t):
     """Re-checks the written form: every `in` defined before use, keys only
-    from SPEC.md's list plus share_weights."""
+    from SPEC.md's list plus share_weights and trainable (docs/TRACE.md)."""
     allowed = {
         "conv": {"filters", "kernel", "strides", "padding", "dilation", "use_bias",
-                 "share_weights"},
-        "conv_transpose": {"filters", "kernel", "strides", "padding"},
-        "dense": {"units", "use_bias"},
-        "batchnorm": set(), "relu": set(), "sigmoid": set(), "flatten": set(),
+                 "share_weights", "trainable"},
+        "conv_transpose": {"filters", "kernel", "strides", "padding", "trainable"},
+        "dense": {"units", "use_bias", "trainable"},
+        "batchnorm": {"trainable"}, "relu": set(), "sigmoid": set(), "flatten": set(),
         "global_avgpool": set(), "add": set(), "concat": set(),
         "maxpool": {"window", "strides", "padding"},
         "avgpool": {"window", "strides", "padding"},
