@@ -35,3 +35,24 @@ row "xla.halo_fused=0" "--set xla.halo_fused=0"
 row "xla.dw_halo=0" "--set xla.dw_halo=0"
 row "hbm.capacity_gib=16 (xla.remat)" "--set hbm.capacity_gib=16"
 row "xla.remat=0 (capacity 64)" "--set xla.remat=0"
+# Not parameters: which layers the RetinaNet reference freezes.  The traces
+# follow models/official/detection's 2019 base_config (conv1 and res2 with
+# their batchnorms); models/official/retinanet freezes conv1's kernel only;
+# later detection configs freeze nothing (traces/README.md).
+variant() {
+  label=$1
+  script=$2
+  dir=$(mktemp -d)
+  list=""
+  for t in $traces; do
+    sed "$script" "$t" > "$dir/$(basename "$t")"
+    list="$list $dir/$(basename "$t")"
+  done
+  saved=$traces
+  traces=$list
+  row "$label" ""
+  traces=$saved
+  rm -rf "$dir"
+}
+variant "conv1 frozen only (retinanet)  " '/"name": "conv1"/!s/, "trainable": false//'
+variant "all layers trainable (no freeze)" 's/, "trainable": false//'
