@@ -72,9 +72,12 @@ int cli_lower(int argc, char **argv)
     for (size_t i = 0; i < prog.n; i++) {
         const fw_insn *in = &prog.code[i];
         if (in->layer != last_layer || in->phase != last_phase) {
-            printf("\n; %s %s\n",
+            printf("\n; %s %s%s\n",
                    in->layer >= 0 ? g.layers[in->layer].name : "(step)",
-                   emu_phase_name((emu_phase)in->phase));
+                   emu_phase_name((emu_phase)in->phase),
+                   in->layer >= 0 && g.layers[in->layer].frozen
+                       ? " (frozen)"
+                       : "");
             last_layer = in->layer;
             last_phase = in->phase;
         }
