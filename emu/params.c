@@ -83,6 +83,12 @@ void tpu_params_default(tpu_params *p, int gen)
      * same in 2019-2020 is [U].  Switch kept for what-if studies. */
     p->xla_conv_pad = 1;
     p->xla_conv_batch_threshold = 64;      /* [C] same page */
+    /* The page pads "the batch" of every small-batch convolution to 8.
+     * Whether the layout of a 3D convolution (N, D, H, W, C) also keeps
+     * the batch on the sublanes, rather than a spatial dimension, is [U];
+     * 0 pads the features alone, to measure what the batch padding costs
+     * (the 3D UNet's 4 examples per core stream as 8 rows with 1). */
+    p->xla_conv_pad_batch = 1;
     /* [U] XLA SPMD's ReshardAsWindowedInput calls ExchangeHaloAndGetValidData
      * once per split dimension (openxla/xla spmd/spmd_partitioner.cc,
      * spmd_partitioner_util.cc): collective-permutes, a concatenate, a pad
@@ -244,6 +250,8 @@ static const pentry table[] = {
       "[C] Cloud TPU TF performance notes, tf.nn.conv_n_d"),
     I("xla.conv_batch_threshold", xla_conv_batch_threshold, "examples", 1,
       1 << 30, "[C] same: 64"),
+    I("xla.conv_pad_batch", xla_conv_pad_batch, "0/1", 0, 1,
+      "[C] same, batch to 8; [U] for 3D layouts"),
     I("xla.halo_fused", xla_halo_fused, "0/1", 0, 1,
       "[U] SPMD halo ops fused per dimension"),
     I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,

@@ -34,6 +34,8 @@ typedef struct {
                                 TPU guide says (batch/feature to 8/128) */
     int xla_conv_batch_threshold; /* most common conv batch below which
                                 the small-batch padding applies */
+    int xla_conv_pad_batch;  /* 1: that padding includes the batch (to the
+                                sublanes); 0: features only */
     int xla_halo_fused;      /* 1: each split dimension's concatenate, pad,
                                 slice and mask are one fused pass */
     int xla_dw_halo;         /* 1: the weight-gradient conv exchanges the

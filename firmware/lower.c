@@ -96,7 +96,7 @@ static int conv_small_batch(const lc *c)
  * the sublanes (8).  1 otherwise. */
 static double conv_batch_scale(const lc *c)
 {
-    if (!conv_small_batch(c) || c->B <= 0)
+    if (!conv_small_batch(c) || !c->hw->xla_conv_pad_batch || c->B <= 0)
         return 1;
     return (double)rup((int64_t)ceil(c->B), c->hw->sublane_pad) / c->B;
 }

@@ -119,6 +119,18 @@ void th_suite_xla_lower(th_ctx *t)
             TH_CHECKF(t, off.m_rows == 4 * 256, "off: M %g", off.m_rows);
             TH_CHECKF(t, off.k_max == 288, "off: K %lld", (long long)off.k_max);
         }
+        /* xla.conv_pad_batch=0: the features still pad (K = 9 x 128), the
+         * 4 examples stream as 4 (M = 4 x 256). */
+        tally fo;
+        if (TH_CHECKF(t,
+                      lower_tally(buf, "xla.conv_pad_batch", "0", "c1",
+                                  PHASE_FWD, &fo, &e) == 0,
+                      "%s", e.msg)) {
+            TH_CHECKF(t, fo.m_rows == 4 * 256, "features only: M %g",
+                      fo.m_rows);
+            TH_CHECKF(t, fo.k_max == 9 * 128, "features only: K %lld",
+                      (long long)fo.k_max);
+        }
         /* 64 per core reaches the threshold: the small-batch rule is off
          * and tpuemu's fold rule applies. */
         trace(buf, sizeof buf, 512, 1, 1, 1, 16, 16, 32, 32, 3);
