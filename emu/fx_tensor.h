@@ -1,0 +1,248 @@
+/* fx_tensor — boxes of a --functional tensor and the coordinates a
+ * kernel tap reaches (internal to emu/fexec.c and its emu/fx_*.c parts).
+ *
+ * A box is a core's part of a layer's tensor: the examples B, the channels
+ * C (innermost), and per spatial dimension its global offset `lo`, its
+ * extent `ext` and the whole tensor's extent `gext`.  A read names a global
+ * coordinate: outside the tensor it is padding (0), inside the tensor but
+ * outside the box it is a row the core does not hold.
+ *
+ * The per-element helpers are inline: the kernels call them in their
+ * innermost loops, as they did when all of fexec was one file.
+ */
+#ifndef EMU_FX_TENSOR_H
+#define EMU_FX_TENSOR_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "emu/graph.h"
+#include "emu/status.h"
+#include "mxu/bf16.h"
+
+typedef struct {
+    int nsp;
+    int64_t B, C;
+    int64_t lo[GRAPH_MAX_SP], ext[GRAPH_MAX_SP], gext[GRAPH_MAX_SP];
+    float *v;
+} fxt_tens;
+
+/* (Re)allocates t's values for its shape, zeroed. */
+tpu_status fxt_alloc(fxt_tens *t, tpu_error *err);
+void fxt_free(fxt_tens *t);
+
+/* A layer's value in its storage dtype (2 bytes: bf16). */
+static inline float fxt_round(float v, int dtype)
+{
+    return dtype == 2 ? bf16_to_f32(bf16_from_f32(v)) : v;
+}
+
+/* Positions (spatial coordinates) of the box. */
+static inline int64_t fxt_npos(const fxt_tens *t)
+{
+    int64_t e = 1;
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        e *= t->ext[d];
+    return e;
+}
+
+static inline int64_t fxt_elems(const fxt_tens *t)
+{
+    return t->B * t->C * fxt_npos(t);
+}
+
+/* The box's shape without its values. */
+static inline void fxt_copy_shape(fxt_tens *dst, const fxt_tens *src)
+{
+    *dst = *src;
+    dst->v = NULL;
+}
+
+/* Local position index -> local coordinates. */
+static inline void fxt_decode(const fxt_tens *t, int64_t pos,
+                              int64_t o[GRAPH_MAX_SP])
+{
+    for (int d = GRAPH_MAX_SP - 1; d >= 0; d--) {
+        o[d] = pos % t->ext[d];
+        pos /= t->ext[d];
+    }
+}
+
+/* Local coordinates -> global ones. */
+static inline void fxt_offset(const fxt_tens *t,
+                              const int64_t loc[GRAPH_MAX_SP],
+                              int64_t g[GRAPH_MAX_SP])
+{
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        g[d] = loc[d] + t->lo[d];
+}
+
+/* Local position index -> local and global coordinates. */
+static inline void fxt_global(const fxt_tens *t, int64_t pos,
+                              int64_t loc[GRAPH_MAX_SP],
+                              int64_t g[GRAPH_MAX_SP])
+{
+    fxt_decode(t, pos, loc);
+    fxt_offset(t, loc, g);
+}
+
+static inline int64_t fxt_at(const fxt_tens *t, int64_t b,
+                             const int64_t loc[GRAPH_MAX_SP], int64_t c)
+{
+    int64_t i = b;
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        i = i * t->ext[d] + loc[d];
+    return i * t->C + c;
+}
+
+/* Row-major index of (global position, channel) within one example. */
+static inline int64_t fxt_gflat(const fxt_tens *t,
+                                const int64_t g[GRAPH_MAX_SP], int64_t c)
+{
+    int64_t i = 0;
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        i = i * t->gext[d] + g[d];
+    return i * t->C + c;
+}
+
+/* Global coordinate g -> local coordinates loc: 1 when the box holds it,
+ * 0 when g is padding (outside the tensor), -1 with *miss set (the
+ * dimension + 1) when the tensor has the row but the box does not. */
+static inline int fxt_locate(const fxt_tens *t, const int64_t g[GRAPH_MAX_SP],
+                             int64_t loc[GRAPH_MAX_SP], int *miss)
+{
+    for (int d = 0; d < GRAPH_MAX_SP; d++) {
+        if (g[d] < 0 || g[d] >= t->gext[d])
+            return 0;
+        loc[d] = g[d] - t->lo[d];
+        if (loc[d] < 0 || loc[d] >= t->ext[d]) {
+            *miss = d + 1;
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* Reads global coordinate g of example b: 0 outside the tensor (padding);
+ * sets *miss (with the dimension) when the tensor has the row but this
+ * core does not. */
+static inline float fxt_rd(const fxt_tens *t, int64_t b,
+                           const int64_t g[GRAPH_MAX_SP], int64_t c, int *miss)
+{
+    int64_t loc[GRAPH_MAX_SP];
+    if (fxt_locate(t, g, loc, miss) <= 0)
+        return 0.0f;
+    return t->v[fxt_at(t, b, loc, c)];
+}
+
+/* The channels [c0, c0 + n) at global coordinate g of example b into dst
+ * (channels are innermost, so one copy): 0 when g is padding (dst left
+ * as it is: the callers' buffers are zeroed), -1 with *miss set when the
+ * core does not hold the row, 1 when copied. */
+static inline int fxt_rd_row(const fxt_tens *t, int64_t b,
+                             const int64_t g[GRAPH_MAX_SP], int64_t c0,
+                             int64_t n, float *dst, int *miss)
+{
+    int64_t loc[GRAPH_MAX_SP];
+    int got = fxt_locate(t, g, loc, miss);
+    if (got > 0)
+        memcpy(dst, &t->v[fxt_at(t, b, loc, c0)], sizeof(float) * (size_t)n);
+    return got;
+}
+
+/* Whether g lies inside the extents along the first nsp dims. */
+static inline int fxt_inside(const int64_t g[GRAPH_MAX_SP],
+                             const int64_t gext[GRAPH_MAX_SP], int nsp)
+{
+    for (int d = 0; d < nsp; d++)
+        if (g[d] < 0 || g[d] >= gext[d])
+            return 0;
+    return 1;
+}
+
+/* ---- kernel taps -------------------------------------------------------- */
+
+static inline int64_t fxt_dflt(int v)
+{
+    return v > 0 ? v : 1;
+}
+
+static inline int64_t fxt_kernel_taps(const glayer *L)
+{
+    int64_t t = 1;
+    if (L->op == GOP_DENSE)
+        return 1;
+    for (int d = 0; d < L->out.nsp; d++)
+        t *= L->kernel[d];
+    return t;
+}
+
+/* Tap index -> kernel offsets (row-major over the kernel dims). */
+static inline void fxt_tap_decode(const glayer *L, int64_t t,
+                                  int64_t k[GRAPH_MAX_SP])
+{
+    for (int d = GRAPH_MAX_SP - 1; d >= 0; d--) {
+        if (d >= L->out.nsp || L->op == GOP_DENSE) {
+            k[d] = 0;
+            continue;
+        }
+        k[d] = t % L->kernel[d];
+        t /= L->kernel[d];
+    }
+}
+
+/* Input coordinate that output coordinate o reads through tap offset kk
+ * along dim d; returns 0 when the tap does not hit (a stride phase of a
+ * transposed conv), *gi = -1 for padding. */
+static inline int fxt_tap_hits(const glayer *L, int d, int64_t o, int64_t kk,
+                               int64_t *gi)
+{
+    int64_t s = fxt_dflt(L->strides[d]), dil = fxt_dflt(L->dilation[d]);
+    if (L->op == GOP_CONV_T) {
+        int64_t j = o - L->pad_lo[d] + kk * dil;
+        if (((j % s) + s) % s != 0)
+            return 0;
+        *gi = j < 0 ? -1 : j / s;
+        return 1;
+    }
+    *gi = o * s - L->pad_lo[d] + kk * dil;
+    return 1;
+}
+
+/* The input gradient's view: input coordinate p receives from output
+ * coordinate *go through tap offset kk (0 when no output does). */
+static inline int fxt_tap_hits_dx(const glayer *L, int d, int64_t p, int64_t kk,
+                                  int64_t *go)
+{
+    int64_t s = fxt_dflt(L->strides[d]), dil = fxt_dflt(L->dilation[d]);
+    if (L->op == GOP_CONV_T) {
+        *go = p * s + L->pad_lo[d] - kk * dil;
+        return 1;
+    }
+    int64_t num = p + L->pad_lo[d] - kk * dil;
+    if (((num % s) + s) % s != 0)
+        return 0;
+    *go = num < 0 ? -1 : num / s;
+    return 1;
+}
+
+/* The coordinates tap t of coordinate p reaches along the first nsp dims
+ * (fxt_tap_hits, or fxt_tap_hits_dx when dx), p itself along the others;
+ * 0 when the tap misses along some dim. */
+static inline int fxt_tap_reach(const glayer *L, int nsp, int dx,
+                                const int64_t p[GRAPH_MAX_SP], int64_t t,
+                                int64_t out[GRAPH_MAX_SP])
+{
+    int64_t kk[GRAPH_MAX_SP];
+    fxt_tap_decode(L, t, kk);
+    int hit = 1;
+    for (int d = 0; d < GRAPH_MAX_SP; d++) {
+        out[d] = p[d];
+        if (d < nsp &&
+            !(dx ? fxt_tap_hits_dx : fxt_tap_hits)(L, d, p[d], kk[d], &out[d]))
+            hit = 0;
+    }
+    return hit;
+}
+
+#endif

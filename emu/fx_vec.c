@@ -1,0 +1,643 @@
+/* fx_vec: the vector passes of a --functional run (fx_internal.h):
+ * batchnorm, pooling, upsampling, elementwise layers, global average
+ * pooling, and their gradients; the views (flatten, concat) and fused
+ * activations that have no instructions of their own. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "emu/fx_internal.h"
+#include "emu/fxdata.h"
+
+#define SP GRAPH_MAX_SP
+#define BN_EPS 1e-3f /* Keras BatchNormalization's default epsilon */
+
+static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err);
+
+/* A forward pass's operands: what it reads (its input window when `win`,
+ * else input 0's shard) and its fresh output. */
+static tpu_status fwd_io(fx_state *x, int core, int l, int win,
+                         const fxt_tens **in, fxt_tens **o, tpu_error *err)
+{
+    tpu_status rc = win ? fx_fwin_of(x, core, l, in, err)
+                        : fx_act_of(x, core, x->g->layers[l].in[0], in, err);
+    return rc ? rc : fx_new_act(x, core, l, o, err);
+}
+
+/* Batchnorm's normalized x of element i (channel ch): the statistics are
+ * bn[2C..3C) (mean) and bn[3C..4C) (1 / stddev). */
+static float bn_xhat(const float *x, const float *bn, int64_t C, int64_t i,
+                     int64_t ch)
+{
+    return (x[i] - bn[2 * C + ch]) * bn[3 * C + ch];
+}
+
+/* Upsampling's factor along dim d (1 past the layer's spatial dims). */
+static int64_t up_factor(const glayer *L, int d)
+{
+    return d < L->out.nsp ? fxt_dflt(L->factor[d]) : 1;
+}
+
+/* Layers without instructions of their own (flatten, concat, a relu fused
+ * into its producer's pass) are written in place by their producers: their
+ * values are formed when first read, in their own dtype (an f32 producer
+ * writing into a bf16 concat buffer rounds). */
+tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    fxt_tens *o;
+    const fxt_tens *in;
+    tpu_status rc;
+    switch (L->op) {
+    case GOP_FLATTEN: {
+        if ((rc = fwd_io(x, core, l, 1, &in, &o, err)))
+            return rc;
+        int64_t np = 1;
+        for (int d = 0; d < SP; d++)
+            np *= in->gext[d];
+        for (int64_t b = 0; b < o->B; b++)
+            for (int64_t pos = 0; pos < np; pos++) {
+                int64_t g[SP], q = pos;
+                for (int d = SP - 1; d >= 0; d--) {
+                    g[d] = q % in->gext[d];
+                    q /= in->gext[d];
+                }
+                for (int64_t ch = 0; ch < in->C; ch++) {
+                    int miss = 0;
+                    float v = fxt_rd(in, b, g, ch, &miss);
+                    if (miss)
+                        return fx_missing(err, x, core, l, "flatten", miss);
+                    o->v[b * o->C + pos * in->C + ch] =
+                        fxt_round(v, L->dtype_bytes);
+                }
+            }
+        return TPU_OK;
+    }
+    case GOP_CONCAT: {
+        if ((rc = fx_new_act(x, core, l, &o, err)))
+            return rc;
+        int64_t off = 0;
+        for (int k = 0; k < L->n_in; k++) {
+            if ((rc = fx_act_of(x, core, L->in[k], &in, err)))
+                return rc;
+            int64_t n = o->B * fxt_npos(o);
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t ch = 0; ch < in->C; ch++)
+                    o->v[r * o->C + off + ch] =
+                        fxt_round(in->v[r * in->C + ch], L->dtype_bytes);
+            off += in->C;
+        }
+        return TPU_OK;
+    }
+    case GOP_RELU:
+    case GOP_SIGMOID:
+        return fwd_elementwise(x, core, l, err);
+    default:
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "internal: functional: core %d reads layer '%s' "
+                        "before its firmware computed it",
+                        core, L->name);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+/* Per-channel sums of x and x^2 over this core's shard (fp32, in storage
+ * order): batchnorm's statistics before any all-reduce. */
+void fxv_bn_local_stats(const fxt_tens *in, float *sum, float *sq)
+{
+    int64_t rows = in->B * fxt_npos(in);
+    for (int64_t ch = 0; ch < in->C; ch++)
+        sum[ch] = sq[ch] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t ch = 0; ch < in->C; ch++) {
+            float v = in->v[r * in->C + ch];
+            sum[ch] += v;
+            sq[ch] += v * v;
+        }
+}
+
+static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
+                                const fxt_tens *in, fxt_tens *o, tpu_error *err)
+{
+    fx_core *c = &x->cs[core];
+    const glayer *L = &x->g->layers[l];
+    int64_t C = L->out.c;
+    float *bn = c->bn[l];
+    if (!c->stats_reduced[l])
+        fxv_bn_local_stats(in, bn, bn + C);
+    float n = (float)(x->p->batch * fx_gpos_count(L));
+    const float *W = fx_wts(x, core, l);
+    for (int64_t ch = 0; ch < C; ch++) {
+        float mean = bn[ch] / n;
+        /* E[x^2] - E[x]^2 in one pass, so one all-reduce carries both
+         * sums: the identity XLA's BatchNormExpander and tensorflow/tpu's
+         * cross-replica TpuBatchNormalization use for the same reason */
+        float var = bn[C + ch] / n - mean * mean;
+        if (var < 0.0f)
+            var = 0.0f;
+        bn[2 * C + ch] = mean;
+        bn[3 * C + ch] = 1.0f / sqrtf(var + BN_EPS);
+    }
+    int64_t rows = o->B * fxt_npos(o);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            float xh = bn_xhat(in->v, bn, C, r * C + ch, ch);
+            o->v[r * C + ch] =
+                fxt_round(xh * W[ch] + W[C + ch], L->dtype_bytes);
+        }
+    return TPU_OK;
+}
+
+/* Dropout's mask: kept when u >= rate (fxdata.h), by global coordinates. */
+static int drop_keep(const fx_state *x, int core, int l, const fxt_tens *t,
+                     int64_t b, const int64_t loc[SP], int64_t ch)
+{
+    const glayer *L = &x->g->layers[l];
+    int64_t g[SP];
+    fxt_offset(t, loc, g);
+    int64_t E = gshape_elems(&L->out);
+    int64_t idx =
+        (x->step * x->G + fx_gexample(x, core, b)) * E + fxt_gflat(t, g, ch);
+    return fxd_u(x->cfg.seed, FXD_TAG_DROPOUT + (uint64_t)l, (uint64_t)idx) >=
+           L->rate;
+}
+
+/* Pooling window of output coordinate og: in-bounds input coordinates. */
+static tpu_status fwd_pool(fx_state *x, int core, int l, const fxt_tens *in,
+                           fxt_tens *o, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    int64_t win = fxt_kernel_taps(L), npos = fxt_npos(o);
+    for (int64_t b = 0; b < o->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], og[SP];
+            fxt_global(o, pos, loc, og);
+            for (int64_t ch = 0; ch < o->C; ch++) {
+                float best = -INFINITY, sum = 0.0f;
+                int64_t cnt = 0;
+                for (int64_t t = 0; t < win; t++) {
+                    int64_t gi[SP];
+                    if (!fxt_tap_reach(L, L->out.nsp, 0, og, t, gi) ||
+                        !fxt_inside(gi, in->gext, L->out.nsp))
+                        continue;
+                    int miss = 0;
+                    float v = fxt_rd(in, b, gi, ch, &miss);
+                    if (miss)
+                        return fx_missing(err, x, core, l, "pooling", miss);
+                    if (v > best)
+                        best = v;
+                    sum += v;
+                    cnt++;
+                }
+                float r = L->op == GOP_MAXPOOL
+                              ? best
+                              : (cnt ? sum / (float)cnt : 0.0f);
+                o->v[fxt_at(o, b, loc, ch)] = fxt_round(r, L->dtype_bytes);
+            }
+        }
+    return TPU_OK;
+}
+
+static tpu_status fwd_upsample(fx_state *x, int core, int l, const fxt_tens *in,
+                               fxt_tens *o, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    int64_t npos = fxt_npos(o);
+    for (int64_t b = 0; b < o->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], gi[SP];
+            fxt_global(o, pos, loc, gi);
+            for (int d = 0; d < SP; d++)
+                gi[d] /= up_factor(L, d);
+            for (int64_t ch = 0; ch < o->C; ch++) {
+                int miss = 0;
+                float v = fxt_rd(in, b, gi, ch, &miss);
+                if (miss)
+                    return fx_missing(err, x, core, l, "upsample", miss);
+                o->v[fxt_at(o, b, loc, ch)] = fxt_round(v, L->dtype_bytes);
+            }
+        }
+    return TPU_OK;
+}
+
+/* Elementwise layers with a pass of their own. */
+static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *ins[GRAPH_MAX_IN];
+    fxt_tens *o;
+    tpu_status rc;
+    for (int k = 0; k < L->n_in; k++)
+        if ((rc = fx_act_of(x, core, L->in[k], &ins[k], err)))
+            return rc;
+    if ((rc = fx_new_act(x, core, l, &o, err)))
+        return rc;
+    int64_t npos = fxt_npos(o);
+    for (int64_t b = 0; b < o->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP];
+            fxt_decode(o, pos, loc);
+            for (int64_t ch = 0; ch < o->C; ch++) {
+                int64_t i = fxt_at(o, b, loc, ch);
+                float v = ins[0]->v[i], r = v;
+                if (L->op == GOP_RELU)
+                    r = v > 0.0f ? v : 0.0f;
+                else if (L->op == GOP_SIGMOID)
+                    r = 1.0f / (1.0f + expf(-v));
+                else if (L->op == GOP_DROPOUT && x->g->train)
+                    r = drop_keep(x, core, l, o, b, loc, ch)
+                            ? v / (1.0f - (float)L->rate)
+                            : 0.0f;
+                else if (L->op == GOP_ADD)
+                    for (int k = 1; k < L->n_in; k++)
+                        r += ins[k]->v[i];
+                o->v[i] = fxt_round(r, L->dtype_bytes);
+            }
+        }
+    /* A relu fused into this add's pass is formed when read. */
+    return TPU_OK;
+}
+
+/* Global average pooling: this core's positions, divided by all of them;
+ * the all-reduce adds the other shards' parts. */
+static tpu_status fwd_gap(fx_state *x, int core, int l, const fxt_tens *in,
+                          fxt_tens *o, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    float P = (float)fx_gpos_count(&x->g->layers[L->in[0]]);
+    int64_t npos = fxt_npos(in);
+    /* A split input's partial means are summed by the all-reduce, which
+     * rounds the total to the layer's dtype. */
+    int split = 0;
+    for (int d = 0; d < SP; d++)
+        split |= fx_is_split(x, L->in[0], d);
+    for (int64_t b = 0; b < o->B; b++)
+        for (int64_t ch = 0; ch < o->C; ch++) {
+            float s = 0.0f;
+            for (int64_t pos = 0; pos < npos; pos++)
+                s += in->v[(b * npos + pos) * in->C + ch];
+            o->v[b * o->C + ch] =
+                split ? s / P : fxt_round(s / P, L->dtype_bytes);
+        }
+    return TPU_OK;
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* Adds src (a shard of layer `from`'s gradient) into layer `to`'s gradient
+ * element by element, times mask where given. */
+static tpu_status add_grad(fx_state *x, int core, int to, const fxt_tens *src,
+                           const float *scale, tpu_error *err)
+{
+    if (!x->g->layers[to].needs_grad)
+        return TPU_OK;
+    fxt_tens *gt;
+    tpu_status rc = fx_grad_of(x, core, to, &gt, err);
+    if (rc)
+        return rc;
+    int64_t n = fxt_elems(gt);
+    if (fxt_elems(src) != n)
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "internal: functional: gradient shapes differ");
+    for (int64_t i = 0; i < n; i++)
+        gt->v[i] += scale ? src->v[i] * scale[i] : src->v[i];
+    return TPU_OK;
+}
+
+static tpu_status bwd_act(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *y;
+    fxt_tens *gy;
+    tpu_status rc;
+    if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
+        (rc = fx_act_of(x, core, l, &y, err)))
+        return rc;
+    int64_t n = fxt_elems(gy);
+    float *m = malloc((size_t)n * sizeof(float) + 1);
+    if (!m)
+        return fx_oom(err);
+    int64_t npos = fxt_npos(gy);
+    for (int64_t i = 0; i < n; i++) {
+        float v = y->v[i];
+        switch (L->op) {
+        case GOP_RELU:
+            m[i] = v > 0.0f ? 1.0f : 0.0f;
+            break;
+        case GOP_SIGMOID:
+            m[i] = v * (1.0f - v);
+            break;
+        case GOP_DROPOUT: {
+            int64_t r = i / gy->C, loc[SP];
+            fxt_decode(gy, r % npos, loc);
+            m[i] = !x->g->train ? 1.0f
+                   : drop_keep(x, core, l, gy, r / npos, loc, i % gy->C)
+                       ? 1.0f / (1.0f - (float)L->rate)
+                       : 0.0f;
+            break;
+        }
+        default:
+            m[i] = 1.0f;
+        }
+    }
+    rc = add_grad(x, core, L->in[0], gy, m, err);
+    free(m);
+    return rc;
+}
+
+tpu_status fxv_bn_stats(fx_state *x, int core, int l, tpu_error *err)
+{
+    fx_core *c = &x->cs[core];
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *in;
+    fxt_tens *gy;
+    float *wg;
+    tpu_status rc;
+    if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
+        (rc = fx_act_of(x, core, L->in[0], &in, err)) ||
+        (rc = fx_wgrad_of(x, core, l, &wg, err)))
+        return rc;
+    int64_t C = L->out.c, rows = gy->B * fxt_npos(gy);
+    float *bn = c->bn[l];
+    for (int64_t ch = 0; ch < C; ch++)
+        bn[4 * C + ch] = bn[5 * C + ch] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            float dy = gy->v[r * C + ch];
+            float xh = bn_xhat(in->v, bn, C, r * C + ch, ch);
+            bn[4 * C + ch] += dy;
+            bn[5 * C + ch] += dy * xh;
+        }
+    /* gamma and beta: this core's partial sums, all-reduced with the other
+     * weight gradients. */
+    for (int64_t ch = 0; ch < C; ch++) {
+        wg[ch] += bn[5 * C + ch];
+        wg[C + ch] += bn[4 * C + ch];
+    }
+    return TPU_OK;
+}
+
+static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
+{
+    fx_core *c = &x->cs[core];
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *in;
+    fxt_tens *gy, *gx;
+    tpu_status rc;
+    if (!x->g->layers[L->in[0]].needs_grad)
+        return TPU_OK;
+    if ((rc = fx_grad_of(x, core, l, &gy, err)) ||
+        (rc = fx_act_of(x, core, L->in[0], &in, err)) ||
+        (rc = fx_grad_of(x, core, L->in[0], &gx, err)))
+        return rc;
+    int64_t C = L->out.c, rows = gy->B * fxt_npos(gy);
+    const float *bn = c->bn[l], *W = fx_wts(x, core, l);
+    float n = (float)(x->p->batch * fx_gpos_count(L));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            float dy = gy->v[r * C + ch];
+            float xh = bn_xhat(in->v, bn, C, r * C + ch, ch);
+            gx->v[r * C + ch] +=
+                W[ch] * bn[3 * C + ch] / n *
+                (n * dy - bn[4 * C + ch] - xh * bn[5 * C + ch]);
+        }
+    return TPU_OK;
+}
+
+/* Pooling and upsampling: each input row of this core's shard collects
+ * from the output rows whose windows hold it (the gradient window). */
+static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    if (!x->g->layers[L->in[0]].needs_grad)
+        return TPU_OK;
+    const fxt_tens *gw, *xin = NULL;
+    fxt_tens *gx;
+    tpu_status rc;
+    if ((rc = fx_gwin_of(x, core, l, &gw, err)) ||
+        (rc = fx_grad_of(x, core, L->in[0], &gx, err)))
+        return rc;
+    if (L->op == GOP_MAXPOOL && (rc = fx_fwin_of(x, core, l, &xin, err)))
+        return rc;
+    int nsp = L->out.nsp;
+    int64_t win = L->op == GOP_UPSAMPLE ? 1 : fxt_kernel_taps(L);
+    int64_t npos = fxt_npos(gx);
+    for (int64_t b = 0; b < gx->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], gp[SP];
+            fxt_global(gx, pos, loc, gp);
+            for (int64_t ch = 0; ch < gx->C; ch++) {
+                float acc = 0.0f;
+                if (L->op == GOP_UPSAMPLE) {
+                    /* outputs gp*f .. gp*f + f-1 along every dim */
+                    int64_t nf = 1, f[SP];
+                    for (int d = 0; d < SP; d++) {
+                        f[d] = up_factor(L, d);
+                        nf *= f[d];
+                    }
+                    for (int64_t q = 0; q < nf; q++) {
+                        int64_t go[SP], qq = q;
+                        for (int d = SP - 1; d >= 0; d--) {
+                            go[d] = gp[d] * f[d] + qq % f[d];
+                            qq /= f[d];
+                        }
+                        int miss = 0;
+                        acc += fxt_rd(gw, b, go, ch, &miss);
+                        if (miss)
+                            return fx_missing(err, x, core, l,
+                                              "upsample gradient", miss);
+                    }
+                    gx->v[fxt_at(gx, b, loc, ch)] += acc;
+                    continue;
+                }
+                for (int64_t t = 0; t < win; t++) {
+                    int64_t go[SP];
+                    if (!fxt_tap_reach(L, nsp, 1, gp, t, go) ||
+                        !fxt_inside(go, gw->gext, nsp))
+                        continue;
+                    int miss = 0;
+                    float dy = fxt_rd(gw, b, go, ch, &miss);
+                    if (miss)
+                        return fx_missing(err, x, core, l, "pooling gradient",
+                                          miss);
+                    /* The output's window: its in-bounds inputs. */
+                    int64_t cnt = 0, arg = -1;
+                    float best = -INFINITY;
+                    for (int64_t u = 0; u < win; u++) {
+                        int64_t gi[SP];
+                        if (!fxt_tap_reach(L, nsp, 0, go, u, gi) ||
+                            !fxt_inside(gi, gx->gext, nsp))
+                            continue;
+                        cnt++;
+                        if (L->op == GOP_MAXPOOL) {
+                            int m2 = 0;
+                            float v = fxt_rd(xin, b, gi, ch, &m2);
+                            if (m2)
+                                return tpu_fail(
+                                    err, TPU_ERR_INPUT,
+                                    "functional mode: maxpool '%s' backward "
+                                    "needs input rows of a neighbour's window "
+                                    "(a pooling window across an uneven shard "
+                                    "boundary); not modelled yet",
+                                    L->name);
+                            if (v > best) {
+                                best = v;
+                                arg = u;
+                            }
+                        }
+                    }
+                    if (L->op == GOP_MAXPOOL)
+                        acc += arg == t ? dy : 0.0f;
+                    else
+                        acc += cnt ? dy / (float)cnt : 0.0f;
+                }
+                gx->v[fxt_at(gx, b, loc, ch)] += acc;
+            }
+        }
+    return TPU_OK;
+}
+
+static tpu_status bwd_gap(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    if (!x->g->layers[L->in[0]].needs_grad)
+        return TPU_OK;
+    fxt_tens *gy, *gx;
+    tpu_status rc;
+    if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
+        (rc = fx_grad_of(x, core, L->in[0], &gx, err)))
+        return rc;
+    float P = (float)fx_gpos_count(&x->g->layers[L->in[0]]);
+    int64_t npos = fxt_npos(gx);
+    for (int64_t b = 0; b < gx->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++)
+            for (int64_t ch = 0; ch < gx->C; ch++)
+                gx->v[(b * npos + pos) * gx->C + ch] +=
+                    gy->v[b * gy->C + ch] / P;
+    return TPU_OK;
+}
+
+/* Layers whose backward has no instructions: add (its inputs' gradients
+ * alias dY), concat and flatten (views), a relu fused into its producer's
+ * pass (the producer's backward reads its mask), and the loss (whose
+ * gradient came out of the forward pass). */
+tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    fxt_tens *gy;
+    tpu_status rc;
+    if (L->op == GOP_INPUT)
+        return TPU_OK;
+    if (L->op == GOP_LOSS)
+        return fxl_backward(x, core, l, err);
+    if (!L->needs_grad)
+        return TPU_OK; /* nothing at or below it trains */
+    int data_only = 1;
+    for (int k = 0; k < L->n_in; k++)
+        data_only &= x->g->layers[L->in[k]].op == GOP_INPUT;
+    if (data_only)
+        return TPU_OK; /* no gradient to pass (the lowering emits none) */
+    if ((rc = fx_grad_of(x, core, l, &gy, err)))
+        return rc;
+    switch (L->op) {
+    case GOP_ADD:
+        for (int k = 0; k < L->n_in; k++)
+            if ((rc = add_grad(x, core, L->in[k], gy, NULL, err)))
+                return rc;
+        return TPU_OK;
+    case GOP_RELU:
+    case GOP_SIGMOID:
+    case GOP_DROPOUT:
+        return bwd_act(x, core, l, err);
+    case GOP_CONCAT: {
+        int64_t off = 0, rows = gy->B * fxt_npos(gy);
+        for (int k = 0; k < L->n_in; k++) {
+            fxt_tens *gk;
+            int in = L->in[k];
+            int64_t ck = x->g->layers[in].out.c;
+            if (x->g->layers[in].op != GOP_INPUT) {
+                if ((rc = fx_grad_of(x, core, in, &gk, err)))
+                    return rc;
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t ch = 0; ch < ck; ch++)
+                        gk->v[r * ck + ch] += gy->v[r * gy->C + off + ch];
+            }
+            off += ck;
+        }
+        return TPU_OK;
+    }
+    case GOP_FLATTEN: {
+        int in = L->in[0];
+        if (x->g->layers[in].op == GOP_INPUT)
+            return TPU_OK;
+        fxt_tens *gx;
+        if ((rc = fx_grad_of(x, core, in, &gx, err)))
+            return rc;
+        int64_t npos = fxt_npos(gx);
+        for (int64_t b = 0; b < gx->B; b++)
+            for (int64_t pos = 0; pos < npos; pos++) {
+                int64_t loc[SP], g[SP];
+                fxt_global(gx, pos, loc, g);
+                for (int64_t ch = 0; ch < gx->C; ch++)
+                    gx->v[fxt_at(gx, b, loc, ch)] +=
+                        gy->v[b * gy->C + fxt_gflat(gx, g, ch)];
+            }
+        return TPU_OK;
+    }
+    default:
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "internal: functional: layer '%s' has no backward "
+                        "instructions",
+                        L->name);
+    }
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+/* A one-input forward pass, given its operands (fwd_io). */
+typedef tpu_status (*fwd_pass)(fx_state *x, int core, int l, const fxt_tens *in,
+                               fxt_tens *o, tpu_error *err);
+
+static tpu_status run_fwd(fx_state *x, int core, int l, int win, fwd_pass fn,
+                          tpu_error *err)
+{
+    const fxt_tens *in;
+    fxt_tens *o;
+    tpu_status rc = fwd_io(x, core, l, win, &in, &o, err);
+    return rc ? rc : fn(x, core, l, in, o, err);
+}
+
+tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err)
+{
+    switch (x->g->layers[l].op) {
+    case GOP_BATCHNORM:
+        return run_fwd(x, core, l, 0, fwd_batchnorm, err);
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL:
+        return run_fwd(x, core, l, 1, fwd_pool, err);
+    case GOP_UPSAMPLE:
+        return run_fwd(x, core, l, 1, fwd_upsample, err);
+    case GOP_GAP:
+        return run_fwd(x, core, l, 0, fwd_gap, err);
+    case GOP_LOSS:
+        return fxl_forward(x, core, l, err);
+    default:
+        return fwd_elementwise(x, core, l, err);
+    }
+}
+
+tpu_status fxv_backward(fx_state *x, int core, int l, tpu_error *err)
+{
+    switch (x->g->layers[l].op) {
+    case GOP_BATCHNORM:
+        return bwd_bn(x, core, l, err);
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL:
+    case GOP_UPSAMPLE:
+        return bwd_window(x, core, l, err);
+    case GOP_GAP:
+        return bwd_gap(x, core, l, err);
+    default:
+        return bwd_act(x, core, l, err);
+    }
+}
