@@ -193,15 +193,21 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
     return total + tmp;
 }
 
+/* Layer l's step tensors on core c: output, gradient, both windows. */
+static void free_tensors(fx_core *c, int l)
+{
+    fxt_free(&c->act[l]);
+    fxt_free(&c->grad[l]);
+    fxt_free(&c->win[l]);
+    fxt_free(&c->gwin[l]);
+}
+
 static void core_free(fx_core *c, int n)
 {
-    if (c->act)
-        for (int l = 0; l < n; l++) {
-            fxt_free(&c->act[l]);
-            fxt_free(&c->grad[l]);
-            fxt_free(&c->win[l]);
-            fxt_free(&c->gwin[l]);
-        }
+    /* fx_new can fail between the arrays; values come in fx_begin_step */
+    if (c->act && c->grad && c->win && c->gwin)
+        for (int l = 0; l < n; l++)
+            free_tensors(c, l);
     if (c->w)
         for (int l = 0; l < n; l++) {
             free(c->w[l]);
@@ -403,14 +409,9 @@ tpu_status fx_begin_step(fx_state *x, int64_t step, tpu_error *err)
     for (int k = 0; k < x->p->cores; k++) {
         fx_core *c = &x->cs[k];
         for (int l = 0; l < n; l++) {
-            fxt_free(&c->act[l]);
-            fxt_free(&c->grad[l]);
-            fxt_free(&c->win[l]);
-            fxt_free(&c->gwin[l]);
+            free_tensors(c, l);
             if (c->wg[l])
-                memset(c->wg[l], 0,
-                       (size_t)x->g->layers[fx_owner(x, l)].weights *
-                           sizeof(float));
+                memset(c->wg[l], 0, (size_t)fx_nweights(x, l) * sizeof(float));
         }
         memset(c->have_act, 0, (size_t)n);
         memset(c->have_win, 0, (size_t)n);
