@@ -28,15 +28,20 @@ static tpu_status chain_base(fx_state *x, int core, int l, int grad,
     return fx_act_of(x, core, x->g->layers[l].in[0], out, err);
 }
 
-/* Copies every element of dst's box from whichever source holds it. */
+/* Copies every element of dst's box from whichever source holds it
+ * (the first in srcs' order): a position's channels are one run, and runs
+ * that follow on in both boxes are copied as one. */
 static tpu_status fill_from(fx_state *x, int core, int l, fxt_tens *dst,
                             const fxt_tens *const *srcs, int nsrc,
                             tpu_error *err)
 {
-    int64_t npos = fxt_npos(dst);
+    int64_t npos = fxt_npos(dst), C = dst->C;
+    float *run_d = NULL;
+    const float *run_s = NULL;
+    int64_t run_n = 0;
     for (int64_t b = 0; b < dst->B; b++)
         for (int64_t pos = 0; pos < npos; pos++) {
-            int64_t loc[SP], g[SP];
+            int64_t loc[SP], g[SP], sl[SP];
             fxt_global(dst, pos, loc, g);
             int found = -1;
             for (int s = 0; s < nsrc && found < 0; s++) {
@@ -47,14 +52,29 @@ static tpu_status fill_from(fx_state *x, int core, int l, fxt_tens *dst,
                 if (inside)
                     found = s;
             }
-            if (found < 0)
+            if (found < 0) {
+                if (run_n)
+                    memcpy(run_d, run_s, sizeof(float) * (size_t)run_n);
                 return fx_missing(err, x, core, l, "exchange", 1);
-            for (int64_t ch = 0; ch < dst->C; ch++) {
-                int miss = 0;
-                dst->v[fxt_at(dst, b, loc, ch)] =
-                    fxt_rd(srcs[found], b, g, ch, &miss);
             }
+            const fxt_tens *src = srcs[found];
+            int miss = 0;
+            float *d = &dst->v[fxt_at(dst, b, loc, 0)];
+            if (fxt_locate(src, g, sl, &miss) <= 0)
+                continue; /* padding: reads 0, and dst is zeroed */
+            const float *sp = &src->v[fxt_at(src, b, sl, 0)];
+            if (run_n && d == run_d + run_n && sp == run_s + run_n) {
+                run_n += C;
+                continue;
+            }
+            if (run_n)
+                memcpy(run_d, run_s, sizeof(float) * (size_t)run_n);
+            run_d = d;
+            run_s = sp;
+            run_n = C;
         }
+    if (run_n)
+        memcpy(run_d, run_s, sizeof(float) * (size_t)run_n);
     return TPU_OK;
 }
 

@@ -245,4 +245,99 @@ static inline int fxt_tap_reach(const glayer *L, int nsp, int dx,
     return hit;
 }
 
+/* ---- a position's taps, all at once ------------------------------------ */
+
+/* The taps of one coordinate into one source box, resolved once per
+ * position instead of once per element: a kernel's innermost loops then
+ * run over contiguous channels.  Each dim's kernel offsets are resolved on
+ * their own (a tap's coordinate along d depends only on its offset along
+ * d), and the taps combine them in fxt_tap_decode's row-major order, so
+ * the list holds exactly what fxt_tap_reach + fxt_locate give tap by tap,
+ * in the same order. */
+typedef struct {
+    const glayer *L;
+    int nsp, dx;
+    int64_t K[GRAPH_MAX_SP]; /* kernel offsets per dim (1 past the kernel) */
+    int64_t taps;
+    int64_t *st[GRAPH_MAX_SP]; /* per dim and offset: fxt_tap_st_ code, or
+                                  the local coordinate times the stride */
+    int64_t *tap, *off; /* the list: tap index, element offset of channel 0
+                           within one example (-1: padding, reads 0) */
+    int64_t n;
+} fxt_taps;
+
+enum { FXT_ST_NOHIT = -1, FXT_ST_PAD = -2, FXT_ST_MISS = -3 };
+
+/* The tap lists of layer L's kernel along the first nsp dims (dx: the
+ * input gradient's view, fxt_tap_hits_dx). */
+tpu_status fxt_taps_init(fxt_taps *w, const glayer *L, int nsp, int dx,
+                         tpu_error *err);
+void fxt_taps_free(fxt_taps *w);
+
+/* Elements per example of a box. */
+static inline int64_t fxt_example(const fxt_tens *t)
+{
+    return fxt_npos(t) * t->C;
+}
+
+/* w's list for coordinate p into src: the taps that reach (fxt_tap_reach),
+ * skipping those outside src's tensor along the first nsp dims when
+ * skip_pad (fxt_inside); returns -1 with *miss set (fxt_locate's dim) at
+ * the first listed tap whose row the box does not hold (the list holds
+ * the taps before it), else 1. */
+static inline int fxt_taps_at(fxt_taps *w, const int64_t p[GRAPH_MAX_SP],
+                              const fxt_tens *src, int skip_pad, int *miss)
+{
+    const glayer *L = w->L;
+    int64_t stride = src->C;
+    for (int d = GRAPH_MAX_SP - 1; d >= 0; d--) {
+        for (int64_t k = 0; k < w->K[d]; k++) {
+            int64_t g = p[d];
+            if (d < w->nsp &&
+                !(w->dx ? fxt_tap_hits_dx : fxt_tap_hits)(L, d, p[d], k, &g)) {
+                w->st[d][k] = FXT_ST_NOHIT;
+                continue;
+            }
+            int64_t loc = g - src->lo[d];
+            w->st[d][k] = g < 0 || g >= src->gext[d] ? FXT_ST_PAD
+                          : loc < 0 || loc >= src->ext[d]
+                              ? FXT_ST_MISS
+                              : loc * stride;
+        }
+        stride *= src->ext[d];
+    }
+    int64_t k[GRAPH_MAX_SP] = {0};
+    w->n = 0;
+    for (int64_t t = 0; t < w->taps; t++) {
+        if (t > 0)
+            for (int d = GRAPH_MAX_SP - 1; d >= 0; d--) {
+                if (++k[d] < w->K[d])
+                    break;
+                k[d] = 0;
+            }
+        int64_t s[GRAPH_MAX_SP], off = 0;
+        int skip = 0;
+        for (int d = 0; d < GRAPH_MAX_SP; d++) {
+            s[d] = w->st[d][k[d]];
+            if (s[d] == FXT_ST_NOHIT || (skip_pad && d < w->nsp &&
+                                         s[d] == FXT_ST_PAD))
+                skip = 1;
+        }
+        if (skip)
+            continue;
+        for (int d = 0; d < GRAPH_MAX_SP && off >= 0; d++) {
+            if (s[d] == FXT_ST_PAD)
+                off = -1;
+            else if (s[d] == FXT_ST_MISS) {
+                *miss = d + 1;
+                return -1;
+            } else
+                off += s[d];
+        }
+        w->tap[w->n] = t;
+        w->off[w->n++] = off;
+    }
+    return 1;
+}
+
 #endif

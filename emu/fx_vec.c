@@ -4,6 +4,7 @@
  * activations that have no instructions of their own. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "emu/fx_internal.h"
 #include "emu/fxdata.h"
@@ -56,19 +57,18 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
             np *= in->gext[d];
         for (int64_t b = 0; b < o->B; b++)
             for (int64_t pos = 0; pos < np; pos++) {
-                int64_t g[SP], q = pos;
+                int64_t g[SP], li[SP], q = pos;
                 for (int d = SP - 1; d >= 0; d--) {
                     g[d] = q % in->gext[d];
                     q /= in->gext[d];
                 }
-                for (int64_t ch = 0; ch < in->C; ch++) {
-                    int miss = 0;
-                    float v = fxt_rd(in, b, g, ch, &miss);
-                    if (miss)
-                        return fx_missing(err, x, core, l, "flatten", miss);
-                    o->v[b * o->C + pos * in->C + ch] =
-                        fxt_round(v, L->dtype_bytes);
-                }
+                int miss = 0, got = fxt_locate(in, g, li, &miss);
+                if (got < 0)
+                    return fx_missing(err, x, core, l, "flatten", miss);
+                float *dst = &o->v[b * o->C + pos * in->C];
+                const float *src = got ? &in->v[fxt_at(in, b, li, 0)] : NULL;
+                for (int64_t ch = 0; ch < in->C; ch++)
+                    dst[ch] = fxt_round(src ? src[ch] : 0.0f, L->dtype_bytes);
             }
         return TPU_OK;
     }
@@ -148,54 +148,82 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
     return TPU_OK;
 }
 
-/* Dropout's mask: kept when u >= rate (fxdata.h), by global coordinates. */
-static int drop_keep(const fx_state *x, int core, int l, const fxt_tens *t,
-                     int64_t b, const int64_t loc[SP], int64_t ch)
+/* Dropout's mask: element ch of a position is kept when u >= rate
+ * (fxdata.h), by global coordinates; drop_base gives the position's index
+ * of channel 0. */
+static int64_t drop_base(const fx_state *x, int core, int l, const fxt_tens *t,
+                         int64_t b, const int64_t loc[SP])
 {
     const glayer *L = &x->g->layers[l];
     int64_t g[SP];
     fxt_offset(t, loc, g);
     int64_t E = gshape_elems(&L->out);
-    int64_t idx =
-        (x->step * x->G + fx_gexample(x, core, b)) * E + fxt_gflat(t, g, ch);
-    return fxd_u(x->cfg.seed, FXD_TAG_DROPOUT + (uint64_t)l, (uint64_t)idx) >=
-           L->rate;
+    return (x->step * x->G + fx_gexample(x, core, b)) * E + fxt_gflat(t, g, 0);
 }
 
-/* Pooling window of output coordinate og: in-bounds input coordinates. */
+static int drop_keep(const fx_state *x, int l, int64_t idx)
+{
+    return fxd_u(x->cfg.seed, FXD_TAG_DROPOUT + (uint64_t)l, (uint64_t)idx) >=
+           x->g->layers[l].rate;
+}
+
+/* Pooling window of output coordinate og: in-bounds input coordinates.
+ * Each position's taps are resolved once (fxt_taps_at); every channel
+ * then takes its max and sum over them in tap order. */
 static tpu_status fwd_pool(fx_state *x, int core, int l, const fxt_tens *in,
                            fxt_tens *o, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
-    int64_t win = fxt_kernel_taps(L), npos = fxt_npos(o);
-    for (int64_t b = 0; b < o->B; b++)
+    int64_t npos = fxt_npos(o), C = o->C, ex = fxt_example(in);
+    fxt_taps tw;
+    tpu_status rc = fxt_taps_init(&tw, L, L->out.nsp, 0, err);
+    if (rc)
+        return rc;
+    float *best = malloc(sizeof(float) * (size_t)(2 * C + 1)), *sum = best + C;
+    if (!best) {
+        fxt_taps_free(&tw);
+        return fx_oom(err);
+    }
+    for (int64_t b = 0; b < o->B && !rc; b++)
         for (int64_t pos = 0; pos < npos; pos++) {
             int64_t loc[SP], og[SP];
+            int miss = 0;
             fxt_global(o, pos, loc, og);
-            for (int64_t ch = 0; ch < o->C; ch++) {
-                float best = -INFINITY, sum = 0.0f;
-                int64_t cnt = 0;
-                for (int64_t t = 0; t < win; t++) {
-                    int64_t gi[SP];
-                    if (!fxt_tap_reach(L, L->out.nsp, 0, og, t, gi) ||
-                        !fxt_inside(gi, in->gext, L->out.nsp))
-                        continue;
-                    int miss = 0;
-                    float v = fxt_rd(in, b, gi, ch, &miss);
-                    if (miss)
-                        return fx_missing(err, x, core, l, "pooling", miss);
-                    if (v > best)
-                        best = v;
-                    sum += v;
-                    cnt++;
+            if (fxt_taps_at(&tw, og, in, 1, &miss) < 0) {
+                rc = fx_missing(err, x, core, l, "pooling", miss);
+                break;
+            }
+            for (int64_t ch = 0; ch < C; ch++) {
+                best[ch] = -INFINITY;
+                sum[ch] = 0.0f;
+            }
+            for (int64_t i = 0; i < tw.n; i++) {
+                if (tw.off[i] < 0) {
+                    for (int64_t ch = 0; ch < C; ch++) {
+                        if (0.0f > best[ch])
+                            best[ch] = 0.0f;
+                        sum[ch] += 0.0f;
+                    }
+                    continue;
                 }
+                const float *v = &in->v[b * ex + tw.off[i]];
+                for (int64_t ch = 0; ch < C; ch++) {
+                    if (v[ch] > best[ch])
+                        best[ch] = v[ch];
+                    sum[ch] += v[ch];
+                }
+            }
+            float *dst = &o->v[fxt_at(o, b, loc, 0)];
+            for (int64_t ch = 0; ch < C; ch++) {
                 float r = L->op == GOP_MAXPOOL
-                              ? best
-                              : (cnt ? sum / (float)cnt : 0.0f);
-                o->v[fxt_at(o, b, loc, ch)] = fxt_round(r, L->dtype_bytes);
+                              ? best[ch]
+                              : (tw.n ? sum[ch] / (float)tw.n : 0.0f);
+                dst[ch] = fxt_round(r, L->dtype_bytes);
             }
         }
-    return TPU_OK;
+    free(best);
+    fxt_taps_free(&tw);
+    return rc;
 }
 
 static tpu_status fwd_upsample(fx_state *x, int core, int l, const fxt_tens *in,
@@ -205,22 +233,28 @@ static tpu_status fwd_upsample(fx_state *x, int core, int l, const fxt_tens *in,
     int64_t npos = fxt_npos(o);
     for (int64_t b = 0; b < o->B; b++)
         for (int64_t pos = 0; pos < npos; pos++) {
-            int64_t loc[SP], gi[SP];
+            int64_t loc[SP], gi[SP], li[SP];
             fxt_global(o, pos, loc, gi);
             for (int d = 0; d < SP; d++)
                 gi[d] /= up_factor(L, d);
-            for (int64_t ch = 0; ch < o->C; ch++) {
-                int miss = 0;
-                float v = fxt_rd(in, b, gi, ch, &miss);
-                if (miss)
-                    return fx_missing(err, x, core, l, "upsample", miss);
-                o->v[fxt_at(o, b, loc, ch)] = fxt_round(v, L->dtype_bytes);
+            int miss = 0, got = fxt_locate(in, gi, li, &miss);
+            if (got < 0)
+                return fx_missing(err, x, core, l, "upsample", miss);
+            float *dst = &o->v[fxt_at(o, b, loc, 0)];
+            if (got == 0) {
+                for (int64_t ch = 0; ch < o->C; ch++)
+                    dst[ch] = fxt_round(0.0f, L->dtype_bytes);
+                continue;
             }
+            const float *src = &in->v[fxt_at(in, b, li, 0)];
+            for (int64_t ch = 0; ch < o->C; ch++)
+                dst[ch] = fxt_round(src[ch], L->dtype_bytes);
         }
     return TPU_OK;
 }
 
-/* Elementwise layers with a pass of their own. */
+/* Elementwise layers with a pass of their own: every input shares the
+ * output's box, so element i is element i of each. */
 static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
@@ -232,28 +266,50 @@ static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
             return rc;
     if ((rc = fx_new_act(x, core, l, &o, err)))
         return rc;
-    int64_t npos = fxt_npos(o);
-    for (int64_t b = 0; b < o->B; b++)
-        for (int64_t pos = 0; pos < npos; pos++) {
-            int64_t loc[SP];
-            fxt_decode(o, pos, loc);
-            for (int64_t ch = 0; ch < o->C; ch++) {
-                int64_t i = fxt_at(o, b, loc, ch);
-                float v = ins[0]->v[i], r = v;
-                if (L->op == GOP_RELU)
-                    r = v > 0.0f ? v : 0.0f;
-                else if (L->op == GOP_SIGMOID)
-                    r = 1.0f / (1.0f + expf(-v));
-                else if (L->op == GOP_DROPOUT && x->g->train)
-                    r = drop_keep(x, core, l, o, b, loc, ch)
-                            ? v / (1.0f - (float)L->rate)
-                            : 0.0f;
-                else if (L->op == GOP_ADD)
-                    for (int k = 1; k < L->n_in; k++)
-                        r += ins[k]->v[i];
-                o->v[i] = fxt_round(r, L->dtype_bytes);
-            }
+    int64_t n = fxt_elems(o);
+    const float *v = ins[0]->v;
+    int dt = L->dtype_bytes;
+    switch (L->op) {
+    case GOP_RELU:
+        for (int64_t i = 0; i < n; i++)
+            o->v[i] = fxt_round(v[i] > 0.0f ? v[i] : 0.0f, dt);
+        break;
+    case GOP_SIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            o->v[i] = fxt_round(1.0f / (1.0f + expf(-v[i])), dt);
+        break;
+    case GOP_DROPOUT:
+        if (x->g->train) {
+            int64_t npos = fxt_npos(o), C = o->C;
+            for (int64_t b = 0, i = 0; b < o->B; b++)
+                for (int64_t pos = 0; pos < npos; pos++) {
+                    int64_t loc[SP];
+                    fxt_decode(o, pos, loc);
+                    int64_t base = drop_base(x, core, l, o, b, loc);
+                    for (int64_t ch = 0; ch < C; ch++, i++)
+                        o->v[i] = fxt_round(
+                            drop_keep(x, l, base + ch)
+                                ? v[i] / (1.0f - (float)L->rate)
+                                : 0.0f,
+                            dt);
+                }
+            break;
         }
+        for (int64_t i = 0; i < n; i++)
+            o->v[i] = fxt_round(v[i], dt);
+        break;
+    case GOP_ADD:
+        for (int64_t i = 0; i < n; i++) {
+            float r = v[i];
+            for (int k = 1; k < L->n_in; k++)
+                r += ins[k]->v[i];
+            o->v[i] = fxt_round(r, dt);
+        }
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            o->v[i] = fxt_round(v[i], dt);
+    }
     /* A relu fused into this add's pass is formed when read. */
     return TPU_OK;
 }
@@ -304,45 +360,59 @@ static tpu_status add_grad(fx_state *x, int core, int to, const fxt_tens *src,
     return TPU_OK;
 }
 
+/* dX += dY times the activation's derivative, formed from its output
+ * element by element (add_grad's sum with the mask computed in place). */
 static tpu_status bwd_act(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
     const fxt_tens *y;
-    fxt_tens *gy;
+    fxt_tens *gy, *gt;
     tpu_status rc;
     if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
         (rc = fx_act_of(x, core, l, &y, err)))
         return rc;
-    int64_t n = fxt_elems(gy);
-    float *m = malloc((size_t)n * sizeof(float) + 1);
-    if (!m)
-        return fx_oom(err);
-    int64_t npos = fxt_npos(gy);
-    for (int64_t i = 0; i < n; i++) {
-        float v = y->v[i];
-        switch (L->op) {
-        case GOP_RELU:
-            m[i] = v > 0.0f ? 1.0f : 0.0f;
-            break;
-        case GOP_SIGMOID:
-            m[i] = v * (1.0f - v);
-            break;
-        case GOP_DROPOUT: {
-            int64_t r = i / gy->C, loc[SP];
-            fxt_decode(gy, r % npos, loc);
-            m[i] = !x->g->train ? 1.0f
-                   : drop_keep(x, core, l, gy, r / npos, loc, i % gy->C)
-                       ? 1.0f / (1.0f - (float)L->rate)
-                       : 0.0f;
+    if (!x->g->layers[L->in[0]].needs_grad)
+        return TPU_OK;
+    if ((rc = fx_grad_of(x, core, L->in[0], &gt, err)))
+        return rc;
+    int64_t n = fxt_elems(gt);
+    if (fxt_elems(gy) != n)
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "internal: functional: gradient shapes differ");
+    const float *v = y->v, *dy = gy->v;
+    float *dx = gt->v;
+    switch (L->op) {
+    case GOP_RELU:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * (v[i] > 0.0f ? 1.0f : 0.0f);
+        break;
+    case GOP_SIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * (v[i] * (1.0f - v[i]));
+        break;
+    case GOP_DROPOUT:
+        if (x->g->train) {
+            int64_t npos = fxt_npos(gy), C = gy->C;
+            float keep = 1.0f / (1.0f - (float)L->rate);
+            for (int64_t b = 0, i = 0; b < gy->B; b++)
+                for (int64_t pos = 0; pos < npos; pos++) {
+                    int64_t loc[SP];
+                    fxt_decode(gy, pos, loc);
+                    int64_t base = drop_base(x, core, l, gy, b, loc);
+                    for (int64_t ch = 0; ch < C; ch++, i++)
+                        dx[i] += dy[i] *
+                                 (drop_keep(x, l, base + ch) ? keep : 0.0f);
+                }
             break;
         }
-        default:
-            m[i] = 1.0f;
-        }
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * 1.0f;
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i] * 1.0f;
     }
-    rc = add_grad(x, core, L->in[0], gy, m, err);
-    free(m);
-    return rc;
+    return TPU_OK;
 }
 
 tpu_status fxv_bn_stats(fx_state *x, int core, int l, tpu_error *err)
@@ -404,6 +474,106 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
     return TPU_OK;
 }
 
+/* Upsampling's gradient at input coordinate gp: the sum over the outputs
+ * gp*f .. gp*f + f-1 along every dim, in that order, of each channel. */
+static tpu_status bwd_up_pos(fx_state *x, int core, int l, const fxt_tens *gw,
+                             int64_t b, const int64_t gp[SP], float *acc,
+                             tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    int64_t nf = 1, f[SP];
+    for (int d = 0; d < SP; d++) {
+        f[d] = up_factor(L, d);
+        nf *= f[d];
+    }
+    for (int64_t q = 0; q < nf; q++) {
+        int64_t go[SP], lo[SP], qq = q;
+        for (int d = SP - 1; d >= 0; d--) {
+            go[d] = gp[d] * f[d] + qq % f[d];
+            qq /= f[d];
+        }
+        int miss = 0, got = fxt_locate(gw, go, lo, &miss);
+        if (got < 0)
+            return fx_missing(err, x, core, l, "upsample gradient", miss);
+        if (got == 0) {
+            for (int64_t ch = 0; ch < gw->C; ch++)
+                acc[ch] += 0.0f;
+            continue;
+        }
+        const float *dy = &gw->v[fxt_at(gw, b, lo, 0)];
+        for (int64_t ch = 0; ch < gw->C; ch++)
+            acc[ch] += dy[ch];
+    }
+    return TPU_OK;
+}
+
+/* Pooling's gradient at input coordinate gp: over the outputs whose
+ * windows hold it (tw), in tap order, each channel's share of dY (its
+ * argmax's, or 1/count of it).  tin and best/arg are workspaces. */
+static tpu_status bwd_pool_pos(fx_state *x, int core, int l, fxt_taps *tw,
+                               fxt_taps *tin, const fxt_tens *gw,
+                               const fxt_tens *gx, const fxt_tens *xin,
+                               int64_t b, const int64_t gp[SP], float *acc,
+                               float *best, int64_t *arg, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    int nsp = L->out.nsp;
+    int64_t C = gx->C, win = fxt_kernel_taps(L);
+    int dmiss = 0;
+    /* The taps before a missing row of dY are still taken (their window
+     * reads may fail first, as element by element they did). */
+    int dgot = fxt_taps_at(tw, gp, gw, 1, &dmiss);
+    for (int64_t i = 0; i < tw->n; i++) {
+        int64_t t = tw->tap[i], go[SP];
+        fxt_tap_reach(L, nsp, 1, gp, t, go);
+        const float *dy = tw->off[i] < 0 ? NULL
+                                         : &gw->v[b * fxt_example(gw) +
+                                                  tw->off[i]];
+        if (L->op == GOP_MAXPOOL) {
+            int m2 = 0;
+            if (fxt_taps_at(tin, go, xin, 1, &m2) < 0)
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "functional mode: maxpool '%s' backward "
+                                "needs input rows of a neighbour's window "
+                                "(a pooling window across an uneven shard "
+                                "boundary); not modelled yet",
+                                L->name);
+            for (int64_t ch = 0; ch < C; ch++) {
+                best[ch] = -INFINITY;
+                arg[ch] = -1;
+            }
+            for (int64_t j = 0; j < tin->n; j++) {
+                const float *v = tin->off[j] < 0
+                                     ? NULL
+                                     : &xin->v[b * fxt_example(xin) +
+                                               tin->off[j]];
+                for (int64_t ch = 0; ch < C; ch++) {
+                    float vv = v ? v[ch] : 0.0f;
+                    if (vv > best[ch]) {
+                        best[ch] = vv;
+                        arg[ch] = tin->tap[j];
+                    }
+                }
+            }
+            for (int64_t ch = 0; ch < C; ch++)
+                acc[ch] += arg[ch] == t ? (dy ? dy[ch] : 0.0f) : 0.0f;
+            continue;
+        }
+        int64_t cnt = 0;
+        for (int64_t u = 0; u < win; u++) {
+            int64_t gi[SP];
+            if (fxt_tap_reach(L, nsp, 0, go, u, gi) &&
+                fxt_inside(gi, gx->gext, nsp))
+                cnt++;
+        }
+        for (int64_t ch = 0; ch < C; ch++)
+            acc[ch] += cnt ? (dy ? dy[ch] : 0.0f) / (float)cnt : 0.0f;
+    }
+    if (dgot < 0)
+        return fx_missing(err, x, core, l, "pooling gradient", dmiss);
+    return TPU_OK;
+}
+
 /* Pooling and upsampling: each input row of this core's shard collects
  * from the output rows whose windows hold it (the gradient window). */
 static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
@@ -419,82 +589,36 @@ static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
         return rc;
     if (L->op == GOP_MAXPOOL && (rc = fx_fwin_of(x, core, l, &xin, err)))
         return rc;
-    int nsp = L->out.nsp;
-    int64_t win = L->op == GOP_UPSAMPLE ? 1 : fxt_kernel_taps(L);
-    int64_t npos = fxt_npos(gx);
-    for (int64_t b = 0; b < gx->B; b++)
-        for (int64_t pos = 0; pos < npos; pos++) {
+    int64_t npos = fxt_npos(gx), C = gx->C;
+    fxt_taps tw, tin;
+    memset(&tw, 0, sizeof tw);
+    memset(&tin, 0, sizeof tin);
+    float *acc = malloc(sizeof(float) * (size_t)(2 * C + 1)), *best = acc + C;
+    int64_t *arg = malloc(sizeof(int64_t) * (size_t)(C + 1));
+    if (!acc || !arg)
+        rc = fx_oom(err);
+    else if (L->op != GOP_UPSAMPLE &&
+             (!(rc = fxt_taps_init(&tw, L, L->out.nsp, 1, err))))
+        rc = fxt_taps_init(&tin, L, L->out.nsp, 0, err);
+    for (int64_t b = 0; b < gx->B && !rc; b++)
+        for (int64_t pos = 0; pos < npos && !rc; pos++) {
             int64_t loc[SP], gp[SP];
             fxt_global(gx, pos, loc, gp);
-            for (int64_t ch = 0; ch < gx->C; ch++) {
-                float acc = 0.0f;
-                if (L->op == GOP_UPSAMPLE) {
-                    /* outputs gp*f .. gp*f + f-1 along every dim */
-                    int64_t nf = 1, f[SP];
-                    for (int d = 0; d < SP; d++) {
-                        f[d] = up_factor(L, d);
-                        nf *= f[d];
-                    }
-                    for (int64_t q = 0; q < nf; q++) {
-                        int64_t go[SP], qq = q;
-                        for (int d = SP - 1; d >= 0; d--) {
-                            go[d] = gp[d] * f[d] + qq % f[d];
-                            qq /= f[d];
-                        }
-                        int miss = 0;
-                        acc += fxt_rd(gw, b, go, ch, &miss);
-                        if (miss)
-                            return fx_missing(err, x, core, l,
-                                              "upsample gradient", miss);
-                    }
-                    gx->v[fxt_at(gx, b, loc, ch)] += acc;
-                    continue;
-                }
-                for (int64_t t = 0; t < win; t++) {
-                    int64_t go[SP];
-                    if (!fxt_tap_reach(L, nsp, 1, gp, t, go) ||
-                        !fxt_inside(go, gw->gext, nsp))
-                        continue;
-                    int miss = 0;
-                    float dy = fxt_rd(gw, b, go, ch, &miss);
-                    if (miss)
-                        return fx_missing(err, x, core, l, "pooling gradient",
-                                          miss);
-                    /* The output's window: its in-bounds inputs. */
-                    int64_t cnt = 0, arg = -1;
-                    float best = -INFINITY;
-                    for (int64_t u = 0; u < win; u++) {
-                        int64_t gi[SP];
-                        if (!fxt_tap_reach(L, nsp, 0, go, u, gi) ||
-                            !fxt_inside(gi, gx->gext, nsp))
-                            continue;
-                        cnt++;
-                        if (L->op == GOP_MAXPOOL) {
-                            int m2 = 0;
-                            float v = fxt_rd(xin, b, gi, ch, &m2);
-                            if (m2)
-                                return tpu_fail(
-                                    err, TPU_ERR_INPUT,
-                                    "functional mode: maxpool '%s' backward "
-                                    "needs input rows of a neighbour's window "
-                                    "(a pooling window across an uneven shard "
-                                    "boundary); not modelled yet",
-                                    L->name);
-                            if (v > best) {
-                                best = v;
-                                arg = u;
-                            }
-                        }
-                    }
-                    if (L->op == GOP_MAXPOOL)
-                        acc += arg == t ? dy : 0.0f;
-                    else
-                        acc += cnt ? dy / (float)cnt : 0.0f;
-                }
-                gx->v[fxt_at(gx, b, loc, ch)] += acc;
-            }
+            for (int64_t ch = 0; ch < C; ch++)
+                acc[ch] = 0.0f;
+            rc = L->op == GOP_UPSAMPLE
+                     ? bwd_up_pos(x, core, l, gw, b, gp, acc, err)
+                     : bwd_pool_pos(x, core, l, &tw, &tin, gw, gx, xin, b, gp,
+                                    acc, best, arg, err);
+            float *dst = &gx->v[fxt_at(gx, b, loc, 0)];
+            for (int64_t ch = 0; ch < C && !rc; ch++)
+                dst[ch] += acc[ch];
         }
-    return TPU_OK;
+    fxt_taps_free(&tw);
+    fxt_taps_free(&tin);
+    free(acc);
+    free(arg);
+    return rc;
 }
 
 static tpu_status bwd_gap(fx_state *x, int core, int l, tpu_error *err)
@@ -578,9 +702,10 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
             for (int64_t pos = 0; pos < npos; pos++) {
                 int64_t loc[SP], g[SP];
                 fxt_global(gx, pos, loc, g);
+                float *dst = &gx->v[fxt_at(gx, b, loc, 0)];
+                const float *src = &gy->v[b * gy->C + fxt_gflat(gx, g, 0)];
                 for (int64_t ch = 0; ch < gx->C; ch++)
-                    gx->v[fxt_at(gx, b, loc, ch)] +=
-                        gy->v[b * gy->C + fxt_gflat(gx, g, ch)];
+                    dst[ch] += src[ch];
             }
         return TPU_OK;
     }
