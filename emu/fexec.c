@@ -22,18 +22,25 @@ tpu_status fx_oom(tpu_error *err)
     return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (functional)");
 }
 
+void *fx_scratch_raw(fx_state *x, int i, size_t bytes)
+{
+    if (bytes < 1)
+        bytes = 1;
+    if (bytes > x->scratch_cap[i]) {
+        free(x->scratch[i]);
+        x->scratch[i] = malloc(bytes);
+        x->scratch_cap[i] = x->scratch[i] ? bytes : 0;
+    }
+    return x->scratch[i];
+}
+
 float *fx_scratch(fx_state *x, int i, int64_t n)
 {
-    size_t need = (size_t)(n > 0 ? n : 1);
-    if (need > x->scratch_cap[i]) {
-        free(x->scratch[i]);
-        x->scratch[i] = malloc(need * sizeof(float));
-        x->scratch_cap[i] = x->scratch[i] ? need : 0;
-        if (!x->scratch[i])
-            return NULL;
-    }
-    memset(x->scratch[i], 0, need * sizeof(float));
-    return x->scratch[i];
+    size_t need = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    float *p = fx_scratch_raw(x, i, need);
+    if (p)
+        memset(p, 0, need);
+    return p;
 }
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -244,7 +251,7 @@ void fx_free(fx_state *x)
             core_free(&x->cs[k], x->g->n_layers);
     free(x->cs);
     free(x->has_bwd);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < FX_NSCRATCH; i++)
         free(x->scratch[i]);
     free(x);
 }

@@ -42,6 +42,22 @@ typedef struct {
     int swept;            /* lazy backward propagation done down to here */
 } fx_core;
 
+/* Scratch buffers: the matrix products' operands in fp32 (A, B, C) and
+ * their bf16 parts and partial sums (fx_mm.c). */
+enum {
+    FX_SCR_A,
+    FX_SCR_B,
+    FX_SCR_C,
+    FX_SCR_AH,
+    FX_SCR_BH,
+    FX_SCR_AL,
+    FX_SCR_BL,
+    FX_SCR_T,
+    FX_SCR_TILE_A,
+    FX_SCR_TILE_T,
+    FX_NSCRATCH
+};
+
 struct fx_state {
     const graph *g;
     const plan *p;
@@ -55,8 +71,8 @@ struct fx_state {
     /* Operand buffers of the matrix products, grown and reused: one
      * instruction runs at a time, and fresh calloc'd megabytes per
      * instruction cost more in page faults than the products. */
-    float *scratch[3];
-    size_t scratch_cap[3];
+    float *scratch[FX_NSCRATCH];
+    size_t scratch_cap[FX_NSCRATCH]; /* bytes */
 };
 
 /* ---- emu/fexec.c -------------------------------------------------------- */
@@ -64,6 +80,8 @@ struct fx_state {
 tpu_status fx_oom(tpu_error *err);
 /* Zeroed scratch buffer i of at least n floats (NULL: out of memory). */
 float *fx_scratch(fx_state *x, int i, int64_t n);
+/* Scratch buffer i of at least `bytes` bytes, as the last user left it. */
+void *fx_scratch_raw(fx_state *x, int i, size_t bytes);
 /* A read of rows along spatial dim dim - 1 the firmware did not bring. */
 tpu_status fx_missing(tpu_error *err, const fx_state *x, int core, int l,
                       const char *what, int dim);

@@ -32,21 +32,19 @@ static tpu_status mxu_product(const fx_state *x, const bf16 *a, const bf16 *b,
  * multiplied on their own (one tile: c = its partial sum) and the
  * partials are added in tile order, as the MXU does: the bits of the
  * padded product, without storing or multiplying the padding. */
-static tpu_status mm_bf16(const fx_state *x, const bf16 *a, const bf16 *b,
+static tpu_status mm_bf16(fx_state *x, const bf16 *a, const bf16 *b,
                           float *cres, int64_t m, int64_t kc, int64_t n,
                           int64_t depth, int64_t sw, tpu_error *err)
 {
     int64_t R = x->hw->mxu.rows;
     if (depth >= sw)
         return mxu_product(x, a, b, cres, m, kc, n, err);
-    bf16 *as = malloc(sizeof(bf16) * (size_t)(m * R + 1));
-    float *t = malloc(sizeof(float) * (size_t)(m * n + 1));
+    bf16 *as = fx_scratch_raw(x, FX_SCR_TILE_A, sizeof(bf16) * (size_t)(m * R));
+    float *t = fx_scratch_raw(x, FX_SCR_TILE_T, sizeof(float) * (size_t)(m * n));
     tpu_status rc = TPU_OK;
     int first = 1;
-    if (!as || !t) {
-        rc = fx_oom(err);
-        goto done;
-    }
+    if (!as || !t)
+        return fx_oom(err);
     for (int64_t q0 = 0; q0 < kc;) {
         /* the compact rows [q0, q1) that share one padded K tile */
         int64_t tile = ((q0 / depth) * sw + q0 % depth) / R, q1 = q0 + 1;
@@ -57,7 +55,7 @@ static tpu_status mm_bf16(const fx_state *x, const bf16 *a, const bf16 *b,
             memcpy(&as[i * nr], &a[i * kc + q0], sizeof(bf16) * (size_t)nr);
         if ((rc = mxu_product(x, as, &b[q0 * n], first ? cres : t, m, nr, n,
                               err)))
-            goto done;
+            return rc;
         if (!first)
             for (int64_t i = 0; i < m * n; i++)
                 cres[i] += t[i];
@@ -66,9 +64,6 @@ static tpu_status mm_bf16(const fx_state *x, const bf16 *a, const bf16 *b,
     }
     if (first)
         memset(cres, 0, sizeof(float) * (size_t)(m * n));
-done:
-    free(as);
-    free(t);
     return rc;
 }
 
@@ -77,53 +72,44 @@ done:
  * (f32 layers, bf16_3x) each operand is split into a bf16 high and low
  * part and the three significant products, each a whole MXU product, are
  * summed on the vector unit: (hi*hi + hi*lo) + lo*hi. */
-static tpu_status mxu_mm(const fx_state *x, const float *a, const float *b,
+static tpu_status mxu_mm(fx_state *x, const float *a, const float *b,
                          float *cres, int64_t m, int64_t kc, int64_t n,
                          int64_t depth, int64_t sw, int passes, tpu_error *err)
 {
     size_t na = (size_t)(m * kc), nb = (size_t)(kc * n), nc = (size_t)(m * n);
-    bf16 *ah = malloc((na + 1) * sizeof(bf16)),
-         *bh = malloc((nb + 1) * sizeof(bf16));
-    bf16 *al = NULL, *bl = NULL;
-    float *t = NULL;
-    tpu_status rc = TPU_OK;
+    /* The operands' bf16 parts live in scratch buffers: fresh megabytes
+     * per instruction cost more in page faults than the conversions. */
+    bf16 *ah = fx_scratch_raw(x, FX_SCR_AH, na * sizeof(bf16)),
+         *bh = fx_scratch_raw(x, FX_SCR_BH, nb * sizeof(bf16));
+    tpu_status rc;
     if (!ah || !bh)
-        goto oom;
+        return fx_oom(err);
     for (size_t i = 0; i < na; i++)
         ah[i] = bf16_from_f32(a[i]);
     for (size_t i = 0; i < nb; i++)
         bh[i] = bf16_from_f32(b[i]);
     if ((rc = mm_bf16(x, ah, bh, cres, m, kc, n, depth, sw, err)))
-        goto done;
+        return rc;
     if (passes == 3) {
-        al = malloc((na + 1) * sizeof(bf16));
-        bl = malloc((nb + 1) * sizeof(bf16));
-        t = malloc((nc + 1) * sizeof(float));
+        bf16 *al = fx_scratch_raw(x, FX_SCR_AL, na * sizeof(bf16)),
+             *bl = fx_scratch_raw(x, FX_SCR_BL, nb * sizeof(bf16));
+        float *t = fx_scratch_raw(x, FX_SCR_T, nc * sizeof(float));
         if (!al || !bl || !t)
-            goto oom;
+            return fx_oom(err);
         for (size_t i = 0; i < na; i++)
             al[i] = bf16_from_f32(a[i] - bf16_to_f32(ah[i]));
         for (size_t i = 0; i < nb; i++)
             bl[i] = bf16_from_f32(b[i] - bf16_to_f32(bh[i]));
         if ((rc = mm_bf16(x, ah, bl, t, m, kc, n, depth, sw, err)))
-            goto done;
+            return rc;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
         if ((rc = mm_bf16(x, al, bh, t, m, kc, n, depth, sw, err)))
-            goto done;
+            return rc;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
     }
-    goto done;
-oom:
-    rc = fx_oom(err);
-done:
-    free(ah);
-    free(bh);
-    free(al);
-    free(bl);
-    free(t);
-    return rc;
+    return TPU_OK;
 }
 
 /* The rows [*r0, *r1) and columns [*n0, *n1) the next matmul instruction
@@ -216,9 +202,10 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
         return TPU_OK;
     int64_t m = r1 - r0, nn = n1 - n0;
     int64_t kc = gm.taps * depth; /* compact K: the real rows only */
-    float *A = fx_scratch(x, 0, m * kc);
-    float *Bm = fx_scratch(x, 1, kc * nn);
-    float *C = fx_scratch(x, 2, m * nn);
+    /* A is zeroed (padding taps read 0); B and C are written whole. */
+    float *A = fx_scratch(x, FX_SCR_A, m * kc);
+    float *Bm = fx_scratch_raw(x, FX_SCR_B, sizeof(float) * (size_t)(kc * nn));
+    float *C = fx_scratch_raw(x, FX_SCR_C, sizeof(float) * (size_t)(m * nn));
     if (!A || !Bm || !C)
         return fx_oom(err);
     const float *W = fx_wts(x, core, l);
@@ -228,20 +215,29 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
                 Bm[(t * depth + k) * nn + j] =
                     dx ? W[(t * gm.cin + n0 + j) * gm.cout + k]
                        : W[(t * gm.cin + k) * gm.cout + n0 + j];
-    for (int64_t r = r0; r < r1; r++) {
+    /* im2col: each row's taps resolved once, a run of channels each */
+    fxt_taps tw;
+    if ((rc = fxt_taps_init(&tw, L, gm.spatial, dx, err)))
+        return rc;
+    int64_t ex = fxt_example(src);
+    for (int64_t r = r0; r < r1 && !rc; r++) {
         int64_t b = r / npos, loc[SP], gp[SP];
         fxt_global(dst, r % npos, loc, gp);
-        for (int64_t t = 0; t < gm.taps; t++) {
-            int64_t gs[SP];
-            if (!fxt_tap_reach(L, gm.spatial, dx, gp, t, gs))
-                continue;
-            int miss = 0;
-            if (fxt_rd_row(src, b, gs, 0, depth, &A[(r - r0) * kc + t * depth],
-                           &miss) < 0)
-                return fx_missing(err, x, core, l,
-                                  dx ? "input gradient" : "forward", miss);
+        int miss = 0;
+        if (fxt_taps_at(&tw, gp, src, 0, &miss) < 0) {
+            rc = fx_missing(err, x, core, l, dx ? "input gradient" : "forward",
+                            miss);
+            break;
         }
+        float *arow = &A[(r - r0) * kc];
+        for (int64_t i = 0; i < tw.n; i++)
+            if (tw.off[i] >= 0)
+                memcpy(&arow[tw.tap[i] * depth], &src->v[b * ex + tw.off[i]],
+                       sizeof(float) * (size_t)depth);
     }
+    fxt_taps_free(&tw);
+    if (rc)
+        return rc;
     if ((rc = mxu_mm(x, A, Bm, C, m, kc, nn, gm.depth, gm.sw, in->passes, err)))
         return rc;
     for (int64_t r = r0; r < r1; r++)
@@ -297,39 +293,42 @@ tpu_status fxm_dw(fx_state *x, int core, int l, const fw_insn *in,
     if (k0 >= k1 || n0 >= n1 || Mc == 0)
         return TPU_OK;
     int64_t m = k1 - k0, nn = n1 - n0;
-    float *A = fx_scratch(x, 0, m * Mc);
-    float *Bm = fx_scratch(x, 1, Mc * nn);
-    float *C = fx_scratch(x, 2, m * nn);
+    float *A = fx_scratch(x, FX_SCR_A, m * Mc);
+    float *Bm = fx_scratch_raw(x, FX_SCR_B, sizeof(float) * (size_t)(Mc * nn));
+    float *C = fx_scratch_raw(x, FX_SCR_C, sizeof(float) * (size_t)(m * nn));
     if (!A || !Bm || !C)
         return fx_oom(err);
     for (int64_t mm = 0; mm < Mc; mm++)
         for (int64_t j = 0; j < nn; j++)
             Bm[mm * nn + j] = gy->v[mm * gm.cout + n0 + j];
     /* Each position's window rows, tap by tap, a run of channels at a
-     * time, into the columns of X^T. */
-    float *row = malloc(sizeof(float) * (size_t)(gm.cin + 1));
-    if (!row)
-        return fx_oom(err);
+     * time, into the columns of X^T; the taps of the instruction's K
+     * range resolved once per position. */
+    fxt_taps tw;
+    if ((rc = fxt_taps_init(&tw, L, gm.spatial, 0, err)))
+        return rc;
+    int64_t ex = fxt_example(win);
+    int64_t ta = k0 / gm.cin, tb = (k1 + gm.cin - 1) / gm.cin;
     for (int64_t mm = 0; mm < Mc && !rc; mm++) {
         int64_t b = mm / npos, loc[SP], og[SP];
         fxt_global(gy, mm % npos, loc, og);
-        for (int64_t t = k0 / gm.cin; t * gm.cin < k1; t++) {
-            int64_t gi[SP];
-            if (!fxt_tap_reach(L, gm.spatial, 0, og, t, gi))
+        int miss = 0;
+        if (fxt_taps_range(&tw, og, win, 0, ta, tb, &miss) < 0) {
+            rc = fx_missing(err, x, core, l, "weight gradient", miss);
+            break;
+        }
+        for (int64_t i = 0; i < tw.n; i++) {
+            if (tw.off[i] < 0)
                 continue;
+            int64_t t = tw.tap[i];
             int64_t c0 = t * gm.cin < k0 ? k0 - t * gm.cin : 0;
             int64_t c1 = (t + 1) * gm.cin > k1 ? k1 - t * gm.cin : gm.cin;
-            int miss = 0, got = fxt_rd_row(win, b, gi, c0, c1 - c0, row, &miss);
-            if (got < 0) {
-                rc = fx_missing(err, x, core, l, "weight gradient", miss);
-                break;
-            }
-            if (got)
-                for (int64_t ci = c0; ci < c1; ci++)
-                    A[(t * gm.cin + ci - k0) * Mc + mm] = row[ci - c0];
+            const float *row = &win->v[b * ex + tw.off[i]];
+            for (int64_t ci = c0; ci < c1; ci++)
+                A[(t * gm.cin + ci - k0) * Mc + mm] = row[ci];
         }
     }
-    free(row);
+    fxt_taps_free(&tw);
     if (rc || (rc = mxu_mm(x, A, Bm, C, m, Mc, nn, Mc, Mc, in->passes, err)))
         return rc;
     for (int64_t k = k0; k < k1; k++)

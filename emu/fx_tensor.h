@@ -280,13 +280,14 @@ static inline int64_t fxt_example(const fxt_tens *t)
     return fxt_npos(t) * t->C;
 }
 
-/* w's list for coordinate p into src: the taps that reach (fxt_tap_reach),
- * skipping those outside src's tensor along the first nsp dims when
- * skip_pad (fxt_inside); returns -1 with *miss set (fxt_locate's dim) at
- * the first listed tap whose row the box does not hold (the list holds
- * the taps before it), else 1. */
-static inline int fxt_taps_at(fxt_taps *w, const int64_t p[GRAPH_MAX_SP],
-                              const fxt_tens *src, int skip_pad, int *miss)
+/* w's list for coordinate p into src, of the taps [t0, t1) that reach
+ * (fxt_tap_reach), skipping those outside src's tensor along the first nsp
+ * dims when skip_pad (fxt_inside); returns -1 with *miss set (fxt_locate's
+ * dim) at the first listed tap whose row the box does not hold (the list
+ * holds the taps before it), else 1. */
+static inline int fxt_taps_range(fxt_taps *w, const int64_t p[GRAPH_MAX_SP],
+                                 const fxt_tens *src, int skip_pad, int64_t t0,
+                                 int64_t t1, int *miss)
 {
     const glayer *L = w->L;
     int64_t stride = src->C;
@@ -306,16 +307,31 @@ static inline int fxt_taps_at(fxt_taps *w, const int64_t p[GRAPH_MAX_SP],
         }
         stride *= src->ext[d];
     }
-    int64_t k[GRAPH_MAX_SP] = {0};
+    int64_t k[GRAPH_MAX_SP], q = t0;
+    for (int d = GRAPH_MAX_SP - 1; d >= 0; d--) {
+        k[d] = q % w->K[d];
+        q /= w->K[d];
+    }
     w->n = 0;
-    for (int64_t t = 0; t < w->taps; t++) {
-        if (t > 0)
+    for (int64_t t = t0; t < t1 && t < w->taps; t++) {
+        if (t > t0)
             for (int d = GRAPH_MAX_SP - 1; d >= 0; d--) {
                 if (++k[d] < w->K[d])
                     break;
                 k[d] = 0;
             }
-        int64_t s[GRAPH_MAX_SP], off = 0;
+        int64_t s[GRAPH_MAX_SP], off = 0, any = 0;
+        for (int d = 0; d < GRAPH_MAX_SP; d++) {
+            s[d] = w->st[d][k[d]];
+            any |= s[d];
+            off += s[d];
+        }
+        if (any >= 0) { /* every dim holds its row: the common case */
+            w->tap[w->n] = t;
+            w->off[w->n++] = off;
+            continue;
+        }
+        off = 0;
         int skip = 0;
         for (int d = 0; d < GRAPH_MAX_SP; d++) {
             s[d] = w->st[d][k[d]];
@@ -338,6 +354,13 @@ static inline int fxt_taps_at(fxt_taps *w, const int64_t p[GRAPH_MAX_SP],
         w->off[w->n++] = off;
     }
     return 1;
+}
+
+/* fxt_taps_range over every tap. */
+static inline int fxt_taps_at(fxt_taps *w, const int64_t p[GRAPH_MAX_SP],
+                              const fxt_tens *src, int skip_pad, int *miss)
+{
+    return fxt_taps_range(w, p, src, skip_pad, 0, w->taps, miss);
 }
 
 #endif
