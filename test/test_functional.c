@@ -323,6 +323,22 @@ static int seed_weights(const graph *g, uint64_t seed, float *w, int64_t nw)
     return o == nw ? 0 : -1;
 }
 
+/* Whether weight i of the gradient vector (owners in layer order) is a
+ * frozen layer's: it gets no gradient, so there is nothing to compare. */
+static int frozen_weight(const graph *g, int64_t i)
+{
+    int64_t o = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->share_from >= 0 || L->weights <= 0)
+            continue;
+        if (i < o + L->weights)
+            return L->frozen;
+        o += L->weights;
+    }
+    return 0;
+}
+
 /* Central differences of the loss against the all-reduced gradients on
  * about `nsample` weights spread over the layers.  f32 products (bf16_3x)
  * and a smooth loss: the difference's truncation error is O(eps^2) times
@@ -346,6 +362,13 @@ static void grad_check(th_ctx *t, const graph *g, int nsample)
         gmax = fmax(gmax, fabs(base.grads[i]));
     for (int64_t i = 0; i < nw; i += nw / nsample + 1) {
         const double eps = 1e-2;
+        if (frozen_weight(g, i)) {
+            /* not a gradient tpuemu computes: reported as zero */
+            TH_CHECKF(t, base.grads[i] == 0, "frozen weight %lld: %g",
+                      (long long)i, base.grads[i]);
+            checked++;
+            continue;
+        }
         double l[2] = {0, 0};
         for (int s = 0; s < 2; s++) {
             float keep = w0[i];
@@ -887,6 +910,10 @@ static void random_trace(uint64_t seed, int nsp, int train, char *buf,
                      rnd_in(&s, 1, nsp == 2 ? 5 : 3),
                      train ? ",\"dtype\":\"f32\"" : "");
     const char *dt = train ? ",\"dtype\":\"f32\"" : "";
+    /* Training graphs freeze about a third of their convs, drawn from a
+     * stream of their own so the shapes stay those of the seed. */
+    uint64_t fs = seed ^ 0x5eedf00dcafe1234ull;
+    char dtc[64];
     int n = rnd_in(&s, 3, nsp == 2 ? 7 : 5);
     char prev[16] = "x";
     for (int i = 0; i < n && o < (int)cap - 600; i++) {
@@ -894,6 +921,9 @@ static void random_trace(uint64_t seed, int nsp, int train, char *buf,
         snprintf(name, sizeof name, "l%d", i);
         const char *pad = rnd_in(&s, 0, 1) ? "same" : "valid";
         int st = rnd_in(&s, 1, 2);
+        snprintf(dtc, sizeof dtc, "%s%s", dt,
+                 train && rnd_in(&fs, 0, 2) == 0 ? ",\"trainable\":false"
+                                                 : "");
         switch (rnd_in(&s, 0, 7)) {
         case 0:
         case 1:
@@ -905,7 +935,7 @@ static void random_trace(uint64_t seed, int nsp, int train, char *buf,
                           name, prev, rnd_in(&s, 1, 6),
                           rnd_list(&s, nsp, 1, 4, k1),
                           rnd_list(&s, nsp, st, st, k2),
-                          rnd_list(&s, nsp, 1, st == 1 ? 2 : 1, k3), pad, dt);
+                          rnd_list(&s, nsp, 1, st == 1 ? 2 : 1, k3), pad, dtc);
             break;
         case 2:
             o += snprintf(buf + o, cap - (size_t)o,
@@ -922,7 +952,7 @@ static void random_trace(uint64_t seed, int nsp, int train, char *buf,
                           "\"padding\":\"%s\"%s},",
                           name, prev, rnd_in(&s, 1, 4),
                           rnd_list(&s, nsp, 1, 3, k1),
-                          rnd_list(&s, nsp, 1, 2, k2), pad, dt);
+                          rnd_list(&s, nsp, 1, 2, k2), pad, dtc);
             break;
         case 4:
             o += snprintf(buf + o, cap - (size_t)o,
@@ -945,7 +975,7 @@ static void random_trace(uint64_t seed, int nsp, int train, char *buf,
                           "\"filters\":3,\"kernel\":%s%s},"
                           "{\"name\":\"%s\",\"op\":\"%s\",\"in\":[\"%sa\","
                           "\"%sb\"]%s},",
-                          name, prev, rnd_list(&s, nsp, 3, 3, k1), dt, name,
+                          name, prev, rnd_list(&s, nsp, 3, 3, k1), dtc, name,
                           prev, rnd_list(&s, nsp, 1, 1, k2), dt, name,
                           rnd_in(&s, 0, 1) ? "add" : "concat", name, name, dt);
             break;
@@ -954,7 +984,7 @@ static void random_trace(uint64_t seed, int nsp, int train, char *buf,
                           "{\"name\":\"%s\",\"op\":\"conv\",\"in\":\"%s\","
                           "\"filters\":%d,\"kernel\":%s,\"padding\":\"%s\"%s},",
                           name, prev, rnd_in(&s, 2, 5),
-                          rnd_list(&s, nsp, 2, 5, k1), pad, dt);
+                          rnd_list(&s, nsp, 2, 5, k1), pad, dtc);
         }
         snprintf(prev, sizeof prev, "%s", name);
     }
@@ -1015,9 +1045,11 @@ void th_suite_functional_random(th_ctx *t)
     if (getenv("FX_RANDOM_DEBUG"))
         fprintf(stderr, "%d graphs, %d partitioned runs\n", graphs, runs);
 
-    th_case(t, "random 2D training graphs: partitioned gradients equal one "
-               "chip's, and central differences");
+    th_case(t, "random 2D training graphs, a third of their convs frozen: "
+               "partitioned gradients equal one chip's, and central "
+               "differences");
     graphs = 0;
+    int frozen = 0, prefix = 0;
     n = th_asan() ? 2 : 8;
     if (soak && atoi(soak) > 0)
         n = atoi(soak) / 4 + 1;
@@ -1028,6 +1060,11 @@ void th_suite_functional_random(th_ctx *t)
         tpu_error err = {0};
         if (graph_parse(&g, buf, strlen(buf), "rand.json", &err))
             continue;
+        for (int l = 0; l < g.n_layers; l++) {
+            frozen += g.layers[l].frozen;
+            /* a layer with no backward at all: below every trainable one */
+            prefix += g.layers[l].op != GOP_INPUT && !g.layers[l].needs_grad;
+        }
         emu_result flat;
         if (!run(t, &g, "v3-2", 1, &flat)) {
             TH_FAIL(t, "trace: %s", buf);
@@ -1054,5 +1091,11 @@ void th_suite_functional_random(th_ctx *t)
         graph_free(&g);
         graphs++;
     }
-    TH_CHECKF(t, graphs == n, "%d training graphs", graphs);
+    TH_CHECKF(t, graphs == n && frozen > 0 && prefix > 0,
+              "%d training graphs, %d frozen convs, %d layers without a "
+              "backward",
+              graphs, frozen, prefix);
+    if (getenv("FX_RANDOM_DEBUG"))
+        fprintf(stderr, "%d frozen convs, %d layers without a backward\n",
+                frozen, prefix);
 }
