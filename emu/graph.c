@@ -196,8 +196,7 @@ static tpu_status check_share(const graph *g, const glayer *L,
 static tpu_status infer_layer(graph *g, int i, const char **key,
                               tpu_error *err);
 
-/* Whether layer i's own weights (or its owner's) get a gradient. */
-static int trains_weights(const graph *g, int i)
+int graph_layer_trains(const graph *g, int i)
 {
     const glayer *L = &g->layers[i];
     const glayer *O = L->share_from >= 0 ? &g->layers[L->share_from] : L;
@@ -212,15 +211,10 @@ tpu_status graph_infer_layer(graph *g, int i, const char **key,
     L->needs_grad = 0;
     if (st || L->op == GOP_INPUT)
         return st;
-    L->needs_grad = trains_weights(g, i);
+    L->needs_grad = graph_layer_trains(g, i);
     for (int k = 0; k < L->n_in; k++)
         L->needs_grad |= g->layers[L->in[k]].needs_grad;
     return TPU_OK;
-}
-
-int graph_layer_trains(const graph *g, int i)
-{
-    return trains_weights(g, i);
 }
 
 static tpu_status infer_layer(graph *g, int i, const char **key,
@@ -447,7 +441,7 @@ double graph_backward_flops(const graph *g)
         double fwd = graph_layer_flops(g, i);
         if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE) {
             int dx = g->layers[L->in[0]].needs_grad;
-            int dw = trains_weights(g, i);
+            int dw = graph_layer_trains(g, i);
             /* the weight gradient when the weights train, the input
              * gradient when something below trains; the elementwise
              * epilogue's backward either way. */
