@@ -98,6 +98,16 @@ void tpu_params_default(tpu_params *p, int gen)
      * per dimension (1) or runs each as its own HBM pass (0) is not
      * public.  1 is the cheaper reading (all are elementwise or
      * concatenate, which XLA's loop fusion accepts). */
+    /* [C] openxla/xla spmd/convolution_handler.cc: a weight-gradient
+     * convolution whose operands are split spatially computes a partial
+     * kernel on each shard and all-reduces it over the partition group
+     * right away (create_cross_partition_all_reduce), in the convolution's
+     * output type; the data-parallel gradient all-reduce follows at the
+     * end of the backward pass.  RetinaNet's heads, shared across five
+     * levels, all-reduce five partial kernels per conv.  Whether the TPU
+     * backend combined them in 2019 is [U]; 0 leaves the whole reduction
+     * to the final all-reduce. */
+    p->xla_dw_allreduce = 1;
     p->xla_halo_fused = 1;
     /* [C] openxla/xla spmd/convolution_handler.cc: the weight-gradient
      * convolution has both operands split spatially and is partitioned by
@@ -256,6 +266,8 @@ static const pentry table[] = {
       "[U] SPMD halo ops fused per dimension"),
     I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,
       "[C] XLA HaloExchangeOnLHS for weight gradients"),
+    I("xla.dw_allreduce", xla_dw_allreduce, "0/1", 0, 1,
+      "[C] XLA SPMD all-reduces each partial weight gradient"),
     I("xla.remat", xla_remat, "0/1", 0, 1,
       "[C] XLA HloRematerialization; [U] on TPU"),
     I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),

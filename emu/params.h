@@ -40,6 +40,9 @@ typedef struct {
                                 slice and mask are one fused pass */
     int xla_dw_halo;         /* 1: the weight-gradient conv exchanges the
                                 activation's halo again (HaloExchangeOnLHS) */
+    int xla_dw_allreduce;    /* 1: each spatially partitioned weight
+                                gradient is all-reduced over the partition
+                                group as it is computed */
     int xla_remat;           /* 1: when a training step does not fit in HBM,
                                 activations cheap to recompute are dropped and
                                 recomputed in the backward pass */

@@ -802,6 +802,15 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     emit_pass(c, phase, l, in_b + dy_b, (double)K * npad * 4, (double)K * npad,
               1);
     c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+    /* Each shard summed its own positions: XLA SPMD all-reduces the
+     * partial kernel over the partition group at once, in the product's
+     * type (xla.dw_allreduce).  Its values stay partial until the final
+     * all-reduce (docs/FUNCTIONAL.md), which sums the same terms. */
+    if (c->hw->xla_dw_allreduce && any_split(c, l)) {
+        const glayer *O = L->share_from >= 0 ? &c->g->layers[L->share_from] : L;
+        emit(c, FW_ALLREDUCE, phase, l, O->weights * L->dtype_bytes,
+             FW_GROUP_PARTITION, 0, 0);
+    }
 }
 
 static int consumer_is(const lc *c, int l, graph_op op)

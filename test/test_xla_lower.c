@@ -40,6 +40,8 @@ typedef struct {
     int halos;      /* FW_HALO instructions */
     int64_t halo_b; /* bytes received */
     int nmm;        /* FW_MATMUL instructions */
+    int ar_part;    /* FW_ALLREDUCE over the partition group */
+    int64_t ar_b;   /* their bytes */
 } tally;
 
 /* Loop bodies count once per iteration. */
@@ -88,6 +90,9 @@ static int lower_tally(const char *text, const char *key, const char *value,
         } else if (in->op == FW_HALO) {
             out->halos++;
             out->halo_b += in->b + in->c;
+        } else if (in->op == FW_ALLREDUCE && in->b == FW_GROUP_PARTITION) {
+            out->ar_part++;
+            out->ar_b += in->a;
         }
     }
     fw_program_free(&prog);
@@ -221,5 +226,33 @@ void th_suite_xla_lower(th_ctx *t)
                 t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd, &e) == 0,
                 "%s", e.msg))
             TH_CHECK(t, bwd.halos == 0);
+    }
+
+    th_case(t, "SPMD: each split weight gradient is all-reduced over the "
+               "partition group at once, in the product's type");
+    {
+        /* c1: 3x3, 128 -> 128, bf16: 9 x 128 x 128 weights x 2 bytes. */
+        trace(buf, sizeof buf, 8, 4, 2, 2, 64, 30, 128, 128, 3);
+        tally on, off, flat;
+        if (TH_CHECKF(
+                t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &on, &e) == 0,
+                "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.dw_allreduce", "0", "c1",
+                                  PHASE_BWD, &off, &e) == 0,
+                      "%s", e.msg)) {
+            /* the batchnorm's all-reduces are another layer's */
+            TH_CHECKF(t, on.ar_part == 1 && on.ar_b == 9 * 128 * 128 * 2,
+                      "%d all-reduces, %lld bytes", on.ar_part,
+                      (long long)on.ar_b);
+            TH_CHECKF(t, off.ar_part == 0, "off: %d", off.ar_part);
+        }
+        /* Unsplit: each core has the whole partial sum already. */
+        trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
+        if (TH_CHECKF(t,
+                      lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &flat,
+                                  &e) == 0,
+                      "%s", e.msg))
+            TH_CHECKF(t, flat.ar_part == 0, "unsplit: %d", flat.ar_part);
     }
 }
