@@ -108,6 +108,13 @@ void tpu_params_default(tpu_params *p, int gen)
      * backend combined them in 2019 is [U]; 0 leaves the whole reduction
      * to the final all-reduce. */
     p->xla_dw_allreduce = 1;
+    /* [U] Whether the TPU backend fused batchnorm's statistics (a reduce
+     * over batch and space) into the producing convolution's output
+     * fusion, or ran them as their own reduction fusion reading the
+     * activation once more.  REFERENCE.md: how much is fused is a
+     * modelling choice.  1 is the cheaper reading; 0 measures the
+     * other. */
+    p->xla_bn_stats_fused = 1;
     p->xla_halo_fused = 1;
     /* [C] openxla/xla spmd/convolution_handler.cc: the weight-gradient
      * convolution has both operands split spatially and is partitioned by
@@ -266,6 +273,8 @@ static const pentry table[] = {
       "[U] SPMD halo ops fused per dimension"),
     I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,
       "[C] XLA HaloExchangeOnLHS for weight gradients"),
+    I("xla.bn_stats_fused", xla_bn_stats_fused, "0/1", 0, 1,
+      "[U] batchnorm statistics in the conv epilogue"),
     I("xla.dw_allreduce", xla_dw_allreduce, "0/1", 0, 1,
       "[C] XLA SPMD all-reduces each partial weight gradient"),
     I("xla.remat", xla_remat, "0/1", 0, 1,

@@ -40,6 +40,9 @@ typedef struct {
                                 slice and mask are one fused pass */
     int xla_dw_halo;         /* 1: the weight-gradient conv exchanges the
                                 activation's halo again (HaloExchangeOnLHS) */
+    int xla_bn_stats_fused;  /* 1: batchnorm's forward statistics come out
+                                of the producing convolution's epilogue; 0:
+                                a reduction pass reads the activation */
     int xla_dw_allreduce;    /* 1: each spatially partitioned weight
                                 gradient is all-reduced over the partition
                                 group as it is computed */

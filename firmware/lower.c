@@ -864,7 +864,9 @@ static void lower_forward_ops(lc *c, int l)
         /* Statistics come from the producer's epilogue unless the producer
          * is not a matrix layer (then a reduction pass reads x). */
         const glayer *I = &c->g->layers[L->in[0]];
-        if (I->op != GOP_CONV && I->op != GOP_CONV_T && I->op != GOP_DENSE)
+        if ((I->op != GOP_CONV && I->op != GOP_CONV_T &&
+             I->op != GOP_DENSE) ||
+            !c->hw->xla_bn_stats_fused)
             emit_pass_fx(c, FX_NONE, ph, l, ib, 0, ie, 3);
         if (any_split(c, l))
             emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,

@@ -37,6 +37,7 @@ typedef struct {
     double m_rows;  /* sum of M over the layer's products in the phase */
     int64_t k_max;  /* largest K */
     int64_t st;     /* bytes stored */
+    int64_t ld;     /* bytes loaded */
     int halos;      /* FW_HALO instructions */
     int64_t halo_b; /* bytes received */
     int nmm;        /* FW_MATMUL instructions */
@@ -87,6 +88,8 @@ static int lower_tally(const char *text, const char *key, const char *value,
             out->nmm++;
         } else if (in->op == FW_DMA_ST) {
             out->st += in->a * rep;
+        } else if (in->op == FW_DMA_LD) {
+            out->ld += in->a * rep;
         } else if (in->op == FW_HALO) {
             out->halos++;
             out->halo_b += in->b + in->c;
@@ -226,6 +229,31 @@ void th_suite_xla_lower(th_ctx *t)
                 t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &bwd, &e) == 0,
                 "%s", e.msg))
             TH_CHECK(t, bwd.halos == 0);
+    }
+
+    th_case(t, "batchnorm statistics unfused (xla.bn_stats_fused=0): one "
+               "more read of the convolution's output, nothing stored");
+    {
+        /* bn reads c1's output: 4 examples x 16 x 16 x 32 bf16 in the
+         * (8,128) layout the HBM keeps (4 x 16 rows of min(128 x 16,
+         * 128 x 32) x 2 bytes); the statistics pass reads it once more. */
+        trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 32, 32, 3);
+        tally fused, unfused;
+        if (TH_CHECKF(t,
+                      lower_tally(buf, NULL, NULL, "bn", PHASE_FWD, &fused,
+                                  &e) == 0,
+                      "%s", e.msg) &&
+            TH_CHECKF(t,
+                      lower_tally(buf, "xla.bn_stats_fused", "0", "bn",
+                                  PHASE_FWD, &unfused, &e) == 0,
+                      "%s", e.msg)) {
+            int64_t x = 4 * 16 * 2048 * 2;
+            TH_CHECKF(t, unfused.ld == fused.ld + x && unfused.st == fused.st,
+                      "loads %lld -> %lld (expected +%lld), stores %lld -> "
+                      "%lld",
+                      (long long)fused.ld, (long long)unfused.ld, (long long)x,
+                      (long long)fused.st, (long long)unfused.st);
+        }
     }
 
     th_case(t, "SPMD: each split weight gradient is all-reduced over the "
