@@ -320,15 +320,32 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
 
 /* ---- windows and halos ------------------------------------------------- */
 
+/* Layer L's window along dim d: kernel (or pooling window), stride and
+ * dilation, 1 where unset. */
+static void window_of(const glayer *L, int d, int64_t *k, int64_t *s,
+                      int64_t *dil)
+{
+    *k = L->kernel[d] > 0 ? L->kernel[d] : 1;
+    *s = L->strides[d] > 0 ? L->strides[d] : 1;
+    *dil = L->dilation[d] > 0 ? L->dilation[d] : 1;
+}
+
+/* Clips [*lo, *hi) to [0, ext), empty rather than inverted. */
+static void clip_range(int64_t ext, int64_t *lo, int64_t *hi)
+{
+    *lo = max64(*lo, 0);
+    *hi = min64(*hi, ext);
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
 /* The input rows [*lo, *hi) that output rows [o0, o1) of layer L need
  * along dim d (clipped to the input's extent). */
 static void need_range(const glayer *L, const glayer *I, int d, int64_t o0,
                        int64_t o1, int64_t *lo, int64_t *hi)
 {
-    int64_t ext = I->out.sp[d];
-    int64_t k = L->kernel[d] > 0 ? L->kernel[d] : 1;
-    int64_t s = L->strides[d] > 0 ? L->strides[d] : 1;
-    int64_t dil = L->dilation[d] > 0 ? L->dilation[d] : 1;
+    int64_t k, s, dil;
+    window_of(L, d, &k, &s, &dil);
     switch (L->op) {
     case GOP_CONV:
     case GOP_MAXPOOL:
@@ -351,10 +368,7 @@ static void need_range(const glayer *L, const glayer *I, int d, int64_t o0,
         *lo = o0;
         *hi = o1;
     }
-    *lo = max64(*lo, 0);
-    *hi = min64(*hi, ext);
-    if (*hi < *lo)
-        *hi = *lo;
+    clip_range(I->out.sp[d], lo, hi);
 }
 
 /* The output rows [*lo, *hi) of layer L whose windows touch input rows
@@ -362,10 +376,8 @@ static void need_range(const glayer *L, const glayer *I, int d, int64_t o0,
 static void grad_need_range(const glayer *L, int d, int64_t i0, int64_t i1,
                             int64_t *lo, int64_t *hi)
 {
-    int64_t ext = L->out.sp[d];
-    int64_t k = L->kernel[d] > 0 ? L->kernel[d] : 1;
-    int64_t s = L->strides[d] > 0 ? L->strides[d] : 1;
-    int64_t dil = L->dilation[d] > 0 ? L->dilation[d] : 1;
+    int64_t k, s, dil;
+    window_of(L, d, &k, &s, &dil);
     switch (L->op) {
     case GOP_CONV:
     case GOP_MAXPOOL:
@@ -387,10 +399,7 @@ static void grad_need_range(const glayer *L, int d, int64_t i0, int64_t i1,
         *lo = i0;
         *hi = i1;
     }
-    *lo = max64(*lo, 0);
-    *hi = min64(*hi, ext);
-    if (*hi < *lo)
-        *hi = *lo;
+    clip_range(L->out.sp[d], lo, hi);
 }
 
 /* For layer l reading input layer i: the halo rows this shard receives
