@@ -135,15 +135,20 @@ static void tensor_elems(const graph *g, const plan *p, int l, const int *co,
 /* Upper estimate, fp32 throughout.  Per core: each layer's output and
  * gradient shards; its input window and its gradient window, each the
  * whole tensor where the program gathers it and at most twice the shard
- * otherwise (a halo is narrower than a shard); the weights three times
- * (value, momentum, gradient).  Plus, once (instructions run one at a
- * time), the largest matrix instruction's operands: its rows x real K
- * rows in fp32 and two bf16 copies, the weight operand likewise, the
- * results and the per-tile temporaries. */
+ * otherwise (a halo is narrower than a shard); a weight-gradient partial
+ * per layer (a sharer's as large as its owner's).  Once: the weights and
+ * their momentum (the all-reduced totals reuse a partial's buffer), and
+ * (instructions run one at a time) the largest matrix instruction's
+ * operands: its rows x real K rows in fp32 and two bf16 copies, the
+ * weight operand likewise, the results and the per-tile temporaries. */
 double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
 {
-    double w = (double)graph_weights(g) * 4.0 * 3.0;
-    double total = 0, tmp = 0;
+    double w = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        int o = g->layers[l].share_from;
+        w += (double)g->layers[o >= 0 ? o : l].weights * 4.0;
+    }
+    double total = (double)graph_weights(g) * 4.0 * 2.0, tmp = 0;
     int n = g->n_layers;
     uint8_t *gathered = malloc((size_t)n * 2 + 2);
     if (!gathered)
@@ -215,10 +220,8 @@ static void core_free(fx_core *c, int n)
     if (c->act && c->grad && c->win && c->gwin)
         for (int l = 0; l < n; l++)
             free_tensors(c, l);
-    if (c->w)
+    if (c->wg && c->bn)
         for (int l = 0; l < n; l++) {
-            free(c->w[l]);
-            free(c->mom[l]);
             free(c->wg[l]);
             free(c->bn[l]);
         }
@@ -232,8 +235,6 @@ static void core_free(fx_core *c, int n)
     free(c->done_fwd);
     free(c->done_bwd);
     free(c->stats_reduced);
-    free(c->w);
-    free(c->mom);
     free(c->wg);
     free(c->bn);
     free(c->loss_part);
@@ -250,6 +251,15 @@ void fx_free(fx_state *x)
         for (int k = 0; k < x->p->cores; k++)
             core_free(&x->cs[k], x->g->n_layers);
     free(x->cs);
+    if (x->w && x->mom && x->wsum)
+        for (int l = 0; l < x->g->n_layers; l++) {
+            free(x->w[l]);
+            free(x->mom[l]);
+            free(x->wsum[l]);
+        }
+    free(x->w);
+    free(x->mom);
+    free(x->wsum);
     free(x->has_bwd);
     for (int i = 0; i < FX_NSCRATCH; i++)
         free(x->scratch[i]);
@@ -305,7 +315,10 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         x->out_layer = cfg->output_layer;
     x->has_bwd = calloc((size_t)n + 1, 1);
     x->cs = calloc((size_t)p->cores, sizeof *x->cs);
-    if (!x->has_bwd || !x->cs)
+    x->w = calloc((size_t)n + 1, sizeof(float *));
+    x->mom = calloc((size_t)n + 1, sizeof(float *));
+    x->wsum = calloc((size_t)n + 1, sizeof(float *));
+    if (!x->has_bwd || !x->cs || !x->w || !x->mom || !x->wsum)
         goto oom;
     if (cfg->init_weights) {
         int64_t nw = 0;
@@ -325,6 +338,23 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         if (in->phase == PHASE_BWD && in->layer >= 0 && in->fx != FX_NONE)
             x->has_bwd[in->layer] = 1;
     }
+    int64_t o = 0;
+    for (int l = 0; l < n; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->weights <= 0 || L->share_from >= 0)
+            continue;
+        x->w[l] = malloc((size_t)L->weights * sizeof(float));
+        x->mom[l] = calloc((size_t)L->weights, sizeof(float));
+        if (!x->w[l] || !x->mom[l])
+            goto oom;
+        if (cfg->init_weights) {
+            memcpy(x->w[l], cfg->init_weights + o,
+                   (size_t)L->weights * sizeof(float));
+            o += L->weights;
+        } else {
+            init_weights(x, l, x->w[l]);
+        }
+    }
     for (int k = 0; k < p->cores; k++) {
         fx_core *c = &x->cs[k];
         size_t nl = (size_t)n + 1;
@@ -338,8 +368,6 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         c->done_fwd = calloc(nl, 1);
         c->done_bwd = calloc(nl, 1);
         c->stats_reduced = calloc(nl, 1);
-        c->w = calloc(nl, sizeof(float *));
-        c->mom = calloc(nl, sizeof(float *));
         c->wg = calloc(nl, sizeof(float *));
         c->bn = calloc(nl, sizeof(float *));
         c->loss_part = calloc(nl, sizeof(double));
@@ -348,7 +376,7 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         c->chunk = calloc(nl * 3, sizeof(int64_t));
         if (!c->act || !c->grad || !c->win || !c->gwin || !c->have_act ||
             !c->have_win || !c->have_gwin || !c->done_fwd || !c->done_bwd ||
-            !c->stats_reduced || !c->w || !c->mom || !c->wg || !c->bn ||
+            !c->stats_reduced || !c->wg || !c->bn ||
             !c->loss_part || !c->dice || !c->cur || !c->chunk)
             goto oom;
         for (int l = 0; l < n; l++) {
@@ -357,24 +385,6 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
                 c->bn[l] = calloc((size_t)L->out.c * 6, sizeof(float));
                 if (!c->bn[l])
                     goto oom;
-            }
-            if (L->weights <= 0 || L->share_from >= 0)
-                continue;
-            c->w[l] = malloc((size_t)L->weights * sizeof(float));
-            c->mom[l] = calloc((size_t)L->weights, sizeof(float));
-            c->wg[l] = calloc((size_t)L->weights, sizeof(float));
-            if (!c->w[l] || !c->mom[l] || !c->wg[l])
-                goto oom;
-            init_weights(x, l, c->w[l]);
-        }
-        if (cfg->init_weights) {
-            int64_t o = 0;
-            for (int l = 0; l < n; l++) {
-                if (!c->w[l])
-                    continue;
-                memcpy(c->w[l], cfg->init_weights + o,
-                       (size_t)g->layers[l].weights * sizeof(float));
-                o += g->layers[l].weights;
             }
         }
     }
@@ -412,13 +422,18 @@ static tpu_status make_input(fx_state *x, int core, int l, tpu_error *err)
 tpu_status fx_begin_step(fx_state *x, int64_t step, tpu_error *err)
 {
     x->step = step;
+    x->updated = 0;
     int n = x->g->n_layers;
+    for (int l = 0; l < n; l++) {
+        free(x->wsum[l]);
+        x->wsum[l] = NULL;
+    }
     for (int k = 0; k < x->p->cores; k++) {
         fx_core *c = &x->cs[k];
         for (int l = 0; l < n; l++) {
             free_tensors(c, l);
-            if (c->wg[l])
-                memset(c->wg[l], 0, (size_t)fx_nweights(x, l) * sizeof(float));
+            free(c->wg[l]);
+            c->wg[l] = NULL;
         }
         memset(c->have_act, 0, (size_t)n);
         memset(c->have_win, 0, (size_t)n);
@@ -489,9 +504,9 @@ int64_t fx_nweights(const fx_state *x, int l)
     return x->g->layers[fx_owner(x, l)].weights;
 }
 
-float *fx_wts(fx_state *x, int core, int l)
+float *fx_wts(fx_state *x, int l)
 {
-    return x->cs[core].w[fx_owner(x, l)];
+    return x->w[fx_owner(x, l)];
 }
 
 /* Weight-gradient partials are kept per layer (a layer that shares
@@ -558,26 +573,32 @@ tpu_status fx_gwin_of(fx_state *x, int core, int l, const fxt_tens **out,
 
 /* ---- dispatch ---------------------------------------------------------- */
 
-/* Momentum SGD, fp32, on the core's own copy (every core applies the
- * same all-reduced gradients, so the copies stay equal). */
-static void do_update(fx_state *x, int core)
+/* Momentum SGD, fp32, on the one copy of the weights, once per step:
+ * every core would apply the same all-reduced gradients. */
+static void do_update(fx_state *x)
 {
-    fx_core *c = &x->cs[core];
     float lr = (float)x->cfg.learning_rate, mu = (float)x->cfg.momentum;
     for (int l = 0; l < x->g->n_layers; l++) {
-        if (!c->w[l] || !c->wg[l] || x->g->layers[l].frozen)
+        if (!x->w[l] || !x->wsum[l] || x->g->layers[l].frozen)
             continue;
         int64_t n = x->g->layers[l].weights;
+        float *w = x->w[l], *m = x->mom[l];
+        const float *g = x->wsum[l];
         for (int64_t i = 0; i < n; i++) {
-            c->mom[l][i] = mu * c->mom[l][i] + c->wg[l][i];
-            c->w[l][i] -= lr * c->mom[l][i];
+            m[i] = mu * m[i] + g[i];
+            w[i] -= lr * m[i];
         }
     }
 }
 
 /* Sums the weight-gradient partials: per layer over the cores that hold a
- * distinct part (in core order, fp32), then sharers into their owner in
- * layer order; every core gets the totals. */
+ * distinct part (in core order, fp32, from +0), then sharers into their
+ * owner in layer order (an owner comes before its sharers).  One total per
+ * owner layer, in wsum, for the update and the result (every core would
+ * hold the same): the first contributing partial's buffer becomes it, the
+ * other partials are freed.  A core without a partial adds nothing (a
+ * partial is summed from +0 by +=, never -0, so adding zeros would be the
+ * identity). */
 tpu_status fx_reduce_grads(fx_state *x, tpu_error *err)
 {
     int n = x->g->n_layers, ncores = x->p->cores;
@@ -586,31 +607,40 @@ tpu_status fx_reduce_grads(fx_state *x, tpu_error *err)
         if (nw <= 0 || x->g->layers[l].op == GOP_INPUT ||
             !graph_layer_trains(x->g, l))
             continue;
-        float *tot = calloc((size_t)nw + 1, sizeof(float));
-        if (!tot)
-            return fx_oom(err);
+        float *tot = NULL;
         for (int k = 0; k < ncores; k++) {
-            const float *p = x->cs[k].wg[l];
-            if (p && fx_contributes(x, k, l))
+            float *p = x->cs[k].wg[l];
+            if (!p || !fx_contributes(x, k, l))
+                continue;
+            if (!tot) {
+                tot = p;
+                x->cs[k].wg[l] = NULL;
+                for (int64_t i = 0; i < nw; i++)
+                    tot[i] = 0.0f + tot[i];
+            } else {
                 for (int64_t i = 0; i < nw; i++)
                     tot[i] += p[i];
-        }
-        int o = fx_owner(x, l);
-        for (int k = 0; k < ncores; k++) {
-            float *dst;
-            if (o != l) {
-                tpu_status rc = fx_wgrad_of(x, k, o, &dst, err);
-                if (rc) {
-                    free(tot);
-                    return rc;
-                }
-                for (int64_t i = 0; i < nw; i++)
-                    dst[i] += tot[i];
-                memset(x->cs[k].wg[l], 0, (size_t)nw * sizeof(float));
-            } else if (x->cs[k].wg[l]) {
-                memcpy(x->cs[k].wg[l], tot, (size_t)nw * sizeof(float));
             }
         }
+        for (int k = 0; k < ncores; k++) {
+            free(x->cs[k].wg[l]);
+            x->cs[k].wg[l] = NULL;
+        }
+        if (!tot && !(tot = calloc((size_t)nw + 1, sizeof(float))))
+            return fx_oom(err);
+        int o = fx_owner(x, l);
+        if (o == l) {
+            free(x->wsum[l]);
+            x->wsum[l] = tot;
+            continue;
+        }
+        if (!x->wsum[o] &&
+            !(x->wsum[o] = calloc((size_t)nw + 1, sizeof(float)))) {
+            free(tot);
+            return fx_oom(err);
+        }
+        for (int64_t i = 0; i < nw; i++)
+            x->wsum[o][i] += tot[i];
         free(tot);
     }
     return TPU_OK;
@@ -634,14 +664,18 @@ tpu_status fx_exec(fx_state *x, int core, const fw_insn *in, tpu_error *err)
     if (in->fx == FX_NONE)
         return TPU_OK;
     if (in->fx == FX_UPDATE) {
-        if (!first_run(&c->done_fwd[x->g->n_layers], 1))
+        /* The first core to reach it updates the one copy; the program
+         * reads no weights after the final all-reduce (firmware/lower.c),
+         * so no core sees them change within the step. */
+        if (x->updated)
             return TPU_OK;
+        x->updated = 1;
         if (x->p->cores == 1) {
             tpu_status rc = fx_reduce_grads(x, err);
             if (rc)
                 return rc;
         }
-        do_update(x, core);
+        do_update(x);
         return TPU_OK;
     }
     if (l < 0 || l >= x->g->n_layers)
@@ -769,8 +803,8 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
             if (x->g->layers[l].share_from >= 0 || nw <= 0)
                 continue;
             /* A frozen layer's gradient is not computed: zeros. */
-            if (x->cs[0].wg[l] && !x->g->layers[l].frozen)
-                memcpy(&r->grads[o], x->cs[0].wg[l],
+            if (x->wsum[l] && !x->g->layers[l].frozen)
+                memcpy(&r->grads[o], x->wsum[l],
                        (size_t)nw * sizeof(float));
             o += nw;
         }

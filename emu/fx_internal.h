@@ -14,7 +14,11 @@
  * Storage.  Every core holds, per layer, its shard of the layer's output
  * (`act`) and of the output's gradient (`grad`), and the windows its
  * firmware assembled: the forward input window (shard + halos, or the
- * gathered tensor) and the backward window of the output gradient.
+ * gathered tensor) and the backward window of the output gradient, and
+ * its weight-gradient partials until the all-reduce sums them.  The
+ * weights and their momentum are one copy in fx_state: every core applies
+ * the same all-reduced gradients with the same momentum SGD, so per-core
+ * copies would stay equal (and cost cores x the weights of host memory).
  *
  * Reductions across cores (all-reduces) sum only the cores that hold a
  * distinct part: along a dimension a tensor is not split, the cores of a
@@ -33,7 +37,10 @@ typedef struct {
     fxt_tens *act, *grad, *win, *gwin;
     uint8_t *have_act, *have_win, *have_gwin, *done_fwd, *done_bwd;
     uint8_t *stats_reduced; /* batchnorm: statistics came from the group */
-    float **w, **mom, **wg; /* per owner layer: weights, momentum, gradient */
+    /* Per layer (a layer that shares weights has its own): this core's
+     * weight-gradient partial, from its first product to the all-reduce
+     * (fx_reduce_grads), which frees it. */
+    float **wg;
     float **bn;        /* per batchnorm: sum x, sum x^2, mean, invstd, sum dy,
                           sum dy*xhat (6C) */
     double *loss_part; /* per loss layer: sum of element losses */
@@ -68,6 +75,11 @@ struct fx_state {
     int out_layer;
     uint8_t *has_bwd; /* layer has backward compute instructions */
     fx_core *cs;
+    /* Per owner layer, one copy for all cores: the weights, their
+     * momentum, and the step's all-reduced weight gradient (NULL until
+     * fx_reduce_grads). */
+    float **w, **mom, **wsum;
+    int updated; /* the step's momentum update has run */
     /* Operand buffers of the matrix products, grown and reused: one
      * instruction runs at a time, and fresh calloc'd megabytes per
      * instruction cost more in page faults than the products. */
@@ -92,7 +104,8 @@ int fx_contributes(const fx_state *x, int core, int l);
 /* The layer whose weights layer l uses (itself unless it shares). */
 int fx_owner(const fx_state *x, int l);
 int64_t fx_nweights(const fx_state *x, int l);
-float *fx_wts(fx_state *x, int core, int l);
+/* The weights layer l computes with (its owner's: one copy). */
+float *fx_wts(fx_state *x, int l);
 /* Global example index of core's local example b. */
 int64_t fx_gexample(const fx_state *x, int core, int64_t b);
 /* Spatial positions of the layer's whole output. */
@@ -119,13 +132,15 @@ tpu_status fx_dy_of(fx_state *x, int core, int l, fxt_tens **out,
 /* The output-gradient window layer l's backward reads. */
 tpu_status fx_gwin_of(fx_state *x, int core, int l, const fxt_tens **out,
                       tpu_error *err);
-/* Layer l's own weight-gradient partial. */
+/* Layer l's own weight-gradient partial on this core (allocated, zeroed,
+ * when first asked for in a step). */
 tpu_status fx_wgrad_of(fx_state *x, int core, int l, float **out,
                        tpu_error *err);
 /* Before layer l's gradient is read: the instruction-less layers above it
  * pass their gradients down, in reverse layer order. */
 tpu_status fx_ensure_grad(fx_state *x, int core, int l, tpu_error *err);
-/* The all-reduce of every weight-gradient partial. */
+/* The all-reduce of every weight-gradient partial: the totals into
+ * fx_state's wsum, the partials freed. */
 tpu_status fx_reduce_grads(fx_state *x, tpu_error *err);
 
 /* ---- emu/fx_mm.c -------------------------------------------------------- */

@@ -208,7 +208,7 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
     float *C = fx_scratch_raw(x, FX_SCR_C, sizeof(float) * (size_t)(m * nn));
     if (!A || !Bm || !C)
         return fx_oom(err);
-    const float *W = fx_wts(x, core, l);
+    const float *W = fx_wts(x, l);
     for (int64_t t = 0; t < gm.taps; t++)
         for (int64_t k = 0; k < depth; k++)
             for (int64_t j = 0; j < nn; j++)

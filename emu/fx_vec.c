@@ -126,7 +126,7 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
     if (!c->stats_reduced[l])
         fxv_bn_local_stats(in, bn, bn + C);
     float n = (float)(x->p->batch * fx_gpos_count(L));
-    const float *W = fx_wts(x, core, l);
+    const float *W = fx_wts(x, l);
     for (int64_t ch = 0; ch < C; ch++) {
         float mean = bn[ch] / n;
         /* E[x^2] - E[x]^2 in one pass, so one all-reduce carries both
@@ -461,7 +461,7 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
         (rc = fx_grad_of(x, core, L->in[0], &gx, err)))
         return rc;
     int64_t C = L->out.c, rows = gy->B * fxt_npos(gy);
-    const float *bn = c->bn[l], *W = fx_wts(x, core, l);
+    const float *bn = c->bn[l], *W = fx_wts(x, l);
     float n = (float)(x->p->batch * fx_gpos_count(L));
     for (int64_t r = 0; r < rows; r++)
         for (int64_t ch = 0; ch < C; ch++) {
