@@ -135,21 +135,30 @@ static void tensor_elems(const graph *g, const plan *p, int l, const int *co,
 /* Upper estimate, fp32 throughout.  Per core: each layer's output and
  * gradient shards; its input window and its gradient window, each the
  * whole tensor where the program gathers it and at most twice the shard
- * otherwise (a halo is narrower than a shard); a weight-gradient partial
- * per layer (a sharer's as large as its owner's).  Once: the weights and
- * their momentum (the all-reduced totals reuse a partial's buffer), and
- * (instructions run one at a time) the largest matrix instruction's
- * operands: its rows x real K rows in fp32 and two bf16 copies, the
- * weight operand likewise, the results and the per-tile temporaries. */
+ * otherwise (a halo is narrower than a shard); when training, a
+ * weight-gradient partial per layer (a sharer's as large as its owner's).
+ * Once: the weights and their momentum (the all-reduced totals reuse a
+ * partial's buffer); the result's vectors, which live across steps (the
+ * gradients, and an output the size of the largest layer, with a byte per
+ * element while fx_end_step assembles it); and the matrix products'
+ * scratch buffers (fx_mm.c: grown, never shrunk, so each at its own
+ * largest over the instructions): the operands' rows x real K in fp32 and
+ * bf16 parts, the weight operand likewise, the results, the bf16_3x
+ * partial products and the per-tile temporaries. */
 double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
 {
-    double w = 0;
-    for (int l = 0; l < g->n_layers; l++) {
-        int o = g->layers[l].share_from;
-        w += (double)g->layers[o >= 0 ? o : l].weights * 4.0;
-    }
-    double total = (double)graph_weights(g) * 4.0 * 2.0, tmp = 0;
     int n = g->n_layers;
+    double part = 0, out = 0;
+    for (int l = 0; l < n && g->train; l++) {
+        int o = g->layers[l].share_from;
+        part += (double)g->layers[o >= 0 ? o : l].weights * 4.0;
+    }
+    for (int l = 0; l < n; l++)
+        if (g->layers[l].op != GOP_LOSS)
+            out = fmax(out, (double)gshape_elems(&g->layers[l].out));
+    double total = (double)graph_weights(g) * 4.0 * (g->train ? 3 : 2) +
+                   out * (double)(p->batch * p->replicas) * 5.0;
+    double ma = 0, mb = 0, mc = 0, mt = 0;
     uint8_t *gathered = malloc((size_t)n * 2 + 2);
     if (!gathered)
         return INFINITY;
@@ -162,7 +171,7 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
             if (in->op == FW_ALLGATHER && in->layer >= 0)
                 gathered[in->layer * 2 + (in->fx == FX_DX)] = 1;
         }
-        double per = w;
+        double per = part;
         for (int l = 0; l < n; l++) {
             const glayer *L = &g->layers[l];
             double full, local, ifull = 0, ilocal = 0;
@@ -193,16 +202,16 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
             } else {
                 kk = (double)fxt_kernel_taps(L) * (double)depth;
             }
-            double cols = (double)in->c, R = (double)128;
-            double t = (rows * kk + kk * cols) * (4.0 + 3 * 2.0) +
-                       rows * cols * 4.0 * 3 + rows * R * 2.0;
-            if (t > tmp)
-                tmp = t;
+            double cols = (double)in->c;
+            ma = fmax(ma, rows * kk);
+            mb = fmax(mb, kk * cols);
+            mc = fmax(mc, rows * cols);
+            mt = fmax(mt, rows);
         }
         total += per * (double)p->replicas;
     }
     free(gathered);
-    return total + tmp;
+    return total + (ma + mb) * (4.0 + 3 * 2.0) + mc * 4.0 * 3 + mt * 128 * 2.0;
 }
 
 /* Layer l's step tensors on core c: output, gradient, both windows. */
