@@ -5,8 +5,11 @@
  * and the --report summary are the same on every machine) through
  * graph_load + sim_run with the trace's own system and batch, and prints
  * name, system, predicted and published step time, the signed error and
- * the source; the last line is the mean absolute error over the traces
- * that have a published figure.
+ * the source; then whether the predictions order the traces as the
+ * published times do (every pair: the issue's trends, e.g. 2560x2560 on
+ * v3-64 faster per step than 1280x1280 on v3-8, are such pairs); the last
+ * line is the mean absolute error over the traces that have a published
+ * figure.
  *
  * validate reports, it does not gate: a prediction far from its published
  * figure is a finding for docs/VALIDATION.md, not a failed build (the CI
@@ -34,13 +37,55 @@ static const char usage_text[] =
     "\n"
     "Runs every DIR/*.json (default traces/reference, sorted by name) and\n"
     "prints, for each, the predicted and the published step time, the\n"
-    "error in percent and the source of the published figure; the last line\n"
-    "is the mean absolute error.  --report also writes the table as JSON\n"
-    "(format tpuemu-validation/1).\n"
+    "error in percent and the source of the published figure; then how many\n"
+    "pairs of traces the predictions order as the published times do (the\n"
+    "published trends), naming any pair they get the wrong way round; the\n"
+    "last line is the mean absolute error.  --report also writes the table\n"
+    "as JSON (format tpuemu-validation/1).\n"
     "\n"
     "validate reports, it does not gate: exit 0 when every trace ran,\n"
     "otherwise the status of the first failure (2 bad trace, 3 does not\n"
     "fit); the other traces are still run.\n";
+
+/* A trace with both a prediction and a published step time. */
+typedef struct {
+    char name[192]; /* graph name (128) and system (32), "%s (%s)" */
+    double pred, pub;
+} vrow;
+
+/* Whether the predictions order every pair as the published times do:
+ * prints the count and each pair the wrong way round, and records them
+ * in the report.  Equal published times order nothing. */
+static void check_order(const vrow *v, int nv, cJSON *doc)
+{
+    int pairs = 0, same = 0;
+    cJSON *wrong = cJSON_CreateArray();
+    for (int i = 0; i < nv; i++)
+        for (int j = 0; j < nv; j++) {
+            if (!(v[i].pub < v[j].pub))
+                continue;
+            pairs++;
+            if (v[i].pred < v[j].pred) {
+                same++;
+                continue;
+            }
+            printf("order: %s is published faster than %s (%.4g < %.4g s) "
+                   "but predicted not faster (%.4g >= %.4g s)\n",
+                   v[i].name, v[j].name, v[i].pub, v[j].pub, v[i].pred,
+                   v[j].pred);
+            cJSON *w = cJSON_CreateObject();
+            cJSON_AddStringToObject(w, "published_faster", v[i].name);
+            cJSON_AddStringToObject(w, "published_slower", v[j].name);
+            cJSON_AddItemToArray(wrong, w);
+        }
+    if (pairs > 0)
+        printf("order: the predictions order %d of %d pairs of traces as the "
+               "published step times do\n",
+               same, pairs);
+    cJSON_AddNumberToObject(doc, "pairs", pairs);
+    cJSON_AddNumberToObject(doc, "pairs_in_published_order", same);
+    cJSON_AddItemToObject(doc, "pairs_out_of_order", wrong);
+}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -119,6 +164,14 @@ int cli_validate(int argc, char **argv)
     fflush(stdout);
     int rc = 0, counted = 0;
     double sum_abs = 0;
+    vrow *ordered = calloc((size_t)n, sizeof *ordered);
+    if (!ordered) {
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        cJSON_Delete(doc);
+        return cli_error(4, "out of memory");
+    }
     for (int i = 0; i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -159,6 +212,10 @@ int cli_validate(int argc, char **argv)
                 snprintf(pub, sizeof pub, "%.5g", g.reference_step_s);
                 snprintf(e, sizeof e, "%+.1f", pe);
                 sum_abs += fabs(pe);
+                snprintf(ordered[counted].name, sizeof ordered[counted].name,
+                         "%s (%s)", g.name, g.system);
+                ordered[counted].pred = r.step_time_s;
+                ordered[counted].pub = g.reference_step_s;
                 counted++;
                 cJSON_AddNumberToObject(row, "published_s",
                                         g.reference_step_s);
@@ -197,6 +254,8 @@ int cli_validate(int argc, char **argv)
         emu_result_free(&r);
         graph_free(&g);
     }
+    check_order(ordered, counted, doc);
+    free(ordered);
     if (counted > 0) {
         printf("mean absolute error: %.1f%%\n", sum_abs / counted);
         cJSON_AddNumberToObject(doc, "mean_abs_error_pct", sum_abs / counted);

@@ -87,6 +87,55 @@ void th_suite_check_validate(th_ctx *t)
                         mae < (err < 0 ? -err : err) + 0.06);
     }
 
+    th_case(t, "the published order of every pair: kept, and a pair the "
+               "wrong way round named");
+    {
+        /* The same conv on a bigger input is slower: published faster
+         * (made up) it is a pair out of order; published slower, in order. */
+        char odir[400];
+        snprintf(odir, sizeof odir, "%s/order", th_tmpdir());
+        th_run(&c, "mkdir -p %s", odir);
+        for (int k = 0; k < 2; k++) {
+            for (int big = 0; big < 2; big++) {
+                snprintf(path, sizeof path, "%s/%s.json", odir,
+                         big ? "big" : "small");
+                char text[1024];
+                snprintf(text, sizeof text,
+                         "{\"format\": \"tpuemu-trace/1\", \"name\": "
+                         "\"%s\", \"system\": \"v3-8\", \"run\": "
+                         "{\"mode\": \"train\", \"global_batch\": 8}, "
+                         "\"reference\": {\"step_time_s\": %s, \"source\": "
+                         "\"made up\"}, \"graph\": {\"inputs\": [{\"name\": "
+                         "\"x\", \"shape\": [%d, %d, 8]}], \"layers\": "
+                         "[{\"name\": \"c\", \"op\": \"conv\", \"in\": "
+                         "\"x\", \"filters\": 8, \"kernel\": [3, 3]}, "
+                         "{\"name\": \"l\", \"op\": \"loss\", \"kind\": "
+                         "\"l2\", \"in\": \"c\"}]}}\n",
+                         big ? "big" : "small",
+                         big == k ? "0.001" : "0.002", big ? 128 : 16,
+                         big ? 128 : 16);
+                write_text(path, text);
+            }
+            th_run(&c, "%s validate --dir %s", th_bin(), odir);
+            TH_CHECKF(t, c.status == 0, "status %d: %s", c.status, c.err);
+            if (k == 1) /* big published faster: the wrong way round */
+                TH_CHECKF(t,
+                          strstr(c.out, "order: big (v3-8) is published "
+                                        "faster than small (v3-8)") &&
+                              strstr(c.out, "order 0 of 1 pairs"),
+                          "out: %s", c.out);
+            else
+                TH_CHECKF(t,
+                          !strstr(c.out, "published faster") &&
+                              strstr(c.out, "order 1 of 1 pairs"),
+                          "out: %s", c.out);
+            TH_CHECKF(t,
+                      strncmp(last_line(c.out), "mean absolute error: ",
+                              21) == 0,
+                      "last line: %s", last_line(c.out));
+        }
+    }
+
     th_case(t, "an empty or missing directory: exit 2");
     th_run(&c, "%s validate --dir %s/nope", th_bin(), dir);
     TH_CHECK(t, c.status == 2 && strstr(c.err, "tpuemu: error:"));
