@@ -179,11 +179,12 @@ static tpu_status fwd_pool(fx_state *x, int core, int l, const fxt_tens *in,
     tpu_status rc = fxt_taps_init(&tw, L, L->out.nsp, 0, err);
     if (rc)
         return rc;
-    float *best = malloc(sizeof(float) * (size_t)(2 * C + 1)), *sum = best + C;
+    float *best = malloc(sizeof(float) * (size_t)(2 * C + 1));
     if (!best) {
         fxt_taps_free(&tw);
         return fx_oom(err);
     }
+    float *sum = best + C;
     for (int64_t b = 0; b < o->B && !rc; b++)
         for (int64_t pos = 0; pos < npos; pos++) {
             int64_t loc[SP], og[SP];
@@ -593,7 +594,8 @@ static tpu_status bwd_window(fx_state *x, int core, int l, tpu_error *err)
     fxt_taps tw, tin;
     memset(&tw, 0, sizeof tw);
     memset(&tin, 0, sizeof tin);
-    float *acc = malloc(sizeof(float) * (size_t)(2 * C + 1)), *best = acc + C;
+    float *acc = malloc(sizeof(float) * (size_t)(2 * C + 1));
+    float *best = acc ? acc + C : NULL; /* no arithmetic on NULL */
     int64_t *arg = malloc(sizeof(int64_t) * (size_t)(C + 1));
     if (!acc || !arg)
         rc = fx_oom(err);
