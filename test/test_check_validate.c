@@ -136,6 +136,14 @@ void th_suite_check_validate(th_ctx *t)
         }
     }
 
+    th_case(t, "the reference set keeps the published trends (every pair in "
+               "the published order: issue 7's 2560 faster than 1280, 256^3 "
+               "on 128 cores faster than 128^3 on v3-8)");
+    th_run(&c, "%s validate", th_bin());
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "order 6 of 6 pairs") &&
+                     !strstr(c.out, "published faster than"),
+              "status %d: %s", c.status, c.out);
+
     th_case(t, "an empty or missing directory: exit 2");
     th_run(&c, "%s validate --dir %s/nope", th_bin(), dir);
     TH_CHECK(t, c.status == 2 && strstr(c.err, "tpuemu: error:"));
