@@ -371,4 +371,30 @@ void th_suite_graph(th_ctx *t)
         TH_CHECK(t, shape_is(&g.layers[g.n_layers - 1].out, 0, 0, 0, 0, 1));
     }
     graph_free(&g);
+
+    th_case(t, "RetinaNet: the reference code's frozen stem and res2 (22 "
+               "layers) need no gradient; the rest trains");
+    st = graph_load(&g, "traces/reference/retinanet-1280-v3-8.json", &e);
+    if (OK(t, st, e)) {
+        int frozen = 0;
+        for (int i = 0; i < g.n_layers; i++)
+            frozen += g.layers[i].frozen;
+        const glayer *c1 = layer(&g, "conv1"), *r2 = layer(&g, "res2c_relu");
+        const glayer *r3 = layer(&g, "res3a_branch2a");
+        TH_CHECKF(t, frozen == 22, "%d frozen layers", frozen);
+        TH_CHECK(t, c1 && r2 && r3 && c1->frozen && !c1->needs_grad &&
+                        !r2->needs_grad && !r3->frozen && r3->needs_grad);
+        TH_CHECKF(t, graph_trainable_weights(&g) < graph_weights(&g),
+                  "%lld of %lld", (long long)graph_trainable_weights(&g),
+                  (long long)graph_weights(&g));
+    }
+    graph_free(&g);
+
+    th_case(t, "the committed traces are what scripts/gen_traces.py writes");
+    {
+        th_cmd_result c;
+        th_run(&c, "python3 scripts/gen_traces.py --check");
+        TH_CHECKF(t, c.status == 0 && strstr(c.out, "up to date"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+    }
 }
