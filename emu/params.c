@@ -84,10 +84,11 @@ void tpu_params_default(tpu_params *p, int gen)
     p->xla_conv_pad = 1;
     p->xla_conv_batch_threshold = 64;      /* [C] same page */
     /* The page pads "the batch" of every small-batch convolution to 8.
-     * Whether the layout of a 3D convolution (N, D, H, W, C) also keeps
-     * the batch on the sublanes, rather than a spatial dimension, is [U];
-     * 0 pads the features alone, to measure what the batch padding costs
-     * (the 3D UNet's 4 examples per core stream as 8 rows with 1). */
+     * That 3D convolutions (N, D, H, W, C) do too: a TPU v3 op profile of
+     * a Conv3d with batch 12 and 1 channel marks "BATCH / FEATURE
+     * dimensions are padded" (pytorch/xla issue 3180, 2021; for 2019,
+     * [U]).  0 pads the features alone, to measure what the batch padding
+     * costs (the 3D UNet's 4 examples per core stream as 8 rows with 1). */
     p->xla_conv_pad_batch = 1;
     /* [U] XLA SPMD's ReshardAsWindowedInput calls ExchangeHaloAndGetValidData
      * once per split dimension (openxla/xla spmd/spmd_partitioner.cc,
