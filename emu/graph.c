@@ -196,6 +196,20 @@ static tpu_status check_share(const graph *g, const glayer *L,
 static tpu_status infer_layer(graph *g, int i, const char **key,
                               tpu_error *err);
 
+/* A conv's or conv_transpose's kernel (+ bias): its own, or none when it
+ * shares an earlier layer's (which must then look the same). */
+static tpu_status conv_weights(const graph *g, glayer *L, const glayer *src,
+                               int nsp, const char **key, tpu_error *err)
+{
+    if (L->share_from >= 0)
+        return check_share(g, L, key, err);
+    return set_weights(L,
+                       kernel_volume(L, nsp) * (double)src->out.c *
+                               L->filters +
+                           (L->use_bias ? L->filters : 0),
+                       key, err);
+}
+
 int graph_layer_trains(const graph *g, int i)
 {
     const glayer *L = &g->layers[i];
@@ -254,13 +268,7 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
             return st;
         L->macs = (double)gshape_elems(&L->out) * kernel_volume(L, nsp) *
                   (double)src->out.c;
-        if (L->share_from >= 0)
-            return check_share(g, L, key, err);
-        return set_weights(L,
-                           kernel_volume(L, nsp) * (double)src->out.c *
-                                   L->filters +
-                               (L->use_bias ? L->filters : 0),
-                           key, err);
+        return conv_weights(g, L, src, nsp, key, err);
     }
     case GOP_CONV_T: {
         int nsp;
@@ -286,13 +294,7 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
         /* Every input element is scattered over the whole kernel. */
         L->macs = (double)gshape_elems(&src->out) * kernel_volume(L, nsp) *
                   (double)L->filters;
-        if (L->share_from >= 0)
-            return check_share(g, L, key, err);
-        return set_weights(L,
-                           kernel_volume(L, nsp) * (double)src->out.c *
-                                   L->filters +
-                               (L->use_bias ? L->filters : 0),
-                           key, err);
+        return conv_weights(g, L, src, nsp, key, err);
     }
     case GOP_DENSE:
         /* Keras Dense: a matrix product on the last axis, spatial kept. */

@@ -1076,14 +1076,9 @@ static void account_memory(lc *c)
 {
     const graph *g = c->g;
     fw_memory *m = c->mem;
-    double w = 0, wt = 0, saved = 0, ws = 0;
+    double saved = 0, ws = 0;
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
-        if (L->share_from < 0) {
-            w += (double)L->weights;
-            if (!L->frozen)
-                wt += (double)L->weights;
-        }
         double ob = out_bytes(c, l);
         if (g->train && saved_for_backward(c, l) && !c->remat[l])
             saved += ob;
@@ -1101,9 +1096,12 @@ static void account_memory(lc *c)
         if (live > ws)
             ws = live;
     }
-    m->weights_bytes = w * 4;
-    m->grads_bytes = g->train ? wt * 4 : 0; /* frozen weights: neither */
-    m->opt_bytes = g->train ? wt * 4 : 0;
+    /* fp32 master weights; gradients and momentum for the trainable ones
+     * only (a sharer counts no weights of its own). */
+    double wt = (double)graph_trainable_weights(g) * 4;
+    m->weights_bytes = (double)graph_weights(g) * 4;
+    m->grads_bytes = g->train ? wt : 0;
+    m->opt_bytes = g->train ? wt : 0;
     m->saved_bytes = saved;
     m->workspace_bytes = ws;
     m->peak_bytes = m->weights_bytes + m->grads_bytes + m->opt_bytes + saved + ws;
