@@ -76,7 +76,12 @@ int fx_is_split(const fx_state *x, int l, int d)
 int fx_contributes(const fx_state *x, int core, int l)
 {
     int co[SP] = {0};
-    plan_coords(x->p, x->p->shard_of[core], co);
+    int shard = x->p->shard_of[core];
+    plan_coords(x->p, shard, co);
+    /* Cores of a replica beyond the split's factors (num_cores_per_replica
+     * above their product, e.g. no input_partition_dims) hold copies. */
+    if (plan_shard_at(x->p, co) != shard)
+        return 0;
     const glayer *L = &x->g->layers[l];
     for (int d = 0; d < x->p->nsp && d < SP; d++) {
         int held = d < L->out.nsp && fx_is_split(x, l, d);

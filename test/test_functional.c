@@ -489,6 +489,25 @@ static void train_cases(th_ctx *t)
                   "[%d,%d]: forward output differs", parts[k][0], parts[k][1]);
         emu_result_free(&r);
     }
+    /* More cores per replica than the split uses (no input_partition_dims,
+     * as for a flat model): the extra cores compute copies, which must
+     * count once in the loss and the gradient sum. */
+    for (int cpr = 2; cpr <= 4; cpr *= 2) {
+        set_parts(&g, NULL);
+        g.cores_per_replica = cpr;
+        emu_result r;
+        if (!run(t, &g, NULL, 1, &r))
+            break;
+        TH_CHECKF(t, fabs(r.loss - base.loss) <= 1e-6 * fabs(base.loss),
+                  "%d cores per replica, no split: loss %.9g vs %.9g", cpr,
+                  r.loss, base.loss);
+        TH_CHECKF(t,
+                  r.n_grads == base.n_grads &&
+                      max_rel(r.grads, base.grads, r.n_grads) < 1e-5,
+                  "%d cores per replica, no split: gradients differ by %.3g",
+                  cpr, max_rel(r.grads, base.grads, r.n_grads));
+        emu_result_free(&r);
+    }
 
     th_case(t, "training: central differences agree with the gradients "
                "(f32 net, every loss kind, unpartitioned, [2,1] and [2,2])");
