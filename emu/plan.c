@@ -7,8 +7,12 @@ int plan_splittable(int64_t ext, int f)
 {
     if (f <= 1)
         return 0;
-    int64_t chunk = (ext + f - 1) / f;
-    return ext >= f && (int64_t)(f - 1) * chunk < ext;
+    /* TPUEstimator splits a dimension XLA-style into ceil-sized chunks and
+     * leaves the last shards short or empty (tpu_feed.py,
+     * partition_or_replicate_on_host: 100 rows 16 ways are 14 x 7, 2 and
+     * 0); XLA pads each shard to the chunk.  One row stays replicated:
+     * a single shard would hold it all. */
+    return ext >= 2;
 }
 
 void plan_coords(const plan *p, int shard, int coords[GRAPH_MAX_SP])
@@ -44,7 +48,7 @@ void plan_range(const plan *p, const graph *g, int layer, int d, int c,
     }
     int f = p->factor[d];
     int64_t chunk = (ext + f - 1) / f;
-    *lo = chunk * c;
+    *lo = chunk * c < ext ? chunk * c : ext; /* a trailing shard may be empty */
     *hi = *lo + chunk < ext ? *lo + chunk : ext;
 }
 

@@ -50,7 +50,8 @@ int plan_shard_at(const plan *p, const int coords[GRAPH_MAX_SP]);
  * shard at coordinate c of that dimension. */
 void plan_range(const plan *p, const graph *g, int layer, int d, int c,
                 int64_t *lo, int64_t *hi);
-/* 1 when the tensor of extent ext splits f ways with no empty chunk. */
+/* 1 when a tensor of extent ext is split f ways (ceil-sized chunks, the
+ * last ones short or empty), 0 when it stays whole on every core. */
 int plan_splittable(int64_t ext, int f);
 
 #endif

@@ -411,6 +411,22 @@ typedef struct {
     int gather;
 } halo_t;
 
+/* Whether rows [nlo, nhi) of `layer` along d lie within shard cd's rows
+ * and its two neighbours': a halo exchange reaches no further, anything
+ * else is gathered.  Ranges are contiguous, so the three shards hold
+ * [lo(cd-1), hi(cd+1)); a short or empty trailing shard narrows it. */
+static int neighbours_hold(const lc *c, int layer, int d, int cd,
+                           int64_t nlo, int64_t nhi)
+{
+    int f = c->p->factor[d];
+    int64_t lo, hi, unused;
+    if (nhi <= nlo)
+        return 1;
+    plan_range(c->p, c->g, layer, d, cd > 0 ? cd - 1 : cd, &lo, &unused);
+    plan_range(c->p, c->g, layer, d, cd + 1 < f ? cd + 1 : cd, &unused, &hi);
+    return nlo >= lo && nhi <= hi;
+}
+
 static void halo_of_shard(const lc *c, int l, int i, const int *coords,
                           halo_t *h)
 {
@@ -440,10 +456,11 @@ static void halo_of_shard(const lc *c, int l, int i, const int *coords,
         plan_range(c->p, c->g, l, d, coords[d], &olo, &ohi);
         int64_t nlo, nhi;
         need_range(L, I, d, olo, ohi, &nlo, &nhi);
-        int64_t chunk = cdiv(I->out.sp[d], c->p->factor[d]);
+        if (nhi <= nlo) /* an empty output shard needs nothing */
+            nlo = nhi = ilo;
         h->from_lo[d] = max64(0, ilo - nlo);
         h->from_hi[d] = max64(0, nhi - ihi);
-        if (h->from_lo[d] > chunk || h->from_hi[d] > chunk)
+        if (!neighbours_hold(c, i, d, coords[d], nlo, nhi))
             h->gather = 1;
         h->in_ext[d] += h->from_lo[d] + h->from_hi[d];
     }
@@ -503,10 +520,11 @@ static void bwd_halo_of_shard(const lc *c, int l, int i, const int *coords,
         }
         plan_range(c->p, c->g, i, d, coords[d], &ilo, &ihi);
         grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
-        int64_t chunk = cdiv(L->out.sp[d], c->p->factor[d]);
+        if (nhi <= nlo)
+            nlo = nhi = olo;
         h->from_lo[d] = max64(0, olo - nlo);
         h->from_hi[d] = max64(0, nhi - ohi);
-        if (h->from_lo[d] > chunk || h->from_hi[d] > chunk)
+        if (!neighbours_hold(c, l, d, coords[d], nlo, nhi))
             h->gather = 1;
         h->in_ext[d] += h->from_lo[d] + h->from_hi[d];
     }
@@ -560,10 +578,11 @@ static int pool_bwd_input_halo_of(const lc *c, int l, int i, halo_t *out)
             plan_range(c->p, c->g, i, d, co[d], &ilo, &ihi);
             grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
             need_range(L, I, d, nlo, nhi, &alo, &ahi);
-            int64_t chunk = cdiv(I->out.sp[d], c->p->factor[d]);
+            if (ahi <= alo)
+                alo = ahi = ilo;
             h.from_lo[d] = max64(0, ilo - alo);
             h.from_hi[d] = max64(0, ahi - ihi);
-            if (h.from_lo[d] > chunk || h.from_hi[d] > chunk)
+            if (!neighbours_hold(c, i, d, co[d], alo, ahi))
                 gather = 1;
             any |= h.from_lo[d] || h.from_hi[d];
         }

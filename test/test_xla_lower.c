@@ -46,8 +46,9 @@ typedef struct {
 } tally;
 
 /* Loop bodies count once per iteration. */
-static int lower_tally(const char *text, const char *key, const char *value,
-                       const char *layer, int phase, tally *out, tpu_error *e)
+static int lower_tally_core(const char *text, const char *key,
+                            const char *value, const char *layer, int phase,
+                            int core, tally *out, tpu_error *e)
 {
     graph g;
     memset(out, 0, sizeof *out);
@@ -63,7 +64,7 @@ static int lower_tally(const char *text, const char *key, const char *value,
     }
     fw_program prog;
     fw_memory mem;
-    int rc = sim_lower(&g, &o, 0, &prog, &mem, e);
+    int rc = sim_lower(&g, &o, core, &prog, &mem, e);
     int li = graph_find(&g, layer);
     graph_free(&g);
     if (rc)
@@ -100,6 +101,12 @@ static int lower_tally(const char *text, const char *key, const char *value,
     }
     fw_program_free(&prog);
     return 0;
+}
+
+static int lower_tally(const char *text, const char *key, const char *value,
+                       const char *layer, int phase, tally *out, tpu_error *e)
+{
+    return lower_tally_core(text, key, value, layer, phase, 0, out, e);
 }
 
 void th_suite_xla_lower(th_ctx *t)
@@ -282,5 +289,37 @@ void th_suite_xla_lower(th_ctx *t)
                                   &e) == 0,
                       "%s", e.msg))
             TH_CHECKF(t, flat.ar_part == 0, "unsplit: %d", flat.ar_part);
+    }
+    th_case(t, "uneven split with empty trailing shards (100 rows 16 ways: "
+               "TPUEstimator's chunks of 7, then 2 and 0): each core works "
+               "on its chunk, nothing is replicated");
+    {
+        /* 1 example per replica, padded to 8; W = 4.  Core 0 holds rows
+         * 0-6, core 14 rows 98-99, core 15 none.  Before, a split with an
+         * empty shard was not split at all: every core computed 100 rows. */
+        const char *tr =
+            "{\"format\":\"tpuemu-trace/1\",\"name\":\"u\","
+            "\"system\":\"v3-32\",\"run\":{\"mode\":\"train\","
+            "\"global_batch\":2,\"num_cores_per_replica\":16,"
+            "\"input_partition_dims\":[[1,16,1,1],null]},"
+            "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[100,4,8]}],"
+            "\"layers\":[{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"x\","
+            "\"filters\":8,\"kernel\":[3,3]},"
+            "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"c1\"}]}}";
+        static const struct {
+            int core;
+            double m;
+        } want[] = {{0, 8 * 7 * 4}, {13, 8 * 7 * 4}, {14, 8 * 2 * 4},
+                    {15, 0}};
+        for (int k = 0; k < 4; k++) {
+            tally f;
+            if (!TH_CHECKF(t,
+                           lower_tally_core(tr, NULL, NULL, "c1", PHASE_FWD,
+                                            want[k].core, &f, &e) == 0,
+                           "%s", e.msg))
+                break;
+            TH_CHECKF(t, f.m_rows == want[k].m, "core %d: M %g, want %g",
+                      want[k].core, f.m_rows, want[k].m);
+        }
     }
 }
