@@ -168,8 +168,6 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
     if (!gathered)
         return INFINITY;
     for (int k = 0; k < p->cpr; k++) {
-        int co[SP] = {0};
-        plan_coords(p, k, co);
         memset(gathered, 0, (size_t)n * 2 + 2);
         for (size_t i = 0; i < progs[k].n; i++) {
             const fw_insn *in = &progs[k].code[i];
@@ -177,12 +175,15 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
                 gathered[in->layer * 2 + (in->fx == FX_DX)] = 1;
         }
         double per = part;
+        /* Sized as the first shard, which holds a full chunk everywhere:
+         * a short or empty trailing shard still receives halos that big. */
+        const int first[SP] = {0};
         for (int l = 0; l < n; l++) {
             const glayer *L = &g->layers[l];
             double full, local, ifull = 0, ilocal = 0;
-            tensor_elems(g, p, l, co, &full, &local);
+            tensor_elems(g, p, l, first, &full, &local);
             if (L->n_in > 0)
-                tensor_elems(g, p, L->in[0], co, &ifull, &ilocal);
+                tensor_elems(g, p, L->in[0], first, &ifull, &ilocal);
             double win = gathered[l * 2] ? ifull : fmin(ifull, 2 * ilocal);
             double gwin = gathered[l * 2 + 1] ? full : fmin(full, 2 * local);
             per += 4.0 * (2 * local + win + gwin);
