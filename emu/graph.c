@@ -40,6 +40,7 @@ const char *graph_loss_name(graph_loss k)
 void graph_free(graph *g)
 {
     free(g->layers);
+    free(g->name_slots);
     memset(g, 0, sizeof *g);
 }
 
@@ -51,12 +52,71 @@ int64_t gshape_elems(const gshape *s)
     return n;
 }
 
+/* FNV-1a 32: names are short and distinct; any spread will do. */
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* Every name reference of a trace is looked up here, so a linear scan made
+ * reading quadratic (a 60,000-layer chain took 8 s). */
 int graph_find(const graph *g, const char *name)
 {
-    for (int i = 0; i < g->n_layers; i++)
+    int from = 0;
+    if (g->name_cap > 0 && g->name_slots) {
+        uint32_t mask = (uint32_t)g->name_cap - 1;
+        for (uint32_t s = name_hash(name) & mask;; s = (s + 1) & mask) {
+            int v = g->name_slots[s];
+            if (v == 0)
+                break;
+            if (v - 1 < g->n_layers &&
+                strcmp(g->layers[v - 1].name, name) == 0)
+                return v - 1;
+        }
+        from = g->n_indexed;
+    }
+    for (int i = from; i < g->n_layers; i++)
         if (strcmp(g->layers[i].name, name) == 0)
             return i;
     return -1;
+}
+
+tpu_status graph_index_reserve(graph *g, int n, tpu_error *err)
+{
+    int cap = 16;
+    while (cap < 2 * n && cap < (1 << 29))
+        cap *= 2;
+    if (cap <= g->name_cap)
+        return TPU_OK;
+    free(g->name_slots);
+    g->name_slots = calloc((size_t)cap, sizeof *g->name_slots);
+    g->name_cap = g->name_slots ? cap : 0;
+    g->n_indexed = 0;
+    if (!g->name_slots)
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "out of memory for a name index of %d layers", n);
+    /* re-index what is already there (a reserve after layers were added) */
+    for (int i = 0; i < g->n_layers && 2 * (i + 1) <= cap; i++)
+        graph_index_add(g, i);
+    return TPU_OK;
+}
+
+void graph_index_add(graph *g, int i)
+{
+    uint32_t mask;
+    uint32_t s;
+    /* Out of order or over half full: leave it to graph_find's scan. */
+    if (!g->name_slots || i != g->n_indexed || 2 * (i + 1) > g->name_cap)
+        return;
+    mask = (uint32_t)g->name_cap - 1;
+    s = name_hash(g->layers[i].name) & mask;
+    while (g->name_slots[s] != 0)
+        s = (s + 1) & mask;
+    g->name_slots[s] = i + 1;
+    g->n_indexed = i + 1;
 }
 
 /* Spatial dimension names for messages, channels-last order. */
@@ -478,13 +538,10 @@ int64_t graph_trainable_weights(const graph *g)
     return w;
 }
 
-tpu_status graph_check_run(const graph *g, const char *system,
-                           int64_t global_batch, const char *path,
-                           tpu_error *err)
+tpu_status graph_check_system(const char *system, const char *path,
+                              tpu_error *err)
 {
-    const tpu_system *sys = tpu_system_find(system);
-    int replicas;
-    if (!sys) {
+    if (!tpu_system_find(system)) {
         char known[256];
         size_t n = 0;
         known[0] = 0;
@@ -499,6 +556,17 @@ tpu_status graph_check_run(const graph *g, const char *system,
                         "%s: system: unknown slice '%s' (known: %s)", path,
                         system, known);
     }
+    return TPU_OK;
+}
+
+tpu_status graph_check_run(const graph *g, const char *system,
+                           int64_t global_batch, const char *path,
+                           tpu_error *err)
+{
+    const tpu_system *sys = tpu_system_find(system);
+    int replicas;
+    if (!sys)
+        return graph_check_system(system, path, err);
     if (g->cores_per_replica < 1 || sys->cores % g->cores_per_replica != 0)
         return tpu_fail(err, TPU_ERR_INPUT,
                         "%s: run.num_cores_per_replica: %d does not divide "

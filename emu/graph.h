@@ -26,6 +26,11 @@
  * 2^20 and 4 bytes still fits in int64). */
 #define GRAPH_DIM_MAX (1 << 20)
 #define GRAPH_ELEMS_MAX ((int64_t)1 << 40)
+/* Entries of graph.layers, and of graph.inputs, in one trace.  Real
+ * networks have a few hundred to a few thousand layers; the bound keeps a
+ * generated or corrupt trace from taking gigabytes (a glayer is ~340
+ * bytes, and every stage keeps a few arrays per layer). */
+#define GRAPH_LAYERS_MAX (1 << 18)
 
 typedef enum {
     GOP_INPUT,
@@ -127,13 +132,25 @@ typedef struct {
     glayer *layers;              /* owned */
     int n_inputs;                /* layers[0..n_inputs) are the graph's
                                     inputs (GOP_INPUT), in trace order */
+
+    /* Name index for graph_find (open addressing, linear probing): slot
+     * values are layer index + 1, 0 = empty.  Filled by the reader as it
+     * names each layer (graph_index_add); layers[n_indexed..n_layers)
+     * (added by hand, without the index) are found by a scan.  Owned. */
+    int *name_slots;
+    int name_cap;                /* slots, a power of two, or 0 */
+    int n_indexed;
 } graph;
 
 /* Reads and checks a trace file (emu/trace.c; docs/TRACE.md).  On failure
  * returns TPU_ERR_INPUT with "FILE: JSON.path: what is wrong" in err (a
  * missing or unreadable file too, with the OS reason), TPU_ERR_SYSTEM only
- * when host memory runs out.  The run section is checked against the
- * trace's own system and batch (graph_check_run).  g is always safe to
+ * when host memory runs out.  A FIFO or pipe (`<(...)`) is read with an
+ * idle timeout; other non-regular files are refused.  Only what does not
+ * depend on the slice and batch is checked here: the system must be a
+ * known name, but whether num_cores_per_replica and global_batch fit it is
+ * checked by graph_check_run against the effective system and batch
+ * (--system/--batch), which sim_run and sim_lower do.  g is always safe to
  * graph_free afterwards. */
 tpu_status graph_load(graph *g, const char *path, tpu_error *err);
 /* Same, from text already in memory; `path` only names it in messages. */
@@ -149,6 +166,10 @@ void graph_free(graph *g);
 tpu_status graph_check_run(const graph *g, const char *system,
                            int64_t global_batch, const char *path,
                            tpu_error *err);
+/* Only the first check: system names a known slice ("FILE: system:
+ * unknown slice 'v3-7' (known: ...)"). */
+tpu_status graph_check_system(const char *system, const char *path,
+                              tpu_error *err);
 
 /* Infers layer i's output shape, padding, weights, MACs and needs_grad
  * from its parameters and its inputs' (already inferred) ones.  On a mismatch
@@ -186,8 +207,15 @@ int64_t graph_weights(const graph *g);
 int64_t graph_trainable_weights(const graph *g);
 /* Name of an op as it is written in traces ("conv", "global_avgpool"). */
 const char *graph_op_name(graph_op op);
-/* Index of the layer called name, or -1. */
+/* Index of the layer called name, or -1.  Constant time for the layers
+ * the reader indexed. */
 int graph_find(const graph *g, const char *name);
+/* Makes room in the name index for n layers (the reader calls it once with
+ * the trace's count).  TPU_ERR_SYSTEM when out of memory. */
+tpu_status graph_index_reserve(graph *g, int n, tpu_error *err);
+/* Adds layer i (its name set, not yet in the index) to the name index;
+ * i must be n_indexed (layers are indexed in order). */
+void graph_index_add(graph *g, int i);
 /* Name of a loss kind as written in traces ("softmax_xent"). */
 const char *graph_loss_name(graph_loss k);
 

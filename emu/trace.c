@@ -18,6 +18,8 @@
 #include <cJSON.h>
 
 #include "emu/graph.h"
+#include "emu/params.h"
+#include "emu/rfile.h"
 
 /* A trace of this size is already far larger than any real network
  * (ResNet-50 is ~30 KB); the cap keeps a wrong path (a disk image) from
@@ -27,18 +29,69 @@
 typedef struct {
     const char *file;
     tpu_error *err;
+    int nul_marked;   /* \u0000 escapes were replaced by TRACE_NUL_MARK */
 } trace_ctx;
 
-/* Copies a user string for a message: at most 48 characters, control
- * characters shown as '?', so the message stays one line. */
+/* cJSON decodes "\u0000" into a NUL byte and so silently cuts the string
+ * there ("tiny\u0000x" would read as "tiny").  Before parsing, each such
+ * escape is overwritten by six 0xFF bytes -- never valid UTF-8, same
+ * length so line and column numbers stay right -- and the string check
+ * after parsing names the string that held it. */
+#define TRACE_NUL_MARK "\xff\xff\xff\xff\xff\xff"
+
+/* Length of the valid UTF-8 sequence at s (1 for ASCII), 0 when the bytes
+ * there are not one (overlong forms, surrogates and values beyond U+10FFFF
+ * included, as RFC 3629 says). */
+static size_t trace_utf8_len(const unsigned char *s)
+{
+    unsigned char b = s[0];
+    if (b < 0x80)
+        return 1;
+    if (b >= 0xc2 && b <= 0xdf)
+        return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+    if (b >= 0xe0 && b <= 0xef) {
+        unsigned char lo = b == 0xe0 ? 0xa0 : 0x80;
+        unsigned char hi = b == 0xed ? 0x9f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 ? 3 : 0;
+    }
+    if (b >= 0xf0 && b <= 0xf4) {
+        unsigned char lo = b == 0xf0 ? 0x90 : 0x80;
+        unsigned char hi = b == 0xf4 ? 0x8f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 &&
+                       (s[3] & 0xc0) == 0x80
+                   ? 4
+                   : 0;
+    }
+    return 0;
+}
+
+/* Copies a user string for a message: at most 48 bytes, control
+ * characters and bytes that are not UTF-8 shown as '?', so the message
+ * stays one line of text. */
 static const char *trace_q(char *buf, size_t n, const char *s)
 {
     size_t i = 0, j = 0;
     if (!s)
         s = "";
-    while (s[i] && j + 4 < n && i < 48) {
-        unsigned char ch = (unsigned char)s[i++];
-        buf[j++] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+    while (s[i] && j + 10 < n && i < 48) {
+        unsigned char ch = (unsigned char)s[i];
+        size_t u = trace_utf8_len((const unsigned char *)s + i);
+        if (u == 0 && strncmp(s + i, TRACE_NUL_MARK, 6) == 0) {
+            /* what the trace wrote there */
+            memcpy(buf + j, "\\u0000", 6);
+            i += 6;
+            j += 6;
+            continue;
+        }
+        if (u > 1) {
+            /* a whole character or nothing, so the message stays UTF-8 */
+            memcpy(buf + j, s + i, u);
+            i += u;
+            j += u;
+            continue;
+        }
+        buf[j++] = (u == 0 || ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+        i++;
     }
     if (s[i] && j + 4 <= n) {
         memcpy(buf + j, "...", 3);
@@ -645,6 +698,7 @@ static tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
         }
     }
     g->n_layers++;
+    graph_index_add(g, g->n_layers - 1);
     st = graph_infer_layer(g, g->n_layers - 1, &key, c->err);
     if (st) {
         char why[sizeof c->err->msg];
@@ -717,6 +771,7 @@ static tpu_status trace_input(trace_ctx *c, graph *g, const cJSON *o, int j)
                           GRAPH_DIM_MAX);
     L->out.nsp = n - 1;
     g->n_layers++;
+    graph_index_add(g, g->n_layers - 1);
     if ((st = graph_infer_layer(g, g->n_layers - 1, NULL, c->err))) {
         char why[sizeof c->err->msg];
         memcpy(why, c->err->msg, sizeof why);
@@ -895,12 +950,113 @@ static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
     if (s) {
         /* Free text: kept as far as it fits, never refused for length. */
         size_t n = strlen(s);
-        if (n >= sizeof g->reference_source)
+        if (n >= sizeof g->reference_source) {
             n = sizeof g->reference_source - 1;
+            /* not inside a UTF-8 character (validate prints it as JSON) */
+            while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+                n--;
+        }
         memcpy(g->reference_source, s, n);
         g->reference_source[n] = 0;
+        /* printed to the terminal: no escape sequences, one line */
+        for (char *q = g->reference_source; *q; q++)
+            if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                *q = ' ';
     }
     return TPU_OK;
+}
+
+/* Every string of the document, keys included, must be UTF-8 without NUL:
+ * names are echoed in messages and reports (a report with invalid UTF-8
+ * is not JSON), and a NUL would cut a name short.  `path` is a shared
+ * buffer holding the JSON path of v; each level appends and restores. */
+static tpu_status trace_text_ok(trace_ctx *c, const char *s, const char *path,
+                                const char *what)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; u[i];) {
+        size_t k = trace_utf8_len(u + i);
+        if (k == 0) {
+            if (c->nul_marked && strncmp((const char *)u + i,
+                                         TRACE_NUL_MARK, 6) == 0)
+                return trace_fail(c, path,
+                                  "%s contains a NUL character (\\u0000)",
+                                  what);
+            return trace_fail(c, path,
+                              "%s is not valid UTF-8 (byte 0x%02x at offset "
+                              "%zu)",
+                              what, u[i], i);
+        }
+        i += k;
+    }
+    return TPU_OK;
+}
+
+static tpu_status trace_strings(trace_ctx *c, const cJSON *v, char *path,
+                                size_t cap)
+{
+    size_t at = strlen(path);
+    int i = 0;
+    tpu_status st;
+    if (cJSON_IsString(v) && v->valuestring)
+        return trace_text_ok(c, v->valuestring, path, "the string");
+    if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
+        return TPU_OK;
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (cJSON_IsObject(v)) {
+            char q[64];
+            const char *k = e->string ? e->string : "";
+            if (at == 0)
+                snprintf(path, cap, "%s", trace_q(q, sizeof q, k));
+            else
+                snprintf(path + at, cap - at, ".%s", trace_q(q, sizeof q, k));
+            if ((st = trace_text_ok(c, k, path, "the key")))
+                return st;
+        } else {
+            snprintf(path + at, cap - at, "[%d]", i);
+        }
+        if ((st = trace_strings(c, e, path, cap)))
+            return st;
+        path[at] = 0;
+    }
+    return TPU_OK;
+}
+
+/* Where the text has "\u0000" escapes inside strings, a copy with each
+ * one overwritten by TRACE_NUL_MARK (NULL when there are none, or out of
+ * memory: *oom says which). */
+static char *trace_mark_nuls(const char *text, size_t len, int *oom)
+{
+    char *copy = NULL;
+    int in_str = 0;
+    *oom = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (!in_str) {
+            in_str = ch == '"';
+            continue;
+        }
+        if (ch == '"') {
+            in_str = 0;
+        } else if (ch == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len &&
+                memcmp(text + i + 2, "0000", 4) == 0) {
+                if (!copy) {
+                    copy = malloc(len ? len : 1);
+                    if (!copy) {
+                        *oom = 1;
+                        return NULL;
+                    }
+                    memcpy(copy, text, len);
+                }
+                memcpy(copy + i, TRACE_NUL_MARK, 6);
+                i += 5;
+            } else {
+                i++;
+            }
+        }
+    }
+    return copy;
 }
 
 /* A cut-off file rather than a typo: the text ends inside a string or
@@ -1026,11 +1182,20 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
                                               : trace_type(layers));
     n_in = cJSON_GetArraySize(inputs);
     n_layers = cJSON_GetArraySize(layers);
+    if (n_in > GRAPH_LAYERS_MAX)
+        return trace_fail(c, "graph.inputs", "%d inputs, more than the limit "
+                          "of %d", n_in, GRAPH_LAYERS_MAX);
+    if (n_layers > GRAPH_LAYERS_MAX)
+        return trace_fail(c, "graph.layers", "%d layers, more than the limit "
+                          "of %d", n_layers, GRAPH_LAYERS_MAX);
     g->layers = calloc((size_t)n_in + (size_t)n_layers, sizeof *g->layers);
     if (!g->layers)
         return tpu_fail(c->err, TPU_ERR_SYSTEM,
                         "%s: out of memory for %d layers", c->file,
                         n_in + n_layers);
+    if ((st = graph_index_reserve(g, n_in + n_layers, c->err)))
+        return tpu_fail(c->err, st, "%s: out of memory for %d layers",
+                        c->file, n_in + n_layers);
     j = 0;
     for (v = inputs->child; v; v = v->next, j++)
         if ((st = trace_input(c, g, v, j)))
@@ -1049,7 +1214,10 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
     v = cJSON_GetObjectItemCaseSensitive(root, "reference");
     if (v && (st = trace_reference(c, g, v)))
         return st;
-    return graph_check_run(g, g->system, g->global_batch, c->file, c->err);
+    /* Whether the cores and batch fit the slice depends on --system and
+     * --batch, so graph_check_run is the consumer's (sim_run, sim_lower)
+     * with the effective values; the name itself must be a slice. */
+    return graph_check_system(g->system, c->file, c->err);
 }
 
 tpu_status graph_parse(graph *g, const char *text, size_t len,
@@ -1060,18 +1228,31 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
     cJSON *root;
     tpu_status st;
     size_t pos;
+    char *marked = NULL;
 
     memset(g, 0, sizeof *g);
     if (!path)
         path = "(trace)";
     c.file = path;
     c.err = err;
+    c.nul_marked = 0;
     pos = 0;
     while (pos < len && (text[pos] == ' ' || text[pos] == '\t' ||
                          text[pos] == '\n' || text[pos] == '\r'))
         pos++;
     if (pos == len)
         return trace_fail(&c, NULL, "empty file, expected a JSON object");
+    {
+        int oom;
+        marked = trace_mark_nuls(text, len, &oom);
+        if (oom)
+            return tpu_fail(err, TPU_ERR_SYSTEM,
+                            "%s: out of memory reading the trace", path);
+        if (marked) {
+            c.nul_marked = 1;
+            text = marked;
+        }
+    }
     root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         int line, col;
@@ -1083,10 +1264,13 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
         trace_linecol(text, len, pos, &line, &col);
         /* cJSON stops at (or just before) the end of a cut-off file. */
         if (pos >= trace_open_at_end(text, len, last))
-            return trace_fail(&c, NULL, "not valid JSON: the text ends too "
-                              "early (line %d, column %d)", line, col);
-        return trace_fail(&c, NULL, "not valid JSON: syntax error at line "
-                          "%d, column %d", line, col);
+            st = trace_fail(&c, NULL, "not valid JSON: the text ends too "
+                            "early (line %d, column %d)", line, col);
+        else
+            st = trace_fail(&c, NULL, "not valid JSON: syntax error at line "
+                            "%d, column %d", line, col);
+        free(marked);
+        return st;
     }
     pos = (end >= text && end <= text + len) ? (size_t)(end - text) : len;
     while (pos < len && (text[pos] == ' ' || text[pos] == '\t' ||
@@ -1096,11 +1280,19 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
         int line, col;
         trace_linecol(text, len, pos, &line, &col);
         cJSON_Delete(root);
+        free(marked);
         return trace_fail(&c, NULL, "not valid JSON: unexpected text after "
                           "the top-level value at line %d, column %d",
                           line, col);
     }
-    st = trace_root(&c, g, root, path);
+    free(marked);
+    st = TPU_OK;
+    if (cJSON_IsObject(root)) {
+        char jp[512] = "";
+        st = trace_strings(&c, root, jp, sizeof jp);
+    }
+    if (!st)
+        st = trace_root(&c, g, root, path);
     cJSON_Delete(root);
     if (st) {
         tpu_error keep;
@@ -1115,52 +1307,16 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
 
 tpu_status graph_load(graph *g, const char *path, tpu_error *err)
 {
-    FILE *f;
     char *buf = NULL;
-    size_t len = 0, cap = 0;
+    size_t len = 0;
     tpu_status st;
 
     memset(g, 0, sizeof *g);
-    f = fopen(path, "rb");
-    if (!f)
-        return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot open: %s", path,
-                        strerror(errno));
-    for (;;) {
-        size_t got;
-        if (len == cap) {
-            char *nb;
-            if ((long)cap >= TRACE_FILE_MAX) {
-                free(buf);
-                fclose(f);
-                return tpu_fail(err, TPU_ERR_INPUT,
-                                "%s: larger than %ld MiB; not a trace", path,
-                                TRACE_FILE_MAX >> 20);
-            }
-            cap = cap ? cap * 2 : 65536;
-            nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return tpu_fail(err, TPU_ERR_SYSTEM,
-                                "%s: out of memory reading the file", path);
-            }
-            buf = nb;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                int e = errno;
-                free(buf);
-                fclose(f);
-                return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot read: %s",
-                                path, strerror(e ? e : EIO));
-            }
-            break;
-        }
-    }
-    fclose(f);
-    st = graph_parse(g, buf ? buf : "", len, path, err);
+    st = rfile_read(path, (size_t)TRACE_FILE_MAX, RFILE_PIPE_IDLE_S, &buf,
+                    &len, err);
+    if (st)
+        return st;
+    st = graph_parse(g, buf, len, path, err);
     free(buf);
     return st;
 }

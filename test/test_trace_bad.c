@@ -1,6 +1,7 @@
 /* Malformed traces: every file in test/bad_traces/ (NAME.json with the
  * expected message text in NAME.err) must be refused with TPU_ERR_INPUT
- * (exit status 2 in the CLI) and one line "FILE: JSON.path: ...".  Then
+ * (exit status 2 in the CLI) and one line "FILE: JSON.path: ...", by the
+ * reader or by the run check against the trace's own system and batch.  Then
  * truncations and deterministic byte mutations of a valid trace, which
  * must never crash and either load or be refused the same way. */
 #include <dirent.h>
@@ -90,6 +91,14 @@ void th_suite_trace_bad(th_ctx *t)
         free(w);
         e.msg[0] = 0;
         st = graph_load(&g, path, &e);
+        /* A system/batch combination that does not work is refused by the
+         * run check every consumer applies to the effective system and
+         * batch (sim_run), not by the reader: --system or --batch may
+         * rescue it.  Without overrides, that is the trace's own. */
+        if (st == TPU_OK) {
+            st = graph_check_run(&g, g.system, g.global_batch, path, &e);
+            graph_free(&g);
+        }
         TH_CHECKF(t, st == TPU_ERR_INPUT, "%s: status %d (%s)", path, st,
                   e.msg);
         TH_CHECKF(t, well_formed(&e, path), "%s: malformed message '%s'",
