@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "emu/font.h"
+#include "emu/outfile.h"
 
 /* Okabe & Ito (2008), "Color Universal Design": eight colours that stay
  * distinct for deuteranopes and protanopes.  Idle is a neutral grey so the
@@ -131,36 +132,13 @@ static void png_warn_fn(png_structp png, png_const_charp msg)
     (void)msg;
 }
 
-tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
-                           int channels, tpu_error *err)
+tpu_status chart_png_put(outfile *o, const uint8_t *pix, int w, int h,
+                         int channels, tpu_error *err)
 {
-    if (!path || !pix || w <= 0 || h <= 0 || (channels != 3 && channels != 4))
+    if (!o || !o->f || !pix || w <= 0 || h <= 0 ||
+        (channels != 3 && channels != 4))
         return tpu_fail(err, TPU_ERR_INPUT, "chart: bad PNG arguments");
-    /* Atomic: write a temporary file beside the target, then rename, so a
-     * failure never leaves a partial PNG (SPEC.md).  Kept local rather than
-     * tpu_write_atomic because libpng streams to a FILE. */
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp)
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    /* mkstemp creates 0600; an output file is meant to be shared. */
-    if (fd >= 0)
-        fchmod(fd, 0644);
-    if (fd < 0) {
-        tpu_status st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot create: %s",
-                                 path, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot write", path);
-    }
+    errno = 0;
     png_structp png =
         png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, png_fail_fn,
                                 png_warn_fn);
@@ -168,7 +146,7 @@ tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
     /* volatile: read after longjmp back from libpng's error handler */
     volatile int ok = 0;
     if (png && info && !setjmp(png_jmpbuf(png))) {
-        png_init_io(png, f);
+        png_init_io(png, o->f);
         png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
                      channels == 4 ? PNG_COLOR_TYPE_RGBA : PNG_COLOR_TYPE_RGB,
                      PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
@@ -181,18 +159,25 @@ tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
         ok = 1;
     }
     png_destroy_write_struct(png ? &png : NULL, info ? &info : NULL);
-    if (fclose(f) != 0)
-        ok = 0;
-    if (ok && rename(tmp, path) != 0)
-        ok = 0;
-    if (!ok) {
-        unlink(tmp);
-        free(tmp);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot write PNG: %s", path,
-                        strerror(errno));
-    }
-    free(tmp);
+    if (!ok || ferror(o->f))
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write PNG: %s",
+                        o->name, errno ? strerror(errno) : "libpng failed");
     return TPU_OK;
+}
+
+tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
+                           int channels, tpu_error *err)
+{
+    if (!path || !pix || w <= 0 || h <= 0 || (channels != 3 && channels != 4))
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: bad PNG arguments");
+    outfile o;
+    tpu_status st = outfile_open(&o, path, err);
+    if (st == TPU_OK)
+        st = chart_png_put(&o, pix, w, h, channels, err);
+    if (st == TPU_OK)
+        st = outfile_commit(&o, err);
+    outfile_discard(&o);
+    return st;
 }
 
 /* ---- axes ------------------------------------------------------------ */
@@ -326,14 +311,27 @@ int chart_bars(const emu_result *r, int *core_bar, int *mode)
     return (n + per - 1) / per;
 }
 
-tpu_status chart_breakdown_png(const emu_result *r, const char *path,
-                               tpu_error *err)
+tpu_status chart_breakdown_png_to(const emu_result *r, outfile *o,
+                                  tpu_error *err)
 {
     chart_image im = {0};
     tpu_status st = chart_breakdown_image(r, &im, 1200, 720, err);
     if (st == TPU_OK)
-        st = chart_png_write(path, im.rgb, im.w, im.h, 3, err);
+        st = chart_png_put(o, im.rgb, im.w, im.h, 3, err);
     chart_image_free(&im);
+    return st;
+}
+
+tpu_status chart_breakdown_png(const emu_result *r, const char *path,
+                               tpu_error *err)
+{
+    outfile o;
+    tpu_status st = outfile_open(&o, path, err);
+    if (st == TPU_OK)
+        st = chart_breakdown_png_to(r, &o, err);
+    if (st == TPU_OK)
+        st = outfile_commit(&o, err);
+    outfile_discard(&o);
     return st;
 }
 
@@ -519,10 +517,12 @@ done:
 
 /* ---- line chart ------------------------------------------------------ */
 
-tpu_status chart_lines_png(const char *path, const char *title,
-                           const char *xlabel, const char *ylabel,
-                           const chart_series *s, int nseries, tpu_error *err)
+tpu_status chart_lines_png_to(outfile *o, const char *title,
+                              const char *xlabel, const char *ylabel,
+                              const chart_series *s, int nseries,
+                              tpu_error *err)
 {
+    const char *path = o ? o->name : NULL;
     if (!path || (nseries > 0 && !s) || nseries < 0)
         return tpu_fail(err, TPU_ERR_INPUT, "chart: bad line chart arguments");
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
@@ -604,7 +604,23 @@ tpu_status chart_lines_png(const char *path, const char *title,
         chart_fill(&im, f.x1 + 20, ly + 5, 18, 3, c);
         chart_text(&im, f.x1 + 44, ly, s[i].name ? s[i].name : "", 1, INK);
     }
-    st = chart_png_write(path, im.rgb, im.w, im.h, 3, err);
+    st = chart_png_put(o, im.rgb, im.w, im.h, 3, err);
     chart_image_free(&im);
+    return st;
+}
+
+tpu_status chart_lines_png(const char *path, const char *title,
+                           const char *xlabel, const char *ylabel,
+                           const chart_series *s, int nseries, tpu_error *err)
+{
+    if (!path || (nseries > 0 && !s) || nseries < 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: bad line chart arguments");
+    outfile o;
+    tpu_status st = outfile_open(&o, path, err);
+    if (st == TPU_OK)
+        st = chart_lines_png_to(&o, title, xlabel, ylabel, s, nseries, err);
+    if (st == TPU_OK)
+        st = outfile_commit(&o, err);
+    outfile_discard(&o);
     return st;
 }

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "emu/outfile.h"
 #include "emu/result.h"
 #include "emu/status.h"
 
@@ -66,8 +67,20 @@ void chart_text(chart_image *im, int x, int y, const char *s, int scale,
                 uint32_t c);
 
 /* Writes a packed RGB (stride 3*w) or RGBA (channels 4) image as PNG,
- * atomically: a temporary file in the same directory, renamed into place. */
+ * atomically through emu/outfile.h (temporary beside the target, renamed
+ * into place; devices, FIFOs and directories refused). */
 tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
                            int channels, tpu_error *err);
+
+/* The same three writers into an open outfile (emu/outfile.h), which the
+ * caller commits or discards: several outputs written all-or-nothing. */
+tpu_status chart_png_put(outfile *o, const uint8_t *pix, int w, int h,
+                         int channels, tpu_error *err);
+tpu_status chart_breakdown_png_to(const emu_result *r, outfile *o,
+                                  tpu_error *err);
+tpu_status chart_lines_png_to(outfile *o, const char *title,
+                              const char *xlabel, const char *ylabel,
+                              const chart_series *s, int nseries,
+                              tpu_error *err);
 
 #endif

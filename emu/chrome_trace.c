@@ -345,6 +345,23 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
 {
     if (!path)
         return tpu_fail(err, TPU_ERR_INPUT, "chrome trace: no output path");
+    outfile o;
+    tpu_status st = outfile_open(&o, path, err);
+    if (st == TPU_OK)
+        st = chrome_trace_write_to(r, &o, max_events, written, err);
+    if (st == TPU_OK)
+        st = outfile_commit(&o, err);
+    outfile_discard(&o);
+    return st;
+}
+
+tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
+                                 size_t max_events, size_t *written,
+                                 tpu_error *err)
+{
+    if (!o || !o->f)
+        return tpu_fail(err, TPU_ERR_INPUT, "chrome trace: no output file");
+    const char *path = o->name;
     if (!r || !r->per_core || r->cores <= 0)
         return tpu_fail(err, TPU_ERR_INPUT, "%s: no per-core results", path);
     /* The engine may simulate one core of a group of identical replicas
@@ -500,39 +517,9 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
         count = cs.n;
     }
 
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 16);
-    if (!tmp) {
-        free(rep);
-        free(seen);
-        free(cores);
-        free(from);
-        free(synth);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-    }
-    /* Streamed to a temporary file and renamed (SPEC.md: no partial output);
-     * a buffer for tpu_write_atomic could reach hundreds of MB here. */
-    snprintf(tmp, pl + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    /* mkstemp creates 0600; an output file is meant to be shared. */
-    if (fd >= 0)
-        fchmod(fd, 0644);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        tpu_status st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot create: %s",
-                                 path, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        free(tmp);
-        free(rep);
-        free(seen);
-        free(cores);
-        free(from);
-        free(synth);
-        return st;
-    }
+    /* Streamed into the outfile's temporary (SPEC.md: no partial output):
+     * a buffer of the whole text could reach hundreds of MB here. */
+    FILE *f = o->f;
     sink s = {f, r, 0, 1, from};
     fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
     fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
@@ -611,19 +598,12 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
         }
     }
     fputs("\n]}\n", f);
-    int bad = ferror(f);
-    if (fclose(f) != 0)
-        bad = 1;
-    if (!bad && rename(tmp, path) != 0)
-        bad = 1;
     tpu_status st = TPU_OK;
-    if (bad) {
-        unlink(tmp);
-        st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot write: %s", path,
+    if (fflush(f) != 0 || ferror(f))
+        st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s", path,
                       strerror(errno));
-    } else if (written)
+    else if (written)
         *written = s.n;
-    free(tmp);
     free(rep);
     free(seen);
     free(cores);

@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 
+#include "emu/outfile.h"
 #include "emu/result.h"
 #include "emu/status.h"
 
@@ -45,5 +46,10 @@ tpu_status chrome_trace_write(const emu_result *r, const char *path,
 tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
                                      size_t max_events, size_t *written,
                                      tpu_error *err);
+/* Same into an open outfile (emu/outfile.h) that the caller commits or
+ * discards: several outputs written all-or-nothing. */
+tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
+                                 size_t max_events, size_t *written,
+                                 tpu_error *err);
 
 #endif

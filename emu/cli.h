@@ -4,6 +4,7 @@
 #ifndef EMU_CLI_H
 #define EMU_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "emu/status.h"
@@ -34,6 +35,8 @@ int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi,
             int64_t *out);
 int cli_double(const char *opt, const char *s, double lo, double hi,
                double *out);
+/* v as the shortest %g text that reads back as exactly v. */
+void cli_fmt_num(char *buf, size_t cap, double v);
 /* The value after option argv[*i], advancing *i; prints an error and
  * returns NULL when it is missing. */
 const char *cli_value(int argc, char **argv, int *i);

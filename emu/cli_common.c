@@ -9,12 +9,21 @@
 
 int cli_error(int code, const char *fmt, ...)
 {
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    fputs("tpuemu: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* One line whatever the message quotes (a path or key given with a
+     * newline in it): control characters are written as \xNN. */
+    fputs("tpuemu: error: ", stderr);
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(stderr, "\\x%02x", *p);
+        else
+            fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
     return code;
 }
 
@@ -24,13 +33,36 @@ int cli_fail(const tpu_error *e)
     return cli_error(code, "%s", e->msg[0] ? e->msg : "failed");
 }
 
+/* Plain decimal or scientific notation only: strtod also takes hex
+ * ("0x10"), "inf", "nan" and leading blanks, none of which a user means. */
+static int plain_number(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!strchr("0123456789+-.eE", *p))
+            return 0;
+    return 1;
+}
+
+void cli_fmt_num(char *buf, size_t cap, double v)
+{
+    /* The shortest %g that reads back as v, so a bound is shown exactly
+     * ("0.0009765625", not "0.000976562") without %.17g's noise. */
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
 int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi,
             int64_t *out)
 {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end)
+    if (!plain_number(s) || *end)
         return cli_error(2, "%s: expected an integer, got '%s'", opt, s);
     if (errno == ERANGE || v < lo || v > hi)
         return cli_error(2, "%s: %s is out of range [%lld, %lld]", opt, s,
@@ -45,10 +77,14 @@ int cli_double(const char *opt, const char *s, double lo, double hi,
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || !isfinite(v))
+    if (!plain_number(s) || *end || !isfinite(v))
         return cli_error(2, "%s: expected a number, got '%s'", opt, s);
-    if (errno == ERANGE || v < lo || v > hi)
-        return cli_error(2, "%s: %s is out of range [%g, %g]", opt, s, lo, hi);
+    if (errno == ERANGE || v < lo || v > hi) {
+        char a[32], b[32];
+        cli_fmt_num(a, sizeof a, lo);
+        cli_fmt_num(b, sizeof b, hi);
+        return cli_error(2, "%s: %s is out of range [%s, %s]", opt, s, a, b);
+    }
     *out = v;
     return 0;
 }

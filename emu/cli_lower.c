@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "emu/cli.h"
+#include "emu/graph.h"
 #include "emu/result.h"
 #include "emu/sim.h"
 
@@ -11,7 +12,10 @@ static const char usage[] =
     "\n"
     "Prints the firmware program of one core (default 0) in tpuemu's\n"
     "assembler syntax: one instruction a line, `; layer phase` comments,\n"
-    "loops indented.  firmware/isa.h documents every opcode.\n";
+    "loops indented.  firmware/isa.h documents every opcode.\n"
+    "\n"
+    "exit status: 0 done, 2 bad input or usage, 3 does not fit the\n"
+    "hardware, 4 out of host memory\n";
 
 int cli_lower(int argc, char **argv)
 {
@@ -34,7 +38,7 @@ int cli_lower(int argc, char **argv)
                 return 2;
         } else if (strcmp(a, "--batch") == 0) {
             if (!(v = cli_value(argc, argv, &i)) ||
-                cli_int("--batch", v, 1, (int64_t)1 << 40, &o.global_batch))
+                cli_int("--batch", v, 1, GRAPH_DIM_MAX, &o.global_batch))
                 return 2;
         } else if (a[0] == '-' && a[1]) {
             return cli_error(2, "lower: unknown option %s", a);
@@ -44,10 +48,9 @@ int cli_lower(int argc, char **argv)
             return cli_error(2, "lower: more than one trace");
         }
     }
-    if (!trace) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    if (!trace)
+        return cli_error(2, "lower: no trace given (usage: tpuemu lower "
+                            "TRACE.json [OPTIONS]; see tpuemu lower --help)");
     o.trace_path = trace;
     tpu_error err = {0};
     graph g;

@@ -8,14 +8,19 @@ static const char usage[] =
     "       tpuemu probe allreduce --system NAME --bytes N [--group CORES]\n"
     "       tpuemu probe permute --system NAME --bytes N\n"
     "Prints one JSON object: the modelled time of that transfer, like a\n"
-    "bandwidth microbenchmark on real hardware.\n";
+    "bandwidth microbenchmark on real hardware.\n"
+    "exit status: 0 done, 2 bad input or usage, 3 does not fit the\n"
+    "hardware, 4 out of host memory\n";
 
 int cli_probe(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
-        strcmp(argv[1], "-h") == 0) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2)
+        return cli_error(2, "probe: no probe given (usage: tpuemu probe "
+                            "hbm|allreduce|permute ...; see tpuemu probe "
+                            "--help)");
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage, stdout);
+        return 0;
     }
     if (strcmp(argv[1], "hbm") == 0)
         return cli_probe_hbm(argc - 1, argv + 1);

@@ -27,7 +27,8 @@ static const char usage[] =
     "  --write     a write instead of a read (same timing model).\n"
     "  --set       override a chip parameter, e.g. hbm.t_rfc_ns=0.\n"
     "\n"
-    "Exit 2 on bad input, 3 when the block does not fit the core's HBM.\n";
+    "exit status: 0 done, 2 bad input or usage, 3 the block does not fit\n"
+    "the core's HBM, 4 out of host memory\n";
 
 
 int cli_probe_hbm(int argc, char **argv)

@@ -30,7 +30,8 @@ static const char usage[] =
     "allreduce: every core reduces N bytes; --group splits the slice into\n"
     "  consecutive groups of CORES cores all-reducing at once.\n"
     "permute: even cores send N bytes to their +x neighbour, odd cores to\n"
-    "  their -x neighbour (a halo exchange).\n";
+    "  their -x neighbour (a halo exchange).\n"
+    "exit status: 0 done, 2 bad input or usage, 4 out of host memory\n";
 
 int cli_probe_ici(int argc, char **argv)
 {

@@ -9,6 +9,8 @@
 #include "emu/chrome_trace.h"
 #include "emu/npy.h"
 #include "emu/cli.h"
+#include "emu/graph.h"
+#include "emu/outfile.h"
 #include "emu/report.h"
 #include "emu/sim.h"
 
@@ -59,7 +61,16 @@ static void print_usage(FILE *f)
           "  --no-dedup      execute every core and every loop iteration\n"
           "                  (slow; for checking the engine's shortcuts)\n"
           "  --quiet         print only the slowest core's step time\n"
-          "exit status: 0 done, 2 bad input, 3 does not fit in HBM\n",
+          "\n"
+          "Output files are written all-or-nothing: every output path is\n"
+          "checked before the simulation (an existing directory, device, FIFO\n"
+          "or socket, a missing directory, the input trace itself and two\n"
+          "outputs naming one file are refused); each is written to a\n"
+          "temporary beside it and renamed into place only when all are\n"
+          "complete.  A symbolic link is followed (its target is replaced).\n"
+          "exit status: 0 done, 2 bad input or usage (an output that cannot\n"
+          "be written included), 3 does not fit in HBM (a --report is still\n"
+          "written, fits: false), 4 out of host memory\n",
           f);
 }
 
@@ -202,7 +213,7 @@ static void print_values(const emu_result *r)
 }
 
 static tpu_status write_loss_png(const emu_result *r, const char *trace,
-                                 const char *path, tpu_error *err)
+                                 outfile *o, tpu_error *err)
 {
     double *xs = malloc(sizeof(double) * (size_t)(r->n_losses + 1));
     if (!xs)
@@ -213,9 +224,94 @@ static tpu_status write_loss_png(const emu_result *r, const char *trace,
     snprintf(title, sizeof title, "%s on %s: training loss (functional)",
              r->trace[0] ? r->trace : trace, r->system);
     chart_series s = {"loss", xs, r->losses, r->n_losses};
-    tpu_status rc = chart_lines_png(path, title, "step", "loss", &s, 1, err);
+    tpu_status rc = chart_lines_png_to(o, title, "step", "loss", &s, 1, err);
     free(xs);
     return rc;
+}
+
+enum { OUT_REPORT, OUT_CHROME, OUT_PNG, OUT_NPY, OUT_LOSS, N_OUTS };
+
+/* Refuses, before anything runs, an output that is the input trace, two
+ * outputs naming one file, and a path outfile_check refuses. */
+static int check_outputs(const char *trace, const char *const *flag,
+                         const char *const *path)
+{
+    for (int i = 0; i < N_OUTS; i++) {
+        if (!path[i])
+            continue;
+        if (!*path[i])
+            return cli_error(2, "%s: empty path", flag[i]);
+        if (outfile_same(path[i], trace))
+            return cli_error(2, "%s %s: is the input trace; refusing to "
+                                "overwrite it", flag[i], path[i]);
+        for (int j = 0; j < i; j++)
+            if (path[j] && outfile_same(path[i], path[j]))
+                return cli_error(2, "%s %s and %s %s name the same file",
+                                 flag[j], path[j], flag[i], path[i]);
+    }
+    for (int i = 0; i < N_OUTS; i++) {
+        tpu_error err = {0};
+        if (path[i] && outfile_check(path[i], &err))
+            return cli_fail(&err);
+    }
+    return 0;
+}
+
+/* Writes every requested output all-or-nothing: each into its temporary,
+ * then all renamed (emu/outfile.h); on a failure none is left behind. */
+static tpu_status write_outputs(const emu_result *r, const char *trace,
+                                const char *const *path, tpu_error *err)
+{
+    outfile os[N_OUTS];
+    int n = 0;
+    tpu_status st = TPU_OK;
+    for (int i = 0; i < N_OUTS && st == TPU_OK; i++) {
+        if (!path[i])
+            continue;
+        outfile *o = &os[n];
+        if ((st = outfile_open(o, path[i], err)))
+            break;
+        n++;
+        switch (i) {
+        case OUT_REPORT: {
+            char *text = report_to_json(r);
+            if (!text)
+                st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of host memory",
+                              path[i]);
+            else if (fputs(text, o->f) == EOF)
+                st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write",
+                              path[i]);
+            free(text);
+            break;
+        }
+        case OUT_CHROME:
+            st = chrome_trace_write_to(r, o, 0, NULL, err);
+            break;
+        case OUT_PNG:
+            st = chart_breakdown_png_to(r, o, err);
+            break;
+        case OUT_NPY: {
+            unsigned char *buf = NULL;
+            size_t len = 0;
+            st = npy_encode_f32(path[i], r->output, r->output_rank,
+                                r->output_shape, &buf, &len, err);
+            if (st == TPU_OK && fwrite(buf, 1, len, o->f) != len)
+                st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write",
+                              path[i]);
+            free(buf);
+            break;
+        }
+        case OUT_LOSS:
+            st = write_loss_png(r, trace, o, err);
+            break;
+        }
+    }
+    if (st) {
+        for (int k = 0; k < n; k++)
+            outfile_discard(&os[k]);
+        return st;
+    }
+    return outfile_commit_all(os, n, err);
 }
 
 int cli_run(int argc, char **argv)
@@ -238,7 +334,7 @@ int cli_run(int argc, char **argv)
                 return 2;
         } else if (strcmp(a, "--batch") == 0) {
             if (!(v = cli_value(argc, argv, &i)) ||
-                cli_int("--batch", v, 1, (int64_t)1 << 40, &o.global_batch))
+                cli_int("--batch", v, 1, GRAPH_DIM_MAX, &o.global_batch))
                 return 2;
         } else if (strcmp(a, "--set") == 0) {
             if (!(v = cli_value(argc, argv, &i)))
@@ -314,10 +410,9 @@ int cli_run(int argc, char **argv)
             return cli_error(2, "run: more than one trace (%s, %s)", trace, a);
         }
     }
-    if (!trace) {
-        print_usage(stderr);
-        return 2;
-    }
+    if (!trace)
+        return cli_error(2, "run: no trace given (usage: tpuemu run "
+                            "TRACE.json [OPTIONS]; see tpuemu run --help)");
     if (!o.functional &&
         (npy || loss_png || o.steps != 1 || o.output_layer || o.pe_model))
         return cli_error(2, "run: --steps, --output-npy, --output-layer and "
@@ -333,6 +428,14 @@ int cli_run(int argc, char **argv)
         o.progress = on_progress;
         o.progress_ctx = &prog;
     }
+
+    /* Every output checked before the (possibly long) simulation. */
+    const char *out_flag[N_OUTS] = {"--report", "--chrome-trace", "--png",
+                                    "--output-npy", "--loss-png"};
+    const char *out_path[N_OUTS] = {report, chrome, png, npy, loss_png};
+    int code = check_outputs(trace, out_flag, out_path);
+    if (code)
+        return code;
 
     tpu_error err = {0};
     graph g;
@@ -359,11 +462,17 @@ int cli_run(int argc, char **argv)
             r.per_core[c].hbm_peak_bytes = r.hbm_needed_bytes;
         }
         tpu_error werr = {0};
-        if (r.per_core && report_write(&r, report, &werr))
-            cli_fail(&werr);
+        if (r.per_core && report_write(&r, report, &werr)) {
+            /* One line, one status: the step does not fit (3), and the
+             * report that would say so could not be written. */
+            code = cli_error(3, "%s (and the report was not written: %s)",
+                             err.msg, werr.msg);
+            emu_result_free(&r);
+            return code;
+        }
     }
     if (rc) {
-        int code = cli_fail(&err);
+        code = cli_fail(&err);
         emu_result_free(&r);
         return code;
     }
@@ -373,18 +482,7 @@ int cli_run(int argc, char **argv)
         print_table(&r);
     if (r.has_values && !quiet)
         print_values(&r);
-    int code = 0;
-    if (report && report_write(&r, report, &err))
-        code = cli_fail(&err);
-    if (!code && chrome && chrome_trace_write(&r, chrome, &err))
-        code = cli_fail(&err);
-    if (!code && png && chart_breakdown_png(&r, png, &err))
-        code = cli_fail(&err);
-    if (!code && npy &&
-        npy_write_f32(npy, r.output, r.output_rank, r.output_shape, &err))
-        code = cli_fail(&err);
-    if (!code && loss_png && write_loss_png(&r, trace, loss_png, &err))
-        code = cli_fail(&err);
+    code = write_outputs(&r, trace, out_path, &err) ? cli_fail(&err) : 0;
     emu_result_free(&r);
     return code;
 }

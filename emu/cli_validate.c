@@ -27,6 +27,7 @@
 
 #include "emu/cli.h"
 #include "emu/graph.h"
+#include "emu/outfile.h"
 #include "emu/report.h"
 #include "emu/sim.h"
 
@@ -45,7 +46,10 @@ static const char usage_text[] =
     "\n"
     "validate reports, it does not gate: exit 0 when every trace ran,\n"
     "otherwise the status of the first failure (2 bad trace, 3 does not\n"
-    "fit); the other traces are still run.\n";
+    "fit, 4 out of host memory); the other traces are still run.  A\n"
+    "--report path that cannot be written (missing directory, a directory,\n"
+    "device or FIFO, one of the traces) is refused before any trace runs\n"
+    "(exit 2).\n";
 
 /* A trace with both a prediction and a published step time. */
 typedef struct {
@@ -120,7 +124,8 @@ static char **list_json(const char *dir, int *n)
         memcpy(names[count++], e->d_name, len + 1);
     }
     closedir(d);
-    qsort(names, (size_t)count, sizeof *names, cmp_str);
+    if (count > 1)
+        qsort(names, (size_t)count, sizeof *names, cmp_str);
     *n = count;
     return names;
 }
@@ -153,6 +158,24 @@ int cli_validate(int argc, char **argv)
     if (n == 0) {
         free(names);
         return cli_error(2, "%s: no *.json traces", dir);
+    }
+    if (out) {
+        /* Refused before the (long) runs, and never one of the inputs. */
+        tpu_error oerr = {0};
+        int bad = outfile_check(out, &oerr) ? cli_fail(&oerr) : 0;
+        for (int i = 0; i < n && !bad; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+            if (outfile_same(out, path))
+                bad = cli_error(2, "--report %s: is the input trace %s; "
+                                   "refusing to overwrite it", out, path);
+        }
+        if (bad) {
+            for (int i = 0; i < n; i++)
+                free(names[i]);
+            free(names);
+            return bad;
+        }
     }
 
     cJSON *doc = cJSON_CreateObject();

@@ -30,16 +30,17 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'tpuemu COMMAND --help' describes one command.\n"
-               "exit status: 0 done, 1 check failed, 2 bad input or usage, "
-               "3 does not fit the hardware\n");
+               "exit status: 0 done, 1 check failed, 2 bad input or usage "
+               "(an output path\nthat cannot be written included), 3 does "
+               "not fit the hardware, 4 out of\nhost memory or another "
+               "failure of the machine tpuemu runs on\n");
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
+    if (argc < 2)
+        return cli_error(2, "no command given (usage: tpuemu COMMAND "
+                            "[ARGS...]; see tpuemu --help)");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);

@@ -4,11 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/report.h"
+#include "emu/outfile.h"
 
-tpu_status npy_write_f32(const char *path, const float *data, int rank,
-                         const int64_t *shape, tpu_error *err)
+tpu_status npy_encode_f32(const char *path, const float *data, int rank,
+                          const int64_t *shape, unsigned char **out,
+                          size_t *out_len, tpu_error *err)
 {
+    *out = NULL;
+    *out_len = 0;
     char hdr[256];
     int o = snprintf(hdr, sizeof hdr,
                      "{'descr': '<f4', 'fortran_order': False, 'shape': (");
@@ -45,7 +48,19 @@ tpu_status npy_write_f32(const char *path, const float *data, int rank,
             buf[total_hdr + (size_t)i * 4 + (size_t)k] =
                 (unsigned char)(u >> (8 * k));
     }
-    tpu_status rc = tpu_write_atomic(path, buf, len, err);
+    *out = buf;
+    *out_len = len;
+    return TPU_OK;
+}
+
+tpu_status npy_write_f32(const char *path, const float *data, int rank,
+                         const int64_t *shape, tpu_error *err)
+{
+    unsigned char *buf;
+    size_t len;
+    tpu_status rc = npy_encode_f32(path, data, rank, shape, &buf, &len, err);
+    if (rc == TPU_OK)
+        rc = outfile_write(path, buf, len, err);
     free(buf);
     return rc;
 }

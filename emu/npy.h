@@ -4,6 +4,7 @@
 #ifndef EMU_NPY_H
 #define EMU_NPY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "emu/status.h"
@@ -11,5 +12,10 @@
 /* float32 array of the given shape (C order), written atomically. */
 tpu_status npy_write_f32(const char *path, const float *data, int rank,
                          const int64_t *shape, tpu_error *err);
+/* The same file's bytes (malloc'd into *out; path names it in messages),
+ * for a caller that stages several outputs (emu/outfile.h). */
+tpu_status npy_encode_f32(const char *path, const float *data, int rank,
+                          const int64_t *shape, unsigned char **out,
+                          size_t *out_len, tpu_error *err);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,6 +290,17 @@ const tpu_param_info *tpu_param_key(size_t i)
     return i < NTABLE ? &table[i].info : NULL;
 }
 
+/* The shortest %g text that reads back as v: a bound shown exactly
+ * ("0.0009765625", where %g says "0.000976562"). */
+static void fmt_exact(char *buf, size_t cap, double v)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
 static const pentry *find(const char *key)
 {
     for (size_t i = 0; i < NTABLE; i++)
@@ -305,16 +317,26 @@ tpu_status tpu_params_set(tpu_params *p, const char *key, const char *value,
         return tpu_fail(err, TPU_ERR_INPUT,
                         "--set %s: unknown parameter (see tpuemu run --help "
                         "for the list)", key);
+    /* Plain decimal or scientific notation: strtod alone would also take
+     * hex ("0x10"), "inf", "nan" and leading blanks. */
+    int plain = *value != 0;
+    for (const char *q = value; *q; q++)
+        if (!strchr("0123456789+-.eE", *q))
+            plain = 0;
     char *end = NULL;
     errno = 0;
     double v = strtod(value, &end);
-    if (!*value || *end || errno || !isfinite(v))
-        return tpu_fail(err, TPU_ERR_INPUT, "--set %s=%s: expected a number",
-                        key, value);
-    if (v < e->lo || v > e->hi)
+    if (!plain || *end || errno || !isfinite(v))
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "--set %s=%s: out of range [%g, %g]", key, value,
-                        e->lo, e->hi);
+                        "--set %s=%s: expected a decimal number", key, value);
+    if (v < e->lo || v > e->hi) {
+        char lo[32], hi[32];
+        fmt_exact(lo, sizeof lo, e->lo);
+        fmt_exact(hi, sizeof hi, e->hi);
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--set %s=%s: out of range [%s, %s]", key, value, lo,
+                        hi);
+    }
     char *base = (char *)p;
     switch (e->kind) {
     case PK_DOUBLE:

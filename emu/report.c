@@ -25,6 +25,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "emu/outfile.h"
+
 /* Sanity bounds on what a report may claim, so that a corrupt or hostile
  * file cannot make the reader allocate without limit.  A v3-2048 slice is
  * the largest system (SPEC.md). */
@@ -300,7 +302,7 @@ tpu_status report_write(const emu_result *r, const char *path,
     char *text = report_to_json(r);
     if (!text)
         return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-    tpu_status st = tpu_write_atomic(path, text, strlen(text), err);
+    tpu_status st = outfile_write(path, text, strlen(text), err);
     free(text);
     return st;
 }
@@ -310,49 +312,9 @@ tpu_status report_write(const emu_result *r, const char *path,
 tpu_status tpu_write_atomic(const char *path, const void *data, size_t len,
                             tpu_error *err)
 {
-    /* The temporary must be in the destination's directory: rename(2) is
-     * only atomic within one file system. */
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp)
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot create: %s", path,
-                        strerror(e));
-    }
-    /* mkstemp creates 0600; outputs are ordinary files that others read. */
-    (void)fchmod(fd, 0644);
-    const char *p = data;
-    size_t left = len;
-    int e = 0;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            e = errno;
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (close(fd) != 0 && !e)
-        e = errno;
-    if (!e && rename(tmp, path) != 0)
-        e = errno;
-    if (e) {
-        unlink(tmp);
-        free(tmp);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: cannot write: %s", path,
-                        strerror(e));
-    }
-    free(tmp);
-    return TPU_OK;
+    /* One implementation for every output: emu/outfile.c (temporary in the
+     * target's directory, rename; devices and directories refused). */
+    return outfile_write(path, data, len, err);
 }
 
 /* ---- reading ---------------------------------------------------------- */

@@ -167,6 +167,6 @@ void th_suite_chart(th_ctx *t)
     th_case(t, "unwritable path fails cleanly and leaves no file");
     tsynth_result(&r, 8, 2, 2, 2, 1);
     st = chart_breakdown_png(&r, "/nonexistent-dir/x.png", &err);
-    TH_CHECK(t, st == TPU_ERR_SYSTEM && strstr(err.msg, "/nonexistent-dir/x.png"));
+    TH_CHECK(t, st == TPU_ERR_INPUT && strstr(err.msg, "/nonexistent-dir/x.png"));
     emu_result_free(&r);
 }

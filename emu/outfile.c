@@ -1,0 +1,334 @@
+/* realpath(3) is XSI: the Makefile's _POSIX_C_SOURCE alone hides it. */
+#define _XOPEN_SOURCE 700
+
+#include "emu/outfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Short and fixed so that a target whose name is NAME_MAX bytes long still
+ * gets a temporary; the leading dot keeps it out of `ls`. */
+#define TMP_NAME "/.tpuemu.XXXXXX"
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* The directory part of path ("." when there is none); malloc'd. */
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return dup_str(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+static tpu_status oom(tpu_error *err, const char *path)
+{
+    return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of host memory", path);
+}
+
+/* Resolves path to the file a write replaces (*target, malloc'd), with
+ * *existed and its mode; refuses what cannot be an output. */
+static tpu_status resolve(const char *path, char **target, int *existed,
+                          mode_t *mode, tpu_error *err)
+{
+    *target = NULL;
+    *existed = 0;
+    *mode = 0644;
+    if (!path || !*path)
+        return tpu_fail(err, TPU_ERR_INPUT, "output path is empty");
+    size_t n = strlen(path);
+    if (path[n - 1] == '/')
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: cannot create: names a directory, not a file",
+                        path);
+    struct stat st;
+    char *t = NULL;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        /* Follow the link, as a shell's `>` does, so the link survives. */
+        t = realpath(path, NULL);
+        if (!t)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: cannot create: symbolic link does not "
+                            "resolve to a file (%s)", path, strerror(errno));
+    } else {
+        t = dup_str(path);
+        if (!t)
+            return oom(err, path);
+    }
+    if (stat(t, &st) == 0) {
+        *existed = 1;
+        if (S_ISDIR(st.st_mode)) {
+            free(t);
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: cannot create: is a directory", path);
+        }
+        if (!S_ISREG(st.st_mode)) {
+            free(t);
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: cannot create: not a regular file (a "
+                            "device, FIFO or socket); refusing to replace "
+                            "it", path);
+        }
+        *mode = st.st_mode & 0777;
+    } else if (errno != ENOENT) {
+        int e = errno;
+        free(t);
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot create: %s", path,
+                        strerror(e));
+    }
+    char *dir = dir_of(t);
+    if (!dir) {
+        free(t);
+        return oom(err, path);
+    }
+    struct stat ds;
+    tpu_status rc = TPU_OK;
+    if (stat(dir, &ds) != 0)
+        rc = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot create: directory %s: %s",
+                      path, dir, strerror(errno));
+    else if (!S_ISDIR(ds.st_mode))
+        rc = tpu_fail(err, TPU_ERR_INPUT,
+                      "%s: cannot create: %s is not a directory", path, dir);
+    free(dir);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    *target = t;
+    return TPU_OK;
+}
+
+/* Creates the temporary beside target; returns its descriptor or -1. */
+static int make_tmp(const char *target, mode_t mode, char **tmp_out,
+                    const char *path, tpu_error *err)
+{
+    *tmp_out = NULL;
+    char *dir = dir_of(target);
+    if (!dir) {
+        oom(err, path);
+        return -1;
+    }
+    size_t dn = strlen(dir);
+    char *tmp = malloc(dn + sizeof TMP_NAME);
+    if (!tmp) {
+        free(dir);
+        oom(err, path);
+        return -1;
+    }
+    memcpy(tmp, dir, dn);
+    memcpy(tmp + dn, TMP_NAME, sizeof TMP_NAME);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        tpu_fail(err, TPU_ERR_INPUT, "%s: cannot create: directory %s: %s",
+                 path, dir, strerror(errno));
+        free(dir);
+        free(tmp);
+        return -1;
+    }
+    free(dir);
+    /* mkstemp creates 0600; an output is an ordinary file others read, and
+     * a replaced file keeps its permission bits. */
+    (void)fchmod(fd, mode);
+    *tmp_out = tmp;
+    return fd;
+}
+
+tpu_status outfile_check(const char *path, tpu_error *err)
+{
+    char *target;
+    int existed;
+    mode_t mode;
+    tpu_status rc = resolve(path, &target, &existed, &mode, err);
+    if (rc)
+        return rc;
+    /* The directory's permission bits do not tell (root, read-only file
+     * systems, ACLs): creating the temporary does. */
+    char *tmp;
+    int fd = make_tmp(target, mode, &tmp, path, err);
+    free(target);
+    if (fd < 0)
+        return err ? err->code : TPU_ERR_INPUT;
+    close(fd);
+    unlink(tmp);
+    free(tmp);
+    return TPU_OK;
+}
+
+tpu_status outfile_open(outfile *o, const char *path, tpu_error *err)
+{
+    memset(o, 0, sizeof *o);
+    mode_t mode;
+    tpu_status rc = resolve(path, &o->target, &o->existed, &mode, err);
+    if (rc)
+        return rc;
+    o->name = dup_str(path);
+    if (!o->name) {
+        outfile_discard(o);
+        return oom(err, path);
+    }
+    int fd = make_tmp(o->target, mode, &o->tmp, path, err);
+    if (fd < 0) {
+        outfile_discard(o);
+        return err ? err->code : TPU_ERR_INPUT;
+    }
+    o->f = fdopen(fd, "wb");
+    if (!o->f) {
+        int e = errno;
+        close(fd);
+        outfile_discard(o);
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s", path,
+                        strerror(e));
+    }
+    return TPU_OK;
+}
+
+tpu_status outfile_close(outfile *o, tpu_error *err)
+{
+    if (!o->f)
+        return TPU_OK;
+    int e = 0;
+    if (fflush(o->f) != 0 || ferror(o->f))
+        e = errno ? errno : EIO;
+    if (fclose(o->f) != 0 && !e)
+        e = errno;
+    o->f = NULL;
+    if (e) {
+        tpu_status rc = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s",
+                                 o->name ? o->name : "output", strerror(e));
+        outfile_discard(o);
+        return rc;
+    }
+    return TPU_OK;
+}
+
+tpu_status outfile_commit(outfile *o, tpu_error *err)
+{
+    tpu_status rc = outfile_close(o, err);
+    if (rc)
+        return rc;
+    if (!o->tmp)
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: nothing staged",
+                        o->name ? o->name : "output");
+    if (rename(o->tmp, o->target) != 0) {
+        rc = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s", o->name,
+                      strerror(errno));
+        outfile_discard(o);
+        return rc;
+    }
+    free(o->tmp);
+    o->tmp = NULL;
+    return TPU_OK;
+}
+
+void outfile_discard(outfile *o)
+{
+    if (o->f)
+        fclose(o->f);
+    if (o->tmp)
+        unlink(o->tmp);
+    free(o->tmp);
+    free(o->target);
+    free(o->name);
+    memset(o, 0, sizeof *o);
+}
+
+tpu_status outfile_commit_all(outfile *os, int n, tpu_error *err)
+{
+    tpu_status rc = TPU_OK;
+    int k = 0;
+    for (k = 0; k < n; k++)
+        if ((rc = outfile_close(&os[k], err)))
+            break;
+    if (!rc)
+        for (k = 0; k < n; k++)
+            if ((rc = outfile_commit(&os[k], err)))
+                break;
+    if (rc)
+        for (int j = 0; j < n; j++)
+            /* Earlier ones are committed (tmp NULL): take back the new. */
+            if (j < k && !os[j].tmp && !os[j].existed && os[j].target)
+                unlink(os[j].target);
+    for (int j = 0; j < n; j++)
+        outfile_discard(&os[j]);
+    return rc;
+}
+
+tpu_status outfile_write(const char *path, const void *data, size_t len,
+                         tpu_error *err)
+{
+    outfile o;
+    tpu_status rc = outfile_open(&o, path, err);
+    if (rc)
+        return rc;
+    if (len && fwrite(data, 1, len, o.f) != len) {
+        rc = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s", path,
+                      strerror(errno));
+        outfile_discard(&o);
+        return rc;
+    }
+    rc = outfile_commit(&o, err);
+    outfile_discard(&o);
+    return rc;
+}
+
+/* A normalised name for a path that does not exist (yet): its directory
+ * resolved, then the last component.  NULL when the directory does not
+ * resolve either. */
+static char *norm_missing(const char *path)
+{
+    char *dir = dir_of(path);
+    if (!dir)
+        return NULL;
+    char *rd = realpath(dir, NULL);
+    free(dir);
+    if (!rd)
+        return NULL;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t a = strlen(rd), b = strlen(base);
+    char *s = malloc(a + b + 2);
+    if (s) {
+        memcpy(s, rd, a);
+        s[a] = '/';
+        memcpy(s + a + 1, base, b + 1);
+    }
+    free(rd);
+    return s;
+}
+
+int outfile_same(const char *a, const char *b)
+{
+    if (!a || !b)
+        return 0;
+    if (strcmp(a, b) == 0)
+        return 1;
+    struct stat sa, sb;
+    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea || eb)
+        return 0;
+    char *na = norm_missing(a), *nb = norm_missing(b);
+    int same = na && nb && strcmp(na, nb) == 0;
+    free(na);
+    free(nb);
+    return same;
+}
