@@ -22,7 +22,15 @@
  * line per run, in run order).  Without it, the runs execute here, N at a
  * time (fork/exec of this very binary, /proc/self/exe), and the reports
  * are gathered into OUT/results.csv and OUT/step_time.png.  A run that
- * does not fit the hardware (exit 3) is a row with fits=0, not a failure. */
+ * does not fit the hardware (exit 3) is a row with fits=0, not a failure.
+ *
+ * Everything that can be checked in this process is checked before the
+ * output directory is created or any run starts: the sweep file (no
+ * duplicate or unknown keys), the base trace (graph_load), every --set
+ * key and value (tpu_params_set, as `run --set` does), and every grid
+ * point's system, batch and partitioning (graph_check_run, as `run`
+ * does).  A bad sweep is one `tpuemu: error: SWEEP.json: json.path: ...`
+ * line and exit 2, leaving nothing behind. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -38,14 +46,24 @@
 
 #include "emu/chart.h"
 #include "emu/cli.h"
+#include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/report.h"
+#include "hbm/hbm.h"
 
+/* Axes in all: partition_dims, system, batch and one per --set key. */
 #define SWEEP_MAX_AXES 16
 #define SWEEP_MAX_VALUES 1024
-#define SWEEP_MAX_RUNS 100000
+/* Runs in one grid (the product of the axis lengths): a sweep is a study
+ * of a few dimensions, and each run is a process with its own report;
+ * a larger grid is more likely a typo than a plan, and is refused before
+ * anything starts. */
+#define SWEEP_MAX_RUNS 4096
+#define SWEEP_FILE_MAX (16L << 20)
 #define SWEEP_MAX_SERIES 12
 #define SWEEP_MAX_ARGS (16 + 2 * SWEEP_MAX_AXES)
+/* Same bound as `run --batch`. */
+#define SWEEP_MAX_BATCH ((double)((int64_t)1 << 40))
 
 static const char usage_text[] =
     "usage: tpuemu sweep SWEEP.json [--jobs N] [--print-commands] [--out DIR]\n"
@@ -59,13 +77,15 @@ static const char usage_text[] =
     "values, exit, fits, step time, the slowest core's categories) and\n"
     "step_time.png (step time against the x axis of the sweep file).\n"
     "\n"
+    "The sweep file, the base trace and every grid point are checked before\n"
+    "anything is written or run (at most 16 axes and 4096 runs).\n"
     "--print-commands writes the traces and prints one command line per run\n"
     "instead of running them (for GNU parallel, make -j, a Slurm array).\n"
     "--bin runs another tpuemu build (default: this one).\n"
     "\n"
     "exit status: 0 every run finished (a run that does not fit counts as\n"
-    "finished, fits=0), 2 bad sweep file, otherwise the exit status of the\n"
-    "first failed run (its log is named).\n";
+    "finished, fits=0), 2 bad sweep file or --bin, otherwise the exit status\n"
+    "of the first failed run (its log is named).\n";
 
 typedef enum { AX_PD, AX_SYSTEM, AX_BATCH, AX_SET } axis_kind;
 
@@ -81,6 +101,7 @@ typedef struct {
 typedef struct {
     axis_kind kind;
     char name[64];    /* CSV column: partition_dims, system, batch, KEY */
+    char jpath[96];   /* where it is in the sweep file: grid.set.KEY */
     int n;
     axis_val *v;
 } axis;
@@ -92,7 +113,9 @@ typedef struct {
     char x[64];       /* x axis name ("" = first with > 1 value) */
     int naxes;
     axis ax[SWEEP_MAX_AXES];
-    cJSON *base;      /* the base trace, for variants */
+    cJSON *base;      /* the base trace's JSON, for variants */
+    graph g;          /* the base trace as the library reads it */
+    int have_g;
 } sweep;
 
 static void sweep_free(sweep *s)
@@ -102,39 +125,60 @@ static void sweep_free(sweep *s)
             cJSON_Delete(s->ax[a].v[i].pd);
         free(s->ax[a].v);
     }
+    s->naxes = 0;
     cJSON_Delete(s->base);
+    s->base = NULL;
+    if (s->have_g)
+        graph_free(&s->g);
+    s->have_g = 0;
 }
 
-static char *slurp(const char *path, size_t *len)
+/* A regular file of at most SWEEP_FILE_MAX bytes (a FIFO or a device
+ * would hang or never end); NULL with *why set otherwise. */
+static char *slurp(const char *path, size_t *len, char *why, size_t cap)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(why, cap, "cannot read: %s", strerror(errno));
         return NULL;
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n + 1 < cap)
-            break;
-        char *q = realloc(buf, cap * 2);
-        if (!q) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = q;
-        cap *= 2;
     }
-    if (buf && ferror(f)) {
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "cannot read: %s",
+                 S_ISDIR(st.st_mode) ? "is a directory"
+                                     : "not a regular file");
+        return NULL;
+    }
+    if (st.st_size > SWEEP_FILE_MAX) {
+        snprintf(why, cap, "larger than %ld MiB; not a sweep file",
+                 SWEEP_FILE_MAX >> 20);
+        return NULL;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, cap, "cannot read: %s", strerror(errno));
+        return NULL;
+    }
+    size_t cap2 = (size_t)st.st_size + 2, n = 0;
+    char *buf = malloc(cap2);
+    if (!buf) {
+        fclose(f);
+        snprintf(why, cap, "out of memory");
+        return NULL;
+    }
+    /* The file may grow meanwhile: read at most what stat saw, plus one
+     * byte to notice. */
+    n = fread(buf, 1, cap2 - 1, f);
+    if (ferror(f) || n > (size_t)st.st_size) {
+        snprintf(why, cap, "cannot read: %s",
+                 ferror(f) ? strerror(errno ? errno : EIO)
+                           : "the file changed while being read");
         free(buf);
-        buf = NULL;
+        fclose(f);
+        return NULL;
     }
     fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = n;
-    }
+    buf[n] = 0;
+    *len = n;
     return buf;
 }
 
@@ -146,6 +190,42 @@ static void num_text(char *buf, size_t cap, double v)
         if (strtod(buf, NULL) == v)
             return;
     }
+}
+
+/* Text from the file as it may appear in a one-line message: control
+ * bytes as \xNN, at most cap-1 bytes, "..." when cut. */
+static void shown(char *buf, size_t cap, const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char tmp[8];
+        if (c < 0x20 || c == 0x7f)
+            snprintf(tmp, sizeof tmp, "\\x%02x", c);
+        else
+            snprintf(tmp, sizeof tmp, "%c", c);
+        size_t w = strlen(tmp);
+        if (n + w + 4 > cap) {
+            if (cap >= 4) {
+                while (n + 4 > cap)
+                    n--;
+                memcpy(buf + n, "...", 3);
+                n += 3;
+            }
+            break;
+        }
+        memcpy(buf + n, tmp, w);
+        n += w;
+    }
+    buf[cap ? (n < cap ? n : cap - 1) : 0] = 0;
+}
+
+static int has_ctrl(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
 }
 
 static int mkdir_p(const char *dir)
@@ -165,19 +245,28 @@ static int mkdir_p(const char *dir)
     return 0;
 }
 
-static axis *add_axis(sweep *s, axis_kind k, const char *name, int n)
+/* The axis count is checked against SWEEP_MAX_AXES before any is added;
+ * NULL here means out of memory. */
+static axis *add_axis(sweep *s, axis_kind k, const char *name,
+                      const char *jpath, int n)
 {
     if (s->naxes >= SWEEP_MAX_AXES)
         return NULL;
-    axis *a = &s->ax[s->naxes++];
+    axis *a = &s->ax[s->naxes];
+    memset(a, 0, sizeof *a);
+    a->v = calloc((size_t)n, sizeof *a->v);
+    if (!a->v)
+        return NULL;
+    s->naxes++;
     a->kind = k;
     snprintf(a->name, sizeof a->name, "%s", name);
+    snprintf(a->jpath, sizeof a->jpath, "%s", jpath);
     a->n = n;
-    a->v = calloc((size_t)n, sizeof *a->v);
-    return a->v ? a : NULL;
+    return a;
 }
 
-/* A list of positive integers, or NULL: its product in *prod (0 = bad). */
+/* A list of positive integers: its product (0 = bad), its length in
+ * *rank. */
 static int dims_product(const cJSON *d, int *rank)
 {
     if (!cJSON_IsArray(d))
@@ -225,6 +314,10 @@ static cJSON *pd_from_simple(const sweep *s, const cJSON *d, int rank,
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(run,
                                                         "input_partition_dims");
     cJSON *out = cJSON_CreateArray();
+    if (!out) {
+        snprintf(why, cap, "out of memory");
+        return NULL;
+    }
     if (!cJSON_IsArray(old) || cJSON_GetArraySize(old) == 0) {
         /* One input, replicated labels. */
         cJSON_AddItemToArray(out, cJSON_Duplicate(d, 1));
@@ -260,9 +353,7 @@ static int bad(const sweep *s, const char *jpath, const char *what)
 static int parse_pd(sweep *s, const cJSON *list)
 {
     int n = cJSON_GetArraySize(list);
-    if (!cJSON_IsArray(list) || n < 1 || n > SWEEP_MAX_VALUES)
-        return bad(s, "grid.partition_dims", "expected a non-empty list");
-    axis *a = add_axis(s, AX_PD, "partition_dims", n);
+    axis *a = add_axis(s, AX_PD, "partition_dims", "grid.partition_dims", n);
     if (!a)
         return cli_error(4, "out of memory");
     const cJSON *e;
@@ -305,6 +396,8 @@ static int parse_pd(sweep *s, const cJSON *list)
                     len += (size_t)w;
             }
             v->pd = cJSON_Duplicate(e, 1);
+            if (!v->pd)
+                return cli_error(4, "out of memory");
         }
         v->cpr = prod;
         v->x = prod;
@@ -313,9 +406,12 @@ static int parse_pd(sweep *s, const cJSON *list)
     }
     for (int j = 0; j < n; j++)
         for (int k = 0; k < j; k++)
-            if (strcmp(a->v[j].label, a->v[k].label) == 0)
-                return bad(s, "grid.partition_dims", "a partitioning is "
-                                                      "listed twice");
+            if (strcmp(a->v[j].label, a->v[k].label) == 0) {
+                char jp[64];
+                snprintf(jp, sizeof jp, "grid.partition_dims[%d]", j);
+                return bad(s, jp, "the same partitioning as an earlier "
+                                  "entry");
+            }
     return 0;
 }
 
@@ -324,10 +420,7 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
 {
     int n = cJSON_GetArraySize(list);
     char jp[160];
-    snprintf(jp, sizeof jp, "%s", jbase);
-    if (!cJSON_IsArray(list) || n < 1 || n > SWEEP_MAX_VALUES)
-        return bad(s, jp, "expected a non-empty list");
-    axis *a = add_axis(s, kind, name, n);
+    axis *a = add_axis(s, kind, name, jbase, n);
     if (!a)
         return cli_error(4, "out of memory");
     const cJSON *e;
@@ -336,10 +429,20 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
     {
         axis_val *v = &a->v[i];
         snprintf(jp, sizeof jp, "%s[%d]", jbase, i);
+        if (kind == AX_BATCH) {
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) ||
+                e->valuedouble < 1 || e->valuedouble != floor(e->valuedouble) ||
+                e->valuedouble > SWEEP_MAX_BATCH)
+                return bad(s, jp, "expected a positive integer (at most "
+                                  "2^40)");
+        }
         if (cJSON_IsString(e)) {
             if (strlen(e->valuestring) >= sizeof v->arg ||
                 !e->valuestring[0])
                 return bad(s, jp, "expected a short non-empty string");
+            if (has_ctrl(e->valuestring) || strchr(e->valuestring, '\''))
+                return bad(s, jp, "quotes and control characters are not "
+                                  "allowed");
             snprintf(v->arg, sizeof v->arg, "%s", e->valuestring);
         } else if (cJSON_IsNumber(e) && isfinite(e->valuedouble)) {
             num_text(v->arg, sizeof v->arg, e->valuedouble);
@@ -349,7 +452,7 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
         snprintf(v->label, sizeof v->label, "%s", v->arg);
         char *end;
         v->x = strtod(v->arg, &end);
-        if (*end || end == v->arg)
+        if (*end || end == v->arg || !isfinite(v->x))
             v->x = i; /* not numeric: spaced evenly in file order */
         if (kind == AX_SYSTEM) {
             const tpu_system *sy = tpu_system_find(v->arg);
@@ -357,143 +460,296 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
                 return bad(s, jp, "unknown system (see SPEC.md: v2-8 .. "
                                   "v3-2048)");
             v->x = sy->cores;
-        } else if (kind == AX_BATCH) {
-            if (!cJSON_IsNumber(e) || e->valuedouble < 1 ||
-                e->valuedouble != floor(e->valuedouble) || e->valuedouble > 1e12)
-                return bad(s, jp, "expected a positive integer");
-        } else if (strchr(v->arg, '\'') || strchr(v->arg, '\n')) {
-            return bad(s, jp, "quotes and newlines are not allowed");
         }
+        for (int k = 0; k < i; k++)
+            if (strcmp(a->v[k].arg, v->arg) == 0)
+                return bad(s, jp, "the same value as an earlier entry");
         i++;
     }
     return 0;
 }
 
-static int parse_sweep(sweep *s, const char *path)
+/* The first duplicate key at or under n, its JSON path in jp.  Sorting
+ * keeps a file of a million keys from taking quadratic time. */
+typedef struct {
+    const char *key;
+    int idx;
+} key_at;
+
+static int key_cmp(const void *pa, const void *pb)
 {
-    memset(s, 0, sizeof *s);
-    s->path = path;
-    size_t len;
-    char *text = slurp(path, &len);
+    const key_at *a = pa, *b = pb;
+    int c = strcmp(a->key, b->key);
+    return c ? c : (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static int find_dup(const cJSON *n, char *jp, size_t cap, int *oom)
+{
+    size_t len = strlen(jp);
+    if (cJSON_IsObject(n)) {
+        int cnt = cJSON_GetArraySize(n);
+        if (cnt > 1) {
+            key_at *k = malloc((size_t)cnt * sizeof *k);
+            if (!k) {
+                *oom = 1;
+                return 1;
+            }
+            int i = 0;
+            for (const cJSON *c = n->child; c; c = c->next, i++) {
+                k[i].key = c->string ? c->string : "";
+                k[i].idx = i;
+            }
+            qsort(k, (size_t)cnt, sizeof *k, key_cmp);
+            int first = -1;
+            const char *dk = NULL;
+            for (i = 1; i < cnt; i++)
+                if (strcmp(k[i].key, k[i - 1].key) == 0 &&
+                    (first < 0 || k[i].idx < first)) {
+                    first = k[i].idx;
+                    dk = k[i].key;
+                }
+            if (first >= 0) {
+                char q[80];
+                shown(q, sizeof q, dk);
+                snprintf(jp + len, cap - len, "%s%s", len ? "." : "", q);
+                free(k);
+                return 1;
+            }
+            free(k);
+        }
+    }
+    int i = 0;
+    for (const cJSON *c = n->child; c; c = c->next, i++) {
+        if (!cJSON_IsObject(c) && !cJSON_IsArray(c))
+            continue;
+        if (cJSON_IsObject(n)) {
+            char q[80];
+            shown(q, sizeof q, c->string ? c->string : "");
+            snprintf(jp + len, cap - len, "%s%s", len ? "." : "", q);
+        } else {
+            snprintf(jp + len, cap - len, "[%d]", i);
+        }
+        if (find_dup(c, jp, cap, oom))
+            return 1;
+        jp[len] = 0;
+    }
+    return 0;
+}
+
+static void line_col(const char *text, size_t pos, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < pos; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+/* The sweep file as JSON: the whole text one value, no duplicate keys. */
+static int read_doc(sweep *s, cJSON **out)
+{
+    char why[256];
+    size_t len = 0;
+    char *text = slurp(s->path, &len, why, sizeof why);
     if (!text)
-        return cli_error(2, "%s: cannot read: %s", path, strerror(errno));
-    cJSON *doc = cJSON_ParseWithLength(text, len);
+        return cli_error(2, "%s: %s", s->path, why);
+    size_t pos = strspn(text, " \t\r\n");
+    if (pos == len) {
+        free(text);
+        return cli_error(2, "%s: empty file, expected a JSON object",
+                         s->path);
+    }
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
+    if (doc)
+        pos += strspn(text + pos, " \t\r\n");
+    if (!doc || pos < len) {
+        int line, col;
+        line_col(text, pos, &line, &col);
+        free(text);
+        cJSON_Delete(doc);
+        return cli_error(2, "%s: not valid JSON: %s at line %d, column %d",
+                         s->path,
+                         doc ? "unexpected text after the top-level value"
+                             : "syntax error",
+                         line, col);
+    }
     free(text);
-    if (!doc)
-        return cli_error(2, "%s: not valid JSON", path);
-    int rc = 0;
+    char jp[512] = "";
+    int oom = 0;
+    if (find_dup(doc, jp, sizeof jp, &oom)) {
+        cJSON_Delete(doc);
+        if (oom)
+            return cli_error(4, "out of memory");
+        return bad(s, jp, "duplicate key");
+    }
+    *out = doc;
+    return 0;
+}
+
+/* The top level, the shape of the grid, the number of axes and runs:
+ * everything that needs neither the trace nor the parameter table. */
+static int check_shape(sweep *s, const cJSON *doc)
+{
+    static const char *const top[] = {"format", "name", "description",
+                                      "trace",  "grid", "x",
+                                      NULL};
+    static const char *const axes[] = {"partition_dims", "system", "batch",
+                                       "set", NULL};
+    if (!cJSON_IsObject(doc))
+        return bad(s, "(top level)", "expected a JSON object");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, doc)
+    {
+        int known = 0;
+        for (const char *const *k = top; *k; k++)
+            known |= strcmp(e->string, *k) == 0;
+        if (!known) {
+            char q[80];
+            shown(q, sizeof q, e->string);
+            return bad(s, q, "unknown key (expected one of: format, name, "
+                             "description, trace, grid, x)");
+        }
+    }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(doc, "format");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(doc, "name");
+    const cJSON *desc = cJSON_GetObjectItemCaseSensitive(doc, "description");
     const cJSON *trace = cJSON_GetObjectItemCaseSensitive(doc, "trace");
     const cJSON *grid = cJSON_GetObjectItemCaseSensitive(doc, "grid");
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(doc, "x");
-    if (!cJSON_IsObject(doc)) {
-        rc = bad(s, "(top)", "expected a JSON object");
-    } else if (!cJSON_IsString(fmt) ||
-               strcmp(fmt->valuestring, "tpuemu-sweep/1") != 0) {
-        rc = bad(s, "format", "expected \"tpuemu-sweep/1\"");
-    } else if (!cJSON_IsString(name) || !name->valuestring[0] ||
-               strlen(name->valuestring) >= sizeof s->name ||
-               strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyz"
-                                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                         "0123456789._-") !=
-                   strlen(name->valuestring)) {
-        rc = bad(s, "name", "expected a short name of letters, digits, "
-                            "'.', '_', '-'");
-    } else if (!cJSON_IsString(trace) || !trace->valuestring[0]) {
-        rc = bad(s, "trace", "expected the path of the base trace");
-    } else if (!cJSON_IsObject(grid)) {
-        rc = bad(s, "grid", grid ? "expected an object" : "missing");
-    } else if (x && (!cJSON_IsString(x) ||
-                     strlen(x->valuestring) >= sizeof s->x)) {
-        rc = bad(s, "x", "expected the name of a grid axis");
-    }
-    if (rc) {
-        cJSON_Delete(doc);
-        return rc;
-    }
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "tpuemu-sweep/1") != 0)
+        return bad(s, "format", fmt ? "expected \"tpuemu-sweep/1\""
+                                    : "missing (expected \"tpuemu-sweep/1\")");
+    if (!cJSON_IsString(name) || !name->valuestring[0] ||
+        strlen(name->valuestring) >= sizeof s->name ||
+        strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyz"
+                                  "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                  "0123456789._-") !=
+            strlen(name->valuestring) ||
+        name->valuestring[0] == '.')
+        return bad(s, "name", "expected a short name of letters, digits, "
+                              "'.', '_', '-' (not starting with '.')");
+    if (desc && !cJSON_IsString(desc))
+        return bad(s, "description", "expected a string");
+    if (!cJSON_IsString(trace) || !trace->valuestring[0])
+        return bad(s, "trace", trace ? "expected the path of the base trace"
+                                     : "missing (the path of the base trace)");
+    if (has_ctrl(trace->valuestring) || strchr(trace->valuestring, '\''))
+        return bad(s, "trace", "quotes and control characters are not "
+                               "allowed");
+    if (!cJSON_IsObject(grid))
+        return bad(s, "grid", grid ? "expected an object of axes"
+                                   : "missing (an object of axes)");
+    if (x && (!cJSON_IsString(x) || strlen(x->valuestring) >= sizeof s->x))
+        return bad(s, "x", "expected the name of a grid axis");
+
     snprintf(s->name, sizeof s->name, "%s", name->valuestring);
     if (x)
         snprintf(s->x, sizeof s->x, "%s", x->valuestring);
     /* The trace is relative to the sweep file's directory. */
-    const char *slash = strrchr(path, '/');
+    const char *slash = strrchr(s->path, '/');
+    int w;
     if (trace->valuestring[0] == '/' || !slash)
-        snprintf(s->trace, sizeof s->trace, "%s", trace->valuestring);
+        w = snprintf(s->trace, sizeof s->trace, "%s", trace->valuestring);
     else
-        snprintf(s->trace, sizeof s->trace, "%.*s/%s",
-                 (int)(slash - path), path, trace->valuestring);
-    if (strchr(s->trace, '\'') || strchr(s->trace, '\n')) {
-        cJSON_Delete(doc);
-        return bad(s, "trace", "quotes and newlines are not allowed");
-    }
+        w = snprintf(s->trace, sizeof s->trace, "%.*s/%s",
+                     (int)(slash - s->path), s->path, trace->valuestring);
+    if (w < 0 || (size_t)w >= sizeof s->trace)
+        return bad(s, "trace", "path too long");
+    if (has_ctrl(s->trace) || strchr(s->trace, '\''))
+        return bad(s, "trace", "quotes and control characters are not "
+                               "allowed");
 
-    const cJSON *e;
+    /* Axes: known names, lists of 1..SWEEP_MAX_VALUES, at most
+     * SWEEP_MAX_AXES of them, at most SWEEP_MAX_RUNS points. */
+    int naxes = 0;
+    double runs = 1;
     cJSON_ArrayForEach(e, grid)
     {
-        if (strcmp(e->string, "partition_dims") && strcmp(e->string, "system") &&
-            strcmp(e->string, "batch") && strcmp(e->string, "set")) {
-            char jp[128];
-            snprintf(jp, sizeof jp, "grid.%.64s", e->string);
-            cJSON_Delete(doc);
-            return bad(s, jp, "unknown axis (partition_dims, system, batch, "
-                              "set)");
+        int known = 0;
+        for (const char *const *k = axes; *k; k++)
+            known |= strcmp(e->string, *k) == 0;
+        char jp[128], q[80];
+        shown(q, sizeof q, e->string);
+        snprintf(jp, sizeof jp, "grid.%s", q);
+        if (!known)
+            return bad(s, jp, "unknown axis (expected partition_dims, "
+                              "system, batch or set)");
+        const cJSON *lists = e;
+        if (strcmp(e->string, "set") == 0) {
+            if (!cJSON_IsObject(e))
+                return bad(s, jp, "expected an object of KEY: [values]");
+            if (!e->child)
+                return bad(s, jp, "no key to sweep");
+            lists = e->child;
+        }
+        for (const cJSON *l = lists; l; l = l == e ? NULL : l->next) {
+            if (l != e) {
+                shown(q, sizeof q, l->string);
+                snprintf(jp, sizeof jp, "grid.set.%s", q);
+            }
+            if (++naxes > SWEEP_MAX_AXES)
+                return cli_error(2, "%s: %s: more than %d axes (partition_dims, "
+                                    "system, batch and each set key count "
+                                    "one)",
+                                 s->path, jp, SWEEP_MAX_AXES);
+            int n = cJSON_GetArraySize(l);
+            if (!cJSON_IsArray(l) || n < 1)
+                return bad(s, jp, "expected a non-empty list of values");
+            if (n > SWEEP_MAX_VALUES)
+                return cli_error(2, "%s: %s: %d values, more than the limit "
+                                    "of %d",
+                                 s->path, jp, n, SWEEP_MAX_VALUES);
+            runs *= n;
         }
     }
-    const cJSON *pd = cJSON_GetObjectItemCaseSensitive(grid, "partition_dims");
-    if (pd) {
-        size_t tlen;
-        char *ttext = slurp(s->trace, &tlen);
-        if (!ttext) {
-            rc = cli_error(2, "%s: trace: %s: cannot read: %s", path,
-                           s->trace, strerror(errno));
-        } else {
-            s->base = cJSON_ParseWithLength(ttext, tlen);
-            free(ttext);
-            if (!cJSON_IsObject(s->base) ||
-                !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(s->base,
-                                                                 "run")))
-                rc = cli_error(2, "%s: not a trace (no run section)",
-                               s->trace);
-            else
-                rc = parse_pd(s, pd);
-        }
+    if (naxes == 0)
+        return bad(s, "grid", "no axis to sweep");
+    if (runs > SWEEP_MAX_RUNS)
+        return cli_error(2, "%s: grid: %.0f runs (the product of the axis "
+                            "lengths), more than the limit of %d",
+                         s->path, runs, SWEEP_MAX_RUNS);
+    return 0;
+}
+
+/* The base trace, read by the library as `run` reads it. */
+static int load_trace(sweep *s, int need_json)
+{
+    tpu_error err = {0};
+    struct stat st;
+    if (stat(s->trace, &st) == 0 && !S_ISREG(st.st_mode))
+        return cli_error(2, "%s: trace: %s: cannot read: %s", s->path,
+                         s->trace,
+                         S_ISDIR(st.st_mode) ? "is a directory"
+                                             : "not a regular file");
+    tpu_status rc = graph_load(&s->g, s->trace, &err);
+    s->have_g = 1;
+    if (rc) {
+        char msg[sizeof err.msg];
+        shown(msg, sizeof msg, err.msg);
+        return cli_error(rc == TPU_ERR_SYSTEM ? 4 : 2, "%s: trace: %s",
+                         s->path, msg);
     }
-    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(grid, "system");
-    if (!rc && sys)
-        rc = parse_strings(s, AX_SYSTEM, "system", "grid.system", sys);
-    const cJSON *batch = cJSON_GetObjectItemCaseSensitive(grid, "batch");
-    if (!rc && batch)
-        rc = parse_strings(s, AX_BATCH, "batch", "grid.batch", batch);
-    const cJSON *set = cJSON_GetObjectItemCaseSensitive(grid, "set");
-    if (!rc && set) {
-        if (!cJSON_IsObject(set))
-            rc = bad(s, "grid.set", "expected an object of KEY: [values]");
-        cJSON_ArrayForEach(e, set)
-        {
-            if (rc)
-                break;
-            char jp[128];
-            snprintf(jp, sizeof jp, "grid.set.%.64s", e->string);
-            if (strlen(e->string) >= 64 || !e->string[0] ||
-                strspn(e->string, "abcdefghijklmnopqrstuvwxyz0123456789._") !=
-                    strlen(e->string))
-                rc = bad(s, jp, "expected a parameter key like "
-                                "hbm.bandwidth_gbs");
-            else
-                rc = parse_strings(s, AX_SET, e->string, jp, e);
-        }
-    }
-    if (!rc && s->naxes == 0)
-        rc = bad(s, "grid", "no axis to sweep");
-    if (!rc && s->x[0]) {
-        int found = 0;
-        for (int a = 0; a < s->naxes; a++)
-            found |= strcmp(s->ax[a].name, s->x) == 0;
-        if (!found)
-            rc = bad(s, "x", "not an axis of the grid");
-    }
-    cJSON_Delete(doc);
-    return rc;
+    if (!need_json)
+        return 0;
+    char why[256];
+    size_t len;
+    char *text = slurp(s->trace, &len, why, sizeof why);
+    if (!text)
+        return cli_error(2, "%s: trace: %s: %s", s->path, s->trace, why);
+    s->base = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(s->base) ||
+        !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(s->base, "run")))
+        return cli_error(2, "%s: trace: %s: changed while being read", s->path,
+                         s->trace);
+    return 0;
 }
 
 static long long count_runs(const sweep *s)
@@ -513,6 +769,293 @@ static void run_index(const sweep *s, long long i, int *idx)
     }
 }
 
+static int axis_of(const sweep *s, axis_kind k)
+{
+    for (int a = 0; a < s->naxes; a++)
+        if (s->ax[a].kind == k)
+            return a;
+    return -1;
+}
+
+/* Every --set key is one of the table's and every value is accepted by
+ * tpu_params_set for each generation the grid runs; then each grid
+ * point's overrides together pass the HBM model's consistency check, as
+ * they must in `run`. */
+static int check_sets(const sweep *s)
+{
+    int gens[2] = {0, 0};
+    int as = axis_of(s, AX_SYSTEM);
+    if (as >= 0) {
+        for (int i = 0; i < s->ax[as].n; i++) {
+            const tpu_system *sy = tpu_system_find(s->ax[as].v[i].arg);
+            if (sy)
+                gens[sy->gen == 2 ? 0 : 1] = 1;
+        }
+    } else {
+        const tpu_system *sy = tpu_system_find(s->g.system);
+        gens[sy && sy->gen == 2 ? 0 : 1] = 1;
+    }
+    int any = 0;
+    for (int a = 0; a < s->naxes; a++) {
+        const axis *ax = &s->ax[a];
+        if (ax->kind != AX_SET)
+            continue;
+        any = 1;
+        int known = 0;
+        for (size_t k = 0; tpu_param_key(k) && !known; k++)
+            known = strcmp(tpu_param_key(k)->key, ax->name) == 0;
+        if (!known)
+            return bad(s, ax->jpath, "unknown parameter (see tpuemu run "
+                                     "--help for the list)");
+        for (int i = 0; i < ax->n; i++)
+            for (int gi = 0; gi < 2; gi++) {
+                if (!gens[gi])
+                    continue;
+                tpu_params p;
+                tpu_error err = {0};
+                tpu_params_default(&p, gi + 2);
+                if (tpu_params_set(&p, ax->name, ax->v[i].arg, &err)) {
+                    /* "--set K=V: out of range ..." -> "out of range ..." */
+                    const char *m = err.msg;
+                    if (strncmp(m, "--set ", 6) == 0 && strstr(m, ": "))
+                        m = strstr(m, ": ") + 2;
+                    return cli_error(2, "%s: %s[%d]: %s (value %s)", s->path,
+                                     ax->jpath, i, m, ax->v[i].arg);
+                }
+            }
+    }
+    if (!any)
+        return 0;
+    long long nruns = count_runs(s);
+    for (long long r = 0; r < nruns; r++) {
+        int idx[SWEEP_MAX_AXES];
+        run_index(s, r, idx);
+        const tpu_system *sy =
+            tpu_system_find(as >= 0 ? s->ax[as].v[idx[as]].arg : s->g.system);
+        tpu_params p;
+        tpu_error err = {0};
+        tpu_params_default(&p, sy ? sy->gen : 3);
+        int last = -1;
+        for (int a = 0; a < s->naxes; a++)
+            if (s->ax[a].kind == AX_SET) {
+                tpu_params_set(&p, s->ax[a].name, s->ax[a].v[idx[a]].arg,
+                               &err);
+                last = a;
+            }
+        if (hbm_check_params(&p.hbm, &err)) {
+            char msg[sizeof err.msg];
+            shown(msg, sizeof msg, err.msg);
+            return cli_error(2, "%s: %s[%d]: %s (run %04lld)", s->path,
+                             s->ax[last].jpath, idx[last], msg, r);
+        }
+    }
+    return 0;
+}
+
+/* The base trace with partitioning v: the new run section, the name
+ * suffixed, no reference (the published figure belongs to the base
+ * partitioning only).  NULL when out of memory. */
+static cJSON *make_variant(const sweep *s, const axis_val *v)
+{
+    cJSON *t = cJSON_Duplicate(s->base, 1);
+    if (!t)
+        return NULL;
+    cJSON *run = cJSON_GetObjectItemCaseSensitive(t, "run");
+    cJSON_DeleteItemFromObjectCaseSensitive(run, "num_cores_per_replica");
+    cJSON_DeleteItemFromObjectCaseSensitive(run, "input_partition_dims");
+    cJSON *pd = cJSON_Duplicate(v->pd, 1);
+    if (!pd || !cJSON_AddNumberToObject(run, "num_cores_per_replica", v->cpr)) {
+        cJSON_Delete(pd);
+        cJSON_Delete(t);
+        return NULL;
+    }
+    cJSON_AddItemToObject(run, "input_partition_dims", pd);
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "reference");
+    const cJSON *tn = cJSON_GetObjectItemCaseSensitive(s->base, "name");
+    if (cJSON_IsString(tn)) {
+        char nm[256];
+        snprintf(nm, sizeof nm, "%.120s-pd%s", tn->valuestring, v->label);
+        cJSON_ReplaceItemInObjectCaseSensitive(t, "name",
+                                               cJSON_CreateString(nm));
+    }
+    return t;
+}
+
+/* One grid point's system, batch and partitioning, checked as `run`
+ * checks them (graph_check_run on the trace `run` would read).  The
+ * message names the axis that the failed check is about. */
+static int check_point(const sweep *s, const graph *g, int ipd, int isys,
+                       int ibat)
+{
+    int apd = axis_of(s, AX_PD), asys = axis_of(s, AX_SYSTEM),
+        abat = axis_of(s, AX_BATCH);
+    const char *sys = asys >= 0 ? s->ax[asys].v[isys].arg : s->g.system;
+    int64_t batch = abat >= 0 ? (int64_t)strtod(s->ax[abat].v[ibat].arg, NULL)
+                              : s->g.global_batch;
+    tpu_error err = {0};
+    if (!graph_check_run(g, sys, batch, "", &err))
+        return 0;
+    /* err.msg is ": key: what" (the path given was empty). */
+    const char *m = err.msg;
+    if (strncmp(m, ": ", 2) == 0)
+        m += 2;
+    int blame = -1, ib = 0;
+    if (strstr(m, "global_batch")) {
+        if (abat >= 0)
+            blame = abat, ib = ibat;
+        else if (asys >= 0)
+            blame = asys, ib = isys;
+        else if (apd >= 0)
+            blame = apd, ib = ipd;
+    } else if (strstr(m, "partition_dims") ||
+               strstr(m, "cores_per_replica")) {
+        if (apd >= 0)
+            blame = apd, ib = ipd;
+        else if (asys >= 0)
+            blame = asys, ib = isys;
+    } else if (strncmp(m, "system", 6) == 0 && asys >= 0) {
+        blame = asys, ib = isys;
+    }
+    char where[160], ctx[300] = "";
+    if (blame >= 0)
+        snprintf(where, sizeof where, "%s[%d]", s->ax[blame].jpath, ib);
+    else
+        snprintf(where, sizeof where, "trace");
+    snprintf(ctx, sizeof ctx, " (grid point: %s%s, system %s, batch %lld)",
+             apd >= 0 ? "partition_dims " : "",
+             apd >= 0 ? s->ax[apd].v[ipd].label : "trace's partitioning",
+             sys, (long long)batch);
+    char msg[sizeof err.msg];
+    shown(msg, sizeof msg, m);
+    return cli_error(2, "%s: %s: %s%s", s->path, where, msg, ctx);
+}
+
+/* Every (partitioning, system, batch) of the grid.  Each partitioning's
+ * trace is parsed as the file the runs will read, with the largest slice
+ * and a batch that splits over it, so only the partitioning itself can
+ * fail there (rank, labels, N and C factors, factors vs extents); the
+ * real systems and batches are then checked point by point. */
+static int check_points(const sweep *s)
+{
+    int apd = axis_of(s, AX_PD), asys = axis_of(s, AX_SYSTEM),
+        abat = axis_of(s, AX_BATCH);
+    int npd = apd >= 0 ? s->ax[apd].n : 1;
+    int nsys = asys >= 0 ? s->ax[asys].n : 1;
+    int nbat = abat >= 0 ? s->ax[abat].n : 1;
+    const tpu_system *big = NULL;
+    for (const tpu_system *t = tpu_systems(); t->name; t++)
+        if (!big || t->cores > big->cores)
+            big = t;
+    for (int ip = 0; ip < npd; ip++) {
+        graph vg, *g = (graph *)&s->g;
+        int own = 0;
+        if (apd >= 0) {
+            const axis_val *v = &s->ax[apd].v[ip];
+            char jp[64];
+            snprintf(jp, sizeof jp, "grid.partition_dims[%d]", ip);
+            if (big->cores % v->cpr != 0) {
+                char m[160];
+                snprintf(m, sizeof m, "%d cores per replica divide no slice "
+                                      "(slices have a power of two cores, "
+                                      "at most %d)",
+                         v->cpr, big->cores);
+                return bad(s, jp, m);
+            }
+            cJSON *t = make_variant(s, v);
+            cJSON *run = cJSON_GetObjectItemCaseSensitive(t, "run");
+            if (t) {
+                cJSON_ReplaceItemInObjectCaseSensitive(
+                    t, "system", cJSON_CreateString(big->name));
+                cJSON_ReplaceItemInObjectCaseSensitive(
+                    run, "global_batch", cJSON_CreateNumber(big->cores));
+            }
+            char *text = t ? cJSON_PrintUnformatted(t) : NULL;
+            cJSON_Delete(t);
+            if (!text)
+                return cli_error(4, "out of memory");
+            char where[300];
+            snprintf(where, sizeof where, "%s: %s", s->path, jp);
+            tpu_error err = {0};
+            tpu_status rc = graph_parse(&vg, text, strlen(text), where, &err);
+            free(text);
+            if (rc) {
+                graph_free(&vg);
+                char msg[sizeof err.msg];
+                shown(msg, sizeof msg, err.msg);
+                return cli_error(rc == TPU_ERR_SYSTEM ? 4 : 2, "%s", msg);
+            }
+            g = &vg;
+            own = 1;
+        }
+        int rc = 0;
+        for (int is = 0; is < nsys && !rc; is++)
+            for (int ib = 0; ib < nbat && !rc; ib++)
+                rc = check_point(s, g, ip, is, ib);
+        if (own)
+            graph_free(&vg);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_sweep(sweep *s, const char *path)
+{
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    cJSON *doc = NULL;
+    int rc = read_doc(s, &doc);
+    if (!rc)
+        rc = check_shape(s, doc);
+    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(doc, "grid");
+    const cJSON *pd = cJSON_GetObjectItemCaseSensitive(grid, "partition_dims");
+    if (!rc)
+        rc = load_trace(s, pd != NULL);
+    if (!rc && pd)
+        rc = parse_pd(s, pd);
+    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(grid, "system");
+    if (!rc && sys)
+        rc = parse_strings(s, AX_SYSTEM, "system", "grid.system", sys);
+    const cJSON *batch = cJSON_GetObjectItemCaseSensitive(grid, "batch");
+    if (!rc && batch)
+        rc = parse_strings(s, AX_BATCH, "batch", "grid.batch", batch);
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(grid, "set");
+    if (!rc && set) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, set)
+        {
+            char jp[128];
+            snprintf(jp, sizeof jp, "grid.set.%.64s", e->string);
+            if (strlen(e->string) >= 64 || !e->string[0] ||
+                strspn(e->string, "abcdefghijklmnopqrstuvwxyz0123456789._") !=
+                    strlen(e->string)) {
+                char q[80];
+                shown(q, sizeof q, e->string);
+                snprintf(jp, sizeof jp, "grid.set.%s", q);
+                rc = bad(s, jp, "expected a parameter key like "
+                                "hbm.bandwidth_gbs");
+            } else {
+                rc = parse_strings(s, AX_SET, e->string, jp, e);
+            }
+            if (rc)
+                break;
+        }
+    }
+    if (!rc && s->x[0]) {
+        int found = 0;
+        for (int a = 0; a < s->naxes; a++)
+            found |= strcmp(s->ax[a].name, s->x) == 0;
+        if (!found)
+            rc = bad(s, "x", "not an axis of the grid");
+    }
+    if (!rc)
+        rc = check_sets(s);
+    if (!rc)
+        rc = check_points(s);
+    cJSON_Delete(doc);
+    return rc;
+}
+
 static int write_variants(sweep *s, const char *out)
 {
     for (int a = 0; a < s->naxes; a++) {
@@ -523,32 +1066,14 @@ static int write_variants(sweep *s, const char *out)
         size_t stem = strlen(base);
         if (stem > 5 && strcmp(base + stem - 5, ".json") == 0)
             stem -= 5;
-        const cJSON *tn = cJSON_GetObjectItemCaseSensitive(s->base, "name");
+        if (stem > 200)
+            stem = 200;
         for (int i = 0; i < s->ax[a].n; i++) {
             axis_val *v = &s->ax[a].v[i];
-            if (stem > 200)
-                stem = 200;
             snprintf(v->trace, sizeof v->trace, "%.900s/traces/%.*s-pd%s.json",
                      out, (int)stem, base, v->label);
-            cJSON *t = cJSON_Duplicate(s->base, 1);
-            if (!t)
-                return cli_error(4, "out of memory");
-            cJSON *run = cJSON_GetObjectItemCaseSensitive(t, "run");
-            cJSON_DeleteItemFromObjectCaseSensitive(run, "num_cores_per_replica");
-            cJSON_DeleteItemFromObjectCaseSensitive(run, "input_partition_dims");
-            cJSON_AddNumberToObject(run, "num_cores_per_replica", v->cpr);
-            cJSON_AddItemToObject(run, "input_partition_dims",
-                                  cJSON_Duplicate(v->pd, 1));
-            /* The published figure belongs to the base partitioning only. */
-            cJSON_DeleteItemFromObjectCaseSensitive(t, "reference");
-            if (cJSON_IsString(tn)) {
-                char nm[256];
-                snprintf(nm, sizeof nm, "%.120s-pd%s", tn->valuestring,
-                         v->label);
-                cJSON_ReplaceItemInObjectCaseSensitive(t, "name",
-                                                       cJSON_CreateString(nm));
-            }
-            char *text = cJSON_Print(t);
+            cJSON *t = make_variant(s, v);
+            char *text = t ? cJSON_Print(t) : NULL;
             cJSON_Delete(t);
             if (!text)
                 return cli_error(4, "out of memory");
@@ -569,6 +1094,7 @@ static int write_variants(sweep *s, const char *out)
     }
     return 0;
 }
+
 
 /* The argv of run i (pointers into s, bufs and bin). */
 typedef struct {
@@ -684,6 +1210,7 @@ static void csv_num(FILE *f, double v)
 
 typedef struct {
     int status;        /* exit status, -1 signal, -2 not run */
+    int sig;           /* the signal that ended it (status -1) */
     int have;          /* report read */
     emu_result r;
 } run_out;
@@ -862,6 +1389,23 @@ static int chart(const sweep *s, const char *out, long long nruns,
     printf("chart: %s\n", path);
     return 0;
 }
+/* --bin must be a program this process can start: a missing or
+ * non-executable one would otherwise fail every run, one log at a time. */
+static int check_bin(const char *bin)
+{
+    char q[300];
+    shown(q, sizeof q, bin);
+    struct stat st;
+    if (!bin[0] || has_ctrl(bin) || strlen(bin) >= 1000)
+        return cli_error(2, "sweep: --bin %s: unusable path", q);
+    if (stat(bin, &st) != 0)
+        return cli_error(2, "sweep: --bin %s: %s", q, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return cli_error(2, "sweep: --bin %s: not a regular file", q);
+    if (access(bin, X_OK) != 0)
+        return cli_error(2, "sweep: --bin %s: not executable", q);
+    return 0;
+}
 
 int cli_sweep(int argc, char **argv)
 {
@@ -886,9 +1430,11 @@ int cli_sweep(int argc, char **argv)
         } else if (strcmp(argv[i], "--print-commands") == 0) {
             print_only = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
+            char q[80];
+            shown(q, sizeof q, argv[i]);
             return cli_error(2, "sweep: unknown option '%s' (see tpuemu sweep "
                                 "--help)",
-                             argv[i]);
+                             q);
         } else if (!file) {
             file = argv[i];
         } else {
@@ -897,10 +1443,29 @@ int cli_sweep(int argc, char **argv)
     }
     if (!file)
         return cli_error(2, "sweep: usage: tpuemu sweep SWEEP.json [--jobs N] "
-                            "[--print-commands] [--out DIR]");
+                            "[--print-commands] [--out DIR] [--bin TPUEMU]");
+    if (has_ctrl(file))
+        return cli_error(2, "sweep: the sweep file's name has control "
+                            "characters");
     if (jobs == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         jobs = n > 0 ? n : 1;
+    }
+    if (out_opt && (!out_opt[0] || strlen(out_opt) > 900 ||
+                    strchr(out_opt, '\'') || has_ctrl(out_opt)))
+        return cli_error(2, "sweep: --out: unusable directory name (empty, "
+                            "too long, quotes or control characters)");
+    char out[1024], bin[1024];
+    if (bin_opt) {
+        if (check_bin(bin_opt))
+            return 2;
+        snprintf(bin, sizeof bin, "%s", bin_opt);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", bin, sizeof bin - 1);
+        if (n <= 0)
+            return cli_error(4, "sweep: cannot find this binary "
+                                "(/proc/self/exe); use --bin");
+        bin[n] = 0;
     }
     sweep s;
     int rc = parse_sweep(&s, file);
@@ -909,38 +1474,19 @@ int cli_sweep(int argc, char **argv)
         return rc;
     }
     long long nruns = count_runs(&s);
-    if (nruns > SWEEP_MAX_RUNS) {
-        sweep_free(&s);
-        return cli_error(2, "%s: the grid has more than %d runs", file,
-                         SWEEP_MAX_RUNS);
-    }
-    char out[1024], bin[1024];
     if (out_opt)
         snprintf(out, sizeof out, "%s", out_opt);
     else
         snprintf(out, sizeof out, "sweep-%s", s.name);
-    if (strlen(out) > 900 || strchr(out, '\'') || strchr(out, '\n')) {
-        sweep_free(&s);
-        return cli_error(2, "--out: unusable directory name");
-    }
-    if (bin_opt) {
-        snprintf(bin, sizeof bin, "%s", bin_opt);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", bin, sizeof bin - 1);
-        if (n <= 0) {
-            sweep_free(&s);
-            return cli_error(4, "sweep: cannot find this binary "
-                                "(/proc/self/exe); use --bin");
-        }
-        bin[n] = 0;
-    }
+    /* Only now, with everything checked, does anything get written. */
     char sub[1100];
     static const char *const dirs[] = {"traces", "reports", "logs"};
     for (size_t d = 0; d < 3; d++) {
         snprintf(sub, sizeof sub, "%.900s/%s", out, dirs[d]);
         if (mkdir_p(sub) != 0) {
+            int e = errno;
             sweep_free(&s);
-            return cli_error(4, "%s: cannot create: %s", sub, strerror(errno));
+            return cli_error(4, "%s: cannot create: %s", sub, strerror(e));
         }
     }
     rc = write_variants(&s, out);
@@ -980,6 +1526,10 @@ int cli_sweep(int argc, char **argv)
         return cli_fail(&err);
     }
     free(cbuf);
+    /* results.csv of an earlier sweep into the same directory must not
+     * stand for this one if it stops before gathering. */
+    snprintf(sub, sizeof sub, "%.900s/results.csv", out);
+    unlink(sub);
 
     run_out *res = calloc((size_t)nruns, sizeof *res);
     pid_t *pids = calloc((size_t)nruns, sizeof *pids);
@@ -994,6 +1544,7 @@ int cli_sweep(int argc, char **argv)
            (long long)jobs, out);
     fflush(stdout);
     long long next = 0, running = 0, done = 0;
+    int spawn_errno = 0;
     while (done < nruns) {
         while (running < jobs && next < nruns) {
             build_cmd(&s, bin, out, next, cmd);
@@ -1002,8 +1553,11 @@ int cli_sweep(int argc, char **argv)
             unlink(cmd->report);
             snprintf(sub, sizeof sub, "%.900s/logs/%04lld.log", out, next);
             fflush(stdout);
+            fflush(stderr);
             pid_t pid = spawn(cmd, sub);
             if (pid < 0) {
+                if (!spawn_errno)
+                    spawn_errno = errno;
                 res[next].status = -2;
                 done++;
             } else {
@@ -1025,6 +1579,7 @@ int cli_sweep(int argc, char **argv)
             if (pids[i] == pid) {
                 pids[i] = 0;
                 res[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+                res[i].sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
                 running--;
                 done++;
                 fprintf(stderr, "[%lld/%lld] run %04lld: %s\n", done, nruns,
@@ -1037,14 +1592,22 @@ int cli_sweep(int argc, char **argv)
     }
     int first_fail = 0, nofit = 0, failed = 0;
     long long fail_run = -1;
+    char fail_why[600] = "";
     for (long long i = 0; i < nruns; i++) {
         build_cmd(&s, bin, out, i, cmd);
+        char why[600] = "";
         if (res[i].status == 0 || res[i].status == 3) {
             tpu_error e2 = {0};
             res[i].have = report_read(&res[i].r, cmd->report, &e2) == TPU_OK;
             if (!res[i].have && res[i].status == 0) {
+                /* Exit 0 without a report it could read: not a tpuemu
+                 * run (a wrong --bin) or a broken one. */
+                char m[400];
+                shown(m, sizeof m, e2.msg);
                 res[i].status = 2;
-                fprintf(stderr, "tpuemu: error: run %04lld: %s\n", i, e2.msg);
+                snprintf(why, sizeof why, "exited 0 but its report cannot "
+                                          "be read (%s)",
+                         m);
             }
         }
         if (res[i].status == 3)
@@ -1054,6 +1617,18 @@ int cli_sweep(int argc, char **argv)
             if (!first_fail) {
                 first_fail = res[i].status > 0 ? res[i].status : 4;
                 fail_run = i;
+                if (why[0])
+                    snprintf(fail_why, sizeof fail_why, "%s", why);
+                else if (res[i].status == -1)
+                    snprintf(fail_why, sizeof fail_why,
+                             "was killed by signal %d", res[i].sig);
+                else if (res[i].status == -2)
+                    snprintf(fail_why, sizeof fail_why,
+                             "could not be started (%s)",
+                             strerror(spawn_errno ? spawn_errno : EAGAIN));
+                else
+                    snprintf(fail_why, sizeof fail_why, "failed (exit %d)",
+                             res[i].status);
             }
         }
     }
@@ -1062,12 +1637,13 @@ int cli_sweep(int argc, char **argv)
         rc = chart(&s, out, nruns, res);
     printf("%lld runs: %lld done, %d do not fit, %d failed\n", nruns,
            nruns - nofit - failed, nofit, failed);
-    if (fail_run >= 0) {
-        cli_error(first_fail, "sweep: run %04lld failed (exit %d): see "
-                              "%s/logs/%04lld.log",
-                  fail_run, res[fail_run].status, out, fail_run);
-        if (!rc)
-            rc = first_fail;
+    fflush(stdout);
+    if (fail_run >= 0 && !rc) {
+        char q[1000];
+        shown(q, sizeof q, out);
+        rc = cli_error(first_fail, "sweep: run %04lld %s: see "
+                                   "%s/logs/%04lld.log",
+                       fail_run, fail_why, q, fail_run);
     }
     for (long long i = 0; i < nruns; i++)
         emu_result_free(&res[i].r);

@@ -2,7 +2,9 @@
  * command line each; partitionings get their own traces; runs execute in
  * parallel and gather into a CSV where a run that does not fit is a row
  * with fits=0.  The runs here use a stand-in binary (--bin) that copies a
- * prepared report, so the machinery is tested without the pod engine. */
+ * prepared report, so the machinery is tested without the pod engine.
+ * A bad sweep (file, trace, --set, grid point, --bin) is refused with one
+ * error line before anything is written or run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,25 +29,51 @@ static int count_lines(const char *s)
     return n;
 }
 
+static int error_lines(const char *s)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, "tpuemu: error:")); p++)
+        n++;
+    return n;
+}
+
+/* The sweep file body: format, name, trace, then `rest`. */
+static void write_sweep(const char *path, const char *trace, const char *rest)
+{
+    char text[8192];
+    snprintf(text, sizeof text,
+             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"v\", "
+             "\"trace\": \"%s\", %s}\n",
+             trace, rest);
+    write_text(path, text);
+}
+
+/* A consistent v3-8 report (the reader checks it as it checks any). */
 static void make_report(const char *path)
 {
     emu_result r;
     memset(&r, 0, sizeof r);
     snprintf(r.trace, sizeof r.trace, "tiny");
     snprintf(r.system, sizeof r.system, "v3-8");
-    r.chips = 1;
-    r.cores = 2;
-    r.global_batch = 8;
+    r.gen = 3;
+    r.chips = 4;
+    r.cores = 8;
+    r.dim_x = 2;
+    r.dim_y = 2;
+    r.train = 1;
+    r.global_batch = 32;
     r.cores_per_replica = 1;
-    r.replicas = 2;
+    r.replicas = 8;
     r.fits = 1;
     r.step_time_s = 0.25;
-    r.per_core = calloc(2, sizeof *r.per_core);
-    for (int i = 0; i < 2; i++) {
+    r.per_core = calloc(8, sizeof *r.per_core);
+    for (int i = 0; r.per_core && i < 8; i++) {
         r.per_core[i].core = i;
-        r.per_core[i].step_time_s = 0.25 - 0.01 * i;
+        r.per_core[i].chip = i / 2;
+        r.per_core[i].replica = i;
+        r.per_core[i].step_time_s = 0.25 - 0.005 * i;
         r.per_core[i].breakdown_s[CAT_MXU] = 0.2;
-        r.per_core[i].breakdown_s[CAT_IDLE] = 0.05 - 0.01 * i;
+        r.per_core[i].breakdown_s[CAT_IDLE] = 0.05 - 0.005 * i;
     }
     tpu_error err = {0};
     report_write(&r, path, &err);
@@ -62,7 +90,7 @@ void th_suite_sweep(th_ctx *t)
     write_text(trace,
                "{\"format\": \"tpuemu-trace/1\", \"name\": \"tiny\", "
                "\"system\": \"v3-8\", \"run\": {\"mode\": \"train\", "
-               "\"global_batch\": 8, \"num_cores_per_replica\": 1, "
+               "\"global_batch\": 32, \"num_cores_per_replica\": 1, "
                "\"input_partition_dims\": [[1, 1, 1, 1], null]}, "
                "\"reference\": {\"step_time_s\": 1, \"source\": \"x\"}, "
                "\"graph\": {\"inputs\": [{\"name\": \"image\", \"shape\": "
@@ -75,7 +103,7 @@ void th_suite_sweep(th_ctx *t)
                    "\"trace\": \"sweep-base.json\", \"grid\": {"
                    "\"partition_dims\": [[1,1,1,1], [1,2,1,1], [1,2,2,1]],"
                    "\"system\": [\"v3-8\", \"v3-32\"], "
-                   "\"set\": {\"hbm.bandwidth_gbs\": [900, 0.5]}}}\n");
+                   "\"set\": {\"hbm.bandwidth_gbs\": [900, 2.5]}}}\n");
     snprintf(out, sizeof out, "%s/grid-out", d);
 
     th_case(t, "--print-commands: one line per grid point, in order");
@@ -86,7 +114,7 @@ void th_suite_sweep(th_ctx *t)
     /* Last axis fastest: run 1 differs from run 0 in the --set value. */
     char *l1 = strchr(c.out, '\n');
     TH_CHECK(t, strstr(c.out, "--set hbm.bandwidth_gbs=900 --report") &&
-                    l1 && strstr(l1, "--set hbm.bandwidth_gbs=0.5 --report"));
+                    l1 && strstr(l1, "--set hbm.bandwidth_gbs=2.5 --report"));
     TH_CHECK(t, strstr(c.out, "/traces/sweep-base-pd1x2x2x1.json --system "
                               "v3-32") != NULL);
     TH_CHECK(t, strstr(c.out, "/reports/0011.json --quiet\n") != NULL);
@@ -137,14 +165,14 @@ void th_suite_sweep(th_ctx *t)
     snprintf(fake, sizeof fake, "%s/fake-tpuemu.sh", d);
     {
         /* Writes the prepared report to --report; "does not fit" (exit 3,
-         * no report) for the 0.5 GB/s points. */
+         * no report) for the 2.5 GB/s points. */
         char script[2048];
         snprintf(script, sizeof script,
                  "#!/bin/sh\n"
                  "out=\n"
                  "while [ $# -gt 0 ]; do\n"
                  "  case \"$1\" in --report) out=$2; shift;; "
-                 "hbm.bandwidth_gbs=0.5) nofit=1;; esac\n"
+                 "hbm.bandwidth_gbs=2.5) nofit=1;; esac\n"
                  "  shift\n"
                  "done\n"
                  "[ -n \"$nofit\" ] && { echo 'tpuemu: error: needs more' >&2;"
@@ -164,9 +192,9 @@ void th_suite_sweep(th_ctx *t)
                                 "exit,fits,step_time_s,",
                          60) == 0,
               "header: %s", c.out);
-    TH_CHECKF(t, strstr(c.out, "\n0000,1x1x1x1,v3-8,900,0,1,0.25,1,2,0,0.2,"),
+    TH_CHECKF(t, strstr(c.out, "\n0000,1x1x1x1,v3-8,900,0,1,0.25,1,8,0,0.2,"),
               "row 0: %s", c.out);
-    TH_CHECKF(t, strstr(c.out, "\n0011,1x2x2x1,v3-32,0.5,3,0,"), "row 11: %s",
+    TH_CHECKF(t, strstr(c.out, "\n0011,1x2x2x1,v3-32,2.5,3,0,"), "row 11: %s",
               c.out);
     th_run(&c, "test -s %s/step_time.png && test -s %s/commands.txt && "
                "test -s %s/logs/0001.log",
@@ -180,4 +208,198 @@ void th_suite_sweep(th_ctx *t)
     TH_CHECKF(t, c.status == 2 && strstr(c.err, "logs/0000.log") &&
                      strstr(c.out, "12 failed"),
               "status %d: %s\n%s", c.status, c.out, c.err);
+    /* Refused sweeps: a stand-in binary that leaves a marker if any run
+     * starts; neither it nor the output directory may appear. */
+    char mark[512], mbin[512], vout[512];
+    snprintf(mark, sizeof mark, "%s/sweep-ran", d);
+    snprintf(mbin, sizeof mbin, "%s/marker-tpuemu.sh", d);
+    snprintf(vout, sizeof vout, "%s/refused-out", d);
+    {
+        char script[1024];
+        snprintf(script, sizeof script, "#!/bin/sh\ntouch '%s'\nexit 2\n",
+                 mark);
+        write_text(mbin, script);
+        th_run(&c, "chmod +x %s", mbin);
+    }
+    char badtrace[512], dirtrace[512];
+    snprintf(badtrace, sizeof badtrace, "%s/sweep-badtrace.json", d);
+    /* Valid JSON, an invalid trace: kernel [0, 3]. */
+    write_text(badtrace,
+               "{\"format\": \"tpuemu-trace/1\", \"name\": \"bad\", "
+               "\"system\": \"v3-8\", \"run\": {\"mode\": \"train\", "
+               "\"global_batch\": 8, \"num_cores_per_replica\": 1}, "
+               "\"graph\": {\"inputs\": [{\"name\": \"image\", \"shape\": "
+               "[64, 64, 3]}], \"layers\": [{\"name\": \"c\", \"op\": "
+               "\"conv\", \"in\": \"image\", \"filters\": 8, \"kernel\": "
+               "[0, 3]}]}}\n");
+    snprintf(dirtrace, sizeof dirtrace, "%s/sweep-dirtrace", d);
+    th_run(&c, "mkdir -p %s", dirtrace);
+    char keys17[2048] = "";
+    {
+        size_t n = 0;
+        for (int k = 1; k <= 17; k++)
+            n += (size_t)snprintf(keys17 + n, sizeof keys17 - n,
+                                  "%s\"xla.k%02d\": [1]", k > 1 ? ", " : "",
+                                  k);
+    }
+    char grid17[2200], gridbig[2048];
+    snprintf(grid17, sizeof grid17, "\"grid\": {\"set\": {%s}}", keys17);
+    {
+        /* 64 batches x 64 bandwidths = 4096 is the limit; 65 x 64 is not. */
+        size_t n = (size_t)snprintf(gridbig, sizeof gridbig,
+                                    "\"grid\": {\"batch\": [");
+        for (int k = 1; k <= 65; k++)
+            n += (size_t)snprintf(gridbig + n, sizeof gridbig - n, "%s%d",
+                                  k > 1 ? "," : "", 8 * k);
+        n += (size_t)snprintf(gridbig + n, sizeof gridbig - n,
+                              "], \"set\": {\"hbm.bandwidth_gbs\": [");
+        for (int k = 1; k <= 64; k++)
+            n += (size_t)snprintf(gridbig + n, sizeof gridbig - n, "%s%d",
+                                  k > 1 ? "," : "", 100 * k);
+        snprintf(gridbig + n, sizeof gridbig - n, "]}}");
+    }
+    static const char *const G = "\"grid\": {\"batch\": [8]}";
+    struct {
+        const char *what, *trace, *rest, *expect;
+    } refused[] = {
+        {"refused, nothing run: 17 axes", "sweep-base.json", grid17,
+         ": grid.set.xla.k17: more than 16 axes"},
+        {"refused, nothing run: a grid of more than 4096 runs", "sweep-base.json", gridbig,
+         ": grid: 4160 runs (the product of the axis lengths), more than "
+         "the limit of 4096"},
+        {"refused, nothing run: unknown --set key", "sweep-base.json",
+         "\"grid\": {\"set\": {\"nokey\": [1]}}",
+         ": grid.set.nokey: unknown parameter"},
+        {"refused, nothing run: --set value out of range", "sweep-base.json",
+         "\"grid\": {\"set\": {\"mxu.rows\": [128, 0]}}",
+         ": grid.set.mxu.rows[1]: out of range"},
+        {"refused, nothing run: --set value not a number", "sweep-base.json",
+         "\"grid\": {\"set\": {\"mxu.rows\": [\"abc\"]}}",
+         ": grid.set.mxu.rows[0]: expected"},
+        {"refused, nothing run: missing trace", "nosuch.json", G,
+         ": trace: "},
+        {"refused, nothing run: trace is a directory", "sweep-dirtrace", G,
+         ": trace: "},
+        {"refused, nothing run: trace is not JSON", "/etc/passwd", G,
+         ": trace: /etc/passwd: not valid JSON"},
+        {"refused, nothing run: invalid trace", "sweep-badtrace.json", G,
+         ": trace: "},
+        {"refused, nothing run: partition_dims of the wrong rank", "sweep-base.json",
+         "\"grid\": {\"partition_dims\": [[1, 2, 1, 1], [[1, 2, 1], null]]}",
+         ": grid.partition_dims[1]: run.input_partition_dims[0]"},
+        {"refused, nothing run: partition_dims not dividing the system", "sweep-base.json",
+         "\"grid\": {\"partition_dims\": [[1, 4, 4, 1]], "
+         "\"system\": [\"v3-32\", \"v3-8\"]}",
+         ": grid.partition_dims[0]: run.num_cores_per_replica: 16 does not "
+         "divide the 8 cores of v3-8"},
+        {"refused, nothing run: partition factor above the extent", "sweep-base.json",
+         "\"grid\": {\"partition_dims\": [[1, 128, 1, 1]], "
+         "\"system\": [\"v3-128\"], \"batch\": [8]}",
+         ": grid.partition_dims[0]: "},
+        {"refused, nothing run: batch not dividing the replicas", "sweep-base.json",
+         "\"grid\": {\"batch\": [8, 12]}",
+         ": grid.batch[1]: run.global_batch: 12 does not divide into 8 "
+         "replicas"},
+        {"refused, nothing run: duplicate axis", "sweep-base.json",
+         "\"grid\": {\"batch\": [8], \"batch\": [16]}",
+         ": grid.batch: duplicate key"},
+        {"refused, nothing run: duplicate --set key", "sweep-base.json",
+         "\"grid\": {\"set\": {\"mxu.rows\": [128], \"mxu.rows\": [64]}}",
+         ": grid.set.mxu.rows: duplicate key"},
+        {"refused, nothing run: duplicate top-level key", "sweep-base.json",
+         "\"name\": \"w\", \"grid\": {\"batch\": [8]}", ": name: duplicate key"},
+        {"refused, nothing run: unknown top-level key", "sweep-base.json",
+         "\"grdi\": {\"batch\": [8]}", ": grdi: unknown key"},
+        {"refused, nothing run: text after the object", "sweep-base.json",
+         "\"grid\": {\"batch\": [8]}} {", "not valid JSON"},
+        {"refused, nothing run: a value listed twice", "sweep-base.json",
+         "\"grid\": {\"batch\": [8, 8]}", ": grid.batch[1]: the same value"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char bp[512];
+        th_case(t, refused[i].what);
+        snprintf(bp, sizeof bp, "%s/refused%zu.json", d, i);
+        write_sweep(bp, refused[i].trace, refused[i].rest);
+        th_run(&c, "rm -rf %s %s; %s sweep %s --bin %s --out %s", vout, mark,
+               th_bin(), bp, mbin, vout);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, bp) &&
+                         strstr(c.err, refused[i].expect) &&
+                         count_lines(c.err) == 1 &&
+                         strncmp(c.err, "tpuemu: error: ", 15) == 0,
+                  "status %d: %s", c.status, c.err);
+        th_run(&c, "test -e %s || test -e %s", vout, mark);
+        TH_CHECKF(t, c.status != 0, "%s or %s left behind", vout, mark);
+    }
+
+    th_case(t, "16 axes and 4096 runs are within the limits");
+    {
+        char grid16[2200], bp[512];
+        /* partition_dims, system, batch and 13 --set keys. */
+        size_t n = (size_t)snprintf(grid16, sizeof grid16,
+                                    "\"grid\": {\"partition_dims\": "
+                                    "[[1,1,1,1]], \"system\": [\"v3-8\"], "
+                                    "\"batch\": [8], \"set\": {");
+        static const char *const keys[13][2] = {
+            {"xla.remat", "1"},         {"xla.halo_copy", "1"},
+            {"xla.conv_pad", "1"},      {"xla.halo_fused", "1"},
+            {"xla.dw_halo", "1"},       {"xla.bn_stats_fused", "1"},
+            {"xla.dw_allreduce", "1"},  {"ici.wrap", "1"},
+            {"xla.conv_pad_batch", "1"}, {"mxu.rows", "128"},
+            {"mxu.cols", "128"},        {"clock_hz", "9.4e8"},
+            {"hbm.bandwidth_gbs", "900"}};
+        for (size_t k = 0; k < 13; k++)
+            n += (size_t)snprintf(grid16 + n, sizeof grid16 - n,
+                                  "%s\"%s\": [%s]", k ? ", " : "",
+                                  keys[k][0], keys[k][1]);
+        snprintf(grid16 + n, sizeof grid16 - n, "}}");
+        snprintf(bp, sizeof bp, "%s/ok16.json", d);
+        write_sweep(bp, "sweep-base.json", grid16);
+        th_run(&c, "%s sweep %s --print-commands --out %s", th_bin(), bp,
+               vout);
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 1,
+                  "status %d: %s", c.status, c.err);
+        /* The 4096-run grid: refused only for its size, never here. */
+        char *cut = strstr(gridbig, ",520]");
+        if (cut)
+            memcpy(cut, "]    ", 5);
+        snprintf(bp, sizeof bp, "%s/ok4096.json", d);
+        write_sweep(bp, "sweep-base.json", gridbig);
+        th_run(&c, "%s sweep %s --print-commands --out %s | wc -l", th_bin(),
+               bp, vout);
+        TH_CHECKF(t, c.status == 0 && atoi(c.out) == 4096, "lines %s: %s",
+                  c.out, c.err);
+    }
+
+    th_case(t, "--bin is checked up front: one line, exit 2, nothing run");
+    {
+        char okp[512], nox[512];
+        snprintf(okp, sizeof okp, "%s/bin-ok.json", d);
+        write_sweep(okp, "sweep-base.json", G);
+        snprintf(nox, sizeof nox, "%s/not-executable.sh", d);
+        write_text(nox, "#!/bin/sh\nexit 0\n");
+        const char *bins[] = {"/nonexistent/tpuemu", d, nox};
+        for (size_t i = 0; i < 3; i++) {
+            th_run(&c, "rm -rf %s; %s sweep %s --bin %s --out %s", vout,
+                   th_bin(), okp, bins[i], vout);
+            TH_CHECKF(t, c.status == 2 && count_lines(c.err) == 1 &&
+                             strstr(c.err, "--bin"),
+                      "%s: status %d: %s", bins[i], c.status, c.err);
+            th_run(&c, "test -e %s", vout);
+            TH_CHECK(t, c.status != 0);
+        }
+
+        th_case(t, "a run that exits 0 without a report: one line, its log");
+        th_run(&c, "%s sweep %s --bin /bin/true --out %s", th_bin(), okp,
+               vout);
+        TH_CHECKF(t, c.status == 2 && error_lines(c.err) == 1 &&
+                         strstr(c.err, "run 0000 exited 0 but its report "
+                                       "cannot be read") &&
+                         strstr(c.err, "/logs/0000.log"),
+                  "status %d: %s", c.status, c.err);
+        th_run(&c, "test -s %s/results.csv && ls %s | grep -c tmp", vout,
+               vout);
+        TH_CHECKF(t, strncmp(c.out, "0\n", 2) == 0,
+                  "results.csv missing or a temporary left: %s", c.out);
+    }
 }
+
