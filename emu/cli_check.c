@@ -106,27 +106,21 @@ static void row(const char *what, double base, double now, const char *mark)
 static int compare(const emu_result *b, const emu_result *n, double tol,
                    const char *bpath, const char *npath)
 {
+    /* report_read has checked each report on its own (finite times >= 0,
+     * every core once, in core order, a known system, printable names);
+     * what is left is whether the two describe the same run. */
     if (strcmp(b->trace, n->trace) != 0)
-        return cli_error(2, "%s and %s are reports of different traces "
-                            "('%s' vs '%s')", bpath, npath, b->trace,
-                         n->trace);
+        return cli_error(2, "%s: trace: '%s', but the baseline %s is of "
+                            "'%s': reports of different traces",
+                         npath, n->trace, bpath, b->trace);
     if (strcmp(b->system, n->system) != 0)
-        return cli_error(2, "%s and %s are reports on different systems "
-                            "(%s vs %s)", bpath, npath, b->system, n->system);
+        return cli_error(2, "%s: system: %s, but the baseline %s is on %s: "
+                            "reports on different systems",
+                         npath, n->system, bpath, b->system);
     if (b->cores != n->cores)
-        return cli_error(2, "%s and %s have different core counts (%d vs %d)",
-                         bpath, npath, b->cores, n->cores);
-    if (!isfinite(b->step_time_s) || !isfinite(n->step_time_s))
-        return cli_error(2, "%s: step_time_s is not a number",
-                         isfinite(b->step_time_s) ? npath : bpath);
-    for (int i = 0; i < b->cores; i++)
-        if (!isfinite(b->per_core[i].step_time_s) ||
-            !isfinite(n->per_core[i].step_time_s))
-            return cli_error(2, "%s: per_core[%d].step_time_s is not a "
-                                "number",
-                             isfinite(b->per_core[i].step_time_s) ? npath
-                                                                   : bpath,
-                             i);
+        return cli_error(2, "%s: cores: %d, but the baseline %s has %d: "
+                            "different core counts",
+                         npath, n->cores, bpath, b->cores);
 
     int *group = malloc((size_t)b->cores * sizeof *group);
     int *rep = malloc((size_t)b->cores * sizeof *rep); /* first core */

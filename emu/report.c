@@ -26,12 +26,15 @@
 #include <cjson/cJSON.h>
 
 #include "emu/outfile.h"
+#include "emu/graph.h"
+#include "emu/params.h"
+#include "emu/rfile.h"
 
 /* Sanity bounds on what a report may claim, so that a corrupt or hostile
  * file cannot make the reader allocate without limit.  A v3-2048 slice is
  * the largest system (SPEC.md). */
 #define REPORT_MAX_CORES 65536
-#define REPORT_MAX_LAYERS 100000
+#define REPORT_MAX_LAYERS (2 * GRAPH_LAYERS_MAX) /* inputs + layers */
 #define REPORT_MAX_OVERRIDES 4096
 
 /* ---- a growable text buffer ------------------------------------------ */
@@ -319,6 +322,13 @@ tpu_status tpu_write_atomic(const char *path, const void *data, size_t len,
 
 /* ---- reading ---------------------------------------------------------- */
 
+/* The reader is the gate for `check` and `view`, so it refuses what no run
+ * can produce (docs/CHECK.md lists the rules): a negative, infinite or
+ * missing time, a step time of zero where the step ran (fits), a core
+ * index outside 0..cores-1 or given twice, an unknown system, strings that
+ * are not UTF-8 or hold control characters (they are echoed to the
+ * terminal).  Every refusal is one line "FILE: json.path: what". */
+
 typedef struct {
     const char *path;
     tpu_error *err;
@@ -330,22 +340,65 @@ static tpu_status bad(rd *c, const char *jpath, const char *what)
                     what);
 }
 
-/* A number (null reads as NaN: see the header comment). */
-static tpu_status get_num(rd *c, const cJSON *o, const char *key,
-                          const char *jpath, int required, double *out)
+static tpu_status badf(rd *c, const char *jpath, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static tpu_status badf(rd *c, const char *jpath, const char *fmt, ...)
 {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return bad(c, jpath, msg);
+}
+
+/* "found -5", "found null", "found a string": what was there instead. */
+static const char *found(char *buf, size_t n, const cJSON *v)
+{
+    if (!v)
+        snprintf(buf, n, "found nothing");
+    else if (cJSON_IsNumber(v))
+        snprintf(buf, n, "found %.17g", v->valuedouble);
+    else if (cJSON_IsNull(v))
+        snprintf(buf, n, "found null");
+    else if (cJSON_IsString(v))
+        snprintf(buf, n, "found a string");
+    else if (cJSON_IsBool(v))
+        snprintf(buf, n, "found a boolean");
+    else if (cJSON_IsArray(v))
+        snprintf(buf, n, "found a list");
+    else
+        snprintf(buf, n, "found an object");
+    return buf;
+}
+
+/* A finite number >= 0 (every time, byte count and rate in a report).
+ * null -- the writer's form of a non-finite value -- only where null_ok,
+ * read as NaN. */
+static tpu_status get_num(rd *c, const cJSON *o, const char *key,
+                          const char *jpath, int required, int null_ok,
+                          double *out)
+{
+    char f[64];
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v) {
         if (required)
             return bad(c, jpath, "missing");
         return TPU_OK;
     }
-    if (cJSON_IsNull(v)) {
+    if (cJSON_IsNull(v) && null_ok) {
         *out = NAN;
         return TPU_OK;
     }
-    if (!cJSON_IsNumber(v))
-        return bad(c, jpath, "expected a number");
+    /* cJSON reads 1e400 as inf */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+        v->valuedouble < 0)
+        return badf(c, jpath, "expected a finite number >= 0, %s",
+                    found(f, sizeof f, v));
     *out = v->valuedouble;
     return TPU_OK;
 }
@@ -354,6 +407,7 @@ static tpu_status get_int(rd *c, const cJSON *o, const char *key,
                           const char *jpath, int required, double lo,
                           double hi, int64_t *out)
 {
+    char f[64];
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v) {
         if (required)
@@ -362,8 +416,22 @@ static tpu_status get_int(rd *c, const cJSON *o, const char *key,
     }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
         v->valuedouble < lo || v->valuedouble > hi)
-        return bad(c, jpath, "expected an integer in range");
+        return badf(c, jpath, "expected an integer from %.0f to %.0f, %s",
+                    lo, hi, found(f, sizeof f, v));
     *out = (int64_t)v->valuedouble;
+    return TPU_OK;
+}
+
+/* A string that fits cap (with its NUL), UTF-8, no control characters. */
+static tpu_status check_text(rd *c, const char *s, const char *jpath,
+                             size_t cap)
+{
+    char why[96];
+    const char *p;
+    if (strlen(s) >= cap)
+        return badf(c, jpath, "longer than %zu bytes", cap - 1);
+    if ((p = rfile_text_problem(s, 0, why, sizeof why)))
+        return badf(c, jpath, "the string %s", p);
     return TPU_OK;
 }
 
@@ -371,14 +439,20 @@ static tpu_status get_str(rd *c, const cJSON *o, const char *key,
                           const char *jpath, int required, char *dst,
                           size_t cap)
 {
+    char f[64];
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v) {
         if (required)
             return bad(c, jpath, "missing");
         return TPU_OK;
     }
-    if (!cJSON_IsString(v) || strlen(v->valuestring) >= cap)
-        return bad(c, jpath, "expected a (short enough) string");
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return badf(c, jpath, "expected a string, %s", found(f, sizeof f, v));
+    {
+        tpu_status st = check_text(c, v->valuestring, jpath, cap);
+        if (st)
+            return st;
+    }
     memcpy(dst, v->valuestring, strlen(v->valuestring) + 1);
     return TPU_OK;
 }
@@ -386,13 +460,14 @@ static tpu_status get_str(rd *c, const cJSON *o, const char *key,
 static tpu_status get_breakdown(rd *c, const cJSON *o, const char *jpath,
                                 double *cat)
 {
+    char f[64];
     if (!cJSON_IsObject(o))
-        return bad(c, jpath, "expected an object");
-    char sub[128];
+        return badf(c, jpath, "expected an object, %s", found(f, sizeof f, o));
+    char sub[160];
     for (int k = 0; k < CAT_COUNT; k++) {
         const char *name = emu_cat_name((emu_cat)k);
         snprintf(sub, sizeof sub, "%s.%s", jpath, name);
-        tpu_status st = get_num(c, o, name, sub, 1, &cat[k]);
+        tpu_status st = get_num(c, o, name, sub, 1, 0, &cat[k]);
         if (st)
             return st;
     }
@@ -406,33 +481,43 @@ static tpu_status get_breakdown(rd *c, const cJSON *o, const char *jpath,
             return st_;        \
     } while (0)
 
-static tpu_status read_core(rd *c, const cJSON *o, int i, int cpr,
-                            emu_core_result *k)
+/* per_core[i] goes to r->per_core[its core index], so the array is in core
+ * order whatever the file's order; seen[] catches a core given twice. */
+static tpu_status read_core(rd *c, const cJSON *o, int i, emu_result *r,
+                            unsigned char *seen)
 {
-    char jp[64], sub[128];
+    char jp[64], sub[128], f[64];
+    int cpr = r->cores_per_replica;
     snprintf(jp, sizeof jp, "per_core[%d]", i);
     if (!cJSON_IsObject(o))
-        return bad(c, jp, "expected an object");
+        return badf(c, jp, "expected an object, %s", found(f, sizeof f, o));
     int64_t v = i;
     snprintf(sub, sizeof sub, "%s.core", jp);
-    TRY(get_int(c, o, "core", sub, 1, 0, REPORT_MAX_CORES, &v));
+    TRY(get_int(c, o, "core", sub, 1, 0, r->cores - 1, &v));
+    if (seen[v])
+        return badf(c, sub, "core %lld appears twice", (long long)v);
+    seen[v] = 1;
+    emu_core_result *k = &r->per_core[v];
     k->core = (int)v;
     v = 0;
     snprintf(sub, sizeof sub, "%s.chip", jp);
-    TRY(get_int(c, o, "chip", sub, 1, 0, REPORT_MAX_CORES, &v));
+    TRY(get_int(c, o, "chip", sub, 1, 0, r->chips - 1, &v));
     k->chip = (int)v;
     /* Reports with only the SPEC keys: cores are numbered replica-major
      * (DESIGN.md), so replica and shard follow from the core index. */
-    v = cpr > 0 ? k->core / cpr : 0;
+    v = k->core / cpr;
     snprintf(sub, sizeof sub, "%s.replica", jp);
-    TRY(get_int(c, o, "replica", sub, 0, 0, REPORT_MAX_CORES, &v));
+    TRY(get_int(c, o, "replica", sub, 0, 0, r->replicas - 1, &v));
     k->replica = (int)v;
-    v = cpr > 0 ? k->core % cpr : 0;
+    v = k->core % cpr;
     snprintf(sub, sizeof sub, "%s.shard", jp);
-    TRY(get_int(c, o, "shard", sub, 0, 0, REPORT_MAX_CORES, &v));
+    TRY(get_int(c, o, "shard", sub, 0, 0, cpr - 1, &v));
     k->shard = (int)v;
     snprintf(sub, sizeof sub, "%s.step_time_s", jp);
-    TRY(get_num(c, o, "step_time_s", sub, 1, &k->step_time_s));
+    TRY(get_num(c, o, "step_time_s", sub, 1, 0, &k->step_time_s));
+    if (r->fits && !(k->step_time_s > 0))
+        return bad(c, sub, "0, but the step ran (fits is true): a core's "
+                           "step takes time");
     snprintf(sub, sizeof sub, "%s.breakdown_s", jp);
     const cJSON *bd = cJSON_GetObjectItemCaseSensitive(o, "breakdown_s");
     if (!bd)
@@ -447,15 +532,17 @@ static tpu_status read_core(rd *c, const cJSON *o, int i, int cpr,
     for (size_t j = 0; j < sizeof opt / sizeof opt[0]; j++) {
         snprintf(sub, sizeof sub, "%s.%s", jp, opt[j]);
         /* The first five are SPEC keys; flops is ours. */
-        TRY(get_num(c, o, opt[j], sub, j < 5, dst[j]));
+        TRY(get_num(c, o, opt[j], sub, j < 5, 0, dst[j]));
     }
     return TPU_OK;
 }
 
 static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
 {
+    char f[64];
     if (!cJSON_IsObject(root))
-        return bad(c, "(top)", "expected a JSON object");
+        return badf(c, "(top level)", "expected a JSON object, %s",
+                    found(f, sizeof f, root));
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     if (!cJSON_IsString(fmt))
         return bad(c, "format", "missing (not a tpuemu report?)");
@@ -464,16 +551,18 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     TRY(get_str(c, root, "trace", "trace", 1, r->trace, sizeof r->trace));
     TRY(get_str(c, root, "system", "system", 1, r->system,
                 sizeof r->system));
-    int64_t v = 0;
-    /* "v3-64" names its generation; reports with only the SPEC keys. */
-    if (r->system[0] == 'v' && (r->system[1] == '2' || r->system[1] == '3'))
-        v = r->system[1] - '0';
-    TRY(get_int(c, root, "gen", "gen", 0, 0, 100, &v));
+    const tpu_system *sys = tpu_system_find(r->system);
+    if (!sys)
+        return badf(c, "system", "unknown slice '%s' (SPEC.md: v2-8 ... "
+                                 "v2-512, v3-8 ... v3-2048)",
+                    r->system);
+    int64_t v = sys->gen;
+    TRY(get_int(c, root, "gen", "gen", 0, sys->gen, sys->gen, &v));
     r->gen = (int)v;
-    TRY(get_int(c, root, "chips", "chips", 1, 0, REPORT_MAX_CORES, &v));
-    r->chips = (int)v;
     TRY(get_int(c, root, "cores", "cores", 1, 1, REPORT_MAX_CORES, &v));
     r->cores = (int)v;
+    TRY(get_int(c, root, "chips", "chips", 1, 1, r->cores, &v));
+    r->chips = (int)v;
     v = 0;
     TRY(get_int(c, root, "dim_x", "dim_x", 0, 0, REPORT_MAX_CORES, &v));
     r->dim_x = (int)v;
@@ -488,26 +577,39 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
             return bad(c, "mode", "expected \"train\" or \"infer\"");
         r->train = strcmp(mode->valuestring, "train") == 0;
     }
-    TRY(get_int(c, root, "global_batch", "global_batch", 1, 0, 9e15, &v));
+    TRY(get_int(c, root, "global_batch", "global_batch", 1, 1, 9e15, &v));
     r->global_batch = v;
     TRY(get_int(c, root, "num_cores_per_replica", "num_cores_per_replica",
-                1, 1, REPORT_MAX_CORES, &v));
+                1, 1, r->cores, &v));
     r->cores_per_replica = (int)v;
-    TRY(get_int(c, root, "replicas", "replicas", 1, 0, REPORT_MAX_CORES,
+    if (r->cores % r->cores_per_replica != 0)
+        return badf(c, "num_cores_per_replica", "%d does not divide the "
+                                                "report's %d cores",
+                    r->cores_per_replica, r->cores);
+    TRY(get_int(c, root, "replicas", "replicas", 1, 1, REPORT_MAX_CORES,
                 &v));
     r->replicas = (int)v;
+    if ((int64_t)r->replicas * r->cores_per_replica != r->cores)
+        return badf(c, "replicas", "%d replicas of %d cores are not the "
+                                   "report's %d cores",
+                    r->replicas, r->cores_per_replica, r->cores);
     const cJSON *fits = cJSON_GetObjectItemCaseSensitive(root, "fits");
     if (!cJSON_IsBool(fits))
         return bad(c, "fits", fits ? "expected true or false" : "missing");
     r->fits = cJSON_IsTrue(fits);
-    TRY(get_num(c, root, "hbm_needed_bytes", "hbm_needed_bytes", 0,
+    TRY(get_num(c, root, "hbm_needed_bytes", "hbm_needed_bytes", 0, 0,
                 &r->hbm_needed_bytes));
-    TRY(get_num(c, root, "hbm_remat_bytes", "hbm_remat_bytes", 0,
+    TRY(get_num(c, root, "hbm_remat_bytes", "hbm_remat_bytes", 0, 0,
                 &r->hbm_remat_bytes));
-    TRY(get_num(c, root, "hbm_capacity_bytes", "hbm_capacity_bytes", 0,
+    TRY(get_num(c, root, "hbm_capacity_bytes", "hbm_capacity_bytes", 0, 0,
                 &r->hbm_capacity_bytes));
-    TRY(get_num(c, root, "step_time_s", "step_time_s", 1, &r->step_time_s));
-    TRY(get_num(c, root, "flops_per_step", "flops_per_step", 1,
+    TRY(get_num(c, root, "step_time_s", "step_time_s", 1, 0,
+                &r->step_time_s));
+    /* A step that does not fit is not timed: fits false, zero times. */
+    if (r->fits && !(r->step_time_s > 0))
+        return bad(c, "step_time_s", "0, but the step ran (fits is true): "
+                                     "a step takes time");
+    TRY(get_num(c, root, "flops_per_step", "flops_per_step", 1, 0,
                 &r->flops_per_step));
 
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overrides");
@@ -527,21 +629,23 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
         cJSON_ArrayForEach(e, ov)
         {
             char jp[128];
-            snprintf(jp, sizeof jp, "overrides.%.64s", e->string);
-            if (strlen(e->string) >= sizeof r->overrides[i].key)
-                return bad(c, jp, "key too long");
+            snprintf(jp, sizeof jp, "overrides[%d]", i);
+            TRY(check_text(c, e->string, jp, sizeof r->overrides[i].key));
+            snprintf(jp, sizeof jp, "overrides.%s", e->string);
             memcpy(r->overrides[i].key, e->string, strlen(e->string) + 1);
             /* Values are written as strings (the --set text as given); a
              * hand-written report may use a number. */
-            if (cJSON_IsString(e) &&
-                strlen(e->valuestring) < sizeof r->overrides[i].value)
+            if (cJSON_IsString(e)) {
+                TRY(check_text(c, e->valuestring, jp,
+                               sizeof r->overrides[i].value));
                 memcpy(r->overrides[i].value, e->valuestring,
                        strlen(e->valuestring) + 1);
-            else if (cJSON_IsNumber(e))
+            } else if (cJSON_IsNumber(e) && isfinite(e->valuedouble)) {
                 snprintf(r->overrides[i].value, sizeof r->overrides[i].value,
                          "%.17g", e->valuedouble);
-            else
+            } else {
                 return bad(c, jp, "expected a short string or a number");
+            }
             r->n_overrides = ++i;
         }
     }
@@ -550,17 +654,38 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     if (!cJSON_IsArray(pc))
         return bad(c, "per_core", pc ? "expected an array" : "missing");
     if (cJSON_GetArraySize(pc) != r->cores)
-        return bad(c, "per_core", "expected one entry per core");
+        return badf(c, "per_core", "expected one entry per core (%d), "
+                                   "found %d",
+                    r->cores, cJSON_GetArraySize(pc));
     r->per_core = calloc((size_t)r->cores, sizeof *r->per_core);
-    if (!r->per_core)
+    unsigned char *seen = calloc((size_t)r->cores, 1);
+    if (!r->per_core || !seen) {
+        free(seen);
         return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
+    }
     const cJSON *e;
     int i = 0;
+    double slowest = 0;
     cJSON_ArrayForEach(e, pc)
     {
-        TRY(read_core(c, e, i, r->cores_per_replica, &r->per_core[i]));
+        tpu_status st = read_core(c, e, i, r, seen);
+        if (st) {
+            free(seen);
+            return st;
+        }
         i++;
     }
+    free(seen);
+    for (i = 0; i < r->cores; i++)
+        if (r->per_core[i].step_time_s > slowest)
+            slowest = r->per_core[i].step_time_s;
+    /* SPEC: the step time is the slowest core's (the writer prints both
+     * from the same double, so they agree exactly; a hand edit need not
+     * be more precise than a part in 10^9). */
+    if (fabs(r->step_time_s - slowest) > 1e-9 * slowest)
+        return badf(c, "step_time_s", "%.9g is not the slowest core's step "
+                                      "time (%.9g)",
+                    r->step_time_s, slowest);
 
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(root,
                                                        "output_checksum");
@@ -574,7 +699,15 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
             return bad(c, "output_checksum", "expected 16 hex digits");
         r->has_values = 1;
         r->output_checksum = x;
-        TRY(get_num(c, root, "loss", "loss", 0, &r->loss));
+        /* a diverged run's loss is NaN, written as null */
+        const cJSON *lv = cJSON_GetObjectItemCaseSensitive(root, "loss");
+        if (lv && cJSON_IsNull(lv))
+            r->loss = NAN;
+        else if (lv && cJSON_IsNumber(lv))
+            r->loss = lv->valuedouble;
+        else if (lv)
+            return badf(c, "loss", "expected a number or null, %s",
+                        found(f, sizeof f, lv));
     }
 
     const cJSON *ly = cJSON_GetObjectItemCaseSensitive(root, "layers");
@@ -583,7 +716,8 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
             return bad(c, "layers", "expected an array");
         int n = cJSON_GetArraySize(ly);
         if (n > REPORT_MAX_LAYERS)
-            return bad(c, "layers", "too many entries");
+            return badf(c, "layers", "%d entries, more than the limit of %d",
+                        n, REPORT_MAX_LAYERS);
         if (n > 0) {
             r->layer_names = calloc((size_t)n, sizeof *r->layer_names);
             r->layer_time_s = calloc((size_t)n * CAT_COUNT, sizeof(double));
@@ -615,11 +749,9 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     if (lk) {
         if (!cJSON_IsArray(lk) || cJSON_GetArraySize(lk) != r->chips)
             return bad(c, "link_busy_s", "expected one entry per chip");
-        if (r->chips > 0) {
-            r->link_busy_s = calloc((size_t)r->chips * 4, sizeof(double));
-            if (!r->link_busy_s)
-                return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
-        }
+        r->link_busy_s = calloc((size_t)r->chips * 4, sizeof(double));
+        if (!r->link_busy_s)
+            return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
         i = 0;
         cJSON_ArrayForEach(e, lk)
         {
@@ -631,12 +763,16 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
             int d = 0;
             cJSON_ArrayForEach(x, e)
             {
+                /* null: a link that does not exist (no wrap-around) */
                 if (cJSON_IsNull(x))
                     r->link_busy_s[(size_t)i * 4 + (size_t)d] = NAN;
-                else if (cJSON_IsNumber(x))
+                else if (cJSON_IsNumber(x) && isfinite(x->valuedouble) &&
+                         x->valuedouble >= 0)
                     r->link_busy_s[(size_t)i * 4 + (size_t)d] = x->valuedouble;
                 else
-                    return bad(c, jp, "expected 4 numbers (+x, -x, +y, -y)");
+                    return badf(c, jp, "expected 4 numbers >= 0 or null "
+                                       "(+x, -x, +y, -y), %s",
+                                found(f, sizeof f, x));
                 d++;
             }
             i++;
@@ -645,27 +781,20 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     return TPU_OK;
 }
 
-tpu_status report_read(emu_result *r, const char *path, tpu_error *err)
+/* Reports are small (a few MB for a 100,000-layer trace); the cap keeps a
+ * wrong path from being read into memory. */
+#define REPORT_FILE_MAX ((size_t)512 << 20)
+
+tpu_status report_parse(emu_result *r, const char *text, size_t len,
+                        const char *path, tpu_error *err)
 {
+    int oom = 0;
     memset(r, 0, sizeof *r);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot open: %s", path,
-                        strerror(errno));
-    sbuf b = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        sb_put(&b, chunk, n);
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr || b.oom) {
-        free(b.p);
-        return tpu_fail(err, rerr ? TPU_ERR_INPUT : TPU_ERR_SYSTEM,
-                        "%s: cannot read", path);
-    }
-    cJSON *root = cJSON_ParseWithLength(b.p ? b.p : "", b.len);
-    free(b.p);
+    char *marked = rfile_mark_nuls(text, len, &oom);
+    if (oom)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    cJSON *root = cJSON_ParseWithLength(marked ? marked : text, len);
+    free(marked);
     if (!root)
         return tpu_fail(err, TPU_ERR_INPUT, "%s: not valid JSON", path);
     rd c = {path, err};
@@ -673,5 +802,19 @@ tpu_status report_read(emu_result *r, const char *path, tpu_error *err)
     cJSON_Delete(root);
     if (st)
         emu_result_free(r);
+    return st;
+}
+
+tpu_status report_read(emu_result *r, const char *path, tpu_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    memset(r, 0, sizeof *r);
+    tpu_status st = rfile_read(path, REPORT_FILE_MAX, RFILE_PIPE_IDLE_S,
+                               &text, &len, err);
+    if (st)
+        return st;
+    st = report_parse(r, text, len, path, err);
+    free(text);
     return st;
 }

@@ -4,6 +4,8 @@
 #ifndef EMU_REPORT_H
 #define EMU_REPORT_H
 
+#include <stddef.h>
+
 #include "emu/result.h"
 #include "emu/status.h"
 
@@ -11,8 +13,16 @@
  * Byte-identical for identical results: fixed key order, %.17g numbers. */
 char *report_to_json(const emu_result *r);
 tpu_status report_write(const emu_result *r, const char *path, tpu_error *err);
-/* Reads a report written by report_write (events are not stored in it). */
+/* Reads a report written by report_write (events are not stored in it),
+ * checking it as docs/CHECK.md says (finite non-negative times, a step
+ * time where the step ran, every core once, a known system, printable
+ * UTF-8 strings): TPU_ERR_INPUT with "FILE: json.path: what" otherwise.
+ * per_core comes back in core order.  The file is read as rfile_read does
+ * (FIFOs with a timeout, no devices). */
 tpu_status report_read(emu_result *r, const char *path, tpu_error *err);
+/* Same, from text in memory; path only names it in messages. */
+tpu_status report_parse(emu_result *r, const char *text, size_t len,
+                        const char *path, tpu_error *err);
 
 /* Writes data to path atomically (temporary file in the same directory,
  * then rename).  Used by every output file. */

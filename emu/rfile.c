@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -163,4 +164,87 @@ tpu_status rfile_read(const char *path, size_t max_bytes,
     *text = buf;
     *len = n;
     return TPU_OK;
+}
+
+size_t rfile_utf8_len(const unsigned char *s)
+{
+    unsigned char b = s[0];
+    if (b < 0x80)
+        return 1;
+    if (b >= 0xc2 && b <= 0xdf)
+        return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+    if (b >= 0xe0 && b <= 0xef) {
+        unsigned char lo = b == 0xe0 ? 0xa0 : 0x80;
+        unsigned char hi = b == 0xed ? 0x9f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 ? 3 : 0;
+    }
+    if (b >= 0xf0 && b <= 0xf4) {
+        unsigned char lo = b == 0xf0 ? 0x90 : 0x80;
+        unsigned char hi = b == 0xf4 ? 0x8f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 &&
+                       (s[3] & 0xc0) == 0x80
+                   ? 4
+                   : 0;
+    }
+    return 0;
+}
+
+
+char *rfile_mark_nuls(const char *text, size_t len, int *oom)
+{
+    char *copy = NULL;
+    int in_str = 0;
+    *oom = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (!in_str) {
+            in_str = ch == '"';
+            continue;
+        }
+        if (ch == '"') {
+            in_str = 0;
+        } else if (ch == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len &&
+                memcmp(text + i + 2, "0000", 4) == 0) {
+                if (!copy) {
+                    copy = malloc(len ? len : 1);
+                    if (!copy) {
+                        *oom = 1;
+                        return NULL;
+                    }
+                    memcpy(copy, text, len);
+                }
+                memcpy(copy + i, RFILE_NUL_MARK, 6);
+                i += 5;
+            } else {
+                i++;
+            }
+        }
+    }
+    return copy;
+}
+
+
+const char *rfile_text_problem(const char *s, int ctrl_ok, char *buf,
+                               size_t cap)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; u[i];) {
+        size_t k = rfile_utf8_len(u + i);
+        if (k == 0) {
+            if (strncmp((const char *)u + i, RFILE_NUL_MARK, 6) == 0)
+                snprintf(buf, cap, "contains a NUL character (\\u0000)");
+            else
+                snprintf(buf, cap,
+                         "is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                         u[i], i);
+            return buf;
+        }
+        if (!ctrl_ok && (u[i] < 0x20 || u[i] == 0x7f)) {
+            snprintf(buf, cap, "contains a control character");
+            return buf;
+        }
+        i += k;
+    }
+    return NULL;
 }

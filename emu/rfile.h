@@ -27,4 +27,31 @@ tpu_status rfile_read(const char *path, size_t max_bytes,
                       double idle_timeout_s, char **text, size_t *len,
                       tpu_error *err);
 
+/* JSON text helpers shared by the trace and report readers.
+ *
+ * cJSON decodes "\u0000" into a NUL byte and so silently cuts the string
+ * there ("tiny\u0000x" would read as "tiny").  Before parsing, a reader
+ * overwrites each such escape inside a string with RFILE_NUL_MARK -- six
+ * 0xFF bytes, never valid UTF-8, the same length so line and column
+ * numbers stay right -- and its UTF-8 check after parsing then names the
+ * string that held it. */
+#define RFILE_NUL_MARK "\xff\xff\xff\xff\xff\xff"
+
+/* A copy of the JSON text with every \u0000 escape inside a string
+ * overwritten by RFILE_NUL_MARK; NULL when there is none (nothing to do)
+ * or when out of memory (*oom = 1). */
+char *rfile_mark_nuls(const char *text, size_t len, int *oom);
+
+/* Length of the valid UTF-8 sequence at s (1 for ASCII), 0 when the bytes
+ * there are not one (overlong forms, surrogates and values beyond U+10FFFF
+ * included, as RFC 3629 says).  s must be NUL-terminated. */
+size_t rfile_utf8_len(const unsigned char *s);
+
+/* Checks a decoded string: NULL when it is UTF-8 without NUL marks and,
+ * unless ctrl_ok, without control characters; otherwise what is wrong
+ * ("contains a NUL character (\u0000)", "is not valid UTF-8 (byte 0xff at
+ * offset 4)", "contains a control character"), in buf. */
+const char *rfile_text_problem(const char *s, int ctrl_ok, char *buf,
+                               size_t cap);
+
 #endif

@@ -29,41 +29,9 @@
 typedef struct {
     const char *file;
     tpu_error *err;
-    int nul_marked;   /* \u0000 escapes were replaced by TRACE_NUL_MARK */
+    int nul_marked;   /* \u0000 escapes were replaced by RFILE_NUL_MARK
+                         (emu/rfile.h) */
 } trace_ctx;
-
-/* cJSON decodes "\u0000" into a NUL byte and so silently cuts the string
- * there ("tiny\u0000x" would read as "tiny").  Before parsing, each such
- * escape is overwritten by six 0xFF bytes -- never valid UTF-8, same
- * length so line and column numbers stay right -- and the string check
- * after parsing names the string that held it. */
-#define TRACE_NUL_MARK "\xff\xff\xff\xff\xff\xff"
-
-/* Length of the valid UTF-8 sequence at s (1 for ASCII), 0 when the bytes
- * there are not one (overlong forms, surrogates and values beyond U+10FFFF
- * included, as RFC 3629 says). */
-static size_t trace_utf8_len(const unsigned char *s)
-{
-    unsigned char b = s[0];
-    if (b < 0x80)
-        return 1;
-    if (b >= 0xc2 && b <= 0xdf)
-        return (s[1] & 0xc0) == 0x80 ? 2 : 0;
-    if (b >= 0xe0 && b <= 0xef) {
-        unsigned char lo = b == 0xe0 ? 0xa0 : 0x80;
-        unsigned char hi = b == 0xed ? 0x9f : 0xbf;
-        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 ? 3 : 0;
-    }
-    if (b >= 0xf0 && b <= 0xf4) {
-        unsigned char lo = b == 0xf0 ? 0x90 : 0x80;
-        unsigned char hi = b == 0xf4 ? 0x8f : 0xbf;
-        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 &&
-                       (s[3] & 0xc0) == 0x80
-                   ? 4
-                   : 0;
-    }
-    return 0;
-}
 
 /* Copies a user string for a message: at most 48 bytes, control
  * characters and bytes that are not UTF-8 shown as '?', so the message
@@ -75,8 +43,8 @@ static const char *trace_q(char *buf, size_t n, const char *s)
         s = "";
     while (s[i] && j + 10 < n && i < 48) {
         unsigned char ch = (unsigned char)s[i];
-        size_t u = trace_utf8_len((const unsigned char *)s + i);
-        if (u == 0 && strncmp(s + i, TRACE_NUL_MARK, 6) == 0) {
+        size_t u = rfile_utf8_len((const unsigned char *)s + i);
+        if (u == 0 && strncmp(s + i, RFILE_NUL_MARK, 6) == 0) {
             /* what the trace wrote there */
             memcpy(buf + j, "\\u0000", 6);
             i += 6;
@@ -973,22 +941,13 @@ static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
 static tpu_status trace_text_ok(trace_ctx *c, const char *s, const char *path,
                                 const char *what)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; u[i];) {
-        size_t k = trace_utf8_len(u + i);
-        if (k == 0) {
-            if (c->nul_marked && strncmp((const char *)u + i,
-                                         TRACE_NUL_MARK, 6) == 0)
-                return trace_fail(c, path,
-                                  "%s contains a NUL character (\\u0000)",
-                                  what);
-            return trace_fail(c, path,
-                              "%s is not valid UTF-8 (byte 0x%02x at offset "
-                              "%zu)",
-                              what, u[i], i);
-        }
-        i += k;
-    }
+    char why[96];
+    const char *bad = rfile_text_problem(s, 1, why, sizeof why);
+    /* a mark without a \u0000 in the text was six 0xFF bytes there */
+    if (bad && !c->nul_marked && strncmp(bad, "contains a NUL", 14) == 0)
+        snprintf(why, sizeof why, "is not valid UTF-8 (byte 0xff)");
+    if (bad)
+        return trace_fail(c, path, "%s %s", what, why);
     return TPU_OK;
 }
 
@@ -1020,43 +979,6 @@ static tpu_status trace_strings(trace_ctx *c, const cJSON *v, char *path,
         path[at] = 0;
     }
     return TPU_OK;
-}
-
-/* Where the text has "\u0000" escapes inside strings, a copy with each
- * one overwritten by TRACE_NUL_MARK (NULL when there are none, or out of
- * memory: *oom says which). */
-static char *trace_mark_nuls(const char *text, size_t len, int *oom)
-{
-    char *copy = NULL;
-    int in_str = 0;
-    *oom = 0;
-    for (size_t i = 0; i < len; i++) {
-        char ch = text[i];
-        if (!in_str) {
-            in_str = ch == '"';
-            continue;
-        }
-        if (ch == '"') {
-            in_str = 0;
-        } else if (ch == '\\' && i + 1 < len) {
-            if (text[i + 1] == 'u' && i + 5 < len &&
-                memcmp(text + i + 2, "0000", 4) == 0) {
-                if (!copy) {
-                    copy = malloc(len ? len : 1);
-                    if (!copy) {
-                        *oom = 1;
-                        return NULL;
-                    }
-                    memcpy(copy, text, len);
-                }
-                memcpy(copy + i, TRACE_NUL_MARK, 6);
-                i += 5;
-            } else {
-                i++;
-            }
-        }
-    }
-    return copy;
 }
 
 /* A cut-off file rather than a typo: the text ends inside a string or
@@ -1244,7 +1166,7 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
         return trace_fail(&c, NULL, "empty file, expected a JSON object");
     {
         int oom;
-        marked = trace_mark_nuls(text, len, &oom);
+        marked = rfile_mark_nuls(text, len, &oom);
         if (oom)
             return tpu_fail(err, TPU_ERR_SYSTEM,
                             "%s: out of memory reading the trace", path);

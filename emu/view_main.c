@@ -17,6 +17,7 @@
 #include "emu/cli.h"
 #include "emu/graph.h"
 #include "emu/report.h"
+#include "emu/rfile.h"
 #include "emu/sim.h"
 #include "emu/view_app.h"
 
@@ -57,16 +58,16 @@ static int set_result(view_app *a, emu_result *r)
     return 1;
 }
 
-static int looks_like_report(const char *path)
+/* The file is read once, as the trace and report readers read it (a
+ * FIFO with a timeout, no devices: docs/TRACE.md), and parsed as a report
+ * when its start names the report format. */
+static int looks_like_report(const char *text, size_t len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char buf[4097];
-    size_t n = fread(buf, 1, 4096, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, "tpuemu-report/") != NULL;
+    char head[4097];
+    size_t n = len < 4096 ? len : 4096;
+    memcpy(head, text, n);
+    head[n] = 0;
+    return strstr(head, "tpuemu-report/") != NULL;
 }
 
 static int load_file(view_app *a, const char *path)
@@ -74,14 +75,21 @@ static int load_file(view_app *a, const char *path)
     tpu_error err = {0};
     emu_result r = {0};
     tpu_status st;
-    if (looks_like_report(path)) {
-        st = report_read(&r, path, &err);
+    char *text = NULL;
+    size_t len = 0;
+    st = rfile_read(path, (size_t)512 << 20, RFILE_PIPE_IDLE_S, &text, &len,
+                    &err);
+    if (st != TPU_OK)
+        return cli_fail(&err);
+    if (looks_like_report(text, len)) {
+        st = report_parse(&r, text, len, path, &err);
     } else {
         graph g = {0};
-        st = graph_load(&g, path, &err);
+        st = graph_parse(&g, text, len, path, &err);
         if (st == TPU_OK) {
             sim_opts o;
             sim_opts_default(&o);
+            o.trace_path = path;
             o.record_timeline = 1;
             st = sim_run(&g, &o, &r, &err);
             graph_free(&g);
@@ -90,6 +98,7 @@ static int load_file(view_app *a, const char *path)
                 st = TPU_OK;
         }
     }
+    free(text);
     if (st != TPU_OK) {
         emu_result_free(&r);
         return cli_fail(&err);
