@@ -1168,11 +1168,9 @@ static void choose_remat(lc *c)
 
 /* Recomputes a dropped activation just before the first backward layer
  * that reads it (its last consumer: backward runs in reverse order). */
-static void emit_recompute(lc *c, int j)
+static void emit_recompute(lc *c, int j, const int *head, const int *next)
 {
-    for (int l = 0; l < j; l++) {
-        if (!c->remat[l] || c->last_use[l] != j)
-            continue;
+    for (int l = head[j]; l >= 0; l = next[l]) {
         const glayer *L = &c->g->layers[l];
         const glayer *I = &c->g->layers[L->in[0]];
         double in_b = out_bytes(c, L->in[0]);
@@ -1181,6 +1179,14 @@ static void emit_recompute(lc *c, int j)
         emit_pass_fx(c, FX_NONE, PHASE_BWD, l, in_b, out_bytes(c, l),
                      out_elems(c, l), ops);
     }
+}
+
+static void lc_free(lc *c)
+{
+    free(c->nconsumers);
+    free(c->relu_fused);
+    free(c->remat);
+    free(c->last_use);
 }
 
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
@@ -1202,10 +1208,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     c.remat = calloc((size_t)g->n_layers + 1, 1);
     c.last_use = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
     if (!c.nconsumers || !c.relu_fused || !c.remat || !c.last_use) {
-        free(c.nconsumers);
-        free(c.relu_fused);
-        free(c.remat);
-        free(c.last_use);
+        lc_free(&c);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
     for (int l = 0; l < g->n_layers; l++)
@@ -1235,10 +1238,31 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     if (g->train && hw->xla_remat)
         choose_remat(&c);
     if (g->train) {
+        /* The dropped activations listed by the backward layer that
+         * recomputes them, in layer order: one pass, not one per layer. */
+        int *head = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
+        int *next = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
+        if (!head || !next) {
+            free(head);
+            free(next);
+            lc_free(&c);
+            fw_program_free(out);
+            return tpu_fail(err, TPU_ERR_SYSTEM,
+                            "out of host memory (lowering)");
+        }
+        for (int l = 0; l < g->n_layers; l++)
+            head[l] = next[l] = -1;
+        for (int l = g->n_layers - 1; l >= 0; l--)
+            if (c.remat[l] && c.last_use[l] > l) {
+                next[l] = head[c.last_use[l]];
+                head[c.last_use[l]] = l;
+            }
         for (int l = g->n_layers - 1; l >= 0; l--) {
-            emit_recompute(&c, l);
+            emit_recompute(&c, l, head, next);
             lower_backward(&c, l);
         }
+        free(head);
+        free(next);
     }
     {
         double rb = mem->remat_bytes;
@@ -1259,10 +1283,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     }
     emit(&c, FW_WAIT_ST, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0, 0);
     emit(&c, FW_BARRIER, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0, 0);
-    free(c.nconsumers);
-    free(c.relu_fused);
-    free(c.remat);
-    free(c.last_use);
+    lc_free(&c);
     if (out->oom) {
         fw_program_free(out);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (firmware)");
