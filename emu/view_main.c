@@ -17,6 +17,7 @@
 #include "emu/cli.h"
 #include "emu/graph.h"
 #include "emu/report.h"
+#include "emu/outfile.h"
 #include "emu/rfile.h"
 #include "emu/sim.h"
 #include "emu/view_app.h"
@@ -32,7 +33,10 @@ static const char usage[] =
     "  --script \"KEYS\"       inject keys first, e.g. \"z z right tab\";\n"
     "                        also move:X,Y click:X,Y wheelup wheeldown\n"
     "Keys: 1 2 3 / Tab panels, z x zoom, arrows pan and scroll, u unit rows,\n"
-    "0 reset, h help, q quit (docs/VIEWER.md).\n";
+    "0 reset, h help, q quit (docs/VIEWER.md).\n"
+    "exit status: 0 done, 2 bad input or output path, 3 the trace does not\n"
+    "fit, 4 SDL cannot start (no display without --screenshot) or out of\n"
+    "memory.\n";
 
 static void reset_view(view_app *a)
 {
@@ -444,6 +448,15 @@ int cli_view(int argc, char **argv)
     }
     if (!file && !demo)
         return cli_error(2, "view: expected TRACE.json or R.json (see tpuemu view --help)");
+    if (shot) {
+        /* before the simulation: a bad path costs nothing, and the input
+         * is never replaced by its own screenshot */
+        tpu_error werr = {0};
+        if (file && outfile_same(file, shot))
+            return cli_error(2, "%s: the screenshot would replace the input", shot);
+        if (outfile_check(shot, &werr))
+            return cli_fail(&werr);
+    }
 
     view_app app;
     memset(&app, 0, sizeof app);

@@ -108,6 +108,21 @@ void th_suite_view(th_ctx *t)
     TH_CHECK(t, access(b, F_OK) != 0);
     th_run(r, "%s %s view", env, th_bin());
     TH_CHECK(t, r->status == 2);
+    /* the screenshot path is checked before anything runs: never the
+     * input itself, never a device */
+    char in[600];
+    snprintf(in, sizeof in, "%s/view_in.json", th_tmpdir());
+    th_run(r, "cp traces/small/tiny2d.json %s", in);
+    th_run(r, "%s %s view %s --screenshot %s", env, th_bin(), in, in);
+    TH_CHECKF(t, r->status == 2 && strstr(r->err, "replace the input"),
+              "screenshot onto the input: status %d: %s", r->status, r->err);
+    th_run(r, "cmp -s traces/small/tiny2d.json %s", in);
+    TH_CHECK(t, r->status == 0);
+    th_run(r, "%s %s view %s --screenshot /dev/null", env, th_bin(), in);
+    TH_CHECKF(t, r->status == 2, "screenshot onto /dev/null: status %d",
+              r->status);
+    th_run(r, "test -c /dev/null");
+    TH_CHECK(t, r->status == 0);
 
     th_case(t, "under Xvfb: a real window takes key presses and a screenshot");
     th_run(r, "command -v xvfb-run && command -v Xvfb");
