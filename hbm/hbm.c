@@ -63,8 +63,10 @@ tpu_status hbm_check_params(const hbm_params *p, tpu_error *err)
     int64_t burst = (int64_t)p->bus_bytes * p->burst_beats;
     if (burst > p->interleave_bytes)
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "hbm.interleave_bytes=%d is smaller than one burst "
-                        "(%lld bytes)", p->interleave_bytes, (long long)burst);
+                        "one burst, hbm.bus_bytes=%d x hbm.burst_beats=%d "
+                        "= %lld bytes, is larger than hbm.interleave_bytes=%d",
+                        p->bus_bytes, p->burst_beats, (long long)burst,
+                        p->interleave_bytes);
     if (p->interleave_bytes > p->row_bytes)
         return tpu_fail(err, TPU_ERR_INPUT,
                         "hbm.interleave_bytes=%d exceeds hbm.row_bytes=%d",
