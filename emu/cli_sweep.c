@@ -62,6 +62,9 @@
 #define SWEEP_FILE_MAX (16L << 20)
 #define SWEEP_MAX_SERIES 12
 #define SWEEP_MAX_ARGS (16 + 2 * SWEEP_MAX_AXES)
+/* "partition_dims": "all" splits into at most this many cores per
+ * replica: the 2-16 of spatial partitioning's published runs. */
+#define SWEEP_ALL_MAX_CPR 16
 /* Same bound as `run --batch`. */
 #define SWEEP_MAX_BATCH ((double)((int64_t)1 << 40))
 
@@ -682,6 +685,15 @@ static int check_shape(sweep *s, const cJSON *doc)
             return bad(s, jp, "unknown axis (expected partition_dims, "
                               "system, batch or set)");
         const cJSON *lists = e;
+        if (strcmp(e->string, "partition_dims") == 0 && cJSON_IsString(e)) {
+            if (strcmp(e->valuestring, "all") != 0)
+                return bad(s, jp, "expected a list of partitionings or "
+                                  "\"all\"");
+            /* at most 35 splits (3 spatial dimensions, 16 cores) */
+            naxes++;
+            runs *= 35;
+            continue;
+        }
         if (strcmp(e->string, "set") == 0) {
             if (!cJSON_IsObject(e))
                 return bad(s, jp, "expected an object of KEY: [values]");
@@ -999,6 +1011,112 @@ static int check_points(const sweep *s)
     return 0;
 }
 
+/* "partition_dims": "all": every split of the first input's spatial
+ * dimensions over 1 to SWEEP_ALL_MAX_CPR cores per replica (powers of two,
+ * as every Cloud TPU slice has 2^k cores), each factor at most its
+ * extent, that `run` accepts on every system and batch of the grid
+ * (graph_check_run, on the base trace with the split in place).  Listed by
+ * cores per replica, then the outer dimension's factor largest first:
+ * [1,1,1,1], [1,2,1,1], [1,1,2,1], [1,4,1,1], [1,2,2,1], ... */
+static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
+{
+    graph *g = &s->g;
+    int in = -1;
+    for (int l = 0; l < g->n_layers && in < 0; l++)
+        if (g->layers[l].op == GOP_INPUT)
+            in = l;
+    const gshape *sh = &g->layers[in].out;
+    int nsp = sh->nsp;
+    if (nsp < 1)
+        return bad(s, "grid.partition_dims",
+                   "\"all\": the first input has no spatial dimension");
+    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(grid, "system");
+    const cJSON *bat = cJSON_GetObjectItemCaseSensitive(grid, "batch");
+    int keep_rank = g->pdims_rank, keep_cpr = g->cores_per_replica;
+    int keep_pd[sizeof g->pdims / sizeof g->pdims[0]];
+    memcpy(keep_pd, g->pdims, sizeof keep_pd);
+    cJSON *list = cJSON_CreateArray();
+    if (!list)
+        return cli_error(4, "out of memory");
+    int maxe = 0;
+    while ((2 << maxe) <= SWEEP_ALL_MAX_CPR)
+        maxe++;
+    for (int sum = 0; sum <= maxe; sum++) {
+        /* exponents e[0..nsp-1] with this sum, outer dimension first */
+        int e[GRAPH_MAX_SP] = {0};
+        e[0] = sum;
+        for (;;) {
+            int ok = 1, f[GRAPH_MAX_SP];
+            for (int d = 0; d < nsp; d++) {
+                f[d] = 1 << e[d];
+                ok &= f[d] <= sh->sp[d];
+            }
+            g->pdims_rank = nsp + 2;
+            g->pdims[0] = g->pdims[nsp + 1] = 1;
+            for (int d = 0; d < nsp; d++)
+                g->pdims[1 + d] = f[d];
+            g->cores_per_replica = 1 << sum;
+            /* valid on every system x batch of the grid */
+            int ns = cJSON_IsArray(sys) ? cJSON_GetArraySize(sys) : 1;
+            int nb = cJSON_IsArray(bat) ? cJSON_GetArraySize(bat) : 1;
+            for (int i = 0; ok && i < ns; i++)
+                for (int j = 0; ok && j < nb; j++) {
+                    const cJSON *sv = cJSON_IsArray(sys)
+                                          ? cJSON_GetArrayItem(sys, i)
+                                          : NULL;
+                    const cJSON *bv = cJSON_IsArray(bat)
+                                          ? cJSON_GetArrayItem(bat, j)
+                                          : NULL;
+                    const char *sname = cJSON_IsString(sv) ? sv->valuestring
+                                                           : g->system;
+                    int64_t b = cJSON_IsNumber(bv) ? (int64_t)bv->valuedouble
+                                                   : g->global_batch;
+                    tpu_error err = {0};
+                    ok &= graph_check_run(g, sname, b, "", &err) == TPU_OK;
+                }
+            if (ok) {
+                cJSON *d = cJSON_CreateArray();
+                if (!d) {
+                    cJSON_Delete(list);
+                    list = NULL;
+                    break;
+                }
+                for (int k = 0; k < nsp + 2; k++)
+                    cJSON_AddItemToArray(d, cJSON_CreateNumber(g->pdims[k]));
+                cJSON_AddItemToArray(list, d);
+            }
+            /* next composition of sum into nsp parts, e[0] descending */
+            int k = nsp - 2;
+            while (k >= 0 && e[k] == 0)
+                k--;
+            if (k < 0)
+                break;
+            e[k]--;
+            int rest = 0;
+            for (int j = k + 1; j < nsp; j++)
+                rest += e[j];
+            for (int j = k + 1; j < nsp; j++)
+                e[j] = 0;
+            e[k + 1] = rest + 1;
+        }
+        if (!list)
+            break;
+    }
+    g->pdims_rank = keep_rank;
+    g->cores_per_replica = keep_cpr;
+    memcpy(g->pdims, keep_pd, sizeof keep_pd);
+    if (!list)
+        return cli_error(4, "out of memory");
+    if (cJSON_GetArraySize(list) == 0) {
+        cJSON_Delete(list);
+        return bad(s, "grid.partition_dims",
+                   "\"all\": no split of the first input is valid on every "
+                   "system and batch of the grid");
+    }
+    *out = list;
+    return 0;
+}
+
 static int parse_sweep(sweep *s, const char *path)
 {
     memset(s, 0, sizeof *s);
@@ -1011,8 +1129,15 @@ static int parse_sweep(sweep *s, const char *path)
     const cJSON *pd = cJSON_GetObjectItemCaseSensitive(grid, "partition_dims");
     if (!rc)
         rc = load_trace(s, pd != NULL);
-    if (!rc && pd)
+    if (!rc && cJSON_IsString(pd)) {
+        cJSON *all = NULL;
+        rc = expand_all(s, grid, &all);
+        if (!rc)
+            rc = parse_pd(s, all);
+        cJSON_Delete(all);
+    } else if (!rc && pd) {
         rc = parse_pd(s, pd);
+    }
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(grid, "system");
     if (!rc && sys)
         rc = parse_strings(s, AX_SYSTEM, "system", "grid.system", sys);
@@ -1364,9 +1489,30 @@ static int chart(const sweep *s, const char *out, long long nruns,
             sy[j - 1] = ty;
         }
     }
+    /* Several values at one x (partitionings with the same cores per
+     * replica, as "all" gives): the line shows the fastest of them. */
+    int collapsed = 0;
+    for (int k = 0; k < used; k++) {
+        double *sx = xs + (size_t)k * (size_t)per;
+        double *sy = ys + (size_t)k * (size_t)per;
+        int m = 0;
+        for (int j = 0; j < ser[k].n; j++) {
+            if (m > 0 && sx[m - 1] == sx[j]) {
+                collapsed = 1;
+                if (isnan(sy[m - 1]) || sy[j] < sy[m - 1])
+                    sy[m - 1] = sy[j];
+                continue;
+            }
+            sx[m] = sx[j];
+            sy[m] = sy[j];
+            m++;
+        }
+        ser[k].n = m;
+    }
     char path[1100], title[256], xl[128];
     snprintf(path, sizeof path, "%.900s/step_time.png", out);
-    snprintf(title, sizeof title, "sweep %s: step time", s->name);
+    snprintf(title, sizeof title, "sweep %s: step time%s", s->name,
+             collapsed ? " (fastest at each x)" : "");
     static const char *const xlabels[] = {
         "cores per replica (partition_dims)", "cores (system)",
         "global batch", NULL};
@@ -1389,6 +1535,71 @@ static int chart(const sweep *s, const char *out, long long nruns,
     printf("chart: %s\n", path);
     return 0;
 }
+/* The runs that fit, fastest first by examples per second (the step
+ * time when every run has the same batch): what a user of the sweep
+ * wants to read first.  The first SWEEP_RANK_ROWS rows; all of them are
+ * in results.csv. */
+#define SWEEP_RANK_ROWS 12
+
+typedef struct {
+    long long run;
+    double eps; /* examples per second */
+} ranked;
+
+static int ranked_cmp(const void *pa, const void *pb)
+{
+    const ranked *a = pa, *b = pb;
+    if (a->eps != b->eps)
+        return a->eps < b->eps ? 1 : -1;
+    return a->run < b->run ? -1 : a->run > b->run;
+}
+
+static int print_ranking(const sweep *s, long long nruns, const run_out *res)
+{
+    ranked *rk = malloc(sizeof *rk * (size_t)(nruns + 1));
+    if (!rk)
+        return cli_error(4, "out of memory");
+    long long n = 0;
+    for (long long i = 0; i < nruns; i++) {
+        const run_out *o = &res[i];
+        if (o->have && o->status == 0 && o->r.fits && o->r.step_time_s > 0) {
+            rk[n].run = i;
+            rk[n].eps = (double)o->r.global_batch / o->r.step_time_s;
+            n++;
+        }
+    }
+    if (n == 0) {
+        free(rk);
+        printf("no run fits\n");
+        return 0;
+    }
+    qsort(rk, (size_t)n, sizeof *rk, ranked_cmp);
+    printf("\nfastest first (examples per second; %lld of %lld runs fit):\n",
+           n, nruns);
+    printf("%-6s", "run");
+    for (int a = 0; a < s->naxes; a++)
+        if (s->ax[a].n > 1)
+            printf(" %-16.16s", s->ax[a].name);
+    printf(" %10s %12s %8s %9s\n", "step ms", "examples/s", "cores/r",
+           "HBM GiB");
+    for (long long k = 0; k < n && k < SWEEP_RANK_ROWS; k++) {
+        long long i = rk[k].run;
+        const emu_result *r = &res[i].r;
+        int idx[SWEEP_MAX_AXES];
+        run_index(s, i, idx);
+        printf("%04lld  ", i);
+        for (int a = 0; a < s->naxes; a++)
+            if (s->ax[a].n > 1)
+                printf(" %-16.16s", s->ax[a].v[idx[a]].label);
+        printf(" %10.3f %12.1f %8d %9.2f\n", r->step_time_s * 1e3, rk[k].eps,
+               r->cores_per_replica, r->hbm_needed_bytes / 1073741824.0);
+    }
+    if (n > SWEEP_RANK_ROWS)
+        printf("(%lld more in results.csv)\n", n - SWEEP_RANK_ROWS);
+    free(rk);
+    return 0;
+}
+
 /* --bin must be a program this process can start: a missing or
  * non-executable one would otherwise fail every run, one log at a time. */
 static int check_bin(const char *bin)
@@ -1635,6 +1846,8 @@ int cli_sweep(int argc, char **argv)
     rc = gather(&s, out, nruns, res);
     if (!rc)
         rc = chart(&s, out, nruns, res);
+    if (!rc)
+        rc = print_ranking(&s, nruns, res);
     printf("%lld runs: %lld done, %d do not fit, %d failed\n", nruns,
            nruns - nofit - failed, nofit, failed);
     fflush(stdout);

@@ -134,6 +134,56 @@ void th_suite_sweep(th_ctx *t)
            out, out);
     TH_CHECKF(t, strncmp(c.out, "1\n0\n", 4) == 0, "grep: %s", c.out);
 
+    th_case(t, "\"partition_dims\": \"all\": every split of 1-16 cores "
+               "per replica that every system and batch of the grid accepts");
+    {
+        char aw[512];
+        snprintf(aw, sizeof aw, "%s/all.json", d);
+        /* 64x64 on v3-8 (and v3-32): at most 8 cores per replica, so
+         * 1 + 2 + 3 + 4 splits of H and W, by cores then H first */
+        write_sweep(aw, "sweep-base.json",
+                    "\"grid\": {\"partition_dims\": \"all\", "
+                    "\"system\": [\"v3-8\", \"v3-32\"]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
+               aw, d);
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 20,
+                  "status %d, %d lines: %s%s", c.status, count_lines(c.out),
+                  c.out, c.err);
+        static const char *const order[] = {"pd1x1x1x1", "pd1x2x1x1",
+                                            "pd1x1x2x1", "pd1x4x1x1",
+                                            "pd1x2x2x1", "pd1x1x4x1",
+                                            "pd1x8x1x1", "pd1x1x8x1"};
+        const char *at = c.out;
+        for (size_t i = 0; i < sizeof order / sizeof order[0] && at; i++)
+            at = strstr(at, order[i]);
+        TH_CHECKF(t, at != NULL, "order: %s", c.out);
+        /* batch 4 on v3-32: 32/P replicas must divide 4, so P >= 8 */
+        write_sweep(aw, "sweep-base.json",
+                    "\"grid\": {\"partition_dims\": \"all\", "
+                    "\"system\": [\"v3-32\"], \"batch\": [4]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
+               aw, d);
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 9 &&
+                         !strstr(c.out, "pd1x4x1x1"),
+                  "status %d, %d lines: %s%s", c.status, count_lines(c.out),
+                  c.out, c.err);
+        write_sweep(aw, "sweep-base.json",
+                    "\"grid\": {\"partition_dims\": \"some\"}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
+               aw, d);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "grid.partition_dims") &&
+                         error_lines(c.err) == 1,
+                  "status %d: %s", c.status, c.err);
+        /* nothing valid: batch 1 on v3-32 needs 32 cores per replica */
+        write_sweep(aw, "sweep-base.json",
+                    "\"grid\": {\"partition_dims\": \"all\", "
+                    "\"system\": [\"v3-32\"], \"batch\": [1]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
+               aw, d);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "no split"),
+                  "status %d: %s", c.status, c.err);
+    }
+
     th_case(t, "bad sweep files: exit 2 naming the JSON path");
     static const char *const broken[][2] = {
         {"{\"format\": \"tpuemu-sweep/1\", \"name\": \"b\", \"trace\": "
@@ -196,6 +246,18 @@ void th_suite_sweep(th_ctx *t)
               "row 0: %s", c.out);
     TH_CHECKF(t, strstr(c.out, "\n0011,1x2x2x1,v3-32,2.5,3,0,"), "row 11: %s",
               c.out);
+    th_run(&c, "chmod +x %s && %s sweep %s --jobs 3 --bin %s --out %s", fake,
+           th_bin(), sw, fake, out);
+    /* the ranking: the runs that fit, fastest first (ties in run order) */
+    {
+        const char *rk =
+            strstr(c.out, "fastest first (examples per second; 6 of 12 "
+                          "runs fit)");
+        const char *row = rk ? strstr(rk, "\n0000 ") : NULL;
+        TH_CHECKF(t, rk && row && strstr(row, "250.000") &&
+                         strstr(row, "128.0"),
+                  "ranking: %s", c.out);
+    }
     th_run(&c, "test -s %s/step_time.png && test -s %s/commands.txt && "
                "test -s %s/logs/0001.log",
            out, out, out);
