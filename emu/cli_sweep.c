@@ -49,6 +49,7 @@
 #include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/report.h"
+#include "emu/rfile.h"
 #include "hbm/hbm.h"
 
 /* Axes in all: partition_dims, system, batch and one per --set key. */
@@ -138,51 +139,15 @@ static void sweep_free(sweep *s)
 
 /* A regular file of at most SWEEP_FILE_MAX bytes (a FIFO or a device
  * would hang or never end); NULL with *why set otherwise. */
-static char *slurp(const char *path, size_t *len, char *why, size_t cap)
+/* The file whole, read as traces are (emu/rfile.h: regular files, pipes
+ * with an idle timeout; devices and directories refused).  NULL with
+ * "PATH: what" in err. */
+static char *slurp(const char *path, size_t *len, tpu_error *err)
 {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(why, cap, "cannot read: %s", strerror(errno));
+    char *text = NULL;
+    if (rfile_read(path, SWEEP_FILE_MAX, RFILE_PIPE_IDLE_S, &text, len, err))
         return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(why, cap, "cannot read: %s",
-                 S_ISDIR(st.st_mode) ? "is a directory"
-                                     : "not a regular file");
-        return NULL;
-    }
-    if (st.st_size > SWEEP_FILE_MAX) {
-        snprintf(why, cap, "larger than %ld MiB; not a sweep file",
-                 SWEEP_FILE_MAX >> 20);
-        return NULL;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(why, cap, "cannot read: %s", strerror(errno));
-        return NULL;
-    }
-    size_t cap2 = (size_t)st.st_size + 2, n = 0;
-    char *buf = malloc(cap2);
-    if (!buf) {
-        fclose(f);
-        snprintf(why, cap, "out of memory");
-        return NULL;
-    }
-    /* The file may grow meanwhile: read at most what stat saw, plus one
-     * byte to notice. */
-    n = fread(buf, 1, cap2 - 1, f);
-    if (ferror(f) || n > (size_t)st.st_size) {
-        snprintf(why, cap, "cannot read: %s",
-                 ferror(f) ? strerror(errno ? errno : EIO)
-                           : "the file changed while being read");
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    return text;
 }
 
 /* Shortest of %.15g/%.16g/%.17g that reads back exactly: "450", "0.1". */
@@ -556,11 +521,11 @@ static void line_col(const char *text, size_t pos, int *line, int *col)
 /* The sweep file as JSON: the whole text one value, no duplicate keys. */
 static int read_doc(sweep *s, cJSON **out)
 {
-    char why[256];
+    tpu_error err = {0};
     size_t len = 0;
-    char *text = slurp(s->path, &len, why, sizeof why);
+    char *text = slurp(s->path, &len, &err);
     if (!text)
-        return cli_error(2, "%s: %s", s->path, why);
+        return cli_fail(&err);
     size_t pos = strspn(text, " \t\r\n");
     if (pos == len) {
         free(text);
@@ -750,11 +715,10 @@ static int load_trace(sweep *s, int need_json)
     }
     if (!need_json)
         return 0;
-    char why[256];
     size_t len;
-    char *text = slurp(s->trace, &len, why, sizeof why);
+    char *text = slurp(s->trace, &len, &err);
     if (!text)
-        return cli_error(2, "%s: trace: %s: %s", s->path, s->trace, why);
+        return cli_error(2, "%s: trace: %s", s->path, err.msg);
     s->base = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(s->base) ||
