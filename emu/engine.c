@@ -128,6 +128,13 @@ static int64_t vec_ps(const tpu_params *hw, const fw_insn *in)
 /* ---- per-core state ----------------------------------------------------- */
 
 typedef struct {
+    int64_t busy;      /* ps */
+    double bytes, flops;
+    uint32_t count;
+    int cat, op;       /* of the last event */
+} unit_tally;
+
+typedef struct {
     int64_t now;
     int64_t cat[CAT_COUNT];
     int64_t pipe_free;            /* the HBM pipe: DMAs serialize on it */
@@ -140,7 +147,10 @@ typedef struct {
     int it_rel_n, have_rel;
     int64_t it_start_now, it_start_cat[CAT_COUNT];
     double it_start_rd, it_start_wr, it_start_fl;
-    size_t it_start_ev;
+    /* Per unit, what add_event recorded so far (merged or not), and its
+     * value when the iteration began: a unit's event that began before
+     * the iteration and was extended by it still counts its share. */
+    unit_tally ut[UNIT_COUNT], it_start_ut[UNIT_COUNT];
     double rd, wr, flops;
     int done;
     emu_event *ev;
@@ -174,6 +184,13 @@ static void add_event(eng *e, core_t *c, emu_unit unit, emu_cat cat,
     int layer = in ? in->layer : -1;
     int phase = in ? in->phase : 0;
     int op = in ? in->op : 0;
+    unit_tally *u = &c->ut[unit];
+    u->busy += t1 - t0;
+    u->bytes += bytes;
+    u->flops += flops;
+    u->count++;
+    u->cat = cat;
+    u->op = op;
     /* Merge with the unit's last event when it continues it. */
     for (size_t i = c->nev; i > 0 && i + 8 > c->nev; i--) {
         emu_event *p = &c->ev[i - 1];
@@ -305,7 +322,7 @@ static void mark_iteration(eng *e, core_t *c)
     c->it_start_rd = c->rd;
     c->it_start_wr = c->wr;
     c->it_start_fl = c->flops;
-    c->it_start_ev = c->nev;
+    memcpy(c->it_start_ut, c->ut, sizeof c->ut);
 }
 
 /* Appends the timeline of r skipped iterations starting at t (ps), span
@@ -313,7 +330,6 @@ static void mark_iteration(eng *e, core_t *c)
 static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
                            int64_t t, int64_t span, const int64_t *dcat)
 {
-    size_t first = c->it_start_ev, last = c->nev;
     int64_t at = t;
     for (int k = 0; k < CAT_COUNT; k++) {
         int64_t dk = dcat[k] * r;
@@ -325,33 +341,20 @@ static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
         }
     }
     for (int u = UNIT_MXU; u < UNIT_COUNT; u++) {
-        double busy = 0, bytes = 0, flops = 0;
-        uint32_t n = 0;
-        int cat = -1, op = 0;
-        for (size_t i = first; i < last && i < c->nev; i++) {
-            const emu_event *v = &c->ev[i];
-            if (v->unit != u)
-                continue;
-            double t0 = v->t0 * PS < (double)c->it_start_now
-                            ? (double)c->it_start_now / PS
-                            : v->t0;
-            busy += v->t1 - t0;
-            bytes += v->bytes;
-            flops += v->flops;
-            n += v->count;
-            cat = v->cat;
-            op = v->opcode;
-        }
-        if (cat < 0 || busy <= 0)
+        const unit_tally *now = &c->ut[u], *then = &c->it_start_ut[u];
+        int64_t busy = now->busy - then->busy;
+        uint32_t n = now->count - then->count;
+        if (busy <= 0)
             continue;
         fw_insn x = *loop;
-        x.op = (uint8_t)op;
-        int64_t len = (int64_t)llround(busy * PS) * r;
+        x.op = (uint8_t)now->op;
+        int64_t len = busy * r;
         if (len > span)
             len = span;
         size_t before = c->nev;
-        add_event(e, c, (emu_unit)u, (emu_cat)cat, &x, t, t + len,
-                  bytes * (double)r, flops * (double)r);
+        add_event(e, c, (emu_unit)u, (emu_cat)now->cat, &x, t, t + len,
+                  (now->bytes - then->bytes) * (double)r,
+                  (now->flops - then->flops) * (double)r);
         if (c->nev > before)
             c->ev[c->nev - 1].count = n * (uint32_t)r;
     }

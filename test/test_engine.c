@@ -196,7 +196,8 @@ void th_suite_engine(th_ctx *t)
         }
     }
 
-    th_case(t, "the critical-path timeline covers each step, no gap or overlap");
+    th_case(t, "the critical-path timeline covers each step, no gap or "
+               "overlap; the MXU row covers the mxu time");
     {
         emu_result r;
         sim_opts q = o;
@@ -223,6 +224,17 @@ void th_suite_engine(th_ctx *t)
                               "core %d %s: events %g vs %g", c,
                               emu_cat_name((emu_cat)k), cat[k],
                               x->breakdown_s[k]);
+                /* The MXU row holds every matrix product, skipped loop
+                 * iterations included: at least the critical path's mxu
+                 * time (it was under half of it when an event merged
+                 * across an iteration's start was left out). */
+                double mxu = 0;
+                for (size_t i = 0; i < x->n_events; i++)
+                    if (x->events[i].unit == UNIT_MXU)
+                        mxu += x->events[i].t1 - x->events[i].t0;
+                TH_CHECKF(t, mxu >= x->breakdown_s[CAT_MXU] * (1 - 1e-9),
+                          "core %d: MXU row %g s, critical-path mxu %g s", c,
+                          mxu, x->breakdown_s[CAT_MXU]);
             }
             emu_result_free(&r);
         }
