@@ -21,7 +21,8 @@ static const uint32_t cat_colors[CAT_COUNT] = {
     0x009E73, /* vector: bluish green */
     0xE69F00, /* hbm_stall: orange */
     0xCC79A7, /* halo: reddish purple */
-    0xD55E00, /* allreduce: vermillion */
+    0x56B4E9, /* allreduce: sky blue (not vermillion: next to orange
+                 hbm_stall a 1-2 px all-reduce slice read as a stall) */
     0xBBBBBB, /* idle: grey */
 };
 static const uint32_t series_colors[] = {0x0072B2, 0xD55E00, 0x009E73,
@@ -406,9 +407,9 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
     const char *xname = "core";
     if (mode == 1) {
         snprintf(buf, sizeof buf,
-                 "%d cores drawn as %d bars: each bar is a group of cores with "
+                 "%d cores drawn as %d bar%s: each bar is a group of cores with "
                  "identical breakdowns (x count under the bar)",
-                 n, nb);
+                 n, nb, nb == 1 ? "" : "s");
         xname = "group of identical cores (first core, x count)";
     } else if (mode == 2) {
         snprintf(buf, sizeof buf,
@@ -483,17 +484,34 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
         chart_line(&im, x, ys, x + 3 < f.x1 ? x + 3 : f.x1, ys, 0xC00000);
     axes_box(&im, &f);
 
-    /* Legend: category, colour, mean over cores. */
+    /* Legend: category, colour, mean over cores, in the y axis's unit
+     * (ms, with the decimals a short step needs).  When the chart is too
+     * short for two lines per entry (a 400 px window), one line each. */
     int lx = f.x1 + 20, ly = f.y0;
+    int need = 2 * FONT_H + 12 + CAT_COUNT * (2 * FONT_H + 10) + 6 + 2 * FONT_H + 2;
+    int compact = ly + need > H - 4;
+    double top_ms = r->step_time_s * 1e3;
+    int dec = top_ms > 0 ? 2 - (int)floor(log10(top_ms)) : 1;
+    dec = dec < 1 ? 1 : dec > 6 ? 6 : dec;
     chart_text(&im, lx, ly, "category", 1, INK);
     chart_text(&im, lx, ly + FONT_H + 2, "(mean per core)", 1, MUTED);
     ly += 2 * FONT_H + 12;
     for (int k = CAT_COUNT - 1; k >= 0; k--) {
+        const char *cn = emu_cat_name((emu_cat)k);
         chart_fill(&im, lx, ly, 14, 14, cat_colors[k]);
-        chart_text(&im, lx + 20, ly, emu_cat_name((emu_cat)k), 1, INK);
-        fmt_time(tbuf, sizeof tbuf, catsum[k] / n);
-        chart_text(&im, lx + 20, ly + FONT_H + 1, tbuf, 1, MUTED);
-        ly += 2 * FONT_H + 10;
+        chart_text(&im, lx + 20, ly, cn, 1, INK);
+        double v = catsum[k] / n * 1e3;
+        if (v == 0 || v >= 1)
+            snprintf(tbuf, sizeof tbuf, "%.*f ms", dec, v);
+        else
+            snprintf(tbuf, sizeof tbuf, "%.3g ms", v);
+        if (compact) {
+            chart_text(&im, lx + 20 + font_text_width(cn, 1) + 6, ly, tbuf, 1, MUTED);
+            ly += FONT_H + 6;
+        } else {
+            chart_text(&im, lx + 20, ly + FONT_H + 1, tbuf, 1, MUTED);
+            ly += 2 * FONT_H + 10;
+        }
     }
     ly += 6;
     for (int x = lx; x < lx + 14; x += 8)

@@ -20,6 +20,12 @@ typedef struct {
     size_t n;
 } view_lane;
 
+/* One timeline row: cores first..last, all drawn from core src's events
+ * (a run of identical cores the engine recorded once is one row). */
+typedef struct {
+    int first, last, src;
+} view_row;
+
 typedef struct {
     emu_result r;
     int loaded;           /* r is filled */
@@ -28,6 +34,8 @@ typedef struct {
     int *src;             /* src[c]: the core whose events row c draws: c,
                              or a twin with the same breakdown when the
                              engine recorded only one core of a group */
+    view_row *rows;       /* the timeline's rows */
+    int n_rows;
     char source[300];     /* file name or "demo" */
     int demo;             /* 0, or the demo's core count */
 
@@ -40,7 +48,7 @@ typedef struct {
 
     int panel, help, units;
     double v0, v1;        /* visible time window, seconds */
-    int row0;             /* first core shown in the timeline */
+    int row0;             /* first row shown in the timeline */
     int mx, my;           /* mouse */
     int dragging, drag_x;
     double drag_v0, drag_v1;
@@ -50,7 +58,7 @@ typedef struct {
 } view_app;
 
 /* Layout, pixels. */
-#define VIEW_HEADER 30
+#define VIEW_HEADER 40
 #define VIEW_FOOTER 40
 #define VIEW_LABELS 130
 #define VIEW_AXIS 24
@@ -66,8 +74,8 @@ void view_text(view_app *a, int x, int y, const char *s, int scale,
                uint32_t rgb);
 int view_rows_visible(const view_app *a);
 int view_row_height(const view_app *a);
-/* The event under pixel (x, y) in the timeline; returns 1 and fills core,
- * unit and event index when there is one. */
+/* The event under pixel (x, y) in the timeline; returns 1 and fills core
+ * (the row's first core), unit and event index when there is one. */
 int view_pick(const view_app *a, int x, int y, int *core, int *unit,
               long *ev);
 /* Index lanes for a (after r changes). */

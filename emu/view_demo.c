@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "emu/params.h"
+#include "firmware/isa.h"
 #include "emu/view_app.h"
 
 typedef struct {
@@ -38,12 +39,18 @@ static int span(builder *b, int cat, int phase, int layer, double dur,
 {
     if (!(dur > 0))
         return 1;
+    /* The opcode a span of this category would end on, as the engine
+     * records it; critical-path spans carry no bytes or FLOPs. */
+    static const uint8_t cat_op[CAT_COUNT] = {FW_MATMUL, FW_VEC, FW_WAIT_LD,
+                                              FW_HALO, FW_ALLREDUCE, FW_BARRIER};
+    static const uint8_t unit_op[UNIT_COUNT] = {0, FW_MATMUL, FW_VEC, FW_DMA_LD, FW_HALO};
     emu_event e = {b->t, b->t + dur, UNIT_CORE, (uint8_t)cat, (uint8_t)phase,
-                   0, layer, (uint32_t)(pieces > 0 ? pieces : 1), bytes, flops};
+                   cat_op[cat], layer, (uint32_t)(pieces > 0 ? pieces : 1), 0, 0};
     int ok = push(b, e);
     for (int i = 0; ok && unit != UNIT_CORE && i < pieces; i++) {
         emu_event u = e;
         u.unit = (uint8_t)unit;
+        u.opcode = unit == UNIT_ICI && cat == CAT_ALLREDUCE ? FW_ALLREDUCE : unit_op[unit];
         u.t0 = b->t + dur * i / pieces;
         u.t1 = b->t + dur * (i + 1) / pieces;
         u.count = 16;
@@ -83,6 +90,7 @@ int view_demo_build(emu_result *r, int cores)
     r->train = 1;
     r->fits = 1;
     r->hbm_capacity_bytes = 16.0 * (1 << 30);
+    r->hbm_needed_bytes = 9.5e9;
 
     /* Layer names in ResNet's style: conv1, res2a_branch2a, ... */
     int stages = 4, blocks = big ? 2 : 3, nl = 2 + stages * blocks * 3;

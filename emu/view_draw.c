@@ -8,6 +8,8 @@
 
 #include "emu/chart.h"
 #include "emu/font.h"
+#include "emu/params.h"
+#include "firmware/isa.h"
 #include "emu/view_app.h"
 
 #define C_BG 0xF7F7F7
@@ -90,6 +92,73 @@ static void fmt_t(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%.4g us", s * 1e6);
     else
         snprintf(buf, cap, "%.4g ns", s * 1e9);
+}
+
+/* The unit a span of w seconds reads best in. */
+static double t_unit(double w, const char **name)
+{
+    w = fabs(w);
+    if (w >= 1) {
+        *name = "s";
+        return 1;
+    }
+    if (w >= 1e-3) {
+        *name = "ms";
+        return 1e3;
+    }
+    if (w >= 1e-6) {
+        *name = "us";
+        return 1e6;
+    }
+    *name = "ns";
+    return 1e9;
+}
+
+/* Decimals that resolve res in a unit of scale sc. */
+static int t_decimals(double res, double sc)
+{
+    double r = res * sc;
+    if (!(r > 0) || r >= 1)
+        return 0;
+    int d = (int)ceil(-log10(r) - 1e-9);
+    return d > 9 ? 9 : d;
+}
+
+/* s in its own unit, with enough decimals to resolve res seconds: a
+ * position deep in a long step keeps the digits the zoom needs. */
+static void fmt_tp(char *buf, size_t cap, double s, double res)
+{
+    const char *un;
+    if (s == 0) {
+        snprintf(buf, cap, "0");
+        return;
+    }
+    double sc = t_unit(s, &un);
+    snprintf(buf, cap, "%.*f %s", t_decimals(res, sc), s * sc, un);
+}
+
+/* Text cut to maxw pixels ("..": cut). */
+static void text_fit(view_app *a, int x, int y, const char *s, int maxw,
+                     uint32_t rgb)
+{
+    char buf[512];
+    int n = maxw / FONT_W;
+    if (n <= 0)
+        return;
+    snprintf(buf, sizeof buf, "%s", s);
+    if ((int)strlen(buf) > n) {
+        if (n >= 3) {
+            buf[n - 2] = '.';
+            buf[n - 1] = '.';
+        }
+        buf[n] = 0;
+    }
+    view_text(a, x, y, buf, 1, rgb);
+}
+
+static int text_w(const char *s)
+{
+    return FONT_W * (int)strlen(s);
 }
 
 /* ---- lanes ----------------------------------------------------------- */
@@ -188,6 +257,21 @@ int view_index(view_app *a)
             }
         }
     }
+    /* Rows: a run of consecutive cores drawn from the same recorded core
+     * is one row (a v3-2048 data-parallel step is two rows, not 2048). */
+    a->rows = malloc(sizeof *a->rows * (a->r.cores > 0 ? a->r.cores : 1));
+    if (!a->rows)
+        return 0;
+    a->n_rows = 0;
+    for (int c = 0; c < a->r.cores; c++) {
+        view_row *p = a->n_rows ? &a->rows[a->n_rows - 1] : NULL;
+        if (p && a->src[c] != c && p->src == a->src[c] && p->first != p->src &&
+            p->last == c - 1) {
+            p->last = c;
+            continue;
+        }
+        a->rows[a->n_rows++] = (view_row){c, c, a->src[c]};
+    }
     return 1;
 }
 
@@ -202,8 +286,11 @@ void view_unindex(view_app *a)
         }
     free(a->lanes);
     free(a->src);
+    free(a->rows);
     a->lanes = NULL;
     a->src = NULL;
+    a->rows = NULL;
+    a->n_rows = 0;
 }
 
 /* First index whose running-max end reaches t. */
@@ -292,48 +379,130 @@ static double nice(double range, int want)
     return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
+/* The time axis: ticks in the unit the visible window reads best in
+ * (s, ms, us, ns), as many as fit their labels; deep in a long step the
+ * labels are offsets from an origin printed once in the caption. */
+static void draw_axis(view_app *a, int top)
+{
+    int xr = a->W - 10, pw = xr - VIEW_LABELS;
+    double w = a->v1 - a->v0;
+    const char *un;
+    double sc = t_unit(w, &un), wu = w * sc, v0u = a->v0 * sc, v1u = a->v1 * sc;
+    double origin = 0, st = nice(wu, 8);
+    char buf[64], cap[64];
+    snprintf(buf, sizeof buf, "%.*f", t_decimals(st, 1), v1u);
+    if (strlen(buf) > 5) {
+        double p = pow(10, ceil(log10(wu)));
+        origin = floor(v0u / p) * p;
+    }
+    /* Two passes: the step sets the label width, the width the step. */
+    for (int pass = 0; pass < 2; pass++) {
+        int d = t_decimals(st, 1), l0, l1;
+        l0 = snprintf(buf, sizeof buf, "%.*f", d, v0u - origin);
+        l1 = snprintf(buf, sizeof buf, "%.*f", d, v1u - origin);
+        int lw = FONT_W * ((l0 > l1 ? l0 : l1) + 3);
+        int want = pw / lw;
+        st = nice(wu, want < 2 ? 2 : want > 10 ? 10 : want);
+    }
+    int d = t_decimals(st, 1), last_r = VIEW_LABELS - 6;
+    for (double tu = ceil(v0u / st) * st; tu <= v1u + 1e-9 * st; tu += st) {
+        int x = (int)x_of_t(a, tu / sc);
+        if (x > xr)
+            break;
+        fill(a, x, top, 1, a->H - top - VIEW_FOOTER, C_GRID);
+        double v = tu - origin;
+        if (fabs(v) < 0.5 * st * 1e-6)
+            v = 0;
+        snprintf(buf, sizeof buf, "%.*f", d, v);
+        int tw = text_w(buf), lx = x - tw / 2;
+        if (lx + tw > xr)
+            lx = xr - tw; /* the last label stays inside the plot */
+        if (lx < VIEW_LABELS)
+            lx = VIEW_LABELS;
+        if (lx < last_r + 6)
+            continue;
+        view_text(a, lx, VIEW_HEADER + 5, buf, 1, C_INK);
+        last_r = lx + tw;
+    }
+    if (origin != 0) {
+        char ob[48];
+        fmt_tp(ob, sizeof ob, origin / sc, pow(10, ceil(log10(wu))) / sc);
+        snprintf(cap, sizeof cap, "%s after %s", un, ob);
+    } else
+        snprintf(cap, sizeof cap, "time (%s)", un);
+    text_fit(a, 6, VIEW_HEADER + 5, cap, VIEW_LABELS - 8, C_INK);
+}
+
+/* A row's label in the label column: the cores, which recorded core the
+ * row is drawn from, the chip(s).  With unit rows the unit names are
+ * right-aligned on lines 2-5, so the other lines stay left of them. */
+static void draw_row_label(view_app *a, const view_row *rw, int y)
+{
+    char core[48], same[48], chip[48];
+    int room = VIEW_LABELS - 14;
+    const emu_core_result *p0 = &a->r.per_core[rw->first],
+                          *p1 = &a->r.per_core[rw->last];
+    if (rw->first == rw->last)
+        snprintf(core, sizeof core, "core %d", rw->first);
+    else
+        snprintf(core, sizeof core, "cores %d-%d", rw->first, rw->last);
+    same[0] = 0;
+    if (rw->src != rw->first)
+        snprintf(same, sizeof same, "same as %d", rw->src);
+    if (p0->chip == p1->chip)
+        snprintf(chip, sizeof chip, "chip %d", p0->chip);
+    else
+        snprintf(chip, sizeof chip, "chips %d-%d", p0->chip, p1->chip);
+    if (a->units) {
+        text_fit(a, 6, y, core, room, C_INK);
+        int l = 1;
+        if (same[0])
+            text_fit(a, 6, y + 14 + (l++ - 1) * 12 - 1, same, room - text_w("vector") - 6,
+                     0xA03000);
+        text_fit(a, 6, y + 14 + (l - 1) * 12 - 1, chip, room - text_w("vector") - 6, C_MUTED);
+        return;
+    }
+    /* One line: "cores 1-2047: same as 0", shortened until it fits. */
+    if (!same[0]) {
+        text_fit(a, 6, y, core, room, C_INK);
+        return;
+    }
+    snprintf(same, sizeof same, ": same as %d", rw->src);
+    if (text_w(core) + text_w(same) > room)
+        snprintf(same, sizeof same, " = %d", rw->src);
+    if (text_w(core) + text_w(same) > room && rw->first != rw->last)
+        snprintf(core, sizeof core, "%d-%d", rw->first, rw->last);
+    text_fit(a, 6, y, core, room, C_INK);
+    int x = 6 + text_w(core);
+    text_fit(a, x, y, same, room + 6 - x, 0xA03000);
+}
+
 static void draw_timeline(view_app *a)
 {
     int top = VIEW_HEADER + VIEW_AXIS, xr = a->W - 10;
-    char buf[200];
-    /* Time axis in ms. */
-    double step = nice((a->v1 - a->v0) * 1e3, 8) / 1e3;
-    for (double t = ceil(a->v0 / step) * step; t <= a->v1; t += step) {
-        int x = (int)x_of_t(a, t);
-        fill(a, x, top, 1, a->H - top - VIEW_FOOTER, C_GRID);
-        snprintf(buf, sizeof buf, "%.*f", step * 1e3 >= 1 ? 0 : (int)ceil(-log10(step * 1e3)) , t * 1e3);
-        view_text(a, x - (int)strlen(buf) * FONT_W / 2, VIEW_HEADER + 5, buf, 1, C_INK);
-    }
-    view_text(a, 8, VIEW_HEADER + 5, "time (ms)", 1, C_INK);
     if (!a->has_events) {
-        view_text(a, VIEW_LABELS, top + 30,
-                  "This result has no recorded timeline (a report JSON stores "
-                  "none): press 2 for the torus, 3 for the bars.", 1, C_INK);
+        /* A report stores no events: no axis, nothing to hover. */
+        text_fit(a, 20, top + 10,
+                 "This result has no recorded timeline (a report JSON stores none).",
+                 a->W - 40, C_INK);
+        text_fit(a, 20, top + 28, "Press 2 for the torus, 3 for the bars.", a->W - 40, C_INK);
         return;
     }
+    draw_axis(a, top);
     int rh = view_row_height(a), nv = view_rows_visible(a);
     static const char *const ul[UNIT_COUNT] = {"", "MXU", "vector", "DMA", "ICI"};
-    for (int k = 0; k < nv && a->row0 + k < a->r.cores; k++) {
-        int c = a->row0 + k, y = top + 2 + k * rh;
+    for (int k = 0; k < nv && a->row0 + k < a->n_rows; k++) {
+        const view_row *rw = &a->rows[a->row0 + k];
+        int c = rw->first, y = top + 2 + k * rh;
         const emu_core_result *pc = &a->r.per_core[c];
         if (k % 2 == 0)
             fill(a, 0, y - 1, VIEW_LABELS - 4, rh, 0xECEFF1);
-        snprintf(buf, sizeof buf, "core %d", c);
-        view_text(a, 6, y, buf, 1, C_INK);
-        if (a->src[c] != c) {
-            /* Not recorded by the engine: drawn from an identical core. */
-            snprintf(buf, sizeof buf, "same as %d", a->src[c]);
-            view_text(a, VIEW_LABELS - 8 - 6 * (int)strlen(buf), y, buf, 1, 0xA03000);
-        }
-        if (a->units) {
-            snprintf(buf, sizeof buf, "chip %d", pc->chip);
-            view_text(a, 66, y, buf, 1, C_MUTED);
-        }
+        draw_row_label(a, rw, y);
         draw_lane(a, c, UNIT_CORE, y, 13);
         if (a->units)
             for (int u = 1; u < UNIT_COUNT; u++) {
                 int yy = y + 14 + (u - 1) * 12;
-                view_text(a, VIEW_LABELS - 8 - 6 * (int)strlen(ul[u]), yy - 1, ul[u], 1, C_MUTED);
+                view_text(a, VIEW_LABELS - 8 - text_w(ul[u]), yy - 1, ul[u], 1, C_MUTED);
                 draw_lane(a, c, u, yy + 2, 8);
             }
         /* The step's end, where idle stops. */
@@ -342,9 +511,9 @@ static void draw_timeline(view_app *a)
             fill(a, xe, y - 1, 1, rh - 2, 0x000000);
     }
     /* Scroll position. */
-    if (a->r.cores > nv) {
+    if (a->n_rows > nv) {
         int h = a->H - top - VIEW_FOOTER;
-        int bh = h * nv / a->r.cores, by = top + h * a->row0 / a->r.cores;
+        int bh = h * nv / a->n_rows, by = top + h * a->row0 / a->n_rows;
         fill(a, a->W - 6, top, 4, h, 0xE0E0E0);
         fill(a, a->W - 6, by, 4, bh < 6 ? 6 : bh, 0x808080);
     }
@@ -358,9 +527,10 @@ int view_pick(const view_app *a, int x, int y, int *core, int *unit, long *ev)
     int top = VIEW_HEADER + VIEW_AXIS + 2, rh = view_row_height(a);
     if (y < top || y >= a->H - VIEW_FOOTER)
         return 0;
-    int k = (y - top) / rh, c = a->row0 + k, dy = (y - top) % rh, u = UNIT_CORE;
-    if (c >= a->r.cores)
+    int k = (y - top) / rh, dy = (y - top) % rh, u = UNIT_CORE;
+    if (a->row0 + k >= a->n_rows)
         return 0;
+    int c = a->rows[a->row0 + k].first;
     if (dy >= 14) {
         if (!a->units)
             return 0;
@@ -395,11 +565,12 @@ int view_pick(const view_app *a, int x, int y, int *core, int *unit, long *ev)
 
 /* ---- torus ----------------------------------------------------------- */
 
-/* Utilization colour map: pale blue-grey (idle) through yellow to dark red
- * (saturated), ordered in lightness so it reads in grey too. */
-static uint32_t heat(double f)
+/* Colour ramps, ordered in lightness so they read in grey too: links on
+ * a yellow-orange-red ramp (ColorBrewer YlOrRd, starting from a beige
+ * that still shows on the background), cores on a single-hue blue ramp
+ * (ColorBrewer Blues), so the two never look alike. */
+static uint32_t ramp(const uint32_t *stops, double f)
 {
-    static const uint32_t stops[] = {0xDCE3EA, 0x9ECAE1, 0xFEE08B, 0xF46D43, 0xA50026};
     if (!(f > 0))
         f = 0;
     if (f > 1)
@@ -417,6 +588,18 @@ static uint32_t heat(double f)
     return o;
 }
 
+static uint32_t link_color(double f)
+{
+    static const uint32_t st[] = {0xE8DFCC, 0xFED976, 0xFD8D3C, 0xE31A1C, 0x800026};
+    return ramp(st, f);
+}
+
+static uint32_t core_color(double f)
+{
+    static const uint32_t st[] = {0xEFF3FF, 0xBDD7E7, 0x6BAED6, 0x2171B5, 0x08306B};
+    return ramp(st, f);
+}
+
 static void torus_dims(const view_app *a, int *dx, int *dy)
 {
     *dx = a->r.dim_x;
@@ -427,17 +610,19 @@ static void torus_dims(const view_app *a, int *dx, int *dy)
     }
 }
 
+#define TORUS_LEGEND 210
+
 static void torus_geom(const view_app *a, int *cell, int *ox, int *oy)
 {
     int dx, dy;
     torus_dims(a, &dx, &dy);
-    int aw = a->W - 260, ah = a->H - VIEW_HEADER - VIEW_FOOTER - 60;
+    int aw = a->W - TORUS_LEGEND - 50, ah = a->H - VIEW_HEADER - VIEW_FOOTER - 60;
     int c = aw / dx < ah / dy ? aw / dx : ah / dy;
     if (c < 4)
         c = 4;
     *cell = c;
-    *ox = 40 + (aw - c * dx) / 2;
-    *oy = VIEW_HEADER + 40 + (ah - c * dy) / 2;
+    *ox = 30 + (aw - c * dx) / 2;
+    *oy = VIEW_HEADER + 44 + (ah - c * dy) / 2;
 }
 
 static double busy_share(const emu_core_result *pc)
@@ -447,9 +632,41 @@ static double busy_share(const emu_core_result *pc)
 
 static double link_util(const view_app *a, int chip, int dir)
 {
-    if (!a->r.link_busy_s || a->r.step_time_s <= 0)
+    if (!a->r.link_busy_s || a->r.step_time_s <= 0 || chip < 0 || chip >= a->r.chips)
         return 0;
     return a->r.link_busy_s[chip * 4 + dir] / a->r.step_time_s;
+}
+
+/* Wrap-around links exist on full pods only (params.c); a system the
+ * table does not know has them when an edge link carried traffic. */
+static int torus_wraps(const view_app *a)
+{
+    const tpu_system *sys = tpu_system_find(a->r.system);
+    if (sys)
+        return sys->full_pod;
+    int dx, dy;
+    torus_dims(a, &dx, &dy);
+    for (int ch = 0; ch < a->r.chips; ch++) {
+        int x = ch % dx, y = ch / dx;
+        if ((x == 0 && link_util(a, ch, 1) > 0) || (x == dx - 1 && link_util(a, ch, 0) > 0) ||
+            (y == 0 && link_util(a, ch, 3) > 0) || (y == dy - 1 && link_util(a, ch, 2) > 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* Does chip ch have a link in direction dir (+x, -x, +y, -y)? */
+static int link_exists(const view_app *a, int ch, int dir, int wraps)
+{
+    int dx, dy;
+    torus_dims(a, &dx, &dy);
+    int x = ch % dx, y = ch / dx, n = dir < 2 ? dx : dy, p = dir < 2 ? x : y;
+    if (n < 2)
+        return 0;
+    int nb = (dir & 1) ? p - 1 : p + 1;
+    if (nb < 0 || nb >= n)
+        return wraps;
+    return (dir < 2 ? y * dx + nb : nb * dx + x) < a->r.chips;
 }
 
 int view_torus_chip_at(const view_app *a, int x, int y);
@@ -467,6 +684,33 @@ int view_torus_chip_at(const view_app *a, int x, int y)
     return ch < a->r.chips ? ch : -1;
 }
 
+/* Text wrapped at spaces into lines of at most maxw pixels; returns the
+ * y below the last line. */
+static int text_wrap(view_app *a, int x, int y, const char *s, int maxw, uint32_t rgb)
+{
+    int n = maxw / FONT_W;
+    char line[512];
+    if (n < 8)
+        n = 8;
+    while (*s) {
+        int len = (int)strlen(s), cut = len;
+        if (len > n) {
+            cut = n;
+            while (cut > 0 && s[cut] != ' ')
+                cut--;
+            if (cut == 0)
+                cut = n;
+        }
+        snprintf(line, sizeof line, "%.*s", cut, s);
+        view_text(a, x, y, line, 1, rgb);
+        y += FONT_H + 3;
+        s += cut;
+        while (*s == ' ')
+            s++;
+    }
+    return y;
+}
+
 static void draw_torus(view_app *a)
 {
     int cell, ox, oy, dx, dy;
@@ -476,12 +720,28 @@ static void draw_torus(view_app *a)
     int lw = gap / 3 < cell / 10 ? gap / 3 : cell / 10; /* one stroke per direction */
     if (lw < 1)
         lw = 1;
+    int wraps = torus_wraps(a), hover = view_torus_chip_at(a, a->mx, a->my);
     char buf[200];
+    /* Link colours are scaled to the run's busiest link: a 1% all-reduce
+     * would otherwise look like idle links. */
+    double lsum = 0, lmax = 0, usum = 0, bsum = 0;
+    int nl = 0;
+    for (int ch = 0; ch < a->r.chips; ch++)
+        for (int d = 0; d < 4; d++)
+            if (link_exists(a, ch, d, wraps)) {
+                double u = link_util(a, ch, d);
+                lsum += u;
+                lmax = fmax(lmax, u);
+                nl++;
+            }
+    double lscale = lmax > 0 ? lmax : 1;
     snprintf(buf, sizeof buf,
-             "%d x %d chips (x right, y down); links coloured by utilization "
-             "(busy time / step time), cores by busy share (1 - idle / step)",
-             dx, dy);
-    view_text(a, 40, VIEW_HEADER + 10, buf, 1, C_INK);
+             "%d x %d chips (x right, y down%s). Cores: MXU utilization. "
+             "Links: busy time / step time, one stroke per direction, "
+             "scaled to the busiest link.",
+             dx, dy, wraps ? ", wrap-around links at the edges" : "");
+    text_wrap(a, 30, VIEW_HEADER + 8, buf, a->W - TORUS_LEGEND - 40, C_INK);
+    int labels = cell >= 90 && gap >= 30;
     for (int ch = 0; ch < a->r.chips; ch++) {
         int x = ch % dx, y = ch / dx;
         int px = ox + x * cell, py = oy + y * cell;
@@ -491,17 +751,24 @@ static void draw_torus(view_app *a)
         int mid = py + chip / 2, midx = px + chip / 2;
         int nb = (x + 1 < dx) ? ch + 1 : ch - x;
         int nby = (y + 1 < dy) ? ch + dx : x;
-        double ux0 = link_util(a, ch, 0), ux1 = nb < a->r.chips ? link_util(a, nb, 1) : 0;
-        double uy0 = link_util(a, ch, 2), uy1 = nby < a->r.chips ? link_util(a, nby, 3) : 0;
-        /* Edge links exist only with wrap-around (full pods): drawn when
-         * the result says they carried traffic. */
-        if (x + 1 < dx || ux0 > 0 || ux1 > 0) {
-            fill(a, px + chip, mid - lw - 1, gap, lw, heat(ux0));
-            fill(a, px + chip, mid + 1, gap, lw, heat(ux1));
+        if (link_exists(a, ch, 0, wraps)) {
+            double u0 = link_util(a, ch, 0), u1 = link_util(a, nb, 1);
+            fill(a, px + chip, mid - lw - 1, gap, lw, link_color(u0 / lscale));
+            fill(a, px + chip, mid + 1, gap, lw, link_color(u1 / lscale));
+            if (labels) {
+                snprintf(buf, sizeof buf, "%.1f%%", 100 * fmax(u0, u1));
+                view_text(a, px + chip + (gap - text_w(buf)) / 2, mid - lw - FONT_H - 2, buf,
+                          1, C_MUTED);
+            }
         }
-        if (y + 1 < dy || uy0 > 0 || uy1 > 0) {
-            fill(a, midx - lw - 1, py + chip, lw, gap, heat(uy0));
-            fill(a, midx + 1, py + chip, lw, gap, heat(uy1));
+        if (link_exists(a, ch, 2, wraps)) {
+            double u0 = link_util(a, ch, 2), u1 = link_util(a, nby, 3);
+            fill(a, midx - lw - 1, py + chip, lw, gap, link_color(u0 / lscale));
+            fill(a, midx + 1, py + chip, lw, gap, link_color(u1 / lscale));
+            if (labels) {
+                snprintf(buf, sizeof buf, "%.1f%%", 100 * fmax(u0, u1));
+                view_text(a, midx + lw + 4, py + chip + (gap - FONT_H) / 2, buf, 1, C_MUTED);
+            }
         }
         fill(a, px, py, chip, chip, 0x455A64);
         /* Two cores of the chip. */
@@ -511,40 +778,50 @@ static void draw_torus(view_app *a)
             if (core >= a->r.cores)
                 break;
             fill(a, px + 1 + k * (cw + 1), py + 1, cw, chip - 2,
-                 heat(busy_share(&a->r.per_core[core])));
+                 core_color(a->r.per_core[core].mxu_utilization));
+        }
+        if (ch == hover) {
+            frame_rect(a, px - 2, py - 2, chip + 4, chip + 4, 0x000000);
+            frame_rect(a, px - 3, py - 3, chip + 6, chip + 6, 0x000000);
         }
         if (cell >= 40) {
             snprintf(buf, sizeof buf, "%d", ch);
             view_text(a, px + 2, py + chip + 2, buf, 1, C_MUTED);
         }
     }
-    /* Legend: the colour scale. */
-    int lx = a->W - 200, ly = VIEW_HEADER + 50;
-    view_text(a, lx, ly, "utilization / busy", 1, C_INK);
-    for (int i = 0; i < 180; i++)
-        fill(a, lx + i, ly + 20, 1, 16, heat(i / 179.0));
-    view_text(a, lx, ly + 40, "0%", 1, C_INK);
-    view_text(a, lx + 180 - 24, ly + 40, "100%", 1, C_INK);
-    /* Mean figures. */
-    double lsum = 0, lmax = 0, bsum = 0;
-    int nl = 0;
-    for (int ch = 0; ch < a->r.chips; ch++)
-        for (int d = 0; d < 4; d++) {
-            double u = link_util(a, ch, d);
-            lsum += u;
-            lmax = fmax(lmax, u);
-            nl++;
-        }
-    for (int c = 0; c < a->r.cores; c++)
+    for (int c = 0; c < a->r.cores; c++) {
+        usum += a->r.per_core[c].mxu_utilization;
         bsum += busy_share(&a->r.per_core[c]);
-    snprintf(buf, sizeof buf, "links: mean %.0f%%", nl ? 100 * lsum / nl : 0);
-    view_text(a, lx, ly + 70, buf, 1, C_INK);
-    snprintf(buf, sizeof buf, "       max  %.0f%%", 100 * lmax);
-    view_text(a, lx, ly + 86, buf, 1, C_INK);
-    snprintf(buf, sizeof buf, "cores: mean busy %.0f%%", a->r.cores ? 100 * bsum / a->r.cores : 0);
-    view_text(a, lx, ly + 106, buf, 1, C_INK);
-    view_text(a, lx, ly + 136, "hover a chip for", 1, C_MUTED);
-    view_text(a, lx, ly + 152, "its cores and links", 1, C_MUTED);
+    }
+    /* Legend: the two colour scales and the means. */
+    int lx = a->W - TORUS_LEGEND, ly = VIEW_HEADER + 50, bw = TORUS_LEGEND - 30;
+    if (lx < ox + dx * cell + 10)
+        lx = ox + dx * cell + 10;
+    view_text(a, lx, ly, "cores: MXU utilization", 1, C_INK);
+    for (int i = 0; i < bw; i++)
+        fill(a, lx + i, ly + 16, 1, 14, core_color(i / (bw - 1.0)));
+    view_text(a, lx, ly + 34, "0%", 1, C_INK);
+    view_text(a, lx + bw - text_w("100%"), ly + 34, "100%", 1, C_INK);
+    ly += 58;
+    view_text(a, lx, ly, "links: busy / step", 1, C_INK);
+    for (int i = 0; i < bw; i++)
+        fill(a, lx + i, ly + 16, 1, 14, link_color(i / (bw - 1.0)));
+    view_text(a, lx, ly + 34, "0%", 1, C_INK);
+    snprintf(buf, sizeof buf, "%.1f%% (max)", 100 * lmax);
+    view_text(a, lx + bw - text_w(buf), ly + 34, buf, 1, C_INK);
+    ly += 62;
+    snprintf(buf, sizeof buf, "links: mean %.1f%%", nl ? 100 * lsum / nl : 0);
+    view_text(a, lx, ly, buf, 1, C_INK);
+    snprintf(buf, sizeof buf, "       max  %.1f%%", 100 * lmax);
+    view_text(a, lx, ly + 16, buf, 1, C_INK);
+    snprintf(buf, sizeof buf, "       (%d links)", nl);
+    view_text(a, lx, ly + 32, buf, 1, C_MUTED);
+    snprintf(buf, sizeof buf, "cores: MXU %.1f%%", a->r.cores ? 100 * usum / a->r.cores : 0);
+    view_text(a, lx, ly + 52, buf, 1, C_INK);
+    snprintf(buf, sizeof buf, "       busy %.1f%%", a->r.cores ? 100 * bsum / a->r.cores : 0);
+    view_text(a, lx, ly + 68, buf, 1, C_INK);
+    view_text(a, lx, ly + 92, "hover a chip for", 1, C_MUTED);
+    view_text(a, lx, ly + 108, "its cores and links", 1, C_MUTED);
 }
 
 /* ---- bars ------------------------------------------------------------ */
@@ -585,12 +862,12 @@ static void draw_bars(view_app *a)
 static const char *const help_lines[] = {
     "tpuemu view - keys",
     "",
-    "1  2  3, Tab      timeline / torus / per-core bars (Tab cycles)",
+    "1  2  3, Tab      timeline / torus / per-core bars (Shift+Tab back)",
     "z or +, x or -    zoom in / out (timeline; around the mouse)",
     "mouse wheel       zoom at the mouse",
     "left right, a d   pan the time window (Shift: faster)",
     "drag              pan with the mouse",
-    "up down, w s      scroll cores; PgUp PgDn a page; Home first",
+    "up down, w s      scroll rows; PgUp PgDn a page; Home End",
     "0                 whole step (reset zoom)",
     "u                 show / hide unit rows (MXU, vector, DMA, ICI)",
     "click             select an event (its details stay in the footer)",
@@ -599,7 +876,8 @@ static const char *const help_lines[] = {
     "q                 quit",
     "",
     "\"same as N\" by a core: not recorded by the engine (identical",
-    "replica), drawn from core N's timeline.",
+    "replica), drawn from core N's timeline; a run of such cores is",
+    "one row (\"cores 1-2047: same as 0\").",
     "",
     "Colours: category of the critical path (the report's categories):",
 };
@@ -607,23 +885,106 @@ static const char *const help_lines[] = {
 static void draw_help(view_app *a)
 {
     int n = (int)(sizeof help_lines / sizeof help_lines[0]);
-    int w = 560, h = 40 + n * 18 + 40, x = (a->W - w) / 2, y = (a->H - h) / 2;
+    int extra = a->demo ? 1 : 0;
+    /* Line pitch shrinks (down to the font's height) so the box fits the
+     * smallest window, 640x400. */
+    int lh = (a->H - 20 - 40 - 26) / (n + extra);
+    if (lh > 18)
+        lh = 18;
+    if (lh < FONT_H)
+        lh = FONT_H;
+    int pad = lh < 16 ? 10 : 20;
+    int w = 580, h = 2 * pad + (n + extra) * lh + 22;
+    int lx0 = a->W < w ? 0 : (a->W - w) / 2, y = (a->H - h) / 2;
+    if (y < 0)
+        y = 0;
     SDL_SetRenderDrawBlendMode(a->ren, SDL_BLENDMODE_BLEND);
     SDL_Rect shade = {0, 0, a->W, a->H};
     SDL_SetRenderDrawColor(a->ren, 0, 0, 0, 110);
     SDL_RenderFillRect(a->ren, &shade);
     SDL_SetRenderDrawBlendMode(a->ren, SDL_BLENDMODE_NONE);
-    fill(a, x, y, w, h, 0xFFFFFF);
-    frame_rect(a, x, y, w, h, C_HEAD);
-    for (int i = 0; i < n; i++)
-        view_text(a, x + 20, y + 20 + i * 18, help_lines[i], i == 0 ? 1 : 1,
-                  i == 0 ? 0x0072B2 : C_INK);
-    int lx = x + 20, ly = y + 20 + n * 18 + 4;
+    fill(a, lx0, y, w, h, 0xFFFFFF);
+    frame_rect(a, lx0, y, w, h, C_HEAD);
+    int ty = y + pad;
+    for (int i = 0; i < n; i++, ty += lh) {
+        view_text(a, lx0 + 20, ty, help_lines[i], 1, i == 0 ? 0x0072B2 : C_INK);
+        if (i == 13 && extra) {
+            ty += lh;
+            view_text(a, lx0 + 20, ty, "d                 demo: switch v3-64 / v3-2048", 1,
+                      C_INK);
+        }
+    }
+    int lx = lx0 + 20, ly = ty + 4;
     for (int c = 0; c < CAT_COUNT; c++) {
         fill(a, lx, ly, 12, 12, chart_cat_color((emu_cat)c));
         view_text(a, lx + 16, ly, emu_cat_name((emu_cat)c), 1, C_INK);
-        lx += 16 + 6 * (int)strlen(emu_cat_name((emu_cat)c)) + 14;
+        lx += 16 + text_w(emu_cat_name((emu_cat)c)) + 14;
     }
+}
+
+/* FLOPs and bytes of the unit events under a critical-path span, each
+ * counted pro rata to its overlap (critical-path events carry none). */
+static void span_work(const view_app *a, int core, double t0, double t1,
+                      double *flops, double *bytes)
+{
+    *flops = *bytes = 0;
+    for (int u = 1; u < UNIT_COUNT; u++) {
+        const view_lane *L = &a->lanes[core * UNIT_COUNT + u];
+        for (size_t i = lane_first(L, t0); i < L->n; i++) {
+            const emu_event *e = lane_ev(a, core, u, i);
+            if (e->t0 >= t1)
+                break;
+            double ov = fmin(t1, e->t1) - fmax(t0, e->t0), d = e->t1 - e->t0;
+            if (ov <= 0 || d <= 0)
+                continue;
+            *flops += e->flops * ov / d;
+            *bytes += e->bytes * ov / d;
+        }
+    }
+}
+
+static void draw_event_info(view_app *a, int y, const char *who, int core, int unit,
+                            long ev)
+{
+    char buf[512], t0[48], t1[48], du[48];
+    const emu_event *e = &a->r.per_core[a->src[core]].events[ev];
+    const char *ln = (e->layer >= 0 && e->layer < a->r.n_layers && a->r.layer_names)
+                         ? a->r.layer_names[e->layer] : "(no layer)";
+    double res = fmin(e->t1 - e->t0, a->v1 - a->v0) / 100;
+    fmt_tp(t0, sizeof t0, e->t0, res);
+    fmt_tp(t1, sizeof t1, e->t1, res);
+    fmt_t(du, sizeof du, e->t1 - e->t0);
+    snprintf(buf, sizeof buf, "%s: core %d %s  layer %s (%s)  %s  %s .. %s (%s)",
+             who, core, unit == UNIT_CORE ? "critical path" : emu_unit_name((emu_unit)unit),
+             ln, emu_phase_name((emu_phase)e->phase),
+             emu_cat_name((emu_cat)e->cat), t0, t1, du);
+    text_fit(a, 8, y + 6, buf, a->W - 16, C_INK);
+    const char *op = fw_op_name((fw_op)e->opcode);
+    char what[96], work[160];
+    if (e->opcode == FW_LOOP) {
+        if (e->count > 1)
+            snprintf(what, sizeof what, "loop, %lu iterations summarised",
+                     (unsigned long)e->count);
+        else
+            snprintf(what, sizeof what, "loop, iterations summarised");
+    } else if (e->count > 1)
+        snprintf(what, sizeof what, "%s x %lu", op, (unsigned long)e->count);
+    else
+        snprintf(what, sizeof what, "%s", op);
+    double fl = e->flops, by = e->bytes;
+    int approx = 0;
+    if (unit == UNIT_CORE && fl == 0 && by == 0) {
+        span_work(a, a->src[core], e->t0, e->t1, &fl, &by);
+        approx = 1;
+    }
+    if (fl == 0 && by == 0)
+        snprintf(work, sizeof work, "FLOPs, bytes: %s",
+                 unit == UNIT_CORE ? "none recorded, see unit rows (u)" : "0");
+    else
+        snprintf(work, sizeof work, "%sFLOPs %.4g   bytes %.4g", approx ? "unit work in span: " : "",
+                 fl, by);
+    snprintf(buf, sizeof buf, "%s   %s", what, work);
+    text_fit(a, 8, y + 22, buf, a->W - 16, C_MUTED);
 }
 
 static void draw_footer(view_app *a)
@@ -631,25 +992,7 @@ static void draw_footer(view_app *a)
     int y = a->H - VIEW_FOOTER;
     fill(a, 0, y, a->W, VIEW_FOOTER, 0xECEFF1);
     fill(a, 0, y, a->W, 1, 0xB0BEC5);
-    char buf[400], t0[32], t1[32], du[32];
-    if (a->panel == VIEW_TIMELINE) {
-        /* Category legend and where the window is, on the right. */
-        int lx = a->W - 10;
-        for (int c = CAT_COUNT - 1; c >= 0; c--) {
-            const char *n = emu_cat_name((emu_cat)c);
-            lx -= 16 + 6 * (int)strlen(n) + 10;
-            fill(a, lx, y + 7, 11, 11, chart_cat_color((emu_cat)c));
-            view_text(a, lx + 15, y + 6, n, 1, C_INK);
-        }
-        int nv = view_rows_visible(a), last = a->row0 + nv - 1;
-        if (last > a->r.cores - 1)
-            last = a->r.cores - 1;
-        fmt_t(du, sizeof du, a->v1 - a->v0);
-        fmt_t(t0, sizeof t0, a->v0);
-        snprintf(buf, sizeof buf, "cores %d-%d of %d   window %s from %s", a->row0,
-                 last, a->r.cores, du, t0);
-        view_text(a, a->W - 10 - 6 * (int)strlen(buf), y + 22, buf, 1, C_MUTED);
-    }
+    char buf[400], t0[48], du[48];
     int core, unit, shown = 0;
     long ev;
     const char *who = "hover";
@@ -662,64 +1005,110 @@ static void draw_footer(view_app *a)
     } else
         shown = view_pick(a, a->mx, a->my, &core, &unit, &ev);
     if (shown) {
-        const emu_event *e = &a->r.per_core[a->src[core]].events[ev];
-        const char *ln = (e->layer >= 0 && e->layer < a->r.n_layers && a->r.layer_names)
-                             ? a->r.layer_names[e->layer] : "(no layer)";
-        fmt_t(t0, sizeof t0, e->t0);
-        fmt_t(t1, sizeof t1, e->t1);
-        fmt_t(du, sizeof du, e->t1 - e->t0);
-        snprintf(buf, sizeof buf, "%s: core %d %s  layer %s (%s)  %s  %s .. %s (%s)",
-                 who, core, unit == UNIT_CORE ? "critical path" : emu_unit_name((emu_unit)unit),
-                 ln, emu_phase_name((emu_phase)e->phase),
-                 emu_cat_name((emu_cat)e->cat), t0, t1, du);
-        view_text(a, 8, y + 6, buf, 1, C_INK);
-        snprintf(buf, sizeof buf, "count %lu   bytes %.4g   FLOPs %.4g   opcode %u",
-                 (unsigned long)e->count, e->bytes, e->flops, (unsigned)e->opcode);
-        view_text(a, 8, y + 22, buf, 1, C_MUTED);
+        /* The event takes the whole footer: nothing to overlap. */
+        draw_event_info(a, y, who, core, unit, ev);
         return;
+    }
+    int right1 = a->W - 10, right2 = a->W - 10;
+    if (a->panel == VIEW_TIMELINE && a->has_events) {
+        /* Category legend and where the window is, on the right. */
+        int lx = a->W - 10;
+        for (int c = CAT_COUNT - 1; c >= 0; c--) {
+            const char *n = emu_cat_name((emu_cat)c);
+            lx -= 16 + text_w(n) + 10;
+            fill(a, lx, y + 7, 11, 11, chart_cat_color((emu_cat)c));
+            view_text(a, lx + 15, y + 6, n, 1, C_INK);
+        }
+        right1 = lx - 10;
+        int nv = view_rows_visible(a), last = a->row0 + nv - 1;
+        if (last > a->n_rows - 1)
+            last = a->n_rows - 1;
+        double w = a->v1 - a->v0;
+        fmt_t(du, sizeof du, w);
+        fmt_tp(t0, sizeof t0, a->v0, w / 100);
+        snprintf(buf, sizeof buf, "cores %d-%d of %d   window %s from %s",
+                 a->rows[a->row0].first, a->rows[last].last, a->r.cores, du, t0);
+        right2 = a->W - 10 - text_w(buf);
+        view_text(a, right2, y + 22, buf, 1, C_MUTED);
+        right2 -= 10;
     }
     if (a->panel == VIEW_TORUS) {
         int ch = view_torus_chip_at(a, a->mx, a->my);
         if (ch >= 0) {
-            int dx, dy;
+            int dx, dy, wraps = torus_wraps(a);
             torus_dims(a, &dx, &dy);
             snprintf(buf, sizeof buf, "chip %d (x=%d, y=%d)", ch, ch % dx, ch / dx);
             for (int k = 0; k < 2 && ch * 2 + k < a->r.cores; k++) {
                 size_t l = strlen(buf);
-                snprintf(buf + l, sizeof buf - l, "   core %d busy %.1f%%", ch * 2 + k,
-                         100 * busy_share(&a->r.per_core[ch * 2 + k]));
+                const emu_core_result *pc = &a->r.per_core[ch * 2 + k];
+                snprintf(buf + l, sizeof buf - l, "   core %d: MXU %.1f%%, busy %.1f%%",
+                         ch * 2 + k, 100 * pc->mxu_utilization, 100 * busy_share(pc));
             }
-            view_text(a, 8, y + 6, buf, 1, C_INK);
-            snprintf(buf, sizeof buf, "links out: +x %.1f%%  -x %.1f%%  +y %.1f%%  -y %.1f%%",
-                     100 * link_util(a, ch, 0), 100 * link_util(a, ch, 1),
-                     100 * link_util(a, ch, 2), 100 * link_util(a, ch, 3));
-            view_text(a, 8, y + 22, buf, 1, C_MUTED);
+            text_fit(a, 8, y + 6, buf, a->W - 16, C_INK);
+            static const char *const dn[4] = {"+x", "-x", "+y", "-y"};
+            snprintf(buf, sizeof buf, "links out:");
+            for (int d = 0; d < 4; d++) {
+                size_t l = strlen(buf);
+                if (link_exists(a, ch, d, wraps))
+                    snprintf(buf + l, sizeof buf - l, "  %s %.2f%%", dn[d],
+                             100 * link_util(a, ch, d));
+                else
+                    snprintf(buf + l, sizeof buf - l, "  %s none", dn[d]);
+            }
+            text_fit(a, 8, y + 22, buf, a->W - 16, C_MUTED);
             return;
         }
     }
-    view_text(a, 8, y + 6,
-              a->panel == VIEW_TIMELINE ? "hover or click an event for its layer, time, bytes and FLOPs"
-                                        : "1 timeline   2 torus   3 bars",
-              1, C_MUTED);
-    view_text(a, 8, y + 22, "h: help and keys   q: quit", 1, C_MUTED);
+    const char *hint = a->panel == VIEW_TIMELINE && a->has_events
+                           ? "hover or click an event for its layer, time, bytes and FLOPs"
+                           : "1 timeline   2 torus   3 bars";
+    text_fit(a, 8, y + 6, hint, right1 - 8, C_MUTED);
+    const char *keys = "h: help and keys   q: quit";
+    if (8 + text_w(keys) <= right2)
+        view_text(a, 8, y + 22, keys, 1, C_MUTED);
 }
 
+/* Two lines: what ran, then how it fits (the figures `tpuemu run`
+ * prints): batch, replicas x cores, HBM per core, remat, MXU use. */
 static void draw_header(view_app *a)
 {
     fill(a, 0, 0, a->W, VIEW_HEADER, C_HEAD);
     char buf[400], tb[32];
-    fmt_t(tb, sizeof tb, a->r.step_time_s);
-    snprintf(buf, sizeof buf, "%s on %s - step %s", a->r.trace, a->r.system, tb);
-    view_text(a, 10, 8, buf, 1, 0xFFFFFF);
     static const char *const names[VIEW_PANELS] = {"1 timeline", "2 torus", "3 bars"};
     int x = a->W - 10;
     for (int p = VIEW_PANELS - 1; p >= 0; p--) {
-        int w = 6 * (int)strlen(names[p]) + 16;
+        int w = text_w(names[p]) + 16;
         x -= w + 4;
-        fill(a, x, 4, w, VIEW_HEADER - 8, p == a->panel ? 0xFFFFFF : 0x37474F);
-        view_text(a, x + 8, 8, names[p], 1, p == a->panel ? C_HEAD : 0xCFD8DC);
+        fill(a, x, 8, w, VIEW_HEADER - 16, p == a->panel ? 0xFFFFFF : 0x37474F);
+        view_text(a, x + 8, 14, names[p], 1, p == a->panel ? C_HEAD : 0xCFD8DC);
     }
-    view_text(a, x - 80, 8, "h: help", 1, 0xCFD8DC);
+    if (x - 10 - text_w("h: help") > 400) {
+        x -= 10 + text_w("h: help");
+        view_text(a, x, 14, "h: help", 1, 0xCFD8DC);
+    }
+    int room = x - 20;
+    fmt_t(tb, sizeof tb, a->r.step_time_s);
+    snprintf(buf, sizeof buf, "%s on %s - step %s", a->r.trace, a->r.system, tb);
+    text_fit(a, 10, 5, buf, room, 0xFFFFFF);
+    double mxu = 0;
+    for (int c = 0; c < a->r.cores; c++)
+        mxu += a->r.per_core[c].mxu_utilization;
+    mxu = a->r.cores ? mxu / a->r.cores : 0;
+    const double gib = 1024.0 * 1024 * 1024;
+    int n = snprintf(buf, sizeof buf, "batch %lld, %d replica%s x %d core%s",
+                     (long long)a->r.global_batch, a->r.replicas, a->r.replicas == 1 ? "" : "s",
+                     a->r.cores_per_replica, a->r.cores_per_replica == 1 ? "" : "s");
+    if (a->r.hbm_capacity_bytes > 0)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "  HBM %.3g %s of %.0f GiB/core%s",
+                      a->r.hbm_needed_bytes >= gib ? a->r.hbm_needed_bytes / gib
+                                                   : a->r.hbm_needed_bytes / (1024.0 * 1024),
+                      a->r.hbm_needed_bytes >= gib ? "GiB" : "MiB",
+                      a->r.hbm_capacity_bytes / gib, a->r.fits ? "" : " DOES NOT FIT");
+    if (a->r.hbm_remat_bytes > 0)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, " (remat %.3g MiB)",
+                      a->r.hbm_remat_bytes / (1024.0 * 1024));
+    snprintf(buf + n, sizeof buf - (size_t)n, "  MXU %.1f%%", 100 * mxu);
+    text_fit(a, 10, 21, buf, room, 0xB0BEC5);
 }
 
 void view_draw(view_app *a)

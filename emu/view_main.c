@@ -32,8 +32,9 @@ static const char usage[] =
     "  --size WxH            window size (default 1280x800)\n"
     "  --script \"KEYS\"       inject keys first, e.g. \"z z right tab\";\n"
     "                        also move:X,Y click:X,Y wheelup wheeldown\n"
+    "                        \"?\" or text:STR types text\n"
     "Keys: 1 2 3 / Tab panels, z x zoom, arrows pan and scroll, u unit rows,\n"
-    "0 reset, h help, q quit (docs/VIEWER.md).\n"
+    "0 reset, h ? F1 help, q quit (docs/VIEWER.md).\n"
     "exit status: 0 done, 2 bad input or output path, 3 the trace does not\n"
     "fit, 4 SDL cannot start (no display without --screenshot) or out of\n"
     "memory.\n";
@@ -59,6 +60,8 @@ static int set_result(view_app *a, emu_result *r)
     if (!view_index(a))
         return 0;
     reset_view(a);
+    /* A report stores no events: open where its data is. */
+    a->panel = a->has_events ? VIEW_TIMELINE : VIEW_BARS;
     return 1;
 }
 
@@ -95,11 +98,10 @@ static int load_file(view_app *a, const char *path)
             sim_opts_default(&o);
             o.trace_path = path;
             o.record_timeline = 1;
+            /* A step that does not fit returns TPU_ERR_NOFIT and no
+             * per-core results: the error (exit 3) says why. */
             st = sim_run(&g, &o, &r, &err);
             graph_free(&g);
-            /* A step that does not fit still has a result worth seeing. */
-            if (st == TPU_ERR_NOFIT && r.per_core)
-                st = TPU_OK;
         }
     }
     free(text);
@@ -141,7 +143,7 @@ static void clamp(view_app *a)
     if (a->v0 + w > step)
         a->v0 = step - w;
     a->v1 = a->v0 + w;
-    int nv = view_rows_visible(a), maxr = a->r.cores - nv;
+    int nv = view_rows_visible(a), maxr = a->n_rows - nv;
     if (a->row0 > maxr)
         a->row0 = maxr;
     if (a->row0 < 0)
@@ -174,7 +176,8 @@ static void on_key(view_app *a, SDL_Keycode k, Uint16 mod)
         break;
     case SDLK_h:
     case SDLK_F1:
-    case SDLK_QUESTION:
+        /* '?' comes as text (SDL_TEXTINPUT): on a US layout it is
+         * Shift+slash, elsewhere another key; the key code would vary. */
         a->help = !a->help;
         break;
     case SDLK_TAB:
@@ -243,7 +246,7 @@ static void on_key(view_app *a, SDL_Keycode k, Uint16 mod)
         a->row0 = 0;
         break;
     case SDLK_END:
-        a->row0 = a->r.cores;
+        a->row0 = a->n_rows;
         clamp(a);
         break;
     case SDLK_u:
@@ -263,6 +266,10 @@ static void on_event(view_app *a, const SDL_Event *e)
         break;
     case SDL_KEYDOWN:
         on_key(a, e->key.keysym.sym, e->key.keysym.mod);
+        break;
+    case SDL_TEXTINPUT:
+        if (!strcmp(e->text.text, "?"))
+            a->help = !a->help;
         break;
     case SDL_MOUSEMOTION:
         a->mx = e->motion.x;
@@ -351,6 +358,13 @@ static int push_script(view_app *a, const char *script)
         if (!strcmp(tok, "wheelup") || !strcmp(tok, "wheeldown")) {
             e.type = SDL_MOUSEWHEEL;
             e.wheel.y = tok[5] == 'u' ? 1 : -1;
+            SDL_PushEvent(&e);
+            continue;
+        }
+        if (!strcmp(tok, "?") || !strncmp(tok, "text:", 5)) {
+            /* typed text, as the OS sends it after the key press */
+            e.type = SDL_TEXTINPUT;
+            snprintf(e.text.text, sizeof e.text.text, "%s", tok[0] == '?' ? tok : tok + 5);
             SDL_PushEvent(&e);
             continue;
         }
@@ -501,6 +515,7 @@ int cli_view(int argc, char **argv)
         return rc;
     }
     SDL_GetRendererOutputSize(a->ren, &a->W, &a->H);
+    SDL_StartTextInput(); /* '?' arrives as text */
     clamp(a);
 
     if (script) {
@@ -518,6 +533,10 @@ int cli_view(int argc, char **argv)
             shutdown_app(a);
             return rc;
         }
+        /* Before any timing: --frames measures the scripted view. */
+        SDL_Event e;
+        while (SDL_PollEvent(&e))
+            on_event(a, &e);
     }
     if (frames > 0) {
         /* Timing: pan by 1% of the window per frame, as a held arrow key
@@ -536,8 +555,8 @@ int cli_view(int argc, char **argv)
         }
         double ms = (double)(SDL_GetPerformanceCounter() - t0) * 1e3 /
                     (double)SDL_GetPerformanceFrequency() / frames;
-        fprintf(stderr, "view: %d frames (%dx%d, %d cores), mean %.2f ms per frame\n",
-                frames, a->W, a->H, a->r.cores, ms);
+        fprintf(stderr, "view: %d frames (%dx%d, %d cores, %d rows%s), mean %.2f ms per frame\n",
+                frames, a->W, a->H, a->r.cores, a->n_rows, a->units ? " with unit rows" : "", ms);
     }
     if (shot) {
         SDL_Event e;

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "emu/font.h"
+#include "firmware/isa.h"
 #include "test/harness.h"
 
 static int png_rgb(const char *path, int *w, int *h, unsigned char **rgb)
@@ -44,6 +46,175 @@ static long diff_px(const unsigned char *a, const unsigned char *b, int w, int h
     for (long i = 0; i < (long)w * h; i++)
         n += memcmp(a + 3 * i, b + 3 * i, 3) != 0;
     return n;
+}
+
+/* Is s drawn at (x, y) in colour c with the bitmap font?  Every glyph
+ * pixel must be c and every other pixel of the cell must not be. */
+static int has_text(const unsigned char *p, int w, int h, int x, int y, const char *s,
+                    unsigned c)
+{
+    for (int i = 0; s[i]; i++)
+        for (int gy = 0; gy < FONT_H; gy++)
+            for (int gx = 0; gx < FONT_W; gx++) {
+                int px = x + i * FONT_W + gx, py = y + gy;
+                if (px < 0 || py < 0 || px >= w || py >= h)
+                    return 0;
+                const unsigned char *q = p + 3 * ((long)py * w + px);
+                unsigned v = (unsigned)q[0] << 16 | (unsigned)q[1] << 8 | q[2];
+                int bit = font_row((unsigned char)s[i], gy) >> gx & 1;
+                if (bit != (v == c))
+                    return 0;
+            }
+    return 1;
+}
+
+static long count_rgb_in(const unsigned char *p, int w, int x0, int y0, int x1, int y1,
+                         unsigned c)
+{
+    long n = 0;
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++) {
+            const unsigned char *q = p + 3 * ((long)y * w + x);
+            n += ((unsigned)q[0] << 16 | (unsigned)q[1] << 8 | q[2]) == c;
+        }
+    return n;
+}
+
+/* Layout of emu/view_app.h (the test does not include SDL). */
+enum { V_HEADER = 40, V_AXIS = 24, V_FOOTER = 40, V_LABELS = 130 };
+#define C_INK 0x202020u
+#define C_MUTED 0x666666u
+
+/* Takes a screenshot; returns the pixels (caller frees) or NULL. */
+static unsigned char *shot(th_ctx *t, th_cmd_result *r, const char *args, int *w, int *h)
+{
+    char path[400];
+    unsigned char *p = NULL;
+    snprintf(path, sizeof path, "%s/view_reg.png", th_tmpdir());
+    th_run(r, "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER %s view %s --screenshot %s",
+           th_bin(), args, path);
+    if (!TH_CHECKF(t, r->status == 0, "view %s: status %d: %s", args, r->status, r->err))
+        return NULL;
+    if (!TH_CHECK(t, png_rgb(path, w, h, &p)))
+        return NULL;
+    return p;
+}
+
+/* The reviewer's findings (docs/VIEWER.md), each checked on a frame. */
+static void regressions(th_ctx *t, th_cmd_result *r)
+{
+    int w, h;
+    unsigned char *p;
+    char args[600], rep[400];
+
+    th_case(t, "v3-2048: identical cores are one row, labels never overlap");
+    if (!th_asan()) {
+        p = shot(t, r, "traces/resnet50-224-v3-2048.json --size 640x400", &w, &h);
+        if (p) {
+            int top = V_HEADER + V_AXIS + 2;
+            TH_CHECK(t, has_text(p, w, h, 6, top, "core 0", C_INK));
+            TH_CHECK(t, has_text(p, w, h, 6, top + 16, "cores 1-2047", C_INK));
+            /* nothing below the two rows */
+            long below = 0;
+            for (int y = top + 2 * 16 + 4; y < h - V_FOOTER - 2; y++)
+                below += count_rgb_in(p, w, V_LABELS + 2, y, V_LABELS + 3, y + 1, 0x0072B2);
+            TH_CHECKF(t, below == 0, "%ld MXU pixels below the two rows", below);
+            TH_CHECK(t, has_text(p, w, h, 10, 21, "batch 65536, 2048 replicas x 1 core",
+                                 0xB0BEC5));
+            free(p);
+        }
+        p = shot(t, r, "traces/resnet50-224-v3-2048.json --size 640x400 --script u", &w, &h);
+        if (p) {
+            /* "same as 0" (red) and "chip ..." (grey) on lines of their own */
+            int both = 0;
+            for (int y = V_HEADER + V_AXIS; y < h - V_FOOTER; y++)
+                both += count_rgb_in(p, w, 0, y, 84, y + 1, 0xA03000) > 0 &&
+                        count_rgb_in(p, w, 0, y, 84, y + 1, C_MUTED) > 0;
+            TH_CHECKF(t, both == 0, "%d pixel rows hold both labels", both);
+            TH_CHECK(t, count_rgb_in(p, w, 0, 0, 84, h, 0xA03000) > 20);
+            free(p);
+        }
+        p = shot(t, r, "traces/resnet50-224-v3-2048.json --script 3", &w, &h);
+        if (p) {
+            TH_CHECK(t, has_text(p, w, h, 20, V_HEADER + 14 + 26 + 6 + FONT_H + 4,
+                                 "2048 cores drawn as 1 bar:", 0xA03000));
+            free(p);
+        }
+    }
+
+    th_case(t, "time axis: unit from the window, last label inside, offsets deep in");
+    p = shot(t, r, "traces/small/tiny2d.json --size 640x400", &w, &h);
+    if (p) {
+        TH_CHECK(t, has_text(p, w, h, 6, V_HEADER + 5, "time (us)", C_INK));
+        TH_CHECK(t, count_rgb_in(p, w, w - 10, V_HEADER, w, V_HEADER + V_AXIS, C_INK) == 0);
+        TH_CHECK(t, count_rgb_in(p, w, w - 40, V_HEADER, w - 10, V_HEADER + V_AXIS, C_INK) > 10);
+        free(p);
+    }
+    p = shot(t, r, "--demo --size 640x400 --script 'move:600,80 z z z z z z z z z z z z z z z z'",
+             &w, &h);
+    if (p) {
+        TH_CHECK(t, has_text(p, w, h, 6, V_HEADER + 5, "us after 938.2 ms", C_INK));
+        TH_CHECK(t, count_rgb_in(p, w, w - 10, V_HEADER, w, V_HEADER + V_AXIS, C_INK) == 0);
+        free(p);
+    }
+
+    th_case(t, "footer: the opcode by name, never a bare number");
+    p = shot(t, r, "--demo --size 1024x640 --script 'move:400,70'", &w, &h);
+    if (p) {
+        int named = 0;
+        for (int op = 0; op < FW_OP_COUNT; op++)
+            named |= has_text(p, w, h, 8, h - V_FOOTER + 22, fw_op_name((fw_op)op), C_MUTED);
+        TH_CHECK(t, named);
+        free(p);
+    }
+
+    th_case(t, "'?' (typed text) opens help; help fits 640x400; bars legend keeps mxu");
+    p = shot(t, r, "--demo --size 640x400 --script '?'", &w, &h);
+    if (p) {
+        const unsigned char *q = p + 3 * (w / 2);
+        TH_CHECK(t, !(q[0] == 255 && q[1] == 255 && q[2] == 255));
+        TH_CHECK(t, count_rgb_in(p, w, 0, 0, w, h, 0xFFFFFF) > 150 * 300);
+        free(p);
+    }
+    p = shot(t, r, "--demo --size 640x400 --script 3", &w, &h);
+    if (p) {
+        /* the legend column: six swatches including mxu */
+        TH_CHECK(t, count_rgb_in(p, w, w - 185, V_HEADER, w, h - V_FOOTER, 0x0072B2) >= 14 * 14);
+        free(p);
+    }
+
+    th_case(t, "a report opens on the bars; the torus outlines the hovered chip");
+    snprintf(rep, sizeof rep, "%s/view_rep.json", th_tmpdir());
+    th_run(r, "%s run traces/small/tiny2d.json --report %s", th_bin(), rep);
+    if (TH_CHECKF(t, r->status == 0, "run: %s", r->err)) {
+        snprintf(args, sizeof args, "%s --size 640x400", rep);
+        p = shot(t, r, args, &w, &h);
+        if (p) {
+            TH_CHECK(t, count_rgb(p, w, h, 0x0072B2) > w * h / 50);
+            TH_CHECK(t, !has_text(p, w, h, 6, V_HEADER + 5, "time (", C_INK));
+            free(p);
+        }
+        long black[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            /* the pointer off the chips, then on chip 0 */
+            snprintf(args, sizeof args, "%s --script '2 %s'", rep,
+                     k ? "move:300,300" : "move:5,700");
+            p = shot(t, r, args, &w, &h);
+            if (p) {
+                black[k] = count_rgb(p, w, h, 0x000000);
+                free(p);
+            }
+        }
+        TH_CHECKF(t, black[1] > black[0] + 40, "outline: %ld vs %ld black pixels", black[1],
+                  black[0]);
+    }
+
+    th_case(t, "--frames times the scripted view");
+    snprintf(rep, sizeof rep, "%s/view_frames.png", th_tmpdir());
+    th_run(r, "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER %s view --demo --frames 3 "
+              "--script 'u z z' --screenshot %s", th_bin(), rep);
+    TH_CHECKF(t, r->status == 0 && strstr(r->err, "with unit rows"), "status %d: %s", r->status,
+              r->err);
 }
 
 void th_suite_view(th_ctx *t)
@@ -149,5 +320,6 @@ void th_suite_view(th_ctx *t)
         pb = NULL;
     }
     free(pa);
+    regressions(t, r);
     free(r);
 }
