@@ -375,8 +375,9 @@ static void draw_lane(view_app *a, int core, int unit, int y, int h)
 
 static double nice(double range, int want)
 {
+    /* the smallest 1-2-5 step that gives at most `want` intervals */
     double raw = range / want, p = pow(10, floor(log10(raw))), m = raw / p;
-    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+    return (m <= 1.0001 ? 1 : m <= 2.0001 ? 2 : m <= 5.0001 ? 5 : 10) * p;
 }
 
 /* The time axis: ticks in the unit the visible window reads best in
@@ -950,7 +951,7 @@ static void draw_event_info(view_app *a, int y, const char *who, int core, int u
     const emu_event *e = &a->r.per_core[a->src[core]].events[ev];
     const char *ln = (e->layer >= 0 && e->layer < a->r.n_layers && a->r.layer_names)
                          ? a->r.layer_names[e->layer] : "(no layer)";
-    double res = fmin(e->t1 - e->t0, a->v1 - a->v0) / 100;
+    double res = fmin(e->t1 - e->t0, a->v1 - a->v0) / 10;
     fmt_tp(t0, sizeof t0, e->t0, res);
     fmt_tp(t1, sizeof t1, e->t1, res);
     fmt_t(du, sizeof du, e->t1 - e->t0);
