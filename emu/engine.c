@@ -336,7 +336,10 @@ static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
         if (dk > 0) {
             fw_insn x = *loop;
             x.op = FW_LOOP;
+            size_t before = c->nev;
             add_event(e, c, UNIT_CORE, (emu_cat)k, &x, at, at + dk, 0, 0);
+            if (c->nev > before) /* the iterations it stands for */
+                c->ev[c->nev - 1].count = (uint32_t)(r < UINT32_MAX ? r : UINT32_MAX);
             at += dk;
         }
     }
