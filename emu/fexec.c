@@ -449,6 +449,12 @@ tpu_status fx_begin_step(fx_state *x, int64_t step, tpu_error *err)
             free_tensors(c, l);
             free(c->wg[l]);
             c->wg[l] = NULL;
+            /* batchnorm sums: a core whose shard is empty computes none
+             * but still takes part in the all-reduce, so last step's
+             * totals must not linger */
+            if (c->bn[l])
+                memset(c->bn[l], 0,
+                       (size_t)x->g->layers[l].out.c * 6 * sizeof(float));
         }
         memset(c->have_act, 0, (size_t)n);
         memset(c->have_win, 0, (size_t)n);

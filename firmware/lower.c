@@ -454,9 +454,10 @@ static void halo_of_shard(const lc *c, int l, int i, const int *coords,
             continue;
         }
         plan_range(c->p, c->g, l, d, coords[d], &olo, &ohi);
-        int64_t nlo, nhi;
-        need_range(L, I, d, olo, ohi, &nlo, &nhi);
-        if (nhi <= nlo) /* an empty output shard needs nothing */
+        int64_t nlo = ilo, nhi = ilo; /* an empty output shard needs nothing */
+        if (ohi > olo)
+            need_range(L, I, d, olo, ohi, &nlo, &nhi);
+        if (nhi <= nlo)
             nlo = nhi = ilo;
         h->from_lo[d] = max64(0, ilo - nlo);
         h->from_hi[d] = max64(0, nhi - ihi);
@@ -519,7 +520,9 @@ static void bwd_halo_of_shard(const lc *c, int l, int i, const int *coords,
             continue;
         }
         plan_range(c->p, c->g, i, d, coords[d], &ilo, &ihi);
-        grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
+        nlo = nhi = olo; /* an empty input shard needs no gradient */
+        if (ihi > ilo)
+            grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
         if (nhi <= nlo)
             nlo = nhi = olo;
         h->from_lo[d] = max64(0, olo - nlo);
@@ -576,8 +579,12 @@ static int pool_bwd_input_halo_of(const lc *c, int l, int i, halo_t *out)
             }
             int64_t ilo, ihi, nlo, nhi, alo, ahi;
             plan_range(c->p, c->g, i, d, co[d], &ilo, &ihi);
-            grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
-            need_range(L, I, d, nlo, nhi, &alo, &ahi);
+            alo = ahi = ilo; /* an empty shard needs nothing */
+            if (ihi > ilo) {
+                grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
+                if (nhi > nlo)
+                    need_range(L, I, d, nlo, nhi, &alo, &ahi);
+            }
             if (ahi <= alo)
                 alo = ahi = ilo;
             h.from_lo[d] = max64(0, ilo - alo);
@@ -792,6 +799,9 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     /* The input gradient only when something below trains, the weight
      * gradient only when these weights do (tf.gradients differentiates
      * towards the trainable variables alone). */
+    /* A short trailing shard can be empty (docs/FIRMWARE.md, uneven
+     * splits): no matrix work for rows it does not hold.  Its exchanges
+     * and all-reduces stay: they are collectives of the whole group. */
     int need_dx = I->needs_grad;
     if (need_dx) {
         halo_t hb;
@@ -800,8 +810,6 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         /* dX = dY (*) W^T: same MACs as the forward product. */
         if (conv_keeps_taps(c, L))
             Min = (int64_t)llround((double)Min * conv_batch_scale(c));
-        if (Min < 1)
-            Min = 1;
         int64_t Kdx = (L->op == GOP_CONV ? cdiv(taps, sprod) : taps) *
                       rup(cout, rows);
         if (L->op == GOP_DENSE)
@@ -809,9 +817,10 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         double ep = (double)rup(cin, c->hw->mxu.cols) *
                     ((double)cdiv(Kdx, rows) + 1);
         c->fx = FX_DX;
-        emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
-                    in_nohalo / (double)Min, w_bytes,
-                    (double)rup(cin, c->hw->mxu.cols) * 4, ep, passes);
+        if (Min > 0)
+            emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
+                        in_nohalo / (double)Min, w_bytes,
+                        (double)rup(cin, c->hw->mxu.cols) * 4, ep, passes);
         c->fx = FX_NONE;
         c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     }
@@ -827,8 +836,9 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, 0, passes);
     c->fx = FX_NONE;
     /* The M-streaming loads of X and dY for dW are what bounds it. */
-    emit_pass(c, phase, l, in_b + dy_b, (double)K * npad * 4, (double)K * npad,
-              1);
+    if (M > 0)
+        emit_pass(c, phase, l, in_b + dy_b, (double)K * npad * 4,
+                  (double)K * npad, 1);
     c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     /* Each shard summed its own positions: XLA SPMD all-reduces the
      * partial kernel over the partition group at once, in the product's

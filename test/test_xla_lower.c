@@ -322,4 +322,35 @@ void th_suite_xla_lower(th_ctx *t)
                       want[k].core, f.m_rows, want[k].m);
         }
     }
+    th_case(t, "two empty trailing shards (40 rows 16 ways: 13 x 3, 1, 0, 0): "
+               "the 3x3 conv exchanges halos, nothing is gathered; an empty "
+               "shard does no backward matrix work");
+    {
+        const char *tr =
+            "{\"format\":\"tpuemu-trace/1\",\"name\":\"g\","
+            "\"system\":\"v3-32\",\"run\":{\"mode\":\"train\","
+            "\"global_batch\":2,\"num_cores_per_replica\":16,"
+            "\"input_partition_dims\":[[1,16,1,1],null]},"
+            "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[40,8,8]}],"
+            "\"layers\":[{\"name\":\"c0\",\"op\":\"conv\",\"in\":\"x\","
+            "\"filters\":8,\"kernel\":[3,3]},"
+            "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"c0\","
+            "\"filters\":8,\"kernel\":[3,3]},"
+            "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"c1\"}]}}";
+        tally f0, b15;
+        if (TH_CHECKF(t,
+                      lower_tally_core(tr, NULL, NULL, "c1", PHASE_FWD, 0, &f0,
+                                       &e) == 0,
+                      "%s", e.msg))
+            TH_CHECKF(t, f0.halos == 1 && f0.halo_b > 0,
+                      "core 0: %d halo exchanges of %lld bytes (a gather "
+                      "has none)", f0.halos, (long long)f0.halo_b);
+        if (TH_CHECKF(t,
+                      lower_tally_core(tr, NULL, NULL, "c1", PHASE_BWD, 15,
+                                       &b15, &e) == 0,
+                      "%s", e.msg))
+            TH_CHECKF(t, b15.nmm == 0 && b15.st == 0,
+                      "core 15 (no rows): %d products, %lld bytes stored",
+                      b15.nmm, (long long)b15.st);
+    }
 }
