@@ -5,8 +5,11 @@
 
 static const char usage[] =
     "usage: tpuemu probe hbm --gen v2|v3 --bytes N [--stride S --chunk C]\n"
+    "                        [--write] [--set hbm.KEY=VALUE ...]\n"
     "       tpuemu probe allreduce --system NAME --bytes N [--group CORES]\n"
-    "       tpuemu probe permute --system NAME --bytes N\n"
+    "                              [--set ici.KEY=VALUE ...]\n"
+    "       tpuemu probe permute --system NAME --bytes N [--set ici.KEY=VALUE ...]\n"
+    "(tpuemu probe SUBCOMMAND --help for each one's options)\n"
     "Prints one JSON object: the modelled time of that transfer, like a\n"
     "bandwidth microbenchmark on real hardware.\n"
     "exit status: 0 done, 2 bad input or usage, 3 does not fit the\n"

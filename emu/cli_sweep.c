@@ -70,7 +70,7 @@
 #define SWEEP_MAX_BATCH ((double)((int64_t)1 << 40))
 
 static const char usage_text[] =
-    "usage: tpuemu sweep SWEEP.json [--jobs N] [--print-commands] [--out DIR]\n"
+    "usage: tpuemu sweep SWEEP.json [--jobs|-j N] [--print-commands] [--out DIR]\n"
     "                    [--bin TPUEMU]\n"
     "\n"
     "Expands the grid of SWEEP.json (partition_dims x system x batch x --set\n"

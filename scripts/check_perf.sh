@@ -8,11 +8,6 @@
 #
 # Environment: TPUEMU (binary, default ./tpuemu), TOLERANCE (passed to
 # check --tolerance, default check's own 0.02).
-#
-# Until the pod engine and `tpuemu run` land, they answer "not built yet" /
-# "not implemented yet": the script
-# says so and exits 0 only while baselines/ is still empty (nothing to
-# guard yet); once baselines exist, an engine that cannot run is a failure.
 set -u
 cd "$(dirname "$0")/.."
 LC_ALL=C
@@ -28,7 +23,6 @@ bin=${TPUEMU:-./tpuemu}
 tol=${TOLERANCE:+--tolerance $TOLERANCE}
 mkdir -p build/perf baselines
 
-nbase=$(ls baselines/*.json 2>/dev/null | wc -l)
 ntrace=$(ls traces/reference/*.json 2>/dev/null | wc -l)
 if [ "$ntrace" -eq 0 ]; then
   echo "check-perf: no traces in traces/reference" >&2
@@ -42,14 +36,6 @@ for t in traces/reference/*.json; do
   rm -f "$new"
   "$bin" run "$t" --report "$new" --quiet >build/perf/"$x".log 2>&1
   rc=$?
-  if [ "$rc" -ne 0 ] && grep -Eq "not built yet|not implemented yet" build/perf/"$x".log; then
-    if [ "$nbase" -eq 0 ] && [ "$rebase" -eq 0 ]; then
-      echo "check-perf: the pod engine (sim_run) or tpuemu run is not built yet; baselines/ is empty, nothing to check"
-      exit 0
-    fi
-    echo "check-perf: the pod engine is not built yet: cannot run $t" >&2
-    exit 1
-  fi
   # Exit 3 (does not fit) still writes a report: a reference trace that
   # stops fitting shows up as a regression in check.
   if [ ! -s "$new" ]; then
