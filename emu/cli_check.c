@@ -39,17 +39,48 @@ static double rel(double base, double now)
     return (now - base) / base;
 }
 
-static void pct(char *buf, size_t cap, double r)
+/* Decimals for a percentage shown next to the tolerance: two, or as many
+ * more (up to eight) as it takes for the two to print differently, so a
+ * 2.004% slowdown against 2% reads "+2.004%", not "+2.00%". */
+static int pct_digits(double r, double tol)
+{
+    if (isinf(r) || isnan(r) || r == tol)
+        return 2;
+    for (int d = 2; d < 8; d++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "%.*f", d, 100 * fabs(r));
+        snprintf(b, sizeof b, "%.*f", d, 100 * tol);
+        if (strcmp(a, b) != 0)
+            return d;
+    }
+    return 8;
+}
+
+static void pct(char *buf, size_t cap, double r, int digits)
 {
     if (isinf(r))
         snprintf(buf, cap, "%s", r > 0 ? "from 0" : "to 0");
     else
-        snprintf(buf, cap, "%+.2f%%", 100 * r);
+        snprintf(buf, cap, "%+.*f%%", digits, 100 * r);
 }
 
 static int slower(double base, double now, double tol)
 {
     return now - base > tol * base;
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* Bytes as GiB, with digits enough that two different figures (what is
+ * needed and what the core has) never print the same. */
+static void gib2(char *a, char *b, size_t cap, double x, double y)
+{
+    for (int d = 3; d <= 12; d++) {
+        snprintf(a, cap, "%.*g", d, x / GIB);
+        snprintf(b, cap, "%.*g", d, y / GIB);
+        if (x == y || strcmp(a, b) != 0)
+            return;
+    }
 }
 
 /* Two cores belong to one group when all their figures agree in both
@@ -64,43 +95,143 @@ static int same_core(const emu_core_result *a, const emu_core_result *b)
     return 1;
 }
 
-/* "cores 0-7,16-23" for the cores i with group[i] == g. */
+/* "cores 0-7,16-23" for the cores i with group[i] == g; when that does not
+ * fit in cap, the first runs, "...", the last run and the group's size:
+ * "cores 0,2,4,...,68,...,2046 (1024 cores)". */
 static void group_label(const emu_result *r, const int *group, int g,
                         char *buf, size_t cap)
 {
-    size_t len = 0;
     int count = 0;
     for (int i = 0; i < r->cores; i++)
         count += group[i] == g;
-    len += (size_t)snprintf(buf, cap, "%s ", count == 1 ? "core" : "cores");
-    int first = 1;
-    for (int i = 0; i < r->cores && len + 24 < cap; i++) {
-        if (group[i] != g)
-            continue;
-        int j = i;
-        while (j + 1 < r->cores && group[j + 1] == g &&
-               r->per_core[j + 1].core == r->per_core[j].core + 1)
-            j++;
-        if (j == i)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d",
-                                    first ? "" : ",", r->per_core[i].core);
-        else
-            len += (size_t)snprintf(buf + len, cap - len, "%s%d-%d",
-                                    first ? "" : ",", r->per_core[i].core,
-                                    r->per_core[j].core);
-        first = 0;
-        i = j;
+    size_t len = (size_t)snprintf(buf, cap, "%s ",
+                                  count == 1 ? "core" : "cores");
+    /* The runs of consecutive cores, as text: a first pass finds the last
+     * one, which the truncated form keeps. */
+    char last[32] = "", tail[64] = "";
+    size_t full = len; /* the untruncated label's length */
+    for (int pass = 0, first = 1, truncated = 0; pass < 2; pass++) {
+        for (int i = 0; i < r->cores; i++) {
+            if (group[i] != g)
+                continue;
+            int j = i;
+            while (j + 1 < r->cores && group[j + 1] == g &&
+                   r->per_core[j + 1].core == r->per_core[j].core + 1)
+                j++;
+            char piece[32];
+            if (j == i)
+                snprintf(piece, sizeof piece, "%d", r->per_core[i].core);
+            else
+                snprintf(piece, sizeof piece, "%d-%d", r->per_core[i].core,
+                         r->per_core[j].core);
+            i = j;
+            if (pass == 0) {
+                snprintf(last, sizeof last, "%s", piece);
+                full += strlen(piece) + 1;
+                continue;
+            }
+            if (truncated)
+                continue;
+            /* Room for this piece and, should a later one not fit, the
+             * tail ",...,LAST (N cores)". */
+            if (full >= cap &&
+                len + 1 + strlen(piece) + strlen(tail) >= cap) {
+                truncated = 1;
+                snprintf(buf + len, cap - len, "%s", tail);
+                continue;
+            }
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                                    first ? "" : ",", piece);
+            first = 0;
+        }
+        if (pass == 0)
+            snprintf(tail, sizeof tail, ",...,%s (%d cores)", last, count);
     }
-    if (len + 24 >= cap)
-        snprintf(buf + cap - 5, 5, "...");
 }
 
-static void row(const char *what, double base, double now, const char *mark)
+static void row(const char *what, double base, double now, int digits,
+                const char *mark)
 {
     char p[32];
-    pct(p, sizeof p, rel(base, now));
+    pct(p, sizeof p, rel(base, now), digits);
     printf("%-24s %12.6g %12.6g %10s%s%s\n", what, base, now, p,
            *mark ? "  " : "", mark);
+}
+
+static const emu_override *find_override(const emu_result *r,
+                                         const char *key)
+{
+    for (int i = 0; i < r->n_overrides; i++)
+        if (strcmp(r->overrides[i].key, key) == 0)
+            return &r->overrides[i];
+    return NULL;
+}
+
+/* How the two runs differ besides the build: batch, partitioning and
+ * every --set override one has and the other has not (or has with
+ * another value), so a what-if comparison says what it compares. */
+static void print_notes(const emu_result *b, const emu_result *n)
+{
+    if (b->global_batch != n->global_batch ||
+        b->cores_per_replica != n->cores_per_replica)
+        printf("note: the runs differ: global batch %lld vs %lld, cores per "
+               "replica %d vs %d\n",
+               (long long)b->global_batch, (long long)n->global_batch,
+               b->cores_per_replica, n->cores_per_replica);
+    for (int i = 0; i < b->n_overrides; i++) {
+        const emu_override *o = &b->overrides[i];
+        const emu_override *m = find_override(n, o->key);
+        if (!m)
+            printf("note: BASE sets %s=%s\n", o->key, o->value);
+        else if (strcmp(o->value, m->value) != 0)
+            printf("note: %s: BASE %s, NEW %s\n", o->key, o->value,
+                   m->value);
+    }
+    for (int i = 0; i < n->n_overrides; i++)
+        if (!find_override(b, n->overrides[i].key))
+            printf("note: NEW sets %s=%s\n", n->overrides[i].key,
+                   n->overrides[i].value);
+}
+
+/* Exit status and output when one report or both did not fit (no step
+ * times to compare: a does-not-fit report has zero times). */
+static int compare_fit(const emu_result *b, const emu_result *n)
+{
+    char need[32], has[32], need2[32], has2[32];
+    if (!b->fits && !n->fits) {
+        gib2(need, has, sizeof need, b->hbm_needed_bytes,
+             b->hbm_capacity_bytes);
+        gib2(need2, has2, sizeof need2, n->hbm_needed_bytes,
+             n->hbm_capacity_bytes);
+        printf("ok: %s on %s: neither run fits, no step times to compare "
+               "(BASE needs %s GiB of HBM per core, core has %s GiB; NEW "
+               "needs %s GiB, core has %s GiB)\n",
+               n->trace, n->system, need, has, need2, has2);
+        print_notes(b, n);
+        return 0;
+    }
+    if (!b->fits) {
+        gib2(need, has, sizeof need, b->hbm_needed_bytes,
+             b->hbm_capacity_bytes);
+        printf("ok: %s on %s: the baseline did not fit (needs %s GiB of HBM "
+               "per core, core has %s GiB) and now it does: step time "
+               "%.6g s\n",
+               n->trace, n->system, need, has, n->step_time_s);
+        print_notes(b, n);
+        return 0;
+    }
+    gib2(need, has, sizeof need, n->hbm_needed_bytes, n->hbm_capacity_bytes);
+    gib2(need2, has2, sizeof need2, b->hbm_needed_bytes,
+         b->hbm_capacity_bytes);
+    printf("REGRESSION: %s on %s: no longer fits: needs %s GiB of HBM per "
+           "core, core has %s GiB (the baseline needed %s GiB of its %s "
+           "GiB and ran in %.6g s)\n",
+           n->trace, n->system, need, has, need2, has2, b->step_time_s);
+    print_notes(b, n);
+    printf("\n%-24s %12s %12s %10s\n", "what", "base s", "new s", "change");
+    printf("%-24s %12.6g %12s %10s  %s\n", "step time", b->step_time_s, "-",
+           "no fit", "DOES NOT FIT");
+    return 1;
 }
 
 static int compare(const emu_result *b, const emu_result *n, double tol,
@@ -121,6 +252,8 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         return cli_error(2, "%s: cores: %d, but the baseline %s has %d: "
                             "different core counts",
                          npath, n->cores, bpath, b->cores);
+    if (!b->fits || !n->fits)
+        return compare_fit(b, n);
 
     int *group = malloc((size_t)b->cores * sizeof *group);
     int *rep = malloc((size_t)b->cores * sizeof *rep); /* first core */
@@ -150,40 +283,35 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
             worst_core = r;
     }
     int step_regressed = slower(b->step_time_s, n->step_time_s, tol);
-    int fit_lost = b->fits && !n->fits;
+    double step_rel = rel(b->step_time_s, n->step_time_s);
     char p[32], q[32];
-    pct(p, sizeof p, rel(b->step_time_s, n->step_time_s));
 
-    if (!step_regressed && !core_regressed && !fit_lost) {
-        pct(q, sizeof q, worst_core);
+    if (!step_regressed && !core_regressed) {
+        /* Digits enough that neither change reads as the tolerance. */
+        int d = pct_digits(step_rel, tol), dc = pct_digits(worst_core, tol);
+        if (dc > d)
+            d = dc;
+        pct(p, sizeof p, step_rel, d);
+        pct(q, sizeof q, worst_core, d);
         printf("ok: %s on %s: step time %.6g s -> %.6g s (%s; slowest-"
-               "changing core %s), within %.2f%%\n",
-               n->trace, n->system, b->step_time_s, n->step_time_s, p, q,
+               "changing core %s), within %.*f%%\n",
+               n->trace, n->system, b->step_time_s, n->step_time_s, p, q, d,
                100 * tol);
+        print_notes(b, n);
         free(group);
         free(rep);
         return 0;
     }
 
+    int d = pct_digits(step_rel, tol);
+    pct(p, sizeof p, step_rel, d);
     printf("REGRESSION: %s on %s: step time %.6g s -> %.6g s (%s), "
-           "tolerance %.2f%%\n",
-           n->trace, n->system, b->step_time_s, n->step_time_s, p,
+           "tolerance %.*f%%\n",
+           n->trace, n->system, b->step_time_s, n->step_time_s, p, d,
            100 * tol);
-    if (b->global_batch != n->global_batch ||
-        b->cores_per_replica != n->cores_per_replica)
-        printf("note: the runs differ: global batch %lld vs %lld, cores per "
-               "replica %d vs %d\n",
-               (long long)b->global_batch, (long long)n->global_batch,
-               b->cores_per_replica, n->cores_per_replica);
-    for (int i = 0; i < n->n_overrides; i++)
-        printf("note: NEW sets %s=%s\n", n->overrides[i].key,
-               n->overrides[i].value);
-    if (fit_lost)
-        printf("NEW no longer fits: needs %.3g bytes of HBM per core, has "
-               "%.3g\n",
-               n->hbm_needed_bytes, n->hbm_capacity_bytes);
+    print_notes(b, n);
     printf("\n%-24s %12s %12s %10s\n", "what", "base s", "new s", "change");
-    row("step time", b->step_time_s, n->step_time_s,
+    row("step time", b->step_time_s, n->step_time_s, d,
         step_regressed ? "SLOWER" : "");
 
     int shown = 0, hidden = 0;
@@ -197,29 +325,31 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
             continue;
         }
         shown++;
-        char label[128];
+        char label[80];
         group_label(b, group, g, label, sizeof label);
-        row(label, bc->step_time_s, nc->step_time_s, "SLOWER");
+        row(label, bc->step_time_s, nc->step_time_s,
+            pct_digits(rel(bc->step_time_s, nc->step_time_s), tol),
+            "SLOWER");
         /* A category "grew" when its increase alone is a visible share of
          * the core's step (a quarter of the tolerance); if the slowdown is
          * spread thin, the largest increase is named. */
         int marked = 0, biggest = -1;
         double biggest_d = 0;
         for (int c = 0; c < CAT_COUNT; c++) {
-            double d = nc->breakdown_s[c] - bc->breakdown_s[c];
-            if (d > biggest_d) {
-                biggest_d = d;
+            double dd = nc->breakdown_s[c] - bc->breakdown_s[c];
+            if (dd > biggest_d) {
+                biggest_d = dd;
                 biggest = c;
             }
-            marked += d > 0 && d > 0.25 * tol * bc->step_time_s;
+            marked += dd > 0 && dd > 0.25 * tol * bc->step_time_s;
         }
         for (int c = 0; c < CAT_COUNT; c++) {
-            double d = nc->breakdown_s[c] - bc->breakdown_s[c];
-            int grew = d > 0 && (d > 0.25 * tol * bc->step_time_s ||
-                                 (!marked && c == biggest));
+            double dd = nc->breakdown_s[c] - bc->breakdown_s[c];
+            int grew = dd > 0 && (dd > 0.25 * tol * bc->step_time_s ||
+                                  (!marked && c == biggest));
             char what[40];
             snprintf(what, sizeof what, "  %s", emu_cat_name((emu_cat)c));
-            row(what, bc->breakdown_s[c], nc->breakdown_s[c],
+            row(what, bc->breakdown_s[c], nc->breakdown_s[c], 2,
                 grew ? "grew" : "");
         }
     }

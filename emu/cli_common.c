@@ -49,6 +49,10 @@ void cli_fmt_num(char *buf, size_t cap, double v)
 {
     /* The shortest %g that reads back as v, so a bound is shown exactly
      * ("0.0009765625", not "0.000976562") without %.17g's noise. */
+    if (v == floor(v) && fabs(v) < 1e15) { /* "100", not "1e+02" */
+        snprintf(buf, cap, "%.0f", v == 0 ? 0.0 : v);
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, cap, "%.*g", prec, v);
         if (strtod(buf, NULL) == v)
@@ -77,15 +81,20 @@ int cli_double(const char *opt, const char *s, double lo, double hi,
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (!plain_number(s) || *end || !isfinite(v))
+    if (!plain_number(s) || *end)
         return cli_error(2, "%s: expected a number, got '%s'", opt, s);
-    if (errno == ERANGE || v < lo || v > hi) {
+    /* ERANGE is overflow (v is +-HUGE_VAL) or underflow (v is 0 or
+     * subnormal): a figure too small for a double is that close to 0 and
+     * is taken as the double it rounds to; one too large is out of
+     * range. */
+    int overflow = errno == ERANGE && !(fabs(v) < 1);
+    if (overflow || !isfinite(v) || v < lo || v > hi) {
         char a[32], b[32];
         cli_fmt_num(a, sizeof a, lo);
         cli_fmt_num(b, sizeof b, hi);
         return cli_error(2, "%s: %s is out of range [%s, %s]", opt, s, a, b);
     }
-    *out = v;
+    *out = v == 0 ? 0.0 : v; /* "-1e-400" is 0, not -0 */
     return 0;
 }
 

@@ -58,6 +58,78 @@ static void grow(emu_result *r, int core_parity, emu_cat cat, double frac)
     }
 }
 
+
+static void set_overrides(emu_result *r, int n, const char *const kv[][2])
+{
+    r->n_overrides = n;
+    r->overrides = calloc((size_t)n, sizeof *r->overrides);
+    for (int i = 0; i < n; i++) {
+        snprintf(r->overrides[i].key, sizeof r->overrides[i].key, "%s",
+                 kv[i][0]);
+        snprintf(r->overrides[i].value, sizeof r->overrides[i].value, "%s",
+                 kv[i][1]);
+    }
+}
+
+/* A does-not-fit report as run --report leaves it: zero times. */
+static void unfit(emu_result *r, double need_gib, double has_gib)
+{
+    r->fits = 0;
+    r->step_time_s = 0;
+    r->hbm_needed_bytes = need_gib * 1073741824.0;
+    r->hbm_capacity_bytes = has_gib * 1073741824.0;
+    for (int i = 0; i < r->cores; i++) {
+        r->per_core[i].step_time_s = 0;
+        for (int k = 0; k < CAT_COUNT; k++)
+            r->per_core[i].breakdown_s[k] = 0;
+    }
+}
+
+/* The line of out that contains what, or NULL. */
+static const char *line_with(const char *out, const char *what, char *buf,
+                             size_t cap)
+{
+    const char *p = strstr(out, what);
+    if (!p)
+        return NULL;
+    while (p > out && p[-1] != '\n')
+        p--;
+    size_t n = strcspn(p, "\n");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* v3-2048 (2048 one-core replicas), every even core slower by frac. */
+static void make_big(emu_result *r, double frac)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->trace, sizeof r->trace, "big");
+    snprintf(r->system, sizeof r->system, "v3-2048");
+    r->gen = 3;
+    r->chips = 1024;
+    r->cores = 2048;
+    r->global_batch = 2048;
+    r->cores_per_replica = 1;
+    r->replicas = 2048;
+    r->train = 1;
+    r->fits = 1;
+    r->per_core = calloc(2048, sizeof *r->per_core);
+    for (int i = 0; i < 2048; i++) {
+        emu_core_result *c = &r->per_core[i];
+        c->core = i;
+        c->chip = i / 2;
+        c->replica = i;
+        c->breakdown_s[CAT_MXU] = 0.5 * (i % 2 == 0 ? 1 + frac : 1);
+        c->breakdown_s[CAT_VECTOR] = 0.1;
+        c->step_time_s = c->breakdown_s[CAT_MXU] + 0.1;
+        if (c->step_time_s > r->step_time_s)
+            r->step_time_s = c->step_time_s;
+    }
+}
+
 static void save(th_ctx *t, const emu_result *r, const char *name, char *path,
                  size_t cap)
 {
@@ -157,6 +229,133 @@ void th_suite_check(th_ctx *t)
     TH_CHECK(t, c.status == 2);
     th_run(&c, "%s check --baseline %s %s --tolerance x", th_bin(), base, base);
     TH_CHECK(t, c.status == 2);
+
+    th_case(t, "baseline did not fit, NEW fits: an improvement, exit 0, "
+               "in GiB");
+    {
+        char nofit[512], line[512];
+        make_result(&r, "tiny", "v3-8");
+        unfit(&r, 20.5, 16);
+        save(t, &r, "nofit.json", nofit, sizeof nofit);
+        emu_result_free(&r);
+        th_run(&c, "%s check --baseline %s %s", th_bin(), nofit, base);
+        TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out,
+                  c.err);
+        TH_CHECKF(t, strstr(c.out, "baseline did not fit") &&
+                         strstr(c.out, "now it does") &&
+                         strstr(c.out, "20.5 GiB") &&
+                         strstr(c.out, "16 GiB") &&
+                         !strstr(c.out, "grew") &&
+                         !strstr(c.out, "REGRESSION"),
+                  "out: %s", c.out);
+
+        th_case(t, "baseline fits, NEW does not: exit 1, 'no longer fits' "
+                   "with the figures in GiB, the step row marked");
+        th_run(&c, "%s check --baseline %s %s", th_bin(), base, nofit);
+        TH_CHECKF(t, c.status == 1, "status %d: %s%s", c.status, c.out,
+                  c.err);
+        TH_CHECKF(t, line_with(c.out, "no longer fits", line, sizeof line) &&
+                         strstr(line, "needs 20.5 GiB") &&
+                         strstr(line, "core has 16 GiB"),
+                  "out: %s", c.out);
+        TH_CHECKF(t, line_with(c.out, "step time  ", line, sizeof line) &&
+                         strstr(line, "DOES NOT FIT") &&
+                         !strstr(line, "-100"),
+                  "out: %s", c.out);
+        TH_CHECKF(t, !strstr(c.out, "bytes"), "out: %s", c.out);
+
+        th_case(t, "neither fits: nothing to compare, exit 0");
+        th_run(&c, "%s check --baseline %s %s", th_bin(), nofit, nofit);
+        TH_CHECKF(t, c.status == 0 && strstr(c.out, "neither run fits"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+    }
+
+    th_case(t, "a long core-group label ends in '...,LAST (N cores)'");
+    {
+        char bb[512], bs[512], line[512];
+        make_big(&r, 0);
+        save(t, &r, "big-base.json", bb, sizeof bb);
+        emu_result_free(&r);
+        make_big(&r, 0.05);
+        save(t, &r, "big-slow.json", bs, sizeof bs);
+        emu_result_free(&r);
+        th_run(&c, "%s check --baseline %s %s", th_bin(), bb, bs);
+        TH_CHECKF(t, c.status == 1, "status %d: %s%s", c.status, c.out,
+                  c.err);
+        TH_CHECKF(t, line_with(c.out, "cores 0,2,4,", line, sizeof line) &&
+                         strstr(line, ",...,2046 (1024 cores)") &&
+                         strstr(line, "SLOWER") &&
+                         strstr(line, ",...,") - line < 80,
+                  "out: %s", c.out);
+    }
+
+    th_case(t, "overrides that differ are notes, on exit 1 and on exit 0");
+    {
+        char ob[512], on[512], os[512];
+        static const char *const kb[][2] = {{"hbm.bandwidth_gbs", "225"},
+                                            {"mxu.rows", "64"},
+                                            {"clock_hz", "700e6"}};
+        static const char *const kn[][2] = {{"mxu.rows", "256"},
+                                            {"clock_hz", "700e6"},
+                                            {"ici.link_gbs", "31"}};
+        make_result(&r, "tiny", "v3-8");
+        set_overrides(&r, 3, kb);
+        save(t, &r, "ov-base.json", ob, sizeof ob);
+        emu_result_free(&r);
+        make_result(&r, "tiny", "v3-8");
+        set_overrides(&r, 3, kn);
+        save(t, &r, "ov-same.json", os, sizeof os);
+        grow(&r, -1, CAT_MXU, 0.10);
+        save(t, &r, "ov-slow.json", on, sizeof on);
+        emu_result_free(&r);
+        for (int k = 0; k < 2; k++) {
+            th_run(&c, "%s check --baseline %s %s", th_bin(), ob,
+                   k ? os : on);
+            TH_CHECKF(t, c.status == (k ? 0 : 1), "status %d: %s%s",
+                      c.status, c.out, c.err);
+            TH_CHECKF(t, strstr(c.out, "note: BASE sets hbm.bandwidth_gbs="
+                                       "225\n") &&
+                             strstr(c.out, "note: mxu.rows: BASE 64, NEW "
+                                           "256\n") &&
+                             strstr(c.out, "note: NEW sets ici.link_gbs=31"
+                                           "\n") &&
+                             !strstr(c.out, "clock_hz"),
+                      "out: %s", c.out);
+        }
+    }
+
+    th_case(t, "a slowdown just past the tolerance reads past it; "
+               "--tolerance 1e-400 is 0");
+    {
+        char b1[512], b2[512];
+        make_result(&r, "tiny", "v3-8");
+        save(t, &r, "p-base.json", b1, sizeof b1);
+        /* +2.004% of the step, all in mxu */
+        grow(&r, -1, CAT_MXU, 0.02004 * 0.90 / 0.50);
+        save(t, &r, "p-slow.json", b2, sizeof b2);
+        emu_result_free(&r);
+        th_run(&c, "%s check --baseline %s %s", th_bin(), b1, b2);
+        double shown = 0, tolshown = 0;
+        const char *p = strstr(c.out, "(+");
+        const char *q = strstr(c.out, "tolerance ");
+        TH_CHECKF(t, c.status == 1 && p && q &&
+                         sscanf(p, "(+%lf", &shown) == 1 &&
+                         sscanf(q, "tolerance %lf", &tolshown) == 1 &&
+                         shown > tolshown,
+                  "status %d: %s", c.status, c.out);
+        th_run(&c, "%s check --baseline %s %s --tolerance 1e-400", th_bin(),
+               b1, b1);
+        TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out,
+                  c.err);
+        th_run(&c, "%s check --baseline %s %s --tolerance 1e-400", th_bin(),
+               b1, b2);
+        TH_CHECKF(t, c.status == 1, "status %d: %s%s", c.status, c.out,
+                  c.err);
+        th_run(&c, "%s check --baseline %s %s --tolerance 1e400", th_bin(),
+               b1, b2);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "out of range"),
+                  "status %d: %s", c.status, c.err);
+    }
 
     th_case(t, "the engine: same run twice is byte-identical and passes");
     char r1[512], r2[512], r3[512];
