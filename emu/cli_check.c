@@ -3,8 +3,10 @@
  * A regression is NEW slower than BASE by more than the tolerance in the
  * step time or in any core's step time, or NEW no longer fitting where
  * BASE did.  Exit 1 then, with a table of what got slower; exit 0 with a
- * one-line summary otherwise; exit 2 when a report cannot be read or the
- * two do not describe the same run (trace, system, core count).
+ * one-line summary otherwise (BASE not fitting and NEW fitting is an
+ * improvement: a does-not-fit report has zero times, nothing to compare);
+ * exit 2 when a report cannot be read or the two do not describe the
+ * same run (trace, system, core count).
  *
  * Cores with identical figures in both reports are shown as one group
  * ("cores 0-7"): data-parallel replicas usually are, so a v3-1024 report
@@ -27,9 +29,17 @@ static const char usage_text[] =
     "than FRAC (default 0.02 = 2%) in the step time or in any core's step\n"
     "time, or NEW not fitting the hardware where BASE did.\n"
     "\n"
-    "exit status: 0 no regression (one summary line), 1 regression (a table\n"
-    "of what got slower: step time, core groups, categories), 2 a report is\n"
-    "unreadable or the two describe different runs.\n";
+    "A does-not-fit report (fits: false) has no step times: BASE not\n"
+    "fitting and NEW fitting is an improvement (exit 0); BASE fitting and\n"
+    "NEW not is a regression (\"no longer fits: needs X GiB of HBM per core,\n"
+    "core has Y GiB\"); neither fitting compares nothing (exit 0).  Every\n"
+    "--set override that differs between the two is printed as a note\n"
+    "(\"BASE sets K=V\", \"NEW sets K=V\", \"K: BASE V1, NEW V2\").\n"
+    "\n"
+    "exit status: 0 no regression (one summary line, then the notes), 1\n"
+    "regression (a table of what got slower: step time, core groups,\n"
+    "categories), 2 a report is unreadable or the two describe different\n"
+    "runs.\n";
 
 /* Relative change; +inf when growing from zero. */
 static double rel(double base, double now)

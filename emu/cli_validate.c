@@ -13,15 +13,24 @@
  *
  * validate reports, it does not gate: a prediction far from its published
  * figure is a finding for docs/VALIDATION.md, not a failed build (the CI
- * gate against unintended change is `tpuemu check`, make check-perf).  The
- * exit status is 0 when every trace ran, else that of the first failure
- * (2 unreadable trace, 3 does not fit, 4 system error); the other traces
- * still run and are listed. */
+ * gate against unintended change is `tpuemu check`, make check-perf).  A
+ * trace that does not fit is a row saying so, with the figures, and is
+ * left out of the mean and the pairs (a step time the memory model says
+ * cannot run is no prediction).  The exit status is 0 when every trace
+ * ran; 2 when any trace was unreadable; else that of the first failure
+ * (3 does not fit, 4 system error); the other traces still run and are
+ * listed.
+ *
+ * Without --dir, traces/reference is looked up in the working directory,
+ * then next to the binary and up to two directories above it (an
+ * installed or out-of-tree build run from elsewhere). */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -44,12 +53,18 @@ static const char usage_text[] =
     "last line is the mean absolute error.  --report also writes the table\n"
     "as JSON (format tpuemu-validation/1).\n"
     "\n"
-    "validate reports, it does not gate: exit 0 when every trace ran,\n"
-    "otherwise the status of the first failure (2 bad trace, 3 does not\n"
-    "fit, 4 out of host memory); the other traces are still run.  A\n"
-    "--report path that cannot be written (missing directory, a directory,\n"
-    "device or FIFO, one of the traces) is refused before any trace runs\n"
-    "(exit 2).\n";
+    "Without --dir, traces/reference is looked for in the current\n"
+    "directory, then next to the tpuemu binary and up to two directories\n"
+    "above it.\n"
+    "\n"
+    "A trace that does not fit the simulated HBM is a row saying so (what\n"
+    "it needs, what the core has) and is left out of the mean and the\n"
+    "pairs.  validate reports, it does not gate: exit 0 when every trace\n"
+    "ran; otherwise 2 if any trace was bad input, else the status of the\n"
+    "first failure (3 does not fit, 4 out of host memory); the other\n"
+    "traces are still run.  A --report path that cannot be written\n"
+    "(missing directory, a directory, device or FIFO, one of the traces)\n"
+    "is refused before any trace runs (exit 2).\n";
 
 /* A trace with both a prediction and a published step time. */
 typedef struct {
@@ -96,13 +111,16 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The *.json names in dir, sorted; NULL with *n = -1 when unreadable. */
-static char **list_json(const char *dir, int *n)
+/* The *.json names in dir, sorted; NULL with *n = -1 and *errnum set
+ * when unreadable. */
+static char **list_json(const char *dir, int *n, int *errnum)
 {
     *n = -1;
     DIR *d = opendir(dir);
-    if (!d)
+    if (!d) {
+        *errnum = errno;
         return NULL;
+    }
     char **names = NULL;
     int count = 0, cap = 0;
     struct dirent *e;
@@ -130,13 +148,80 @@ static char **list_json(const char *dir, int *n)
     return names;
 }
 
+#define VALIDATE_DEFAULT_DIR "traces/reference"
+
+/* Exit status over the rows: bad input (2) wins, otherwise the first
+ * failure. */
+static void note_fail(int *rc, int code)
+{
+    if (code == 2 || !*rc)
+        *rc = code;
+}
+
+/* The default reference directory: ./traces/reference, else the one next
+ * to the binary (the directory of /proc/self/exe, then its parent and
+ * grandparent).  On success *dir_out is malloc'd; on failure an error
+ * naming every path tried and why it failed is printed, and 2 returned. */
+static int find_default_dir(char **dir_out, char ***names, int *n)
+{
+    char tried[2048] = "";
+    size_t tl = 0;
+    char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[el > 0 ? el : 0] = '\0';
+    for (int k = -1; k < 3; k++) {
+        char dir[4096 + 32];
+        if (k < 0) {
+            snprintf(dir, sizeof dir, "%s", VALIDATE_DEFAULT_DIR);
+        } else {
+            /* Strip k + 1 trailing components off the binary's path. */
+            char *slash = NULL;
+            for (int up = 0; up <= k; up++) {
+                slash = strrchr(exe, '/');
+                if (!slash || slash == exe)
+                    break;
+                *slash = '\0';
+            }
+            if (!slash || slash == exe || !exe[0])
+                break;
+            snprintf(dir, sizeof dir, "%s/%s", exe, VALIDATE_DEFAULT_DIR);
+            /* Restore for the next k (components were cut in place). */
+            el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            exe[el > 0 ? el : 0] = '\0';
+        }
+        int errnum = 0;
+        *names = list_json(dir, n, &errnum);
+        if (*n >= 0) {
+            *dir_out = malloc(strlen(dir) + 1);
+            if (!*dir_out) {
+                for (int i = 0; i < *n; i++)
+                    free((*names)[i]);
+                free(*names);
+                return cli_error(4, "out of memory");
+            }
+            memcpy(*dir_out, dir, strlen(dir) + 1);
+            return 0;
+        }
+        if (tl < sizeof tried)
+            tl += (size_t)snprintf(tried + tl, sizeof tried - tl, "%s%s (%s)",
+                                   tl ? ", " : "", dir, strerror(errnum));
+    }
+    if (el <= 0 && tl < sizeof tried)
+        snprintf(tried + tl, sizeof tried - tl,
+                 "; the binary's own directory is unknown "
+                 "(/proc/self/exe unreadable)");
+    return cli_error(2, "cannot find the reference traces directory: tried "
+                        "%s; give it with --dir",
+                     tried);
+}
+
 int cli_validate(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         fputs(usage_text, stdout);
         return 0;
     }
-    const char *out = NULL, *dir = "traces/reference";
+    const char *out = NULL, *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--report") == 0) {
             if (!(out = cli_value(argc, argv, &i)))
@@ -150,14 +235,24 @@ int cli_validate(int argc, char **argv)
                              argv[i]);
         }
     }
-    int n;
-    char **names = list_json(dir, &n);
-    if (n < 0)
-        return cli_error(2, "%s: cannot read the reference traces directory",
-                         dir);
+    int n, errnum = 0;
+    char **names = NULL, *found = NULL;
+    if (dir) {
+        names = list_json(dir, &n, &errnum);
+        if (n < 0)
+            return cli_error(2, "%s: cannot read the traces directory: %s",
+                             dir, strerror(errnum));
+    } else {
+        int rc = find_default_dir(&found, &names, &n);
+        if (rc)
+            return rc;
+        dir = found;
+    }
     if (n == 0) {
         free(names);
-        return cli_error(2, "%s: no *.json traces", dir);
+        int rc = cli_error(2, "%s: no *.json traces", dir);
+        free(found);
+        return rc;
     }
     if (out) {
         /* Refused before the (long) runs, and never one of the inputs. */
@@ -174,6 +269,7 @@ int cli_validate(int argc, char **argv)
             for (int i = 0; i < n; i++)
                 free(names[i]);
             free(names);
+            free(found);
             return bad;
         }
     }
@@ -185,13 +281,14 @@ int cli_validate(int argc, char **argv)
     printf("%-32s %-8s %12s %12s %9s  %s\n", "name", "system", "predicted s",
            "published s", "error %", "source");
     fflush(stdout);
-    int rc = 0, counted = 0;
+    int rc = 0, counted = 0, unfit = 0;
     double sum_abs = 0;
     vrow *ordered = calloc((size_t)n, sizeof *ordered);
     if (!ordered) {
         for (int i = 0; i < n; i++)
             free(names[i]);
         free(names);
+        free(found);
         cJSON_Delete(doc);
         return cli_error(4, "out of memory");
     }
@@ -207,25 +304,44 @@ int cli_validate(int argc, char **argv)
             printf("%-32s %-8s error: %s\n", names[i], "-", err.msg);
             cli_fail(&err);
             cJSON_AddStringToObject(row, "error", err.msg);
-            if (!rc)
-                rc = err.code ? (int)err.code : 2;
+            note_fail(&rc, err.code ? (int)err.code : 2);
             continue;
         }
         cJSON_AddStringToObject(row, "name", g.name);
         cJSON_AddStringToObject(row, "system", g.system);
         sim_opts o;
         sim_opts_default(&o);
-        /* A published configuration ran on real hardware: time it even
-         * when tpuemu's memory model says it would not fit, and say so. */
-        o.time_unfit = 1;
+        /* A trace that does not fit is not timed: a step the memory model
+         * says cannot run has no prediction to compare (the published
+         * configuration ran, so it is a finding about the model). */
         emu_result r;
+        memset(&r, 0, sizeof r);
         tpu_status st = sim_run(&g, &o, &r, &err);
-        if (st != TPU_OK) {
+        if (st == TPU_ERR_NOFIT) {
+            char pub[32] = "-";
+            if (g.has_reference && g.reference_step_s > 0) {
+                snprintf(pub, sizeof pub, "%.5g", g.reference_step_s);
+                cJSON_AddNumberToObject(row, "published_s",
+                                        g.reference_step_s);
+            }
+            /* err.msg: "PATH: needs X GiB of HBM per core, vN core has
+             * Y GiB (...)" */
+            printf("%-32s %-8s %12s %12s %9s  does not fit: %s\n", g.name,
+                   g.system, "-", pub, "-", err.msg);
+            cli_fail(&err);
+            cJSON_AddBoolToObject(row, "fits", 0);
+            cJSON_AddNumberToObject(row, "hbm_needed_bytes",
+                                    r.hbm_needed_bytes);
+            cJSON_AddNumberToObject(row, "hbm_capacity_bytes",
+                                    r.hbm_capacity_bytes);
+            cJSON_AddStringToObject(row, "error", err.msg);
+            note_fail(&rc, (int)st);
+            unfit++;
+        } else if (st != TPU_OK) {
             printf("%-32s %-8s error: %s\n", g.name, g.system, err.msg);
             cli_fail(&err);
             cJSON_AddStringToObject(row, "error", err.msg);
-            if (!rc)
-                rc = (int)st;
+            note_fail(&rc, (int)st);
         } else {
             char pub[32] = "-", e[32] = "-";
             cJSON_AddNumberToObject(row, "predicted_s", r.step_time_s);
@@ -250,11 +366,6 @@ int cli_validate(int argc, char **argv)
                    g.has_reference ? g.reference_source : "(no published "
                                                           "figure)");
             cJSON_AddBoolToObject(row, "fits", r.fits);
-            if (!r.fits)
-                printf("%-32s note: does not fit in tpuemu's memory model "
-                       "(needs %.1f GiB of HBM per core, has %.0f)\n", "",
-                       r.hbm_needed_bytes / (1024.0 * 1024 * 1024),
-                       r.hbm_capacity_bytes / (1024.0 * 1024 * 1024));
             /* Where the slowest core's time goes: the first thing to look
              * at when a prediction misses. */
             int worst = 0;
@@ -280,7 +391,12 @@ int cli_validate(int argc, char **argv)
     check_order(ordered, counted, doc);
     free(ordered);
     if (counted > 0) {
-        printf("mean absolute error: %.1f%%\n", sum_abs / counted);
+        char left[80] = "";
+        if (unfit)
+            snprintf(left, sizeof left, " (%d trace%s that do%s not fit left "
+                                        "out)",
+                     unfit, unfit == 1 ? "" : "s", unfit == 1 ? "es" : "");
+        printf("mean absolute error: %.1f%%%s\n", sum_abs / counted, left);
         cJSON_AddNumberToObject(doc, "mean_abs_error_pct", sum_abs / counted);
     } else {
         printf("mean absolute error: n/a (no trace ran with a published "
@@ -290,6 +406,7 @@ int cli_validate(int argc, char **argv)
     for (int i = 0; i < n; i++)
         free(names[i]);
     free(names);
+    free(found);
     if (out) {
         char *text = cJSON_Print(doc);
         tpu_error err = {0};

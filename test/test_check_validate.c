@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test/harness.h"
 
@@ -140,5 +141,85 @@ void th_suite_check_validate(th_ctx *t)
 
     th_case(t, "an empty or missing directory: exit 2");
     th_run(&c, "%s validate --dir %s/nope", th_bin(), dir);
-    TH_CHECK(t, c.status == 2 && strstr(c.err, "tpuemu: error:"));
+    TH_CHECK(t, c.status == 2 && strstr(c.err, "tpuemu: error:") &&
+                    strstr(c.err, "No such file"));
+
+    th_case(t, "a trace that does not fit: a row saying so with the "
+               "figures, left out of the mean and the pairs, exit 3; a bad "
+               "trace beside it makes it 2");
+    {
+        char ndir[400], tiny[600];
+        snprintf(ndir, sizeof ndir, "%s/nofit", th_tmpdir());
+        th_run(&c, "mkdir -p %s", ndir);
+        snprintf(tiny, sizeof tiny, "%s/b-tiny.json", dir);
+        th_run(&c, "cp %s %s/", tiny, ndir);
+        /* 64Ki x 64Ki dense: 8 GiB of bf16 weights, 48 GiB with gradients
+         * and optimizer state: no v3 core holds it. */
+        snprintf(path, sizeof path, "%s/a-huge.json", ndir);
+        write_text(path,
+                   "{\"format\": \"tpuemu-trace/1\", \"name\": \"huge\", "
+                   "\"system\": \"v3-8\", \"run\": {\"mode\": \"train\", "
+                   "\"global_batch\": 8}, \"reference\": {\"step_time_s\": "
+                   "0.0001, \"source\": \"made up\"}, \"graph\": "
+                   "{\"inputs\": [{\"name\": \"x\", \"shape\": [65536]}], "
+                   "\"layers\": [{\"name\": \"d\", \"op\": \"dense\", "
+                   "\"in\": \"x\", \"units\": 65536}, {\"name\": \"l\", "
+                   "\"op\": \"loss\", \"kind\": \"l2\", \"in\": "
+                   "\"d\"}]}}\n");
+        th_run(&c, "%s validate --dir %s", th_bin(), ndir);
+        TH_CHECKF(t, c.status == 3, "status %d: %s%s", c.status, c.out,
+                  c.err);
+        const char *row = strstr(c.out, "\nhuge ");
+        TH_CHECKF(t, row && strstr(row, "does not fit") &&
+                         strstr(row, "needs 48.0 GiB") &&
+                         strstr(row, "core has 16 GiB") &&
+                         strstr(row, "does not fit") <
+                             strchr(row + 1, '\n'),
+                  "out: %s", c.out);
+        /* The mean is tiny-conv's alone; no pair (the other has no
+         * prediction). */
+        double err = 0, mae = -1;
+        row = strstr(c.out, "tiny-conv");
+        TH_CHECKF(t, row && sscanf(row, "tiny-conv v3-8 %*f %*f %lf",
+                                   &err) == 1,
+                  "out: %s", c.out);
+        TH_CHECKF(t, sscanf(last_line(c.out), "mean absolute error: %lf%%",
+                            &mae) == 1 &&
+                         mae > (err < 0 ? -err : err) - 0.06 &&
+                         mae < (err < 0 ? -err : err) + 0.06 &&
+                         strstr(last_line(c.out), "1 trace that does not "
+                                                  "fit left out"),
+                  "mae %g, error %g: %s", mae, err, c.out);
+        TH_CHECKF(t, !strstr(c.out, "pairs"), "out: %s", c.out);
+        snprintf(path, sizeof path, "%s/c-broken.json", ndir);
+        write_text(path, "{");
+        th_run(&c, "%s validate --dir %s", th_bin(), ndir);
+        TH_CHECKF(t, c.status == 2 && strstr(c.out, "tiny-conv"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+    }
+
+    th_case(t, "without --dir, from another directory: the reference "
+               "traces next to the binary; none there: every path tried, "
+               "with the reason");
+    {
+        char bin[4600], cwd[4096], other[512];
+        if (th_bin()[0] == '/')
+            snprintf(bin, sizeof bin, "%s", th_bin());
+        else if (getcwd(cwd, sizeof cwd))
+            snprintf(bin, sizeof bin, "%s/%s", cwd, th_bin());
+        else
+            bin[0] = '\0';
+        snprintf(other, sizeof other, "%s/elsewhere", th_tmpdir());
+        th_run(&c, "mkdir -p %s && cd %s && %s validate", other, other, bin);
+        TH_CHECKF(t, c.status == 0 && strstr(c.out, "unet3d-256"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+        th_run(&c, "cp %s %s/tpuemu && cd %s && ./tpuemu validate", bin,
+               other, other);
+        TH_CHECKF(t, c.status == 2 &&
+                         strstr(c.err, "tried traces/reference (No such "
+                                       "file or directory)") &&
+                         strstr(c.err, "/elsewhere/traces/reference (") &&
+                         strstr(c.err, "--dir"),
+                  "status %d: %s", c.status, c.err);
+    }
 }
