@@ -97,6 +97,18 @@ typedef struct {
     int touched;
 } chw;
 
+/* The state one call changes, saved to try two ways of serving a strided
+ * block (its pattern, and the contiguous span it lies in) and keep the
+ * cheaper. */
+typedef struct {
+    int64_t *open_row, *last_row;
+    double *last_d, *s0;
+    int *last_bank, *touched;
+    unsigned char *piped;
+    chw *acc;
+    int ntouched;
+} hbm_snap;
+
 struct hbm {
     hbm_params p;
     int C, B, lC, lB, lI, lR, lBB, lupr;
@@ -120,7 +132,69 @@ struct hbm {
      * (all channels refresh together), refresh count win_k inside it. */
     double win_lo, win_hi, win_k;
     hbm_stats st;
+    hbm_snap snap[2];
 };
+
+static int snap_alloc(hbm_snap *s, size_t C, size_t CB)
+{
+    s->open_row = calloc(CB, sizeof *s->open_row);
+    s->last_row = calloc(C, sizeof *s->last_row);
+    s->last_d = calloc(C, sizeof *s->last_d);
+    s->s0 = calloc(C, sizeof *s->s0);
+    s->last_bank = calloc(C, sizeof *s->last_bank);
+    s->touched = calloc(C, sizeof *s->touched);
+    s->piped = calloc(C, 1);
+    s->acc = calloc(C, sizeof *s->acc);
+    return s->open_row && s->last_row && s->last_d && s->s0 &&
+           s->last_bank && s->touched && s->piped && s->acc;
+}
+
+static void snap_free(hbm_snap *s)
+{
+    free(s->open_row);
+    free(s->last_row);
+    free(s->last_d);
+    free(s->s0);
+    free(s->last_bank);
+    free(s->touched);
+    free(s->piped);
+    free(s->acc);
+}
+
+static void snap_copy(hbm_snap *to, const hbm_snap *from, size_t C,
+                      size_t CB)
+{
+    memcpy(to->open_row, from->open_row, CB * sizeof *to->open_row);
+    memcpy(to->last_row, from->last_row, C * sizeof *to->last_row);
+    memcpy(to->last_d, from->last_d, C * sizeof *to->last_d);
+    memcpy(to->s0, from->s0, C * sizeof *to->s0);
+    memcpy(to->last_bank, from->last_bank, C * sizeof *to->last_bank);
+    memcpy(to->touched, from->touched, C * sizeof *to->touched);
+    memcpy(to->piped, from->piped, C);
+    memcpy(to->acc, from->acc, C * sizeof *to->acc);
+    to->ntouched = from->ntouched;
+}
+
+/* h's live state viewed as a snapshot (no copy). */
+static hbm_snap live(hbm *h)
+{
+    hbm_snap s = {h->open_row, h->last_row, h->last_d, h->s0, h->last_bank,
+                  h->touched, h->piped, h->acc, h->ntouched};
+    return s;
+}
+
+static void snap_save(hbm *h, hbm_snap *s)
+{
+    hbm_snap l = live(h);
+    snap_copy(s, &l, (size_t)h->C, (size_t)h->C * (size_t)h->B);
+}
+
+static void snap_load(hbm *h, const hbm_snap *s)
+{
+    hbm_snap l = live(h);
+    snap_copy(&l, s, (size_t)h->C, (size_t)h->C * (size_t)h->B);
+    h->ntouched = s->ntouched;
+}
 
 hbm *hbm_new(const hbm_params *p)
 {
@@ -168,9 +242,11 @@ hbm *hbm_new(const hbm_params *p)
     h->s0 = calloc(C, sizeof *h->s0);
     h->piped = calloc(C, 1);
     h->touched = calloc(C, sizeof *h->touched);
-    if (!h->touched || !h->free_at || !h->last_d || !h->phase || !h->last_bank ||
-        !h->last_row || !h->epoch || !h->open_row || !h->acc ||
-        !h->scratch || !h->s0 || !h->piped) {
+    int snaps = snap_alloc(&h->snap[0], C, CB) &&
+                snap_alloc(&h->snap[1], C, CB);
+    if (!snaps || !h->touched || !h->free_at || !h->last_d || !h->phase ||
+        !h->last_bank || !h->last_row || !h->epoch || !h->open_row ||
+        !h->acc || !h->scratch || !h->s0 || !h->piped) {
         hbm_free(h);
         return NULL;
     }
@@ -202,6 +278,8 @@ void hbm_free(hbm *h)
     free(h->s0);
     free(h->piped);
     free(h->touched);
+    snap_free(&h->snap[0]);
+    snap_free(&h->snap[1]);
     free(h);
 }
 
@@ -627,15 +705,27 @@ static int empty(const hbm_xfer *x)
     return x->chunk_bytes == 0 || x->nchunks == 0;
 }
 
-double hbm_access(hbm *h, double t_start, const hbm_xfer *x)
+/* When the call's gathered work would end, refresh aside: what
+ * hbm_access compares to choose between two ways of serving a block. */
+static double est_end(const hbm *h)
 {
-    if (empty(x))
-        return t_start;
-    begin(h, t_start);
-    uint64_t c = x->chunk_bytes, S = x->stride < c ? c : x->stride;
-    if (S == c || x->nchunks == 1) {
-        seg(h, h->acc, x->addr, c * x->nchunks);
-    } else if (c >= h->Z) {
+    double end = 0;
+    for (int i = 0; i < h->ntouched; i++) {
+        int c = h->touched[i];
+        const chw *a = &h->acc[c];
+        double e = h->s0[c] + a->lat0 +
+                   dmax(a->bursts * h->t_burst + a->exposed,
+                        a->nact * h->actrate);
+        if (e > end)
+            end = e;
+    }
+    return end;
+}
+
+/* The block's pattern, chunks apart (S > c). */
+static void pattern(hbm *h, const hbm_xfer *x, uint64_t c, uint64_t S)
+{
+    if (c >= h->Z) {
         /* Chunks of a stripe or more: each is a contiguous block whose
          * channel loads are even; the third chunk stands for the rest. */
         uint64_t k = x->nchunks < 3 ? x->nchunks : 3;
@@ -658,6 +748,44 @@ double hbm_access(hbm *h, double t_start, const hbm_xfer *x)
     } else {
         strided(h, h->acc, x);
     }
+}
+
+double hbm_access(hbm *h, double t_start, const hbm_xfer *x)
+{
+    if (empty(x))
+        return t_start;
+    begin(h, t_start);
+    uint64_t c = x->chunk_bytes, S = x->stride < c ? c : x->stride;
+    uint64_t span = (x->nchunks - 1) * S + c;
+    if (S == c || x->nchunks == 1) {
+        seg(h, h->acc, x->addr, c * x->nchunks);
+    } else if (S - c < h->BB) {
+        /* Gaps shorter than a burst: every burst of the span holds bytes
+         * of some chunk, and the memory moves whole bursts, so the
+         * transfer is the span read contiguously (chunks sharing a burst
+         * share its cost). */
+        seg(h, h->acc, x->addr, span);
+    } else {
+        /* A controller can always fetch the whole span and drop the gaps,
+         * so the pattern's estimate is bounded by the span's (the closed
+         * form can overcount row misses where small gaps keep chunks in
+         * one open row). */
+        snap_save(h, &h->snap[0]);
+        pattern(h, x, c, S);
+        double e_pat = est_end(h);
+        /* The span cannot end before its bursts, spread evenly over all
+         * channels, have moved: most patterns are cheaper than that and
+         * the span need not be timed at all. */
+        double span_min = t_start + (double)(span / h->BB) * h->t_burst /
+                                        (double)h->C;
+        if (e_pat <= span_min)
+            return finish(h, t_start, x);
+        snap_save(h, &h->snap[1]);
+        snap_load(h, &h->snap[0]);
+        seg(h, h->acc, x->addr, span);
+        if (e_pat <= est_end(h))
+            snap_load(h, &h->snap[1]);
+    }
     return finish(h, t_start, x);
 }
 
@@ -667,10 +795,24 @@ double hbm_access_reference(hbm *h, double t_start, const hbm_xfer *x)
         return t_start;
     begin(h, t_start);
     uint64_t c = x->chunk_bytes, S = x->stride < c ? c : x->stride;
-    if (S == c)
+    if (S == c) {
         seg(h, h->acc, x->addr, c * x->nchunks);
-    else
-        for (uint64_t i = 0; i < x->nchunks; i++)
-            seg(h, h->acc, x->addr + i * S, c);
+        return finish(h, t_start, x);
+    }
+    /* Chunks that share a burst, or whose bursts follow on without one
+     * skipped, move as one run: the memory transfers whole bursts, so a
+     * burst is charged once however many chunks it holds. */
+    uint64_t run = x->addr, end = x->addr + c; /* [run, end) */
+    for (uint64_t i = 1; i < x->nchunks; i++) {
+        uint64_t a = x->addr + i * S;
+        if ((a >> h->lBB) <= ((end - 1) >> h->lBB) + 1) {
+            end = a + c;
+            continue;
+        }
+        seg(h, h->acc, run, end - run);
+        run = a;
+        end = a + c;
+    }
+    seg(h, h->acc, run, end - run);
     return finish(h, t_start, x);
 }

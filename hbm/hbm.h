@@ -84,11 +84,17 @@ typedef struct {
  * times.  Each channel serves its share of x after the work already
  * queued on it (first come, first served).  Deterministic.  Addresses
  * wrap modulo the capacity; a stride smaller than the chunk is treated as
- * the chunk (no overlapping chunks). */
+ * the chunk (no overlapping chunks).  A strided block never takes longer
+ * than the contiguous span from its first byte to its last (the memory
+ * moves whole bursts, and a controller can always read the span and drop
+ * the gaps): gaps shorter than a burst make it that span, and a pattern
+ * the closed form times slower than the span is timed as the span. */
 double hbm_access(hbm *h, double t_start, const hbm_xfer *x);
 
 /* The same timing model applied chunk by chunk (cost grows with nchunks):
- * the reference the closed form is tested against.  Not for the engine. */
+ * the reference the closed form is tested against.  Not for the engine.
+ * Chunks that share a burst, or whose bursts follow on with none skipped,
+ * are served as one run, so a burst is charged once. */
 double hbm_access_reference(hbm *h, double t_start, const hbm_xfer *x);
 
 /* Counters since the last reset (for reports and tests). */

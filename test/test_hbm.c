@@ -209,6 +209,8 @@ static void test_reference(th_ctx *t)
         {0, 4096, 1024, 8192},     {0, 3000, 1024, 12000},
         {0, 32768, 256, 65536},    {5, 20000, 200, 50000},
         {0, 16 * KIB, 64, 1 * MIB}, {0, 1 * MIB, 16, 1 * MIB},
+        {0, 1, 4096, 2},           {3, 24, 4096, 40},
+        {0, 17005, 100, 17086},
     };
     hbm *h = hbm_new(&p.hbm);
     TH_CHECK(t, h != NULL);
@@ -228,6 +230,62 @@ static void test_reference(th_ctx *t)
                   (unsigned long long)cs[i].stride, fast, ref, 100 * err);
     }
     hbm_free(h);
+}
+
+/* A strided block never costs more than reading the contiguous span it
+ * lies in: chunks that share a burst share its cost (the memory moves
+ * whole bursts), and a controller may always fetch the span and drop the
+ * gaps.  Both the closed form and the reference, from power-on and after
+ * other traffic left rows open. */
+static void test_span_bound(th_ctx *t)
+{
+    th_case(t, "a strided block costs at most its contiguous span");
+    static const struct {
+        uint64_t addr, chunk, n, stride;
+    } cs[] = {
+        {0, 1, 1 << 20, 2},     {0, 1, 1 << 20, 64},  {7, 1, 100000, 65},
+        {0, 4, 65536, 6},       {0, 32, 16384, 96},   {0, 64, 8192, 128},
+        {0, 100, 4096, 300},    {0, 17005, 143, 17086},
+        {5, 17029, 100, 17258}, {0, 3000, 1024, 3100}, {0, 8192, 64, 8300},
+        {0, 64, 4096, 4096},    {64, 48, 3000, 1000},
+    };
+    for (int gen = 2; gen <= 3; gen++) {
+        tpu_params p;
+        tpu_params_default(&p, gen);
+        hbm *h = hbm_new(&p.hbm);
+        TH_CHECK(t, h != NULL);
+        if (!h)
+            return;
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            uint64_t span = (cs[i].n - 1) * cs[i].stride + cs[i].chunk;
+            hbm_xfer x = gather(cs[i].addr, cs[i].chunk, cs[i].n,
+                                cs[i].stride);
+            hbm_xfer y = block(cs[i].addr, span);
+            hbm_xfer warm = block(cs[i].addr + 3 * KIB, 64 * KIB);
+            for (int w = 0; w < 2; w++) {
+                double ts, tr, tc;
+                hbm_reset(h);
+                if (w)
+                    hbm_access(h, 0, &warm);
+                ts = hbm_access(h, 0, &x);
+                hbm_reset(h);
+                if (w)
+                    hbm_access(h, 0, &warm);
+                tc = hbm_access(h, 0, &y);
+                hbm_reset(h);
+                if (w)
+                    hbm_access(h, 0, &warm);
+                tr = cs[i].n <= 200000 ? hbm_access_reference(h, 0, &x) : 0;
+                TH_CHECKF(t, ts <= tc * (1 + 1e-9) && tr <= tc * (1 + 1e-9),
+                          "v%d chunk %llu stride %llu%s: closed %.4g s, "
+                          "reference %.4g s, span %.4g s",
+                          gen, (unsigned long long)cs[i].chunk,
+                          (unsigned long long)cs[i].stride,
+                          w ? " (warm)" : "", ts, tr, tc);
+            }
+        }
+        hbm_free(h);
+    }
 }
 
 static void test_dma(th_ctx *t)
@@ -335,6 +393,7 @@ void th_suite_hbm(th_ctx *t)
     test_refresh_rows(t);
     test_determinism(t);
     test_reference(t);
+    test_span_bound(t);
     test_dma(t);
     test_params_check(t);
 }

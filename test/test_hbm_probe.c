@@ -49,6 +49,17 @@ void th_suite_hbm_probe(th_ctx *t)
     th_run(&r2, "%s probe hbm --gen v2 --bytes 1048576", bin);
     TH_CHECK(t, field(r2.out, "gbps") > 2 * field(r.out, "gbps"));
 
+    th_case(t, "probe hbm: 1-byte chunks 2 bytes apart take no longer than "
+               "the 2 MiB they lie in");
+    th_run(&r, "%s probe hbm --gen v3 --bytes 1048576 --stride 2 --chunk 1",
+           bin);
+    th_run(&r2, "%s probe hbm --gen v3 --bytes 2097151", bin);
+    TH_CHECKF(t, r.status == 0 && r2.status == 0 &&
+                     field(r.out, "seconds") > 0 &&
+                     field(r.out, "seconds") <=
+                         field(r2.out, "seconds") * (1 + 1e-9),
+              "%s / %s", r.out, r2.out);
+
     th_case(t, "probe hbm --set changes the model (no refresh is faster)");
     th_run(&r, "%s probe hbm --bytes 268435456", bin);
     th_run(&r2, "%s probe hbm --bytes 268435456 --set hbm.t_rfc_ns=0", bin);
