@@ -2,8 +2,8 @@
 # The performance gate (issue 7, docs/CHECK.md).  For every
 # traces/reference/*.json: `tpuemu run T --report build/perf/X.json --quiet`,
 # then `tpuemu check --baseline baselines/X.json build/perf/X.json`.
-# Exit 1 on any regression, missing baseline or failed run; a summary line
-# at the end.  With --rebaseline, copy the new reports into baselines/ (the
+# Exit 1 on any regression, missing baseline, baseline without a reference
+# trace (orphan) or failed run; a summary line at the end.  With --rebaseline, copy the new reports into baselines/ (the
 # diff is then reviewed like code).
 #
 # Environment: TPUEMU (binary, default ./tpuemu), TOLERANCE (passed to
@@ -63,6 +63,17 @@ for t in traces/reference/*.json; do
     1) slower=$((slower + 1)) ;;
     *) errors=$((errors + 1)) ;;
   esac
+done
+
+# A baseline whose trace is gone guards nothing: the trace was deleted or
+# renamed, and the gate would silently stop checking it.
+for b in baselines/*.json; do
+  [ -e "$b" ] || continue
+  x=$(basename "$b" .json)
+  if [ ! -f traces/reference/"$x".json ]; then
+    echo "check-perf: baseline $x has no reference trace: deleted or renamed? remove it or restore the trace" >&2
+    errors=$((errors + 1))
+  fi
 done
 
 if [ "$rebase" -eq 1 ]; then

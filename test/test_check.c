@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "emu/params.h"
 #include "emu/report.h"
@@ -369,6 +370,40 @@ void th_suite_check(th_ctx *t)
     /* cmp fails the chain if the two reports differ by one byte. */
     TH_CHECKF(t, c.status == 0 && strstr(c.out, "ok: "),
               "status %d: %s%s", c.status, c.out, c.err);
+
+    th_case(t, "check_perf.sh: a baseline without its reference trace is "
+               "an error (exit 1), named");
+    {
+        /* A copy of the gate's layout (scripts/, traces/reference/,
+         * baselines/) with one small trace, so the shared baselines/ is
+         * never touched. */
+        char root[512], bin[4600], cwd[4096];
+        if (th_bin()[0] == '/')
+            snprintf(bin, sizeof bin, "%s", th_bin());
+        else if (getcwd(cwd, sizeof cwd))
+            snprintf(bin, sizeof bin, "%s/%s", cwd, th_bin());
+        else
+            bin[0] = '\0';
+        snprintf(root, sizeof root, "%s/perfgate", th_tmpdir());
+        th_run(&c, "rm -rf %s && mkdir -p %s/scripts %s/traces/reference "
+                   "%s/baselines && cp scripts/check_perf.sh %s/scripts/ && "
+                   "cp %s %s/traces/reference/tiny2d.json && %s run %s "
+                   "--report %s/baselines/tiny2d.json --quiet",
+               root, root, root, root, root, trace, root, bin, trace, root);
+        TH_CHECKF(t, c.status == 0, "setup: %d %s", c.status, c.err);
+        th_run(&c, "TPUEMU=%s sh %s/scripts/check_perf.sh", bin, root);
+        TH_CHECKF(t, c.status == 0 && strstr(c.out, "1 ok, 0 slower, 0 "
+                                                    "errors"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+        th_run(&c, "cp %s/baselines/tiny2d.json %s/baselines/gone.json && "
+                   "TPUEMU=%s sh %s/scripts/check_perf.sh",
+               root, root, bin, root);
+        TH_CHECKF(t, c.status == 1 &&
+                         strstr(c.err, "baseline gone has no reference "
+                                       "trace: deleted or renamed?") &&
+                         strstr(c.out, "1 errors"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+    }
 
     th_case(t, "the gate fails on halved HBM bandwidth, naming hbm_stall");
     {
