@@ -227,7 +227,9 @@ static const pentry table[] = {
       "[U] no public figure"),
     D("vpu.op_overhead_cycles", vpu_op_overhead_cycles, "cycles", 0, 1e6,
       "[U] no public figure"),
-    {{"hbm.bandwidth_gbs", "GB/s", "[C] IEEE Micro 2021: 700/900 per chip"},
+    {{"hbm.bandwidth_gbs", "GB/s",
+      "per core: 350 v2 / 450 v3, half the chip's 700/900 [C] IEEE Micro "
+      "2021"},
      PK_HBM_PEAK, 0, 1, 1e6},
     {{"hbm.capacity_gib", "GiB", "[C] Cloud TPU docs"},
      PK_GIB, offsetof(tpu_params, hbm.capacity_bytes), 1.0 / 1024, 1e6},
