@@ -35,6 +35,9 @@ int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi,
             int64_t *out);
 int cli_double(const char *opt, const char *s, double lo, double hi,
                double *out);
+/* Byte counts x and y as GiB, with digits enough that different figures
+ * (what is needed, what the core has) never print the same. */
+void cli_fmt_gib2(char *a, char *b, size_t cap, double x, double y);
 /* v as the shortest %g text that reads back as exactly v. */
 void cli_fmt_num(char *buf, size_t cap, double v);
 /* The value after option argv[*i], advancing *i; prints an error and

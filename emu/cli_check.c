@@ -79,20 +79,6 @@ static int slower(double base, double now, double tol)
     return now - base > tol * base;
 }
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
-/* Bytes as GiB, with digits enough that two different figures (what is
- * needed and what the core has) never print the same. */
-static void gib2(char *a, char *b, size_t cap, double x, double y)
-{
-    for (int d = 3; d <= 12; d++) {
-        snprintf(a, cap, "%.*g", d, x / GIB);
-        snprintf(b, cap, "%.*g", d, y / GIB);
-        if (x == y || strcmp(a, b) != 0)
-            return;
-    }
-}
-
 /* Two cores belong to one group when all their figures agree in both
  * reports. */
 static int same_core(const emu_core_result *a, const emu_core_result *b)
@@ -209,9 +195,9 @@ static int compare_fit(const emu_result *b, const emu_result *n)
 {
     char need[32], has[32], need2[32], has2[32];
     if (!b->fits && !n->fits) {
-        gib2(need, has, sizeof need, b->hbm_needed_bytes,
+        cli_fmt_gib2(need, has, sizeof need, b->hbm_needed_bytes,
              b->hbm_capacity_bytes);
-        gib2(need2, has2, sizeof need2, n->hbm_needed_bytes,
+        cli_fmt_gib2(need2, has2, sizeof need2, n->hbm_needed_bytes,
              n->hbm_capacity_bytes);
         printf("ok: %s on %s: neither run fits, no step times to compare "
                "(BASE needs %s GiB of HBM per core, core has %s GiB; NEW "
@@ -221,7 +207,7 @@ static int compare_fit(const emu_result *b, const emu_result *n)
         return 0;
     }
     if (!b->fits) {
-        gib2(need, has, sizeof need, b->hbm_needed_bytes,
+        cli_fmt_gib2(need, has, sizeof need, b->hbm_needed_bytes,
              b->hbm_capacity_bytes);
         printf("ok: %s on %s: the baseline did not fit (needs %s GiB of HBM "
                "per core, core has %s GiB) and now it does: step time "
@@ -230,8 +216,8 @@ static int compare_fit(const emu_result *b, const emu_result *n)
         print_notes(b, n);
         return 0;
     }
-    gib2(need, has, sizeof need, n->hbm_needed_bytes, n->hbm_capacity_bytes);
-    gib2(need2, has2, sizeof need2, b->hbm_needed_bytes,
+    cli_fmt_gib2(need, has, sizeof need, n->hbm_needed_bytes, n->hbm_capacity_bytes);
+    cli_fmt_gib2(need2, has2, sizeof need2, b->hbm_needed_bytes,
          b->hbm_capacity_bytes);
     printf("REGRESSION: %s on %s: no longer fits: needs %s GiB of HBM per "
            "core, core has %s GiB (the baseline needed %s GiB of its %s "

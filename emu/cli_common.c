@@ -60,6 +60,17 @@ void cli_fmt_num(char *buf, size_t cap, double v)
     }
 }
 
+void cli_fmt_gib2(char *a, char *b, size_t cap, double x, double y)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    for (int d = 3; d <= 12; d++) {
+        snprintf(a, cap, "%.*g", d, x / gib);
+        snprintf(b, cap, "%.*g", d, y / gib);
+        if (x == y || strcmp(a, b) != 0)
+            return;
+    }
+}
+
 int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi,
             int64_t *out)
 {

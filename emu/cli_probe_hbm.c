@@ -25,7 +25,11 @@ static const char usage[] =
     "              N / C chunks of C bytes whose starts are S bytes apart\n"
     "              (S >= C); without them one contiguous block.\n"
     "  --write     a write instead of a read (same timing model).\n"
-    "  --set       override a chip parameter, e.g. hbm.t_rfc_ns=0.\n"
+    "  --set       override an HBM parameter, e.g. hbm.t_rfc_ns=0 (hbm.*\n"
+    "              keys only: no other key affects this probe, exit 2).\n"
+    "\n"
+    "A strided block never takes longer than the contiguous span from its\n"
+    "first byte to its last (docs/HBM.md).\n"
     "\n"
     "exit status: 0 done, 2 bad input or usage, 3 the block does not fit\n"
     "the core's HBM, 4 out of host memory\n";
@@ -106,6 +110,11 @@ int cli_probe_hbm(int argc, char **argv)
                              sets[i]);
         memcpy(key, sets[i], (size_t)(eq - sets[i]));
         key[eq - sets[i]] = '\0';
+        /* Only the HBM model is timed: another key would change nothing. */
+        if (strncmp(key, "hbm.", 4) != 0)
+            return cli_error(2, "probe hbm: --set %s: has no effect on this "
+                                "probe (it takes hbm.* keys)",
+                             key);
         if (tpu_params_set(&p, key, eq + 1, &err) != TPU_OK)
             return cli_fail(&err);
     }

@@ -31,7 +31,11 @@ static const char usage[] =
     "  consecutive groups of CORES cores all-reducing at once.\n"
     "permute: even cores send N bytes to their +x neighbour, odd cores to\n"
     "  their -x neighbour (a halo exchange).\n"
-    "exit status: 0 done, 2 bad input or usage, 4 out of host memory\n";
+    "--set takes the ici.* keys (tpuemu run --help lists them) and\n"
+    "  hbm.capacity_gib; any other key has no effect on these probes and is\n"
+    "  refused (exit 2).\n"
+    "exit status: 0 done, 2 bad input or usage, 3 N is more than a core's\n"
+    "HBM holds, 4 out of host memory\n";
 
 int cli_probe_ici(int argc, char **argv)
 {
@@ -97,9 +101,29 @@ int cli_probe_ici(int argc, char **argv)
                              sets[i]);
         memcpy(key, sets[i], (size_t)(eq - sets[i]));
         key[eq - sets[i]] = '\0';
+        /* The probe times the interconnect alone; the buffer's size is
+         * checked against the HBM capacity.  Another key would be accepted
+         * and change nothing, a what-if that silently is not one. */
+        if (strncmp(key, "ici.", 4) != 0 &&
+            strcmp(key, "hbm.capacity_gib") != 0)
+            return cli_error(2, "probe %s: --set %s: has no effect on this "
+                                "probe (it takes ici.* keys and "
+                                "hbm.capacity_gib)",
+                             argv[0], key);
         tpu_error e = {0};
         if (tpu_params_set(&p, key, eq + 1, &e) != TPU_OK)
             return cli_fail(&e);
+    }
+    /* Every core holds its N bytes in HBM (all-reduce in place; a permute
+     * sends from and receives into HBM), as probe hbm refuses a block
+     * larger than the core's HBM. */
+    if ((double)bytes > p.hbm.capacity_bytes) {
+        char need[32], has[32];
+        cli_fmt_gib2(need, has, sizeof need, (double)bytes,
+                     p.hbm.capacity_bytes);
+        return cli_error(3, "probe %s: --bytes %lld: needs %s GiB of HBM "
+                            "per core, v%d core has %s GiB",
+                         argv[0], (long long)bytes, need, sys->gen, has);
     }
     ici *n = ici_new(&p.ici, sys->dim_x, sys->dim_y, sys->full_pod);
     if (!n)

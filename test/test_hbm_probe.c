@@ -82,6 +82,8 @@ void th_suite_hbm_probe(th_ctx *t)
         "--bytes 1024 --frobnicate",
         "--bytes 1024 --set hbm.nope=1",
         "--bytes 1024 --set hbm.channels=12",
+        "--bytes 1024 --set ici.link_gbs=10",
+        "--bytes 1024 --set clock_hz=1e9",
         "--bytes",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -90,6 +92,34 @@ void th_suite_hbm_probe(th_ctx *t)
                          r.out[0] == '\0',
                   "'%s': status %d, err '%s'", bad[i], r.status, r.err);
     }
+
+    th_case(t, "probe allreduce/permute: a buffer larger than the core's "
+               "HBM exits 3; a --set key with no effect is refused");
+    th_run(&r, "%s probe allreduce --system v3-8 --bytes 107374182400", bin);
+    TH_CHECKF(t, r.status == 3 && strstr(r.err, "needs 100 GiB of HBM per "
+                                                "core, v3 core has 16 GiB") &&
+                     r.out[0] == '\0',
+              "status %d: %s", r.status, r.err);
+    th_run(&r, "%s probe permute --system v2-8 --bytes 8589934593", bin);
+    TH_CHECKF(t, r.status == 3 && strstr(r.err, "v2 core has 8 GiB"),
+              "status %d: %s", r.status, r.err);
+    th_run(&r, "%s probe allreduce --system v3-8 --bytes 2097152 --set "
+               "hbm.capacity_gib=0.0009765625", bin);
+    TH_CHECKF(t, r.status == 3, "status %d: %s", r.status, r.err);
+    th_run(&r, "%s probe allreduce --system v3-8 --bytes 1048576 --set "
+               "hbm.bandwidth_gbs=41", bin);
+    TH_CHECKF(t, r.status == 2 && strstr(r.err, "hbm.bandwidth_gbs: has no "
+                                                "effect"),
+              "status %d: %s", r.status, r.err);
+    th_run(&r, "%s probe permute --system v3-8 --bytes 1048576 --set "
+               "mxu.rows=64", bin);
+    TH_CHECK(t, r.status == 2);
+    th_run(&r, "%s probe allreduce --system v3-8 --bytes 1048576", bin);
+    th_run(&r2, "%s probe allreduce --system v3-8 --bytes 1048576 --set "
+                "ici.link_gbs=35", bin);
+    TH_CHECKF(t, r.status == 0 && r2.status == 0 &&
+                     field(r2.out, "seconds") > field(r.out, "seconds"),
+              "%s / %s %s", r.out, r2.out, r2.err);
 
     th_case(t, "probe hbm: a block larger than the core's HBM exits 3");
     th_run(&r, "%s probe hbm --gen v2 --bytes 17179869184", bin);
