@@ -10,7 +10,9 @@
 /* Caps that keep one run to about a minute and a few GiB on a laptop. */
 #define MXU_CLI_MAX_DIM (1 << 20)
 #define MXU_CLI_MAX_BYTES (2.0 * 1024 * 1024 * 1024)
-#define MXU_CLI_MAX_MACS 1099511627776.0     /* 2^40, fast model */
+/* 2^38, fast model: the value loop runs ~9e9 multiply-adds/s on the build
+ * machine, so an accepted shape takes at most ~30 s (2^40 took minutes). */
+#define MXU_CLI_MAX_MACS 274877906944.0      /* 2^38, fast model */
 #define MXU_CLI_MAX_PE_UPDATES 68719476736.0 /* 2^36, PE model */
 #define MXU_CLI_MAX_SETS 16
 
@@ -34,9 +36,10 @@ static const char usage[] =
     "                  [-1,1) and rounded to bf16.  Default 0.\n"
     "  --set KEY=VAL   override a chip parameter (e.g. mxu.rows=8).\n"
     "\n"
-    "Limits: A, B and C together at most 2 GiB; fast model at most 2^40\n"
-    "multiply-adds; PE model at most 2^36 PE updates (cycles x rows x cols,\n"
-    "about 35 s on the build machine).  Beyond them the command exits 2.\n"
+    "Limits: A, B and C together at most 2 GiB; fast model at most 2^38\n"
+    "multiply-adds (M x K x N, about 30 s on the build machine); PE model\n"
+    "at most 2^36 PE updates (cycles x rows x cols, about 35 s).  Beyond\n"
+    "them the command exits 2.\n"
     "\n"
     "exit status: 0 done, 2 bad input or usage, 4 out of host memory\n";
 
@@ -126,8 +129,8 @@ int cli_mxu(int argc, char **argv)
                          "the limit is 2 GiB", bytes / (1024.0 * 1024 * 1024));
     double macs = (double)m * (double)k * (double)n;
     if (macs > MXU_CLI_MAX_MACS)
-        return cli_error(2, "mxu: %.3g multiply-adds exceed the limit of "
-                         "2^40 (%.3g)", macs, MXU_CLI_MAX_MACS);
+        return cli_error(2, "mxu: %.3g multiply-adds (M x K x N) exceed the "
+                         "limit of 2^38 (%.3g)", macs, MXU_CLI_MAX_MACS);
     if (pe) {
         double upd = (double)mxu_fast_cycles(mp, m, k, n) *
                      (double)mp->rows * (double)mp->cols;

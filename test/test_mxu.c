@@ -525,6 +525,7 @@ void th_suite_mxu_cli(th_ctx *t)
             "--m 1048576 --k 1048576 --n 1",
             "--m 100000 --k 100000 --n 100",
             "--m 1048576 --k 1024 --n 1024",
+            "--m 4096 --k 4096 --n 16385", /* 2^38 + 2^24 multiply-adds */
             "--m 100000 --k 2048 --n 1024 --model pe",
             "--m 4 --k 4 --n 4 --model slow",
             "--m 4 --k 4 --n 4 --gen v5",
@@ -546,5 +547,11 @@ void th_suite_mxu_cli(th_ctx *t)
                       r->out);
         }
     }
+    th_case(t, "the fast model's limit is 2^38 multiply-adds, named");
+    th_run(r, "%s mxu --m 4096 --k 4096 --n 16385", bin);
+    TH_CHECKF(t, r->status == 2 && strstr(r->err, "limit of 2^38"),
+              "exit %d: %s", r->status, r->err);
+    th_run(r, "%s mxu --help", bin);
+    TH_CHECK(t, strstr(r->out, "at most 2^38") != NULL);
     free(r);
 }
