@@ -40,12 +40,17 @@ int cli_double(const char *opt, const char *s, double lo, double hi,
 void cli_fmt_gib2(char *a, char *b, size_t cap, double x, double y);
 /* v as the shortest %g text that reads back as exactly v. */
 void cli_fmt_num(char *buf, size_t cap, double v);
-/* The value after option argv[*i], advancing *i; prints an error and
- * returns NULL when it is missing. */
+/* Option rule for every command: an option that takes a value is given
+ * as "--name VALUE" or "--name=VALUE" (cli_take), at most once (--set,
+ * which adds one override each time, is the one exception); a second
+ * one is an error (exit 2) naming both, never a silent override.
+ *
+ * The value after option argv[*i], advancing *i; prints an error and
+ * returns NULL when it is missing or the option was given before. */
 const char *cli_value(int argc, char **argv, int *i);
 /* Matches option `name` at argv[*i], as "--name VALUE" or "--name=VALUE":
  * 1 with *val set, 0 when argv[*i] is another option, -1 (error printed)
- * when the value is missing. */
+ * when the value is missing or the option was given before. */
 int cli_take(int argc, char **argv, int *i, const char *name,
              const char **val);
 /* True when argv has -h or --help. */

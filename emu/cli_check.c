@@ -366,12 +366,14 @@ int cli_check(int argc, char **argv)
     const char *base = NULL, *now = NULL;
     double tol = 0.02;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--baseline") == 0) {
-            if (!(base = cli_value(argc, argv, &i)))
+        const char *v;
+        int r;
+        if ((r = cli_take(argc, argv, &i, "--baseline", &v)) != 0) {
+            if (r < 0)
                 return 2;
-        } else if (strcmp(argv[i], "--tolerance") == 0) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v || cli_double("--tolerance", v, 0, 100, &tol))
+            base = v;
+        } else if ((r = cli_take(argc, argv, &i, "--tolerance", &v)) != 0) {
+            if (r < 0 || cli_double("--tolerance", v, 0, 100, &tol))
                 return 2;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(2, "check: unknown option '%s' (see tpuemu "

@@ -109,8 +109,37 @@ int cli_double(const char *opt, const char *s, double lo, double hi,
     return 0;
 }
 
+/* The one option every command lets repeat: each --set adds an override.
+ * Every other option takes one value, and a second one is refused rather
+ * than silently replacing the first. */
+static const char *const repeatable[] = {"--set"};
+
+/* 2 (error printed) when option `name`, at argv[i], was already given
+ * before i as "NAME VALUE" or "NAME=VALUE"; else 0. */
+static int given_twice(int argc, char **argv, int i, const char *name)
+{
+    for (size_t r = 0; r < sizeof repeatable / sizeof repeatable[0]; r++)
+        if (strcmp(name, repeatable[r]) == 0)
+            return 0;
+    size_t len = strlen(name);
+    for (int j = 1; j < i && j < argc; j++) {
+        if (strncmp(argv[j], name, len) != 0 ||
+            (argv[j][len] != '\0' && argv[j][len] != '='))
+            continue;
+        const char *was = argv[j][len] == '=' ? argv[j] + len + 1
+                          : j + 1 < argc      ? argv[j + 1]
+                                              : "";
+        return cli_error(2, "%s: given twice ('%s' before); it takes one "
+                            "value",
+                         name, was);
+    }
+    return 0;
+}
+
 const char *cli_value(int argc, char **argv, int *i)
 {
+    if (given_twice(argc, argv, *i, argv[*i]))
+        return NULL;
     if (*i + 1 >= argc) {
         cli_error(2, "%s: missing value", argv[*i]);
         return NULL;
@@ -133,12 +162,14 @@ int cli_take(int argc, char **argv, int *i, const char *name,
     size_t len = strlen(name);
     if (strncmp(arg, name, len) != 0)
         return 0;
+    if (arg[len] != '=' && arg[len] != '\0')
+        return 0;
+    if (given_twice(argc, argv, *i, name))
+        return -1;
     if (arg[len] == '=') {
         *val = arg + len + 1;
         return 1;
     }
-    if (arg[len] != '\0')
-        return 0;
     *val = cli_value(argc, argv, i);
     return *val ? 1 : -1;
 }

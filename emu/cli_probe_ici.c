@@ -52,23 +52,21 @@ int cli_probe_ici(int argc, char **argv)
     int nsets = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
-        if (strcmp(argv[i], "--system") == 0) {
-            if (!(v = cli_value(argc, argv, &i)))
+        int r;
+        if ((r = cli_take(argc, argv, &i, "--system", &v)) != 0) {
+            if (r < 0)
                 return 2;
             sysname = v;
-        } else if (strcmp(argv[i], "--bytes") == 0) {
-            if (!(v = cli_value(argc, argv, &i)))
-                return 2;
-            if (cli_int("--bytes", v, 1, (int64_t)1 << 50, &bytes))
+        } else if ((r = cli_take(argc, argv, &i, "--bytes", &v)) != 0) {
+            if (r < 0 || cli_int("--bytes", v, 1, (int64_t)1 << 50, &bytes))
                 return 2;
             have_bytes = 1;
-        } else if (is_ar && strcmp(argv[i], "--group") == 0) {
-            if (!(v = cli_value(argc, argv, &i)))
+        } else if (is_ar &&
+                   (r = cli_take(argc, argv, &i, "--group", &v)) != 0) {
+            if (r < 0 || cli_int("--group", v, 1, 1 << 20, &group))
                 return 2;
-            if (cli_int("--group", v, 1, 1 << 20, &group))
-                return 2;
-        } else if (strcmp(argv[i], "--set") == 0) {
-            if (!(v = cli_value(argc, argv, &i)))
+        } else if ((r = cli_take(argc, argv, &i, "--set", &v)) != 0) {
+            if (r < 0)
                 return 2;
             if (nsets == 64)
                 return cli_error(2, "--set: too many overrides");

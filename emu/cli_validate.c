@@ -223,11 +223,12 @@ int cli_validate(int argc, char **argv)
     }
     const char *out = NULL, *dir = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--report") == 0) {
-            if (!(out = cli_value(argc, argv, &i)))
+        int r;
+        if ((r = cli_take(argc, argv, &i, "--report", &out)) != 0) {
+            if (r < 0)
                 return 2;
-        } else if (strcmp(argv[i], "--dir") == 0) {
-            if (!(dir = cli_value(argc, argv, &i)))
+        } else if ((r = cli_take(argc, argv, &i, "--dir", &dir)) != 0) {
+            if (r < 0)
                 return 2;
         } else {
             return cli_error(2, "validate: unexpected argument '%s' (see "

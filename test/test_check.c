@@ -358,6 +358,34 @@ void th_suite_check(th_ctx *t)
                   "status %d: %s", c.status, c.err);
     }
 
+    th_case(t, "options: --opt=V and --opt V alike; one given twice is "
+               "refused (exit 2), --set may repeat");
+    th_run(&c, "%s check --baseline=%s --tolerance=0.06 %s", th_bin(), base,
+           slow);
+    TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out, c.err);
+    th_run(&c, "%s check --baseline %s --baseline=%s %s", th_bin(), slow,
+           base, base);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "--baseline: given twice") &&
+                     c.out[0] == '\0',
+              "status %d: %s", c.status, c.err);
+    th_run(&c, "%s check --baseline %s %s --tolerance 0.5 --tolerance 0.01",
+           th_bin(), base, slow);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "--tolerance: given twice"),
+              "status %d: %s", c.status, c.err);
+    th_run(&c, "%s validate --dir=%s/nope", th_bin(), th_tmpdir());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "/nope: cannot read"),
+              "status %d: %s", c.status, c.err);
+    th_run(&c, "%s validate --dir a --dir b", th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "--dir: given twice"),
+              "status %d: %s", c.status, c.err);
+    th_run(&c, "%s run traces/small/tiny2d.json --batch 16 --batch 32 "
+               "--quiet", th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "--batch: given twice"),
+              "status %d: %s", c.status, c.err);
+    th_run(&c, "%s probe allreduce --system=v3-8 --bytes=1024 --set "
+               "ici.link_gbs=35 --set=ici.hop_latency_s=1e-6", th_bin());
+    TH_CHECKF(t, c.status == 0, "status %d: %s", c.status, c.err);
+
     th_case(t, "the engine: same run twice is byte-identical and passes");
     char r1[512], r2[512], r3[512];
     const char *trace = "traces/small/tiny2d.json";

@@ -547,6 +547,19 @@ void th_suite_mxu_cli(th_ctx *t)
                       r->out);
         }
     }
+    th_case(t, "--m=4 is --m 4; --m twice is refused");
+    {
+        char a[256];
+        th_run(r, "%s mxu --m 4 --k 5 --n 6 --seed 3", bin);
+        copy_out(a, sizeof a, r->out);
+        th_run(r, "%s mxu --m=4 --k=5 --n 6 --seed=3", bin);
+        TH_CHECKF(t, r->status == 0 && strcmp(a, r->out) == 0, "%s / %s", a,
+                  r->out);
+        th_run(r, "%s mxu --m 4 --k 5 --n 6 --m=8", bin);
+        TH_CHECKF(t, r->status == 2 && strstr(r->err, "--m: given twice"),
+                  "exit %d: %s", r->status, r->err);
+    }
+
     th_case(t, "the fast model's limit is 2^38 multiply-adds, named");
     th_run(r, "%s mxu --m 4096 --k 4096 --n 16385", bin);
     TH_CHECKF(t, r->status == 2 && strstr(r->err, "limit of 2^38"),
