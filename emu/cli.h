@@ -41,7 +41,8 @@ void cli_fmt_gib2(char *a, char *b, size_t cap, double x, double y);
 /* v as the shortest %g text that reads back as exactly v. */
 void cli_fmt_num(char *buf, size_t cap, double v);
 /* Option rule for every command: an option that takes a value is given
- * as "--name VALUE" or "--name=VALUE" (cli_take), at most once (--set,
+ * as "--name VALUE" or "--name=VALUE" (emu/main.c splits the second form
+ * before any command parses), at most once (--set,
  * which adds one override each time, is the one exception); a second
  * one is an error (exit 2) naming both, never a silent override.
  *

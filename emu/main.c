@@ -1,5 +1,6 @@
 /* tpuemu — command dispatch.  Each command lives in emu/cli_NAME.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emu/cli.h"
@@ -36,6 +37,60 @@ static void usage(FILE *f)
                "failure of the machine tpuemu runs on\n");
 }
 
+static void free_args(char **args, char **names)
+{
+    for (int i = 0; names && names[i]; i++)
+        free(names[i]);
+    free(names);
+    free(args);
+}
+
+/* The option rule (emu/cli.h): "--name=VALUE" means "--name VALUE" for
+ * every command, so each command matches option names exactly.  The
+ * first '=' splits: "--set=hbm.bandwidth_gbs=900" is --set with
+ * "hbm.bandwidth_gbs=900".  NULL when out of memory; *names collects the
+ * strings made here, for free_args. */
+static char **split_eq(int argc, char **argv, char ***names)
+{
+    char **out = calloc((size_t)argc * 2 + 1, sizeof *out);
+    *names = calloc((size_t)argc + 1, sizeof **names);
+    if (!out || !*names) {
+        free(out);
+        free(*names);
+        return NULL;
+    }
+    int n = 0, k = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        if (i > 0 && a[0] == '-' && a[1] == '-' && eq && eq > a + 2) {
+            size_t len = (size_t)(eq - a);
+            char *name = malloc(len + 1);
+            if (!name) {
+                free_args(out, *names);
+                *names = NULL;
+                return NULL;
+            }
+            memcpy(name, a, len);
+            name[len] = 0;
+            (*names)[k++] = name;
+            out[n++] = name;
+            out[n++] = (char *)(eq + 1);
+        } else {
+            out[n++] = argv[i];
+        }
+    }
+    out[n] = NULL;
+    return out;
+}
+
+static int count_args(char **v)
+{
+    int n = 0;
+    while (v[n])
+        n++;
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -51,7 +106,14 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].fn(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            char **names = NULL;
+            char **args = split_eq(argc - 1, argv + 1, &names);
+            if (!args)
+                return cli_error(4, "out of host memory");
+            int rc = commands[i].fn(count_args(args), args);
+            free_args(args, names);
+            return rc;
+        }
     return cli_error(2, "unknown command '%s' (try tpuemu --help)", argv[1]);
 }

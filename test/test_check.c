@@ -385,6 +385,23 @@ void th_suite_check(th_ctx *t)
     th_run(&c, "%s probe allreduce --system=v3-8 --bytes=1024 --set "
                "ici.link_gbs=35 --set=ici.hop_latency_s=1e-6", th_bin());
     TH_CHECKF(t, c.status == 0, "status %d: %s", c.status, c.err);
+    /* every command: run's --name=VALUE and --set=KEY=VALUE (first '='
+     * splits) reach the run as the spaced form does */
+    th_run(&c, "%s run traces/small/tiny2d.json --batch=64 "
+               "--set=hbm.bandwidth_gbs=225 --system=v3-32 --quiet",
+           th_bin());
+    {
+        char eq[256];
+        snprintf(eq, sizeof eq, "%s", c.out);
+        th_run(&c, "%s run traces/small/tiny2d.json --batch 64 --set "
+                   "hbm.bandwidth_gbs=225 --system v3-32 --quiet",
+               th_bin());
+        TH_CHECKF(t, c.status == 0 && eq[0] && strcmp(eq, c.out) == 0,
+                  "run --name=VALUE: '%s' vs '%s' (%s)", eq, c.out, c.err);
+    }
+    th_run(&c, "%s lower traces/small/tiny3d-p4.json --core=1 | head -1",
+           th_bin());
+    TH_CHECKF(t, c.status == 0 && c.out[0], "lower --core=1: %s", c.err);
 
     th_case(t, "the engine: same run twice is byte-identical and passes");
     char r1[512], r2[512], r3[512];
