@@ -117,6 +117,13 @@ void tpu_params_default(tpu_params *p, int gen)
      * modelling choice.  1 is the cheaper reading; 0 measures the
      * other. */
     p->xla_bn_stats_fused = 1;
+    /* [U] Whether batchnorm's normalise (scale, shift and a following
+     * relu) runs as its own loop fusion, one HBM round trip of the
+     * activation (0, the documented default), or is fused into what reads
+     * it: the next convolution's operand or a residual add's pass (1).
+     * REFERENCE.md: XLA fuses elementwise work into the producing or
+     * consuming convolution; how much is [U].  1 is the what-if. */
+    p->xla_bn_apply_fused = 0;
     p->xla_halo_fused = 1;
     /* [C] openxla/xla spmd/convolution_handler.cc: the weight-gradient
      * convolution has both operands split spatially and is partitioned by
@@ -279,6 +286,8 @@ static const pentry table[] = {
       "[C] XLA HaloExchangeOnLHS for weight gradients"),
     I("xla.bn_stats_fused", xla_bn_stats_fused, "0/1", 0, 1,
       "[U] batchnorm statistics in the conv epilogue"),
+    I("xla.bn_apply_fused", xla_bn_apply_fused, "0/1", 0, 1,
+      "[U] batchnorm normalise fused into its consumers"),
     I("xla.dw_allreduce", xla_dw_allreduce, "0/1", 0, 1,
       "[C] XLA SPMD all-reduces each partial weight gradient"),
     I("xla.remat", xla_remat, "0/1", 0, 1,

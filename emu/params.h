@@ -43,6 +43,9 @@ typedef struct {
     int xla_bn_stats_fused;  /* 1: batchnorm's forward statistics come out
                                 of the producing convolution's epilogue; 0:
                                 a reduction pass reads the activation */
+    int xla_bn_apply_fused;  /* 1: batchnorm's normalise (and a following
+                                relu) is applied as its consumers read the
+                                activation: no pass, nothing stored */
     int xla_dw_allreduce;    /* 1: each spatially partitioned weight
                                 gradient is all-reduced over the partition
                                 group as it is computed */

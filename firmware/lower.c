@@ -862,6 +862,48 @@ static int consumer_is(const lc *c, int l, graph_op op)
     return 0;
 }
 
+/* xla.bn_apply_fused ([U], default 0): batchnorm l's normalise, and a
+ * relu fused into it, is applied by whatever reads the result when every
+ * reader is a matrix layer (the operand's way into the MXU) or an add
+ * (whose pass reads it anyway).  No pass of its own and nothing stored:
+ * readers read the batchnorm's input instead, of the same size, and the
+ * vector work is taken as hidden under theirs.  Returns the layer whose
+ * output is not materialised (the relu when fused, else l), or -1. */
+static int bn_apply_fused(const lc *c, int l)
+{
+    const graph *g = c->g;
+    if (!c->hw->xla_bn_apply_fused || g->layers[l].op != GOP_BATCHNORM)
+        return -1;
+    int t = l;
+    for (int j = l + 1; j < g->n_layers; j++)
+        if (c->relu_fused[j] && g->layers[j].in[0] == l)
+            t = j;
+    int readers = 0;
+    for (int j = t + 1; j < g->n_layers; j++) {
+        const glayer *J = &g->layers[j];
+        for (int k = 0; k < J->n_in; k++) {
+            if (J->in[k] != t)
+                continue;
+            if (J->op != GOP_CONV && J->op != GOP_CONV_T &&
+                J->op != GOP_DENSE && J->op != GOP_ADD)
+                return -1;
+            readers++;
+        }
+    }
+    return readers ? t : -1;
+}
+
+/* Whether layer l's output is written to HBM (xla.bn_apply_fused). */
+static int materialised(const lc *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    if (L->op == GOP_BATCHNORM)
+        return bn_apply_fused(c, l) < 0;
+    if (c->relu_fused[l] && c->g->layers[L->in[0]].op == GOP_BATCHNORM)
+        return bn_apply_fused(c, L->in[0]) != l;
+    return 1;
+}
+
 static void lower_forward_ops(lc *c, int l);
 
 /* Every compute instruction of the forward pass computes the layer's
@@ -909,6 +951,11 @@ static void lower_forward_ops(lc *c, int l)
         if (any_split(c, l))
             emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,
                  0, 0);
+        if (!materialised(c, l)) {
+            /* values only (the functional executor): no time, no bytes */
+            emit_pass(c, ph, l, 0, 0, oe, 0);
+            return;
+        }
         int fuse = consumer_is(c, l, GOP_RELU);
         emit_pass(c, ph, l, ib, ob, oe, fuse ? 5 : 4);
         return;
@@ -1013,7 +1060,15 @@ static void lower_backward_ops(lc *c, int l)
     case GOP_BATCHNORM:
         /* Two reductions (sum dy, sum dy*xhat), all-reduced across the
          * partition group, then dx; a fused relu's mask is read too. */
-        emit_pass_fx(c, FX_BSTAT, ph, l, 2 * ob + (c->relu_fused[l + 1 < c->g->n_layers ? l + 1 : l] ? ob : 0), 0, oe, 5);
+        /* reads dY and x; a fused relu's mask is read too, unless the
+         * normalise was fused into its readers (then it is recomputed
+         * from x) */
+        emit_pass_fx(c, FX_BSTAT, ph, l,
+                     2 * ob + (c->relu_fused[l + 1 < c->g->n_layers ? l + 1 : l] &&
+                                       materialised(c, l)
+                                   ? ob
+                                   : 0),
+                     0, oe, 5);
         if (any_split(c, l))
             emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,
                  0, 0);
@@ -1079,6 +1134,10 @@ static int saved_for_backward(const lc *c, int l)
 {
     const graph *g = c->g;
     const glayer *L = &g->layers[l];
+    /* a fused normalise is recomputed from the batchnorm's input, which
+     * the batchnorm's backward keeps anyway */
+    if (!materialised(c, l))
+        return 0;
     if ((L->op == GOP_RELU || L->op == GOP_SIGMOID) && L->needs_grad)
         return 1;
     if (L->op == GOP_MAXPOOL && g->layers[L->in[0]].needs_grad)

@@ -36,6 +36,7 @@ row "xla.halo_fused=0" "--set xla.halo_fused=0"
 row "xla.dw_halo=0" "--set xla.dw_halo=0"
 row "xla.dw_allreduce=0" "--set xla.dw_allreduce=0"
 row "xla.bn_stats_fused=0" "--set xla.bn_stats_fused=0"
+row "xla.bn_apply_fused=1" "--set xla.bn_apply_fused=1"
 row "hbm.capacity_gib=16 (xla.remat)" "--set hbm.capacity_gib=16"
 row "xla.remat=0 (capacity 64)" "--set xla.remat=0"
 # Not parameters: which layers the RetinaNet reference freezes.  The traces

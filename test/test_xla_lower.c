@@ -4,6 +4,7 @@
  * halo exchange.  Each case checks the firmware against the rule's
  * arithmetic, and that the rule's switch turns it off. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -352,5 +353,78 @@ void th_suite_xla_lower(th_ctx *t)
             TH_CHECKF(t, b15.nmm == 0 && b15.st == 0,
                       "core 15 (no rows): %d products, %lld bytes stored",
                       b15.nmm, (long long)b15.st);
+    }
+    th_case(t, "xla.bn_apply_fused=1 (what-if): batchnorm + relu feeding a "
+               "conv make no pass and store nothing; values unchanged");
+    {
+        /* x -> c0 1x1 -> bn -> relu -> c1 3x3 -> loss, f32 so values are
+         * exact: fused, the batchnorm's forward moves no bytes, the relu
+         * output is not kept for the backward (c1's weight gradient reads
+         * the batchnorm's input, kept anyway), and the values are the
+         * same bits. */
+        const char *tr =
+            "{\"format\":\"tpuemu-trace/1\",\"name\":\"f\","
+            "\"system\":\"v3-8\",\"run\":{\"mode\":\"train\","
+            "\"global_batch\":16,\"num_cores_per_replica\":2,"
+            "\"input_partition_dims\":[[1,2,1,1],null]},"
+            "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[12,10,4],"
+            "\"dtype\":\"f32\"}],\"layers\":["
+            "{\"name\":\"c0\",\"op\":\"conv\",\"in\":\"x\",\"filters\":8,"
+            "\"kernel\":[1,1],\"dtype\":\"f32\"},"
+            "{\"name\":\"bn\",\"op\":\"batchnorm\",\"in\":\"c0\","
+            "\"dtype\":\"f32\"},"
+            "{\"name\":\"r\",\"op\":\"relu\",\"in\":\"bn\",\"dtype\":\"f32\"},"
+            "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"r\",\"filters\":8,"
+            "\"kernel\":[3,3],\"dtype\":\"f32\"},"
+            "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"c1\","
+            "\"dtype\":\"f32\"}]}}";
+        tally sep, fus;
+        if (TH_CHECKF(t, lower_tally(tr, NULL, NULL, "bn", PHASE_FWD, &sep,
+                                     &e) == 0, "%s", e.msg) &&
+            TH_CHECKF(t, lower_tally(tr, "xla.bn_apply_fused", "1", "bn",
+                                     PHASE_FWD, &fus, &e) == 0, "%s", e.msg)) {
+            TH_CHECKF(t, sep.ld > 0 && sep.st > 0,
+                      "own pass: %lld read, %lld written", (long long)sep.ld,
+                      (long long)sep.st);
+            TH_CHECKF(t, fus.ld == 0 && fus.st == 0,
+                      "fused: %lld read, %lld written", (long long)fus.ld,
+                      (long long)fus.st);
+        }
+        double saved[2] = {0, 0};
+        uint64_t ck[2] = {0, 0};
+        double loss[2] = {0, 0};
+        for (int v = 0; v < 2; v++) {
+            graph g;
+            if (!TH_CHECKF(t, graph_parse(&g, tr, strlen(tr), "f.json", &e) == 0,
+                           "%s", e.msg))
+                break;
+            sim_opts o;
+            sim_opts_default(&o);
+            const char *k[1] = {"xla.bn_apply_fused"}, *val[1] = {v ? "1" : "0"};
+            o.n_sets = 1;
+            o.set_keys = k;
+            o.set_values = val;
+            fw_program prog;
+            fw_memory mem;
+            if (TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &e) == 0, "%s",
+                          e.msg)) {
+                saved[v] = mem.saved_bytes;
+                fw_program_free(&prog);
+            }
+            o.functional = 1;
+            emu_result r;
+            if (TH_CHECKF(t, sim_run(&g, &o, &r, &e) == 0, "%s", e.msg)) {
+                ck[v] = r.output_checksum;
+                loss[v] = r.loss;
+                emu_result_free(&r);
+            }
+            graph_free(&g);
+        }
+        TH_CHECKF(t, saved[1] < saved[0], "saved bytes %g fused, %g not",
+                  saved[1], saved[0]);
+        TH_CHECKF(t, ck[0] == ck[1] && loss[0] == loss[1],
+                  "values differ: %016llx / %016llx, loss %.9g / %.9g",
+                  (unsigned long long)ck[0], (unsigned long long)ck[1],
+                  loss[0], loss[1]);
     }
 }
