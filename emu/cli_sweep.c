@@ -1544,8 +1544,8 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
     for (int a = 0; a < s->naxes; a++)
         if (s->ax[a].n > 1)
             printf(" %-16.16s", s->ax[a].name);
-    printf(" %10s %12s %8s %9s\n", "step ms", "examples/s", "cores/r",
-           "HBM GiB");
+    printf(" %10s %12s %10s %8s %9s\n", "step ms", "examples/s", "per core",
+           "cores/r", "HBM GiB");
     for (long long k = 0; k < n && k < SWEEP_RANK_ROWS; k++) {
         long long i = rk[k].run;
         const emu_result *r = &res[i].r;
@@ -1555,7 +1555,8 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
         for (int a = 0; a < s->naxes; a++)
             if (s->ax[a].n > 1)
                 printf(" %-16.16s", s->ax[a].v[idx[a]].label);
-        printf(" %10.3f %12.1f %8d %9.2f\n", r->step_time_s * 1e3, rk[k].eps,
+        printf(" %10.3f %12.1f %10.2f %8d %9.2f\n", r->step_time_s * 1e3,
+               rk[k].eps, rk[k].eps / (r->cores > 0 ? r->cores : 1),
                r->cores_per_replica, r->hbm_needed_bytes / 1073741824.0);
     }
     if (n > SWEEP_RANK_ROWS)
