@@ -602,6 +602,9 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
     int nc = (int)(sizeof series_colors / sizeof series_colors[0]);
     for (int i = 0; i < nseries; i++) {
         uint32_t c = series_colors[i % nc];
+        /* Past the palette's 8 colours a series keeps its colour's
+         * neighbour apart by style: a thin line and x markers. */
+        int thin = (i / nc) % 2;
         int px = 0, py = 0, have = 0;
         for (int j = 0; j < s[i].n; j++) {
             double x = s[i].x[j], y = s[i].y[j];
@@ -610,16 +613,32 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
                 continue;
             }
             int X = fx(&f, x), Y = fy(&f, y);
-            if (have)
-                thick_line(&im, px, py, X, Y, c);
-            if (s[i].n <= 40)
-                chart_fill(&im, X - 2, Y - 2, 5, 5, c);
+            if (have) {
+                if (thin)
+                    chart_line(&im, px, py, X, Y, c);
+                else
+                    thick_line(&im, px, py, X, Y, c);
+            }
+            if (s[i].n <= 40) {
+                if (thin) {
+                    chart_line(&im, X - 3, Y - 3, X + 3, Y + 3, c);
+                    chart_line(&im, X - 3, Y + 3, X + 3, Y - 3, c);
+                } else {
+                    chart_fill(&im, X - 2, Y - 2, 5, 5, c);
+                }
+            }
             px = X;
             py = Y;
             have = 1;
         }
         int ly = f.y0 + i * (FONT_H + 8);
-        chart_fill(&im, f.x1 + 20, ly + 5, 18, 3, c);
+        if (thin) {
+            chart_line(&im, f.x1 + 20, ly + 6, f.x1 + 38, ly + 6, c);
+            chart_line(&im, f.x1 + 26, ly + 3, f.x1 + 32, ly + 9, c);
+            chart_line(&im, f.x1 + 26, ly + 9, f.x1 + 32, ly + 3, c);
+        } else {
+            chart_fill(&im, f.x1 + 20, ly + 5, 18, 3, c);
+        }
         chart_text(&im, f.x1 + 44, ly, s[i].name ? s[i].name : "", 1, INK);
     }
     st = chart_png_put(o, im.rgb, im.w, im.h, 3, err);
