@@ -54,6 +54,10 @@ const char *cli_value(int argc, char **argv, int *i);
  * when the value is missing or the option was given before. */
 int cli_take(int argc, char **argv, int *i, const char *name,
              const char **val);
+/* Refuses (exit 2, error printed) two --set values of one key among
+ * sets[0..n) ("KEY=VALUE" each): the second would silently win.  0 when
+ * every key is given once. */
+int cli_sets_once(const char *const *sets, int n);
 /* True when argv has -h or --help. */
 int cli_wants_help(int argc, char **argv);
 

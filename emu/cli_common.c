@@ -173,3 +173,20 @@ int cli_take(int argc, char **argv, int *i, const char *name,
     *val = cli_value(argc, argv, i);
     return *val ? 1 : -1;
 }
+
+int cli_sets_once(const char *const *sets, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const char *ei = strchr(sets[i], '=');
+        size_t li = ei ? (size_t)(ei - sets[i]) : strlen(sets[i]);
+        for (int j = 0; j < i; j++) {
+            const char *ej = strchr(sets[j], '=');
+            size_t lj = ej ? (size_t)(ej - sets[j]) : strlen(sets[j]);
+            if (li == lj && strncmp(sets[i], sets[j], li) == 0)
+                return cli_error(2, "--set %.*s: given twice (%s, then %s)",
+                                 (int)li, sets[i], ej ? ej + 1 : "",
+                                 ei ? ei + 1 : "");
+        }
+    }
+    return 0;
+}

@@ -107,6 +107,8 @@ int cli_mxu(int argc, char **argv)
 
     tpu_params hw;
     tpu_params_default(&hw, gen);
+    if (cli_sets_once(sets, nsets))
+        return 2;
     for (int i = 0; i < nsets; i++) {
         char key[128];
         const char *eq = strchr(sets[i], '=');

@@ -102,6 +102,8 @@ int cli_probe_hbm(int argc, char **argv)
     tpu_params p;
     tpu_params_default(&p, gen);
     tpu_error err = {TPU_OK, ""};
+    if (cli_sets_once(sets, nsets))
+        return 2;
     for (int i = 0; i < nsets; i++) {
         char key[128];
         const char *eq = strchr(sets[i], '=');

@@ -91,6 +91,8 @@ int cli_probe_ici(int argc, char **argv)
                          "and divide the %d cores of %s", (long long)group,
                          sys->cores, sys->name);
     tpu_params_default(&p, sys->gen);
+    if (cli_sets_once(sets, nsets))
+        return 2;
     for (int i = 0; i < nsets; i++) {
         char key[128];
         const char *eq = strchr(sets[i], '=');

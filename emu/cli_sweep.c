@@ -272,9 +272,11 @@ static void dims_label(const cJSON *d, char *buf, size_t cap)
     }
 }
 
-/* The full input_partition_dims for simple dims d: every entry of the
- * base trace's list with d's rank (inputs and partitioned labels) becomes
- * d, null entries stay null.  NULL with a message when that is ambiguous. */
+/* The full input_partition_dims for simple dims d: every input (and the
+ * labels, if the trace partitions them) of d's rank takes d; an input of
+ * another rank (a flat one) or replicated labels stay null: there is
+ * nothing of d to split there.  A trace without the list gets one entry
+ * per input and null labels.  NULL with a message when out of memory. */
 static cJSON *pd_from_simple(const sweep *s, const cJSON *d, int rank,
                              char *why, size_t cap)
 {
@@ -287,30 +289,47 @@ static cJSON *pd_from_simple(const sweep *s, const cJSON *d, int rank,
         return NULL;
     }
     if (!cJSON_IsArray(old) || cJSON_GetArraySize(old) == 0) {
-        /* One input, replicated labels. */
-        cJSON_AddItemToArray(out, cJSON_Duplicate(d, 1));
-        cJSON_AddItemToArray(out, cJSON_CreateNull());
+        for (int l = 0; l < s->g.n_layers; l++) {
+            const glayer *L = &s->g.layers[l];
+            if (L->op != GOP_INPUT)
+                continue;
+            cJSON_AddItemToArray(out, L->out.nsp + 2 == rank
+                                          ? cJSON_Duplicate(d, 1)
+                                          : cJSON_CreateNull());
+        }
+        cJSON_AddItemToArray(out, cJSON_CreateNull()); /* the labels */
         return out;
     }
     const cJSON *e;
-    int i = 0;
     cJSON_ArrayForEach(e, old)
     {
-        if (cJSON_IsNull(e)) {
-            cJSON_AddItemToArray(out, cJSON_CreateNull());
-        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == rank) {
+        if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == rank)
             cJSON_AddItemToArray(out, cJSON_Duplicate(d, 1));
-        } else {
-            snprintf(why, cap,
-                     "the trace's input_partition_dims[%d] has another rank; "
-                     "give the full input_partition_dims list instead",
-                     i);
-            cJSON_Delete(out);
-            return NULL;
-        }
-        i++;
+        else
+            cJSON_AddItemToArray(out, cJSON_CreateNull());
     }
     return out;
+}
+
+/* Whether the full partition dims pd split every input no finer than its
+ * extents (the check the trace reader applies to the variant). */
+static int pd_fits_inputs(const sweep *s, const cJSON *pd)
+{
+    int k = 0;
+    for (int l = 0; l < s->g.n_layers; l++) {
+        const glayer *L = &s->g.layers[l];
+        if (L->op != GOP_INPUT)
+            continue;
+        const cJSON *e = cJSON_GetArrayItem(pd, k++);
+        if (!cJSON_IsArray(e))
+            continue;
+        for (int dd = 0; dd < L->out.nsp; dd++) {
+            const cJSON *f = cJSON_GetArrayItem(e, 1 + dd);
+            if (cJSON_IsNumber(f) && f->valuedouble > (double)L->out.sp[dd])
+                return 0;
+        }
+    }
+    return 1;
 }
 
 static int bad(const sweep *s, const char *jpath, const char *what)
@@ -425,8 +444,8 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
         if (kind == AX_SYSTEM) {
             const tpu_system *sy = tpu_system_find(v->arg);
             if (!sy)
-                return bad(s, jp, "unknown system (see SPEC.md: v2-8 .. "
-                                  "v3-2048)");
+                return bad(s, jp, "unknown system (v2-2, v2-8 ... v2-512, "
+                                  "v3-2, v3-8 ... v3-2048)");
             v->x = sy->cores;
         }
         for (int k = 0; k < i; k++)
@@ -996,6 +1015,31 @@ static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
                    "\"all\": the first input has no spatial dimension");
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(grid, "system");
     const cJSON *bat = cJSON_GetObjectItemCaseSensitive(grid, "batch");
+    /* The splits are chosen against these values, so they are checked
+     * first, with the messages their axes give (parse_strings). */
+    {
+        const cJSON *e;
+        int i = 0;
+        char jp[64];
+        cJSON_ArrayForEach(e, sys)
+        {
+            snprintf(jp, sizeof jp, "grid.system[%d]", i++);
+            if (!cJSON_IsString(e) || !tpu_system_find(e->valuestring))
+                return bad(s, jp, "unknown system (v2-2, v2-8 ... v2-512, "
+                                  "v3-2, v3-8 ... v3-2048)");
+        }
+        i = 0;
+        cJSON_ArrayForEach(e, bat)
+        {
+            snprintf(jp, sizeof jp, "grid.batch[%d]", i++);
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) ||
+                e->valuedouble < 1 ||
+                e->valuedouble != floor(e->valuedouble) ||
+                e->valuedouble > SWEEP_MAX_BATCH)
+                return bad(s, jp, "expected a positive integer (at most "
+                                  "2^40)");
+        }
+    }
     int keep_rank = g->pdims_rank, keep_cpr = g->cores_per_replica;
     int keep_pd[sizeof g->pdims / sizeof g->pdims[0]];
     memcpy(keep_pd, g->pdims, sizeof keep_pd);
@@ -1047,7 +1091,14 @@ static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
                 }
                 for (int k = 0; k < nsp + 2; k++)
                     cJSON_AddItemToArray(d, cJSON_CreateNumber(g->pdims[k]));
-                cJSON_AddItemToArray(list, d);
+                /* every other input the split applies to must take it */
+                char why[64];
+                cJSON *full = pd_from_simple(s, d, nsp + 2, why, sizeof why);
+                if (full && pd_fits_inputs(s, full))
+                    cJSON_AddItemToArray(list, d);
+                else
+                    cJSON_Delete(d);
+                cJSON_Delete(full);
             }
             /* next composition of sum into nsp parts, e[0] descending */
             int k = nsp - 2;
@@ -1381,9 +1432,9 @@ static int chart(const sweep *s, const char *out, long long nruns,
     if (xa < 0)
         xa = 0;
     int per = s->ax[xa].n;
-    int nser = (int)(nruns / per);
-    if (nser > SWEEP_MAX_SERIES)
-        nser = SWEEP_MAX_SERIES;
+    long long all_series = nruns / per;
+    int nser = (int)(all_series < SWEEP_MAX_SERIES ? all_series
+                                                   : SWEEP_MAX_SERIES);
     chart_series ser[SWEEP_MAX_SERIES];
     char names[SWEEP_MAX_SERIES][48];
     double *xs = calloc((size_t)nser * (size_t)per, sizeof *xs);
@@ -1497,6 +1548,10 @@ static int chart(const sweep *s, const char *out, long long nruns,
     if (st)
         return cli_fail(&err);
     printf("chart: %s\n", path);
+    if (all_series > used)
+        printf("chart: %d of %lld lines drawn (at most %d: the first in run "
+               "order); every run is in results.csv and the ranking\n",
+               used, all_series, SWEEP_MAX_SERIES);
     return 0;
 }
 /* The runs that fit, fastest first by examples per second (the step

@@ -45,13 +45,38 @@ static void free_args(char **args, char **names)
     free(args);
 }
 
-/* The option rule (emu/cli.h): "--name=VALUE" means "--name VALUE" for
- * every command, so each command matches option names exactly.  The
- * first '=' splits: "--set=hbm.bandwidth_gbs=900" is --set with
- * "hbm.bandwidth_gbs=900".  NULL when out of memory; *names collects the
- * strings made here, for free_args. */
-static char **split_eq(int argc, char **argv, char ***names)
+/* Every option of every command that takes a value, and every one that
+ * does not (keep in step with the commands' parsers and --help). */
+static const char *const valued[] = {
+    "--baseline", "--batch", "--bin", "--bytes", "--chrome-trace",
+    "--chunk", "--core", "--dir", "--frames", "--gen", "--group",
+    "--host-mem-gib", "--jobs", "--k", "--loss-png", "--lr", "--m",
+    "--model", "--mxu-model", "--n", "--out", "--output-layer",
+    "--output-npy", "--png", "--report", "--screenshot", "--script",
+    "--seed", "--set", "--size", "--steps", "--stride", "--system",
+    "--tolerance", NULL};
+static const char *const flags[] = {
+    "--demo", "--demo-2048", "--functional", "--help", "--no-dedup",
+    "--print-commands", "--quiet", "--version", "--write", NULL};
+
+static int listed(const char *const *list, const char *a, size_t len)
 {
+    for (; *list; list++)
+        if (strlen(*list) == len && strncmp(*list, a, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* The option rule (emu/cli.h): "--name=VALUE" means "--name VALUE" for
+ * every option that takes a value, so each command matches option names
+ * exactly.  The first '=' splits: "--set=hbm.bandwidth_gbs=900" is --set
+ * with "hbm.bandwidth_gbs=900".  "--quiet=1" is an error (*bad names it);
+ * an unknown "--x=y" is left whole for the command to refuse.  NULL when
+ * out of memory or *bad; *names collects the strings made here, for
+ * free_args. */
+static char **split_eq(int argc, char **argv, char ***names, const char **bad)
+{
+    *bad = NULL;
     char **out = calloc((size_t)argc * 2 + 1, sizeof *out);
     *names = calloc((size_t)argc + 1, sizeof **names);
     if (!out || !*names) {
@@ -62,8 +87,14 @@ static char **split_eq(int argc, char **argv, char ***names)
     int n = 0, k = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
-        if (i > 0 && a[0] == '-' && a[1] == '-' && eq && eq > a + 2) {
-            size_t len = (size_t)(eq - a);
+        size_t len = eq ? (size_t)(eq - a) : 0;
+        if (i > 0 && a[0] == '-' && a[1] == '-' && eq && listed(flags, a, len)) {
+            *bad = a;
+            free_args(out, *names);
+            *names = NULL;
+            return NULL;
+        }
+        if (i > 0 && a[0] == '-' && a[1] == '-' && eq && listed(valued, a, len)) {
             char *name = malloc(len + 1);
             if (!name) {
                 free_args(out, *names);
@@ -108,7 +139,13 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) {
             char **names = NULL;
-            char **args = split_eq(argc - 1, argv + 1, &names);
+            const char *bad = NULL;
+            char **args = split_eq(argc - 1, argv + 1, &names, &bad);
+            if (bad)
+                return cli_error(2, "%s: %.*s takes no value (see tpuemu %s "
+                                    "--help)",
+                                 bad, (int)(strchr(bad, '=') - bad), bad,
+                                 commands[i].name);
             if (!args)
                 return cli_error(4, "out of host memory");
             int rc = commands[i].fn(count_args(args), args);

@@ -86,6 +86,13 @@ static tpu_status sim_setup(const graph *g, const sim_opts *o,
         return rc;
     tpu_params_default(hw, sys->gen);
     for (int i = 0; i < o->n_sets; i++) {
+        /* one value per key: a second would silently win */
+        for (int j = 0; j < i; j++)
+            if (strcmp(o->set_keys[j], o->set_keys[i]) == 0)
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "--set %s: given twice (%s, then %s)",
+                                o->set_keys[i], o->set_values[j],
+                                o->set_values[i]);
         rc = tpu_params_set(hw, o->set_keys[i], o->set_values[i], err);
         if (rc)
             return rc;

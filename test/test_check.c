@@ -401,6 +401,13 @@ void th_suite_check(th_ctx *t)
         TH_CHECKF(t, c.status == 0 && eq[0] && strcmp(eq, c.out) == 0,
                   "run --name=VALUE: '%s' vs '%s' (%s)", eq, c.out, c.err);
     }
+    th_run(&c, "%s run traces/small/tiny2d.json --quiet=1", th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "--quiet takes no value"),
+              "--quiet=1: status %d: %s", c.status, c.err);
+    th_run(&c, "%s run traces/small/tiny2d.json --quiet --set mxu.rows=256 "
+               "--set mxu.rows=64", th_bin());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "mxu.rows: given twice"),
+              "--set twice: status %d: %s", c.status, c.err);
     th_run(&c, "%s lower traces/small/tiny3d-p4.json --core=1 | head -1",
            th_bin());
     TH_CHECKF(t, c.status == 0 && c.out[0], "lower --core=1: %s", c.err);

@@ -174,6 +174,41 @@ void th_suite_sweep(th_ctx *t)
         TH_CHECKF(t, c.status == 2 && strstr(c.err, "grid.partition_dims") &&
                          error_lines(c.err) == 1,
                   "status %d: %s", c.status, c.err);
+        /* a bad system is named as without "all", not as "no split" */
+        write_sweep(aw, "sweep-base.json",
+                    "\"grid\": {\"partition_dims\": \"all\", "
+                    "\"system\": [\"v3-8\", \"v9-8\"]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
+               aw, d);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "grid.system[1]: unknown"),
+                  "status %d: %s", c.status, c.err);
+        /* two inputs, no input_partition_dims: the split applies to both,
+         * and a split finer than the small second input is left out */
+        {
+            char t2[512], s2[512];
+            snprintf(t2, sizeof t2, "%s/two-in.json", d);
+            write_text(t2,
+                       "{\"format\": \"tpuemu-trace/1\", \"name\": \"two\", "
+                       "\"system\": \"v3-8\", \"run\": {\"mode\": \"infer\", "
+                       "\"global_batch\": 32}, \"graph\": {\"inputs\": ["
+                       "{\"name\": \"image\", \"shape\": [32, 32, 3]}, "
+                       "{\"name\": \"mask\", \"shape\": [2, 32, 1]}], "
+                       "\"layers\": [{\"name\": \"c\", \"op\": \"conv\", "
+                       "\"in\": \"image\", \"filters\": 8, \"kernel\": [3, 3]}, "
+                       "{\"name\": \"m\", \"op\": \"conv\", \"in\": \"mask\", "
+                       "\"filters\": 8, \"kernel\": [1, 1]}]}}\n");
+            snprintf(s2, sizeof s2, "%s/two-in-sweep.json", d);
+            write_sweep(s2, "two-in.json",
+                        "\"grid\": {\"partition_dims\": \"all\"}");
+            th_run(&c, "%s sweep %s --print-commands --out %s/two-out",
+                   th_bin(), s2, d);
+            /* H of the mask is 2: H factors 1 and 2 only; W up to 8 */
+            TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 7 &&
+                             !strstr(c.out, "pd1x4x1x1") &&
+                             strstr(c.out, "pd1x1x8x1"),
+                      "status %d, %d lines: %s%s", c.status,
+                      count_lines(c.out), c.out, c.err);
+        }
         /* nothing valid: batch 1 on v3-32 needs 32 cores per replica */
         write_sweep(aw, "sweep-base.json",
                     "\"grid\": {\"partition_dims\": \"all\", "
