@@ -233,12 +233,13 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
                       "%s: needs %.1f %s of HBM per core, v%d core has %.0f "
                       "%s (weights+gradients+optimizer %.1f, activations "
                       "kept for backward %.1f, workspace %.1f %s%s; %lld "
-                      "examples per replica, %d cores per replica)",
+                      "example%s per replica, %d core%s per replica)",
                       path, need / u, un, sys->gen, hw.hbm.capacity_bytes / u,
                       un,
                       (m->weights_bytes + m->grads_bytes + m->opt_bytes) / u,
                       m->saved_bytes / u, m->workspace_bytes / u, un, remat,
-                      (long long)p.batch, p.cpr);
+                      (long long)p.batch, p.batch == 1 ? "" : "s", p.cpr,
+                      p.cpr == 1 ? "" : "s");
         goto fail_plan;
     }
 
