@@ -84,6 +84,19 @@ const char *th_bin(void)
     return (b && *b) ? b : "./tpuemu";
 }
 
+const char *th_bin_abs(void)
+{
+    static char abs[4600];
+    char cwd[4096];
+    if (th_bin()[0] == '/')
+        snprintf(abs, sizeof abs, "%s", th_bin());
+    else if (getcwd(cwd, sizeof cwd))
+        snprintf(abs, sizeof abs, "%s/%s", cwd, th_bin());
+    else
+        abs[0] = '\0';
+    return abs;
+}
+
 const char *th_tmpdir(void)
 {
     static char dir[256];

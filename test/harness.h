@@ -47,6 +47,9 @@ typedef struct {
     char err[8192];  /* stderr, NUL-terminated, truncated */
 } th_cmd_result;
 const char *th_bin(void);
+/* th_bin() as an absolute path, for commands run from another directory
+ * ("" if the working directory cannot be read). */
+const char *th_bin_abs(void);
 int th_run(th_cmd_result *r, const char *fmt, ...);
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);

@@ -431,13 +431,8 @@ void th_suite_check(th_ctx *t)
         /* A copy of the gate's layout (scripts/, traces/reference/,
          * baselines/) with one small trace, so the shared baselines/ is
          * never touched. */
-        char root[512], bin[4600], cwd[4096];
-        if (th_bin()[0] == '/')
-            snprintf(bin, sizeof bin, "%s", th_bin());
-        else if (getcwd(cwd, sizeof cwd))
-            snprintf(bin, sizeof bin, "%s/%s", cwd, th_bin());
-        else
-            bin[0] = '\0';
+        char root[512];
+        const char *bin = th_bin_abs();
         snprintf(root, sizeof root, "%s/perfgate", th_tmpdir());
         th_run(&c, "rm -rf %s && mkdir -p %s/scripts %s/traces/reference "
                    "%s/baselines && cp scripts/check_perf.sh %s/scripts/ && "

@@ -202,13 +202,8 @@ void th_suite_check_validate(th_ctx *t)
                "traces next to the binary; none there: every path tried, "
                "with the reason");
     {
-        char bin[4600], cwd[4096], other[512];
-        if (th_bin()[0] == '/')
-            snprintf(bin, sizeof bin, "%s", th_bin());
-        else if (getcwd(cwd, sizeof cwd))
-            snprintf(bin, sizeof bin, "%s/%s", cwd, th_bin());
-        else
-            bin[0] = '\0';
+        char other[512];
+        const char *bin = th_bin_abs();
         snprintf(other, sizeof other, "%s/elsewhere", th_tmpdir());
         th_run(&c, "mkdir -p %s && cd %s && %s validate", other, other, bin);
         TH_CHECKF(t, c.status == 0 && strstr(c.out, "unet3d-256"),
