@@ -187,8 +187,9 @@ void th_suite_check_validate(th_ctx *t)
                             &mae) == 1 &&
                          mae > (err < 0 ? -err : err) - 0.06 &&
                          mae < (err < 0 ? -err : err) + 0.06 &&
-                         strstr(last_line(c.out), "1 trace that does not "
-                                                  "fit left out"),
+                         strstr(last_line(c.out),
+                                "1 trace with a published figure that does "
+                                "not fit left out"),
                   "mae %g, error %g: %s", mae, err, c.out);
         TH_CHECKF(t, !strstr(c.out, "pairs"), "out: %s", c.out);
         snprintf(path, sizeof path, "%s/c-broken.json", ndir);
