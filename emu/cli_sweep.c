@@ -100,6 +100,7 @@ typedef struct {
     cJSON *pd;        /* AX_PD: the full input_partition_dims value (owned) */
     int cpr;          /* AX_PD: cores per replica */
     char trace[2048]; /* AX_PD: the variant trace's path */
+    char batch[32];   /* AX_SYSTEM with scale_batch: its --batch value */
 } axis_val;
 
 typedef struct {
@@ -115,6 +116,7 @@ typedef struct {
     char name[128];
     char trace[1024]; /* resolved base trace path */
     char x[64];       /* x axis name ("" = first with > 1 value) */
+    int scale_batch;  /* the global batch scales with the slice's cores */
     int naxes;
     axis ax[SWEEP_MAX_AXES];
     cJSON *base;      /* the base trace's JSON, for variants */
@@ -337,6 +339,21 @@ static int bad(const sweep *s, const char *jpath, const char *what)
     return cli_error(2, "%s: %s: %s", s->path, jpath, what);
 }
 
+/* The global batch a run on system `sys` gets when no batch axis sets it:
+ * the base trace's, or with scale_batch the base trace's examples per
+ * core times the slice's cores.  0 when that is not a whole number. */
+static int64_t batch_for(const sweep *s, const char *sys)
+{
+    if (!s->scale_batch)
+        return s->g.global_batch;
+    const tpu_system *base = tpu_system_find(s->g.system);
+    const tpu_system *t = tpu_system_find(sys);
+    if (!base || !t)
+        return s->g.global_batch;
+    int64_t num = s->g.global_batch * (int64_t)t->cores;
+    return num % base->cores ? 0 : num / base->cores;
+}
+
 static int parse_pd(sweep *s, const cJSON *list)
 {
     int n = cJSON_GetArraySize(list);
@@ -447,6 +464,19 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
                 return bad(s, jp, "unknown system (v2-2, v2-8 ... v2-512, "
                                   "v3-2, v3-8 ... v3-2048)");
             v->x = sy->cores;
+            if (s->scale_batch) {
+                int64_t b = batch_for(s, v->arg);
+                if (b <= 0) {
+                    char m[200];
+                    snprintf(m, sizeof m,
+                             "scale_batch: %lld examples on %s, scaled to "
+                             "%d cores, is not a whole batch",
+                             (long long)s->g.global_batch, s->g.system,
+                             sy->cores);
+                    return bad(s, jp, m);
+                }
+                snprintf(v->batch, sizeof v->batch, "%lld", (long long)b);
+            }
         }
         for (int k = 0; k < i; k++)
             if (strcmp(a->v[k].arg, v->arg) == 0)
@@ -586,7 +616,7 @@ static int check_shape(sweep *s, const cJSON *doc)
 {
     static const char *const top[] = {"format", "name", "description",
                                       "trace",  "grid", "x",
-                                      NULL};
+                                      "scale_batch", NULL};
     static const char *const axes[] = {"partition_dims", "system", "batch",
                                        "set", NULL};
     if (!cJSON_IsObject(doc))
@@ -601,7 +631,7 @@ static int check_shape(sweep *s, const cJSON *doc)
             char q[80];
             shown(q, sizeof q, e->string);
             return bad(s, q, "unknown key (expected one of: format, name, "
-                             "description, trace, grid, x)");
+                             "description, trace, grid, x, scale_batch)");
         }
     }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(doc, "format");
@@ -635,6 +665,13 @@ static int check_shape(sweep *s, const cJSON *doc)
                                    : "missing (an object of axes)");
     if (x && (!cJSON_IsString(x) || strlen(x->valuestring) >= sizeof s->x))
         return bad(s, "x", "expected the name of a grid axis");
+    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(doc, "scale_batch");
+    if (sb && !cJSON_IsBool(sb))
+        return bad(s, "scale_batch", "expected true or false");
+    s->scale_batch = cJSON_IsTrue(sb);
+    if (s->scale_batch && cJSON_GetObjectItemCaseSensitive(grid, "batch"))
+        return bad(s, "scale_batch", "a batch axis sets the batch itself: "
+                                     "use one or the other");
 
     snprintf(s->name, sizeof s->name, "%s", name->valuestring);
     if (x)
@@ -886,7 +923,7 @@ static int check_point(const sweep *s, const graph *g, int ipd, int isys,
         abat = axis_of(s, AX_BATCH);
     const char *sys = asys >= 0 ? s->ax[asys].v[isys].arg : s->g.system;
     int64_t batch = abat >= 0 ? (int64_t)strtod(s->ax[abat].v[ibat].arg, NULL)
-                              : s->g.global_batch;
+                              : batch_for(s, sys);
     tpu_error err = {0};
     if (!graph_check_run(g, sys, batch, "", &err))
         return 0;
@@ -1078,7 +1115,7 @@ static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
                     const char *sname = cJSON_IsString(sv) ? sv->valuestring
                                                            : g->system;
                     int64_t b = cJSON_IsNumber(bv) ? (int64_t)bv->valuedouble
-                                                   : g->global_batch;
+                                                   : batch_for(s, sname);
                     tpu_error err = {0};
                     ok &= graph_check_run(g, sname, b, "", &err) == TPU_OK;
                 }
@@ -1262,6 +1299,10 @@ static void build_cmd(const sweep *s, const char *bin, const char *out,
         if (s->ax[a].kind == AX_SYSTEM) {
             c->argv[c->argc++] = "--system";
             c->argv[c->argc++] = (char *)v->arg;
+            if (v->batch[0]) {
+                c->argv[c->argc++] = "--batch";
+                c->argv[c->argc++] = (char *)v->batch;
+            }
         } else if (s->ax[a].kind == AX_BATCH) {
             c->argv[c->argc++] = "--batch";
             c->argv[c->argc++] = (char *)v->arg;

@@ -219,6 +219,61 @@ void th_suite_sweep(th_ctx *t)
                   "status %d: %s", c.status, c.err);
     }
 
+    th_case(t, "\"scale_batch\": true keeps the base trace's examples per "
+               "core on every system (weak scaling); refused with a batch "
+               "axis or where the batch would not be whole");
+    {
+        char sb[512];
+        snprintf(sb, sizeof sb, "%s/scale.json", d);
+        /* base: v3-8, global batch 32, so 4 per core */
+        write_sweep(sb, "sweep-base.json",
+                    "\"scale_batch\": true, \"grid\": {\"system\": "
+                    "[\"v3-2\", \"v3-8\", \"v3-32\"]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/scale-out", th_bin(),
+               sb, d);
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 3 &&
+                         strstr(c.out, "--system v3-2 --batch 8 ") &&
+                         strstr(c.out, "--system v3-8 --batch 32 ") &&
+                         strstr(c.out, "--system v3-32 --batch 128 "),
+                  "status %d: %s%s", c.status, c.out, c.err);
+        write_sweep(sb, "sweep-base.json",
+                    "\"scale_batch\": true, \"grid\": {\"system\": "
+                    "[\"v3-8\"], \"batch\": [8]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/scale-out", th_bin(),
+               sb, d);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, ": scale_batch: ") &&
+                         error_lines(c.err) == 1,
+                  "with a batch axis: status %d: %s", c.status, c.err);
+        write_sweep(sb, "sweep-base.json",
+                    "\"scale_batch\": 1, \"grid\": {\"system\": "
+                    "[\"v3-8\"]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/scale-out", th_bin(),
+               sb, d);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "true or false"),
+                  "not a boolean: status %d: %s", c.status, c.err);
+        /* 2 examples on v3-8 are a quarter per core: on v3-2, half an
+         * example */
+        char tb[512];
+        snprintf(tb, sizeof tb, "%s/two-ex.json", d);
+        write_text(tb,
+                   "{\"format\": \"tpuemu-trace/1\", \"name\": \"t2\", "
+                   "\"system\": \"v3-8\", \"run\": {\"mode\": \"infer\", "
+                   "\"global_batch\": 2, \"num_cores_per_replica\": 4, "
+                   "\"input_partition_dims\": [[1, 2, 2, 1], null]}, "
+                   "\"graph\": {\"inputs\": [{\"name\": \"image\", "
+                   "\"shape\": [16, 16, 3]}], \"layers\": [{\"name\": "
+                   "\"c\", \"op\": \"conv\", \"in\": \"image\", "
+                   "\"filters\": 8, \"kernel\": [3, 3]}]}}\n");
+        write_sweep(sb, "two-ex.json",
+                    "\"scale_batch\": true, \"grid\": {\"system\": "
+                    "[\"v3-8\", \"v3-2\"]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/scale-out", th_bin(),
+               sb, d);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "grid.system[1]") &&
+                         strstr(c.err, "not a whole batch"),
+                  "fractional: status %d: %s", c.status, c.err);
+    }
+
     th_case(t, "bad sweep files: exit 2 naming the JSON path");
     static const char *const broken[][2] = {
         {"{\"format\": \"tpuemu-sweep/1\", \"name\": \"b\", \"trace\": "
