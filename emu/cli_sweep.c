@@ -1636,10 +1636,19 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
     qsort(rk, (size_t)n, sizeof *rk, ranked_cmp);
     printf("\nfastest first (examples per second; %lld of %lld runs fit):\n",
            n, nruns);
+    /* each swept column as wide as its name and its values (labels are
+     * under 96 bytes), so nothing is cut */
+    int w[SWEEP_MAX_AXES];
+    for (int a = 0; a < s->naxes; a++) {
+        w[a] = (int)strlen(s->ax[a].name);
+        for (int v = 0; v < s->ax[a].n; v++)
+            if ((int)strlen(s->ax[a].v[v].label) > w[a])
+                w[a] = (int)strlen(s->ax[a].v[v].label);
+    }
     printf("%-6s", "run");
     for (int a = 0; a < s->naxes; a++)
         if (s->ax[a].n > 1)
-            printf(" %-16.16s", s->ax[a].name);
+            printf(" %-*s", w[a], s->ax[a].name);
     printf(" %10s %12s %10s %8s %9s\n", "step ms", "examples/s", "per core",
            "cores/r", "HBM GiB");
     for (long long k = 0; k < n && k < SWEEP_RANK_ROWS; k++) {
@@ -1650,7 +1659,7 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
         printf("%04lld  ", i);
         for (int a = 0; a < s->naxes; a++)
             if (s->ax[a].n > 1)
-                printf(" %-16.16s", s->ax[a].v[idx[a]].label);
+                printf(" %-*s", w[a], s->ax[a].v[idx[a]].label);
         printf(" %10.3f %12.1f %10.2f %8d %9.2f\n", r->step_time_s * 1e3,
                rk[k].eps, rk[k].eps / (r->cores > 0 ? r->cores : 1),
                r->cores_per_replica, r->hbm_needed_bytes / 1073741824.0);
