@@ -21,9 +21,14 @@ typedef struct {
 } view_lane;
 
 /* One timeline row: cores first..last, all drawn from core src's events
- * (a run of identical cores the engine recorded once is one row). */
+ * (a run of identical cores the engine recorded once is one row).  A
+ * replica group (rep0 >= 1) is replicas rep0..rep1 whose every core copies
+ * the same-shard core of replica 0: ncores cores, not necessarily
+ * consecutive (torus block placement); first is replica rep0's shard-0
+ * core, the one the row is drawn from. */
 typedef struct {
     int first, last, src;
+    int rep0, rep1, ncores;   /* rep0 = -1: not a replica group */
 } view_row;
 
 typedef struct {

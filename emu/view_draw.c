@@ -182,6 +182,133 @@ static int by_t0(const void *x, const void *y)
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
+/* Same step time and breakdown: the engine's figures for a mirrored
+ * replica are its twin's. */
+static int same_figures(const emu_core_result *c, const emu_core_result *q)
+{
+    if (q->step_time_s != c->step_time_s)
+        return 0;
+    for (int k = 0; k < CAT_COUNT; k++)
+        if (fabs(q->breakdown_s[k] - c->breakdown_s[k]) > 1e-12 * c->step_time_s)
+            return 0;
+    return 1;
+}
+
+/* Does core c copy recorded core q?  Either c has no events of its own
+ * (the engine left a mirrored replica's timeline out) and q's figures, or
+ * c holds event for event the same timeline (the engine copies a mirrored
+ * replica's timeline on small systems).  Compared field by field: struct
+ * padding is not data. */
+static int core_copies(const emu_core_result *c, const emu_core_result *q)
+{
+    if (!q->n_events || !same_figures(c, q))
+        return 0;
+    if (!c->n_events)
+        return 1;
+    if (c->n_events != q->n_events)
+        return 0;
+    for (size_t i = 0; i < c->n_events; i++) {
+        const emu_event *x = &c->events[i], *y = &q->events[i];
+        if (x->t0 != y->t0 || x->t1 != y->t1 || x->unit != y->unit || x->cat != y->cat ||
+            x->phase != y->phase || x->opcode != y->opcode || x->layer != y->layer ||
+            x->count != y->count || x->bytes != y->bytes || x->flops != y->flops)
+            return 0;
+    }
+    return 1;
+}
+
+/* rep0_core[s]: replica 0's core of shard s, or NULL when the result's
+ * replica/shard fields do not describe cpr shards per replica. */
+static int *shard_map(const emu_result *r)
+{
+    int cpr = r->cores_per_replica;
+    if (cpr < 1 || r->replicas < 1 || (long)cpr * r->replicas != r->cores)
+        return NULL;
+    int *m = malloc(sizeof(int) * (size_t)cpr);
+    if (!m)
+        return NULL;
+    for (int s = 0; s < cpr; s++)
+        m[s] = -1;
+    for (int c = 0; c < r->cores; c++) {
+        const emu_core_result *pc = &r->per_core[c];
+        if (pc->replica < 0 || pc->replica >= r->replicas || pc->shard < 0 ||
+            pc->shard >= cpr || (pc->replica == 0 && m[pc->shard] >= 0)) {
+            free(m);
+            return NULL;
+        }
+        if (pc->replica == 0)
+            m[pc->shard] = c;
+    }
+    for (int s = 0; s < cpr; s++)
+        if (m[s] < 0) {
+            free(m);
+            return NULL;
+        }
+    return m;
+}
+
+/* Rows: replica 0's cores (and any core that copies none) one row each,
+ * a run of consecutive cores drawn from the same recorded core one row
+ * (a v3-2048 data-parallel step is two rows, not 2048), then one row per
+ * run of replicas that copy replica 0 shard by shard (a spatially
+ * partitioned v3-2048 step is replica 0's cores plus one row). */
+static int build_rows(view_app *a, const int *map)
+{
+    const emu_result *r = &a->r;
+    int nrep = map ? r->replicas : 0;
+    char *grouped = calloc((size_t)(nrep > 0 ? nrep : 1), 1);
+    a->rows = malloc(sizeof *a->rows * (r->cores > 0 ? r->cores : 1));
+    if (!a->rows || !grouped) {
+        free(grouped);
+        return 0;
+    }
+    /* Data-parallel runs (one core per replica) keep the core-run rows. */
+    if (map && r->cores_per_replica > 1) {
+        for (int q = 1; q < nrep; q++)
+            grouped[q] = 1;
+        for (int c = 0; c < r->cores; c++) {
+            const emu_core_result *pc = &r->per_core[c];
+            if (pc->replica > 0 && (a->src[c] != map[pc->shard] || c == map[pc->shard]))
+                grouped[pc->replica] = 0;
+        }
+    }
+    a->n_rows = 0;
+    for (int c = 0; c < r->cores; c++) {
+        if (nrep && grouped[r->per_core[c].replica])
+            continue;
+        view_row *p = a->n_rows ? &a->rows[a->n_rows - 1] : NULL;
+        if (p && a->src[c] != c && p->src == a->src[c] && p->first != p->src &&
+            p->last == c - 1) {
+            p->last = c;
+            p->ncores++;
+            continue;
+        }
+        a->rows[a->n_rows++] = (view_row){c, c, a->src[c], -1, -1, 1};
+    }
+    for (int q = 1; q < nrep; q++) {
+        if (!grouped[q])
+            continue;
+        view_row g = {-1, -1, -1, q, q, 0};
+        while (g.rep1 + 1 < nrep && grouped[g.rep1 + 1])
+            g.rep1++;
+        for (int c = 0; c < r->cores; c++) {
+            const emu_core_result *pc = &r->per_core[c];
+            if (pc->replica < g.rep0 || pc->replica > g.rep1)
+                continue;
+            if (g.first < 0 || (pc->replica == g.rep0 && pc->shard == 0 &&
+                                r->per_core[g.first].shard != 0))
+                g.first = c;
+            g.last = c;
+            g.ncores++;
+        }
+        g.src = a->src[g.first];
+        a->rows[a->n_rows++] = g;
+        q = g.rep1;
+    }
+    free(grouped);
+    return 1;
+}
+
 int view_index(view_app *a)
 {
     view_unindex(a);
@@ -192,7 +319,19 @@ int view_index(view_app *a)
         return 0;
     for (int c = 0; c < a->r.cores; c++)
         a->src[c] = c;
+    /* A replica's core that copies the same-shard core of replica 0 is
+     * drawn from it (and not indexed twice). */
+    int *map = shard_map(&a->r);
+    if (map)
+        for (int c = 0; c < a->r.cores; c++) {
+            const emu_core_result *pc = &a->r.per_core[c];
+            int q = map[pc->shard];
+            if (pc->replica > 0 && core_copies(pc, &a->r.per_core[q]))
+                a->src[c] = q;
+        }
     for (int c = 0; c < a->r.cores; c++) {
+        if (a->src[c] != c)
+            continue;
         const emu_core_result *pc = &a->r.per_core[c];
         size_t cnt[UNIT_COUNT] = {0};
         for (size_t i = 0; i < pc->n_events; i++)
@@ -204,8 +343,10 @@ int view_index(view_app *a)
                 continue;
             L->idx = malloc(cnt[u] * sizeof *L->idx);
             L->pmax = malloc(cnt[u] * sizeof *L->pmax);
-            if (!L->idx || !L->pmax)
+            if (!L->idx || !L->pmax) {
+                free(map);
                 return 0;
+            }
         }
         for (size_t i = 0; i < pc->n_events; i++) {
             int u = pc->events[i].unit;
@@ -219,8 +360,10 @@ int view_index(view_app *a)
             if (!L->n)
                 continue;
             t0_idx *tmp = malloc(L->n * sizeof *tmp);
-            if (!tmp)
+            if (!tmp) {
+                free(map);
                 return 0;
+            }
             for (size_t i = 0; i < L->n; i++)
                 tmp[i] = (t0_idx){pc->events[L->idx[i]].t0, L->idx[i]};
             qsort(tmp, L->n, sizeof *tmp, by_t0);
@@ -235,44 +378,27 @@ int view_index(view_app *a)
             a->has_events = 1;
         }
     }
-    /* Cores the engine did not record borrow the rows of the first
+    /* Other cores the engine did not record borrow the rows of the first
      * recorded core with the same step time and breakdown. */
     for (int c = 0; c < a->r.cores; c++) {
         const emu_core_result *pc = &a->r.per_core[c];
-        if (pc->n_events)
+        if (pc->n_events || a->src[c] != c)
             continue;
         for (int q = 0; q < a->r.cores; q++) {
             const emu_core_result *pq = &a->r.per_core[q];
-            if (!pq->n_events || pq->step_time_s != pc->step_time_s)
-                continue;
-            int same = 1;
-            for (int k = 0; k < CAT_COUNT; k++)
-                same &= fabs(pq->breakdown_s[k] - pc->breakdown_s[k]) <=
-                        1e-12 * pc->step_time_s;
-            if (same) {
-                a->src[c] = q;
-                for (int u = 0; u < UNIT_COUNT; u++)
-                    a->lanes[c * UNIT_COUNT + u] = a->lanes[q * UNIT_COUNT + u];
+            if (pq->n_events && same_figures(pc, pq)) {
+                a->src[c] = a->src[q];
                 break;
             }
         }
     }
-    /* Rows: a run of consecutive cores drawn from the same recorded core
-     * is one row (a v3-2048 data-parallel step is two rows, not 2048). */
-    a->rows = malloc(sizeof *a->rows * (a->r.cores > 0 ? a->r.cores : 1));
-    if (!a->rows)
-        return 0;
-    a->n_rows = 0;
-    for (int c = 0; c < a->r.cores; c++) {
-        view_row *p = a->n_rows ? &a->rows[a->n_rows - 1] : NULL;
-        if (p && a->src[c] != c && p->src == a->src[c] && p->first != p->src &&
-            p->last == c - 1) {
-            p->last = c;
-            continue;
-        }
-        a->rows[a->n_rows++] = (view_row){c, c, a->src[c]};
-    }
-    return 1;
+    for (int c = 0; c < a->r.cores; c++)
+        if (a->src[c] != c)
+            for (int u = 0; u < UNIT_COUNT; u++)
+                a->lanes[c * UNIT_COUNT + u] = a->lanes[a->src[c] * UNIT_COUNT + u];
+    int ok = build_rows(a, map);
+    free(map);
+    return ok;
 }
 
 void view_unindex(view_app *a)
@@ -434,6 +560,44 @@ static void draw_axis(view_app *a, int top)
     text_fit(a, 6, VIEW_HEADER + 5, cap, VIEW_LABELS - 8, C_INK);
 }
 
+/* "replicas 1-7"; "replica 3" for one. */
+static void fmt_reps(char *buf, size_t cap, const view_row *rw, const char *one,
+                     const char *many)
+{
+    if (rw->rep0 == rw->rep1)
+        snprintf(buf, cap, "%s %d", one, rw->rep0);
+    else
+        snprintf(buf, cap, "%s %d-%d", many, rw->rep0, rw->rep1);
+}
+
+/* A replica group's label.  The full sentence, "replicas 1-7 (56 cores):
+ * same as replica 0", is wider than the label column at any window size:
+ * the row says "replicas 1-7 = 0" and hovering the label puts the
+ * sentence and the cores in the footer. */
+static void draw_group_label(view_app *a, const view_row *rw, int y)
+{
+    char reps[48], same[48], n[48];
+    int room = VIEW_LABELS - 14;
+    fmt_reps(reps, sizeof reps, rw, "replica", "replicas");
+    if (a->units) {
+        int r2 = room - text_w("vector") - 6;
+        text_fit(a, 6, y, reps, room, C_INK);
+        snprintf(same, sizeof same, "= replica 0");
+        if (text_w(same) > r2)
+            snprintf(same, sizeof same, "= 0");
+        text_fit(a, 6, y + 13, same, r2, 0xA03000);
+        snprintf(n, sizeof n, "%d cores", rw->ncores);
+        text_fit(a, 6, y + 25, n, r2, C_MUTED);
+        return;
+    }
+    snprintf(same, sizeof same, " = 0");
+    if (text_w(reps) + text_w(same) > room)
+        fmt_reps(reps, sizeof reps, rw, "rep", "reps");
+    text_fit(a, 6, y, reps, room, C_INK);
+    int x = 6 + text_w(reps);
+    text_fit(a, x, y, same, room + 6 - x, 0xA03000);
+}
+
 /* A row's label in the label column: the cores, which recorded core the
  * row is drawn from, the chip(s).  With unit rows the unit names are
  * right-aligned on lines 2-5, so the other lines stay left of them. */
@@ -441,6 +605,10 @@ static void draw_row_label(view_app *a, const view_row *rw, int y)
 {
     char core[48], same[48], chip[48];
     int room = VIEW_LABELS - 14;
+    if (rw->rep0 >= 1) {
+        draw_group_label(a, rw, y);
+        return;
+    }
     const emu_core_result *p0 = &a->r.per_core[rw->first],
                           *p1 = &a->r.per_core[rw->last];
     if (rw->first == rw->last)
@@ -876,9 +1044,11 @@ static const char *const help_lines[] = {
     "h, F1, ?          this help",
     "q                 quit",
     "",
-    "\"same as N\" by a core: not recorded by the engine (identical",
-    "replica), drawn from core N's timeline; a run of such cores is",
-    "one row (\"cores 1-2047: same as 0\").",
+    "\"same as N\" by a core: an identical replica the engine simulated",
+    "once, drawn from core N's timeline; a run of such cores is",
+    "one row (\"cores 1-2047: same as 0\"). Replicas that copy",
+    "replica 0 shard by shard are one row (\"replicas 1-7 = 0\");",
+    "hover its label for the cores it stands for.",
     "",
     "Colours: category of the critical path (the report's categories):",
 };
@@ -988,6 +1158,44 @@ static void draw_event_info(view_app *a, int y, const char *who, int core, int u
     text_fit(a, 8, y + 22, buf, a->W - 16, C_MUTED);
 }
 
+/* Hovering a replica group's label: what the row stands for, and its
+ * cores as ranges (with torus block placement they are not one run). */
+static int draw_group_info(view_app *a, int y)
+{
+    if (a->panel != VIEW_TIMELINE || !a->has_events || a->mx < 0 || a->mx >= VIEW_LABELS)
+        return 0;
+    int top = VIEW_HEADER + VIEW_AXIS + 2, rh = view_row_height(a);
+    if (a->my < top || a->my >= a->H - VIEW_FOOTER)
+        return 0;
+    int k = a->row0 + (a->my - top) / rh;
+    if (k >= a->n_rows || a->rows[k].rep0 < 1)
+        return 0;
+    const view_row *rw = &a->rows[k];
+    char buf[1024], reps[48];
+    fmt_reps(reps, sizeof reps, rw, "replica", "replicas");
+    snprintf(buf, sizeof buf,
+             "%s (%d cores): same as replica 0, shard by shard; drawn from core %d (= core %d)",
+             reps, rw->ncores, rw->first, rw->src);
+    text_fit(a, 8, y + 6, buf, a->W - 16, C_INK);
+    int n = snprintf(buf, sizeof buf, "cores");
+    for (int c = 0; c < a->r.cores && n < (int)sizeof buf - 32; c++) {
+        int q = a->r.per_core[c].replica;
+        if (q < rw->rep0 || q > rw->rep1)
+            continue;
+        int e = c;
+        while (e + 1 < a->r.cores && a->r.per_core[e + 1].replica >= rw->rep0 &&
+               a->r.per_core[e + 1].replica <= rw->rep1)
+            e++;
+        if (e > c)
+            n += snprintf(buf + n, sizeof buf - (size_t)n, "%s %d-%d", n > 5 ? "," : "", c, e);
+        else
+            n += snprintf(buf + n, sizeof buf - (size_t)n, "%s %d", n > 5 ? "," : "", c);
+        c = e;
+    }
+    text_fit(a, 8, y + 22, buf, a->W - 16, C_MUTED);
+    return 1;
+}
+
 static void draw_footer(view_app *a)
 {
     int y = a->H - VIEW_FOOTER;
@@ -1010,6 +1218,8 @@ static void draw_footer(view_app *a)
         draw_event_info(a, y, who, core, unit, ev);
         return;
     }
+    if (draw_group_info(a, y))
+        return;
     int right1 = a->W - 10, right2 = a->W - 10;
     if (a->panel == VIEW_TIMELINE && a->has_events) {
         /* Category legend and where the window is, on the right. */
@@ -1027,8 +1237,12 @@ static void draw_footer(view_app *a)
         double w = a->v1 - a->v0;
         fmt_t(du, sizeof du, w);
         fmt_tp(t0, sizeof t0, a->v0, w / 100);
-        snprintf(buf, sizeof buf, "cores %d-%d of %d   window %s from %s",
-                 a->rows[a->row0].first, a->rows[last].last, a->r.cores, du, t0);
+        if (a->n_rows == a->r.cores)
+            snprintf(buf, sizeof buf, "cores %d-%d of %d   window %s from %s",
+                     a->rows[a->row0].first, a->rows[last].last, a->r.cores, du, t0);
+        else
+            snprintf(buf, sizeof buf, "rows %d-%d of %d (%d cores)   window %s from %s",
+                     a->row0 + 1, last + 1, a->n_rows, a->r.cores, du, t0);
         right2 = a->W - 10 - text_w(buf);
         view_text(a, right2, y + 22, buf, 1, C_MUTED);
         right2 -= 10;

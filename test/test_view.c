@@ -142,6 +142,50 @@ static void regressions(th_ctx *t, th_cmd_result *r)
         }
     }
 
+    th_case(t, "spatially partitioned: replicas copying replica 0 are one row");
+    /* RetinaNet 2560 on v3-64: 8 replicas x 8 shards, torus block
+     * placement (replica 0 is cores 0-3 and 16-19). */
+    p = shot(t, r, "traces/reference/retinanet-2560-v3-64.json --script 'move:40,200'", &w, &h);
+    if (p) {
+        int top = V_HEADER + V_AXIS + 2;
+        static const int rep0[8] = {0, 1, 2, 3, 16, 17, 18, 19};
+        for (int k = 0; k < 8; k++) {
+            char lab[32];
+            snprintf(lab, sizeof lab, "core %d", rep0[k]);
+            TH_CHECKF(t, has_text(p, w, h, 6, top + 16 * k, lab, C_INK), "row %d: %s", k, lab);
+        }
+        TH_CHECK(t, has_text(p, w, h, 6, top + 16 * 8, "replicas 1-7", C_INK));
+        TH_CHECK(t, has_text(p, w, h, 6 + 12 * FONT_W, top + 16 * 8, " = 0", 0xA03000));
+        long below = 0;
+        for (int y = top + 9 * 16 + 4; y < h - V_FOOTER - 2; y++)
+            below += count_rgb_in(p, w, V_LABELS + 2, y, V_LABELS + 3, y + 1, 0x0072B2);
+        TH_CHECKF(t, below == 0, "%ld MXU pixels below the nine rows", below);
+        /* hovering the label says what the row stands for */
+        TH_CHECK(t, has_text(p, w, h, 8, h - V_FOOTER + 6,
+                             "replicas 1-7 (56 cores): same as replica 0", C_INK));
+        TH_CHECK(t, has_text(p, w, h, 8, h - V_FOOTER + 22, "cores 4-15, 20-63", C_MUTED));
+        free(p);
+    }
+    p = shot(t, r, "traces/reference/retinanet-2560-v3-64.json --script u", &w, &h);
+    if (p) {
+        int y8 = V_HEADER + V_AXIS + 2 + 8 * (14 + 4 * 12 + 6);
+        TH_CHECK(t, has_text(p, w, h, 6, y8, "replicas 1-7", C_INK));
+        TH_CHECK(t, has_text(p, w, h, 6, y8 + 13, "= replica 0", 0xA03000));
+        TH_CHECK(t, has_text(p, w, h, 6, y8 + 25, "56 cores", C_MUTED));
+        free(p);
+    }
+    p = shot(t, r, "traces/small/tiny3d-p4.json --size 640x400", &w, &h);
+    if (p) {
+        int top = V_HEADER + V_AXIS + 2;
+        TH_CHECK(t, has_text(p, w, h, 6, top + 16 * 3, "core 3", C_INK));
+        TH_CHECK(t, has_text(p, w, h, 6, top + 16 * 4, "replica 1", C_INK));
+        long below = 0;
+        for (int y = top + 5 * 16 + 4; y < h - V_FOOTER - 2; y++)
+            below += count_rgb_in(p, w, V_LABELS + 2, y, V_LABELS + 3, y + 1, 0x0072B2);
+        TH_CHECKF(t, below == 0, "%ld MXU pixels below the five rows", below);
+        free(p);
+    }
+
     th_case(t, "time axis: unit from the window, last label inside, offsets deep in");
     p = shot(t, r, "traces/small/tiny2d.json --size 640x400", &w, &h);
     if (p) {
