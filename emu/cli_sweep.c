@@ -419,6 +419,19 @@ static int parse_pd(sweep *s, const cJSON *list)
     return 0;
 }
 
+/* A batch axis value, and the messages for the values the axes refuse
+ * (parse_strings, and expand_all, which checks them first). */
+static int batch_value_ok(const cJSON *e)
+{
+    return cJSON_IsNumber(e) && isfinite(e->valuedouble) &&
+           e->valuedouble >= 1 && e->valuedouble == floor(e->valuedouble) &&
+           e->valuedouble <= SWEEP_MAX_BATCH;
+}
+static const char bad_batch_msg[] = "expected a positive integer (at most "
+                                    "2^40)";
+static const char bad_system_msg[] = "unknown system (v2-2, v2-8 ... v2-512, "
+                                     "v3-2, v3-8 ... v3-2048)";
+
 static int parse_strings(sweep *s, axis_kind kind, const char *name,
                          const char *jbase, const cJSON *list)
 {
@@ -433,13 +446,8 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
     {
         axis_val *v = &a->v[i];
         snprintf(jp, sizeof jp, "%s[%d]", jbase, i);
-        if (kind == AX_BATCH) {
-            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) ||
-                e->valuedouble < 1 || e->valuedouble != floor(e->valuedouble) ||
-                e->valuedouble > SWEEP_MAX_BATCH)
-                return bad(s, jp, "expected a positive integer (at most "
-                                  "2^40)");
-        }
+        if (kind == AX_BATCH && !batch_value_ok(e))
+            return bad(s, jp, bad_batch_msg);
         if (cJSON_IsString(e)) {
             if (strlen(e->valuestring) >= sizeof v->arg ||
                 !e->valuestring[0])
@@ -461,8 +469,7 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
         if (kind == AX_SYSTEM) {
             const tpu_system *sy = tpu_system_find(v->arg);
             if (!sy)
-                return bad(s, jp, "unknown system (v2-2, v2-8 ... v2-512, "
-                                  "v3-2, v3-8 ... v3-2048)");
+                return bad(s, jp, bad_system_msg);
             v->x = sy->cores;
             if (s->scale_batch) {
                 int64_t b = batch_for(s, v->arg);
@@ -1062,19 +1069,14 @@ static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
         {
             snprintf(jp, sizeof jp, "grid.system[%d]", i++);
             if (!cJSON_IsString(e) || !tpu_system_find(e->valuestring))
-                return bad(s, jp, "unknown system (v2-2, v2-8 ... v2-512, "
-                                  "v3-2, v3-8 ... v3-2048)");
+                return bad(s, jp, bad_system_msg);
         }
         i = 0;
         cJSON_ArrayForEach(e, bat)
         {
             snprintf(jp, sizeof jp, "grid.batch[%d]", i++);
-            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) ||
-                e->valuedouble < 1 ||
-                e->valuedouble != floor(e->valuedouble) ||
-                e->valuedouble > SWEEP_MAX_BATCH)
-                return bad(s, jp, "expected a positive integer (at most "
-                                  "2^40)");
+            if (!batch_value_ok(e))
+                return bad(s, jp, bad_batch_msg);
         }
     }
     int keep_rank = g->pdims_rank, keep_cpr = g->cores_per_replica;
