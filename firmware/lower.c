@@ -736,6 +736,8 @@ static int passes_of(const glayer *L)
     return L->dtype_bytes == 4 ? 3 : 1;
 }
 
+static double fused_apply_ops(const lc *c, int i);
+
 /* Conv, conv_transpose and dense: forward (phase FWD) or the two backward
  * products. */
 static void lower_matrix_layer(lc *c, int l, int phase)
@@ -773,6 +775,11 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     double epi = npad * (ktiles - 1 + 3); /* K-slice sums, bias, BN stats */
     if (fold)
         epi += (double)K; /* im2col shuffle on the vector unit */
+    /* xla.bn_apply_fused: the operand's normalise is applied as each K
+     * slice is loaded, once per tap (the taps are separate loads of
+     * overlapping windows): vector work beside the MXU's, not a pass. */
+    double apply = fused_apply_ops(c, i);
+    epi += apply * (double)K;
 
     if (phase == PHASE_FWD) {
         if (halo_needed(c, l, i))
@@ -833,7 +840,10 @@ static void lower_matrix_layer(lc *c, int l, int phase)
      * features: K, unfolded) to 128 and its feature (the examples, in M)
      * to 8. */
     c->fx = FX_DW;
-    emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, 0, passes);
+    /* Each of the K rows streams M positions of X, normalised again when
+     * its batchnorm is fused (xla.bn_apply_fused). */
+    emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, apply * (double)M,
+                passes);
     c->fx = FX_NONE;
     /* The M-streaming loads of X and dY for dW are what bounds it. */
     if (M > 0)
@@ -904,6 +914,17 @@ static int materialised(const lc *c, int l)
     return 1;
 }
 
+/* Vector operations per element a reader spends applying input i's
+ * batchnorm normalise (4: subtract, scale, shift, convert; 5 with a fused
+ * relu, as in the normalise pass) when xla.bn_apply_fused folds them into
+ * it instead of a pass of their own; 0 when i is stored. */
+static double fused_apply_ops(const lc *c, int i)
+{
+    if (materialised(c, i))
+        return 0;
+    return c->g->layers[i].op == GOP_RELU ? 5 : 4;
+}
+
 static void lower_forward_ops(lc *c, int l);
 
 /* Every compute instruction of the forward pass computes the layer's
@@ -967,11 +988,13 @@ static void lower_forward_ops(lc *c, int l)
         emit_pass(c, ph, l, ib, ob, oe, L->op == GOP_RELU ? 2 : 6);
         return;
     case GOP_ADD: {
-        double in_all = 0;
-        for (int k = 0; k < L->n_in; k++)
+        double in_all = 0, apply = 0;
+        for (int k = 0; k < L->n_in; k++) {
             in_all += out_bytes(c, L->in[k]);
+            apply += fused_apply_ops(c, L->in[k]);
+        }
         emit_pass(c, ph, l, in_all, ob, oe,
-                  L->n_in + 1 + consumer_is(c, l, GOP_RELU));
+                  L->n_in + 1 + consumer_is(c, l, GOP_RELU) + apply);
         return;
     }
     case GOP_MAXPOOL:

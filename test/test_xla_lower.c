@@ -44,6 +44,7 @@ typedef struct {
     int nmm;        /* FW_MATMUL instructions */
     int ar_part;    /* FW_ALLREDUCE over the partition group */
     int64_t ar_b;   /* their bytes */
+    double vec_ops; /* vector element-operations beside the products */
 } tally;
 
 /* Loop bodies count once per iteration. */
@@ -88,6 +89,7 @@ static int lower_tally_core(const char *text, const char *key,
             if (in->b > out->k_max)
                 out->k_max = in->b;
             out->nmm++;
+            out->vec_ops += (double)in->d * (double)rep;
         } else if (in->op == FW_DMA_ST) {
             out->st += in->a * rep;
         } else if (in->op == FW_DMA_LD) {
@@ -389,6 +391,28 @@ void th_suite_xla_lower(th_ctx *t)
             TH_CHECKF(t, fus.ld == 0 && fus.st == 0,
                       "fused: %lld read, %lld written", (long long)fus.ld,
                       (long long)fus.st);
+        }
+        /* The reader applies the normalise + relu (5 operations) to each
+         * operand element it streams, per tap: K x M more vector work in
+         * its forward product and again in its weight gradient's. */
+        tally f0;
+        if (TH_CHECKF(t, lower_tally(tr, NULL, NULL, "c1", PHASE_FWD, &f0, &e) == 0,
+                      "%s", e.msg)) {
+            double want = 5 * (double)f0.k_max * f0.m_rows;
+            for (int ph = PHASE_FWD; ph <= PHASE_BWD; ph++) {
+                tally r0, r1;
+                if (!TH_CHECKF(t, lower_tally(tr, NULL, NULL, "c1", ph, &r0,
+                                              &e) == 0, "%s", e.msg) ||
+                    !TH_CHECKF(t, lower_tally(tr, "xla.bn_apply_fused", "1",
+                                              "c1", ph, &r1, &e) == 0,
+                               "%s", e.msg))
+                    break;
+                double got = r1.vec_ops - r0.vec_ops;
+                TH_CHECKF(t, got >= want && got <= want * 1.01 + 64,
+                          "phase %d: the reader's vector work grew by %g, "
+                          "want 5 x K %lld x M %g = %g", ph, got,
+                          (long long)f0.k_max, f0.m_rows, want);
+            }
         }
         double saved[2] = {0, 0};
         uint64_t ck[2] = {0, 0};
