@@ -7,6 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
+#include "emu/graph.h"
+#include "emu/sim.h"
 #include "emu/status.h"
 
 int cli_run(int argc, char **argv);
@@ -60,6 +64,39 @@ int cli_take(int argc, char **argv, int *i, const char *name,
 int cli_sets_once(const char *const *sets, int n);
 /* True when argv has -h or --help. */
 int cli_wants_help(int argc, char **argv);
+
+/* The what-if options of every command that simulates a trace (run,
+ * lower, view; emu/cli_whatif.c): --system NAME, --batch N, --set
+ * KEY=VALUE (repeatable) and --freeze LIST, under the option rule above.
+ * Parse with cli_whatif_take in the command's loop, then cli_whatif_check
+ * once, then cli_whatif_apply on the loaded graph. */
+#define CLI_WHATIF_MAX_SETS 64
+typedef struct {
+    const char *system;        /* NULL: the trace's */
+    int64_t batch;             /* 0: the trace's */
+    const char *freeze;        /* NULL: the trace's trainable flags */
+    int n_sets;
+    const char *keys[CLI_WHATIF_MAX_SETS], *vals[CLI_WHATIF_MAX_SETS];
+    char buf[CLI_WHATIF_MAX_SETS][256];
+    const char *first;         /* the first what-if option given, or NULL */
+} cli_whatif;
+
+void cli_whatif_init(cli_whatif *w);
+/* Takes the what-if option at argv[*i] (advancing *i past its value): 1
+ * when it was one, 0 when argv[*i] is something else, -1 (error printed:
+ * exit 2) when its value is missing or bad or it was given twice. */
+int cli_whatif_take(cli_whatif *w, int argc, char **argv, int *i);
+/* After parsing: refuses a --set key given twice and an unknown key
+ * (listing the known ones).  0, or 2 with the error printed. */
+int cli_whatif_check(const cli_whatif *w);
+/* Applies --freeze to g (graph_freeze; `path` names the trace) and puts
+ * --system, --batch and --set into o.  0, or the exit status with the
+ * error printed. */
+int cli_whatif_apply(const cli_whatif *w, graph *g, const char *path,
+                     sim_opts *o);
+/* The options' lines for a command's --help, the --set key table
+ * included (tpu_param_key). */
+void cli_whatif_usage(FILE *f);
 
 #define TPUEMU_VERSION "0.1.0"
 

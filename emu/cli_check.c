@@ -34,7 +34,8 @@ static const char usage_text[] =
     "NEW not is a regression (\"no longer fits: needs X GiB of HBM per core,\n"
     "core has Y GiB\"); neither fitting compares nothing (exit 0).  Every\n"
     "--set override that differs between the two is printed as a note\n"
-    "(\"BASE sets K=V\", \"NEW sets K=V\", \"K: BASE V1, NEW V2\").\n"
+    "(\"BASE sets K=V\", \"NEW sets K=V\", \"K: BASE V1, NEW V2\"), and so is\n"
+    "a differing --freeze list (\"NEW sets --freeze LIST\", ...).\n"
     "\n"
     "exit status: 0 no regression (one summary line, then the notes), 1\n"
     "regression (a table of what got slower: step time, core groups,\n"
@@ -187,6 +188,17 @@ static void print_notes(const emu_result *b, const emu_result *n)
         if (!find_override(b, n->overrides[i].key))
             printf("note: NEW sets %s=%s\n", n->overrides[i].key,
                    n->overrides[i].value);
+    /* --freeze changes which layers train: a frozen backbone is faster
+     * by design, not by a change of the emulated hardware. */
+    if (strcmp(b->freeze, n->freeze) != 0) {
+        if (!n->freeze[0])
+            printf("note: BASE sets --freeze %s\n", b->freeze);
+        else if (!b->freeze[0])
+            printf("note: NEW sets --freeze %s\n", n->freeze);
+        else
+            printf("note: --freeze: BASE %s, NEW %s\n", b->freeze,
+                   n->freeze);
+    }
 }
 
 /* Exit status and output when one report or both did not fit (no step

@@ -9,10 +9,16 @@
 
 static const char usage[] =
     "usage: tpuemu lower TRACE.json [--core N] [--system NAME] [--batch N]\n"
+    "                   [--set KEY=VALUE ...] [--freeze LIST]\n"
     "\n"
     "Prints the firmware program of one core (default 0) in tpuemu's\n"
     "assembler syntax: one instruction a line, `; layer phase` comments,\n"
-    "loops indented.  firmware/isa.h documents every opcode.\n"
+    "loops indented.  firmware/isa.h documents every opcode.  The what-if\n"
+    "options are run's: --set xla.* switches change the program.\n"
+    "\n"
+    "  --core N        the core whose program is printed (default 0)\n";
+
+static const char usage_tail[] =
     "\n"
     "exit status: 0 done, 2 bad input or usage, 3 does not fit the\n"
     "hardware, 4 out of host memory\n";
@@ -21,27 +27,28 @@ int cli_lower(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         fputs(usage, stdout);
+        cli_whatif_usage(stdout);
+        fputs(usage_tail, stdout);
         return 0;
     }
     const char *trace = NULL, *v;
     int64_t core = 0;
+    int took;
+    cli_whatif w;
+    cli_whatif_init(&w);
     sim_opts o;
     sim_opts_default(&o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--core") == 0) {
+        if ((took = cli_whatif_take(&w, argc, argv, &i)) != 0) {
+            if (took < 0)
+                return 2;
+        } else if (strcmp(a, "--core") == 0) {
             if (!(v = cli_value(argc, argv, &i)) ||
                 cli_int("--core", v, 0, 1 << 20, &core))
                 return 2;
-        } else if (strcmp(a, "--system") == 0) {
-            if (!(o.system = cli_value(argc, argv, &i)))
-                return 2;
-        } else if (strcmp(a, "--batch") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) ||
-                cli_int("--batch", v, 1, GRAPH_DIM_MAX, &o.global_batch))
-                return 2;
         } else if (a[0] == '-' && a[1]) {
-            return cli_error(2, "lower: unknown option %s", a);
+            return cli_error(2, "lower: unknown option %s (see tpuemu lower --help)", a);
         } else if (!trace) {
             trace = a;
         } else {
@@ -51,11 +58,18 @@ int cli_lower(int argc, char **argv)
     if (!trace)
         return cli_error(2, "lower: no trace given (usage: tpuemu lower "
                             "TRACE.json [OPTIONS]; see tpuemu lower --help)");
+    if (cli_whatif_check(&w))
+        return 2;
     o.trace_path = trace;
     tpu_error err = {0};
     graph g;
     if (graph_load(&g, trace, &err))
         return cli_fail(&err);
+    int code = cli_whatif_apply(&w, &g, trace, &o);
+    if (code) {
+        graph_free(&g);
+        return code;
+    }
     fw_program prog;
     fw_memory mem;
     fw_program_init(&prog);

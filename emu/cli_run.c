@@ -14,11 +14,10 @@
 #include "emu/report.h"
 #include "emu/sim.h"
 
-#define MAX_SETS 64
-
 static const char usage[] =
     "usage: tpuemu run TRACE.json [--system NAME] [--batch N]\n"
-    "                 [--set KEY=VALUE ...] [--report R.json]\n"
+    "                 [--set KEY=VALUE ...] [--freeze LIST]\n"
+    "                 [--report R.json]\n"
     "                 [--chrome-trace T.json] [--png P.png]\n"
     "                 [--functional [--seed S] [--steps N] [--lr X]\n"
     "                  [--output-npy O.npy] [--output-layer NAME]\n"
@@ -29,19 +28,12 @@ static const char usage[] =
     "Simulates one training (or inference) step of TRACE on the named pod\n"
     "slice and prints, per core, the step time and where it went, then the\n"
     "slowest core's step time.  Cores with identical figures are grouped.\n"
-    "\n"
-    "  --system NAME   slice (v2-2, v2-8 ... v2-512, v3-2, v3-8 ... v3-2048)\n"
-    "  --batch N       global batch (overrides the trace's)\n"
-    "  --set K=V       override one hardware parameter (repeatable); keys:\n";
+    "\n";
 
 static void print_usage(FILE *f)
 {
     fputs(usage, f);
-    for (size_t i = 0; tpu_param_key(i); i++) {
-        const tpu_param_info *k = tpu_param_key(i);
-        fprintf(f, "                    %-26s %-7s %s\n", k->key, k->unit,
-                k->source);
-    }
+    cli_whatif_usage(f);
     fputs("  --report R      write the tpuemu-report/1 JSON\n"
           "  --chrome-trace T  write a Trace Event Format timeline\n"
           "                  (Perfetto, chrome://tracing)\n"
@@ -122,6 +114,8 @@ static void print_table(const emu_result *r)
     for (int i = 0; i < r->n_overrides; i++)
         printf("override: %s = %s\n", r->overrides[i].key,
                r->overrides[i].value);
+    if (r->freeze[0])
+        printf("freeze: %s\n", r->freeze);
     printf("\n%-13s %10s", "cores", "step ms");
     for (int k = 0; k < CAT_COUNT; k++)
         printf(" %9s", emu_cat_name((emu_cat)k));
@@ -323,33 +317,16 @@ int cli_run(int argc, char **argv)
     }
     const char *trace = NULL, *report = NULL, *chrome = NULL, *png = NULL;
     const char *npy = NULL, *loss_png = NULL;
-    const char *keys[MAX_SETS], *vals[MAX_SETS];
-    char setbuf[MAX_SETS][256];
-    int quiet = 0;
+    cli_whatif w;
+    cli_whatif_init(&w);
+    int quiet = 0, took;
     sim_opts o;
     sim_opts_default(&o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (strcmp(a, "--system") == 0) {
-            if (!(o.system = cli_value(argc, argv, &i)))
+        if ((took = cli_whatif_take(&w, argc, argv, &i)) != 0) {
+            if (took < 0)
                 return 2;
-        } else if (strcmp(a, "--batch") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) ||
-                cli_int("--batch", v, 1, GRAPH_DIM_MAX, &o.global_batch))
-                return 2;
-        } else if (strcmp(a, "--set") == 0) {
-            if (!(v = cli_value(argc, argv, &i)))
-                return 2;
-            const char *eq = strchr(v, '=');
-            if (!eq || eq == v || !eq[1] || strlen(v) >= sizeof setbuf[0])
-                return cli_error(2, "--set %s: expected KEY=VALUE", v);
-            if (o.n_sets == MAX_SETS)
-                return cli_error(2, "--set: at most %d overrides", MAX_SETS);
-            memcpy(setbuf[o.n_sets], v, strlen(v) + 1);
-            setbuf[o.n_sets][eq - v] = 0;
-            keys[o.n_sets] = setbuf[o.n_sets];
-            vals[o.n_sets] = setbuf[o.n_sets] + (eq - v) + 1;
-            o.n_sets++;
         } else if (strcmp(a, "--report") == 0) {
             if (!(report = cli_value(argc, argv, &i)))
                 return 2;
@@ -418,10 +395,10 @@ int cli_run(int argc, char **argv)
         (npy || loss_png || o.steps != 1 || o.output_layer || o.pe_model))
         return cli_error(2, "run: --steps, --output-npy, --output-layer and "
                             "--loss-png need --functional");
+    if (cli_whatif_check(&w))
+        return 2;
     if (o.functional && o.host_mem_limit <= 0)
         o.host_mem_limit = host_mem_default();
-    o.set_keys = keys;
-    o.set_values = vals;
     o.trace_path = trace;
     o.record_timeline = chrome != NULL;
     progress_t prog = {now_s(), 0, 0};
@@ -442,6 +419,10 @@ int cli_run(int argc, char **argv)
     graph g;
     if (graph_load(&g, trace, &err))
         return cli_fail(&err);
+    if ((code = cli_whatif_apply(&w, &g, trace, &o)) != 0) {
+        graph_free(&g);
+        return code;
+    }
     if ((loss_png || o.steps > 1) && !g.train) {
         graph_free(&g);
         return cli_error(2, "run: --steps and --loss-png need a training trace "

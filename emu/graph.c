@@ -610,3 +610,146 @@ tpu_status graph_check_run(const graph *g, const char *system,
     }
     return TPU_OK;
 }
+
+/* Weight layers the trace's `trainable` key applies to (docs/TRACE.md). */
+static int has_weight_op(graph_op op)
+{
+    return op == GOP_CONV || op == GOP_CONV_T || op == GOP_DENSE ||
+           op == GOP_BATCHNORM;
+}
+
+/* Marks in want[] the owners an entry names; a matched sharer goes into
+ * sharer[] (its owner must be named too).  Returns the layers the entry
+ * matched with weights, or -1 (err set) when it matched none. */
+static int freeze_entry(const graph *g, const char *e, size_t len,
+                        const char *path, unsigned char *want,
+                        unsigned char *sharer, tpu_error *err)
+{
+    int prefix = e[len - 1] == '*';
+    size_t n = prefix ? len - 1 : len;
+    int named = 0, weighted = 0, first = -1;
+    for (int i = 0; i < g->n_layers; i++) {
+        const glayer *L = &g->layers[i];
+        if (strncmp(L->name, e, n) != 0 || (!prefix && L->name[n] != 0))
+            continue;
+        named++;
+        if (!has_weight_op(L->op)) {
+            if (first < 0)
+                first = i;
+            continue;
+        }
+        weighted++;
+        if (L->share_from >= 0)
+            sharer[i] = 1;
+        else
+            want[i] = 1;
+    }
+    if (!named) {
+        tpu_fail(err, TPU_ERR_INPUT, "--freeze: no layer named '%.*s' in %s",
+                 (int)len, e, path);
+        return -1;
+    }
+    if (!weighted) {
+        const glayer *L = &g->layers[first];
+        if (prefix)
+            tpu_fail(err, TPU_ERR_INPUT,
+                     "--freeze: '%.*s' matches no layer with weights in %s "
+                     "(only conv, conv_transpose, dense and batchnorm "
+                     "layers train; '%s' is %s)",
+                     (int)len, e, path, L->name, graph_op_name(L->op));
+        else
+            tpu_fail(err, TPU_ERR_INPUT,
+                     "--freeze: '%s' in %s is a %s layer: it has no weights "
+                     "to freeze (only conv, conv_transpose, dense and "
+                     "batchnorm layers train)",
+                     L->name, path, graph_op_name(L->op));
+        return -1;
+    }
+    return weighted;
+}
+
+tpu_status graph_freeze(graph *g, const char *list, const char *path,
+                        tpu_error *err)
+{
+    if (!path)
+        path = g->name;
+    size_t total = strlen(list);
+    if (total >= GRAPH_FREEZE_MAX)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--freeze: the list is %zu characters long, more "
+                        "than %d (use prefixes: 'res2*')",
+                        total, GRAPH_FREEZE_MAX - 1);
+    /* The list's form first (empty entries, none with names), then what
+     * each entry matches. */
+    int none = 0, names = 0;
+    for (const char *e = list;;) {
+        const char *comma = strchr(e, ',');
+        size_t len = comma ? (size_t)(comma - e) : strlen(e);
+        if (len == 0)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "--freeze '%s': empty entry (expected LAYER,"
+                            "PREFIX*,... or none)",
+                            list);
+        if (len == 4 && strncmp(e, "none", 4) == 0)
+            none = 1;
+        else
+            names = 1;
+        if (!comma)
+            break;
+        e = comma + 1;
+    }
+    if (none && names)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--freeze '%s': none (every layer trainable) cannot "
+                        "be combined with layer names",
+                        list);
+    unsigned char *want = calloc((size_t)g->n_layers + 1, 2);
+    if (!want)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+    unsigned char *sharer = want + g->n_layers + 1;
+    for (const char *e = list; names;) {
+        const char *comma = strchr(e, ',');
+        size_t len = comma ? (size_t)(comma - e) : strlen(e);
+        if (freeze_entry(g, e, len, path, want, sharer, err) < 0) {
+            free(want);
+            return TPU_ERR_INPUT;
+        }
+        if (!comma)
+            break;
+        e = comma + 1;
+    }
+    for (int i = 0; i < g->n_layers; i++) {
+        const glayer *L = &g->layers[i];
+        if (sharer[i] && !want[L->share_from] &&
+            !g->layers[L->share_from].frozen) {
+            tpu_status st = tpu_fail(
+                err, TPU_ERR_INPUT,
+                "--freeze: '%s' shares the weights of '%s' in %s: name that "
+                "layer (shared weights freeze or train together)",
+                L->name, g->layers[L->share_from].name, path);
+            free(want);
+            return st;
+        }
+    }
+    /* As the reader does: owners first, each sharer with its owner's
+     * setting (an owner comes before its sharers). */
+    for (int i = 0; i < g->n_layers; i++) {
+        glayer *L = &g->layers[i];
+        if (L->share_from >= 0)
+            L->frozen = g->layers[L->share_from].frozen;
+        else if (none)
+            L->frozen = 0;
+        else if (want[i])
+            L->frozen = 1;
+    }
+    free(want);
+    /* What depends on the flags, in layer order as the reader derives it
+     * (every layer inferred before, so this cannot fail). */
+    for (int i = 0; i < g->n_layers; i++) {
+        tpu_status st = graph_infer_layer(g, i, NULL, err);
+        if (st)
+            return st;
+    }
+    memcpy(g->freeze, list, total + 1);
+    return TPU_OK;
+}

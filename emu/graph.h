@@ -31,6 +31,8 @@
  * generated or corrupt trace from taking gigabytes (a glayer is ~340
  * bytes, and every stage keeps a few arrays per layer). */
 #define GRAPH_LAYERS_MAX (1 << 18)
+/* Bytes of a --freeze list, its NUL included (graph_freeze). */
+#define GRAPH_FREEZE_MAX 1024
 
 typedef enum {
     GOP_INPUT,
@@ -140,6 +142,11 @@ typedef struct {
     int *name_slots;
     int name_cap;                /* slots, a power of two, or 0 */
     int n_indexed;
+
+    /* The --freeze list graph_freeze applied ("" when none was), which
+     * reports record: the trace's trainable flags are no longer the
+     * whole story. */
+    char freeze[GRAPH_FREEZE_MAX];
 } graph;
 
 /* Reads and checks a trace file (emu/trace.c; docs/TRACE.md).  On failure
@@ -178,6 +185,23 @@ tpu_status graph_check_system(const char *system, const char *path,
  * the caller prefixes. */
 tpu_status graph_infer_layer(graph *g, int i, const char **key,
                              tpu_error *err);
+
+/* --freeze LIST: overrides the trace's `trainable` flags as if the trace
+ * had said so, and recomputes what depends on them (needs_grad; the
+ * trainable weight counts follow).  LIST is comma-separated layer names;
+ * an entry ending in '*' is a prefix (every layer whose name starts with
+ * the rest); each matched conv, conv_transpose, dense or batchnorm layer
+ * becomes frozen, the other layers a prefix matches are skipped, and the
+ * others keep the trace's setting.  "none" alone makes every layer
+ * trainable.  Shared weights freeze together: a sharer follows its owner,
+ * so naming a sharer whose owner is not named is an error.
+ * TPU_ERR_INPUT ("--freeze: ...", `path` naming the trace) for an entry
+ * that matches no layer, a name of a layer without weights, an empty
+ * entry, "none" with names, or a list of GRAPH_FREEZE_MAX bytes or more;
+ * g is unchanged then.  TPU_ERR_SYSTEM when out of memory.  On success
+ * the list is kept in g->freeze. */
+tpu_status graph_freeze(graph *g, const char *list, const char *path,
+                        tpu_error *err);
 
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);

@@ -49,7 +49,7 @@ static void free_args(char **args, char **names)
  * does not (keep in step with the commands' parsers and --help). */
 static const char *const valued[] = {
     "--baseline", "--batch", "--bin", "--bytes", "--chrome-trace",
-    "--chunk", "--core", "--dir", "--frames", "--gen", "--group",
+    "--chunk", "--core", "--dir", "--frames", "--freeze", "--gen", "--group",
     "--host-mem-gib", "--jobs", "--k", "--loss-png", "--lr", "--m",
     "--model", "--mxu-model", "--n", "--out", "--output-layer",
     "--output-npy", "--png", "--report", "--screenshot", "--script",

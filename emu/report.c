@@ -215,6 +215,13 @@ char *report_to_json(const emu_result *r)
             sb_put(&b, ", ", 2);
     }
     sb_str(&b, "},\n  ");
+    /* Only with --freeze: every other report stays byte for byte as it
+     * was (baselines/). */
+    if (r->freeze[0]) {
+        sb_key(&b, "freeze");
+        sb_jstr(&b, r->freeze);
+        sb_str(&b, ",\n  ");
+    }
 
     sb_key(&b, "per_core");
     sb_str(&b, "[");
@@ -649,6 +656,10 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
             r->n_overrides = ++i;
         }
     }
+
+    /* The --freeze list of the run (optional): a string as given, no
+     * control characters. */
+    TRY(get_str(c, root, "freeze", "freeze", 0, r->freeze, sizeof r->freeze));
 
     const cJSON *pc = cJSON_GetObjectItemCaseSensitive(root, "per_core");
     if (!cJSON_IsArray(pc))

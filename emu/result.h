@@ -88,6 +88,9 @@ typedef struct {
     double core_peak_flops;        /* bf16 peak of one core, FLOP/s */
     int n_overrides;
     emu_override *overrides;
+    /* The --freeze list the graph was given (graph_freeze), "" without
+     * one; the report's optional "freeze". */
+    char freeze[1024];
     emu_core_result *per_core;     /* cores entries */
     /* ICI link busy time: chips x 4 (dirs +x, -x, +y, -y), seconds. */
     double *link_busy_s;

@@ -24,15 +24,20 @@
 
 static const char usage[] =
     "usage: tpuemu view TRACE.json|R.json [--screenshot OUT.png] [--size WxH]\n"
-    "                   [--script \"KEYS\"]\n"
+    "                   [--script \"KEYS\"] [--system NAME] [--batch N]\n"
+    "                   [--set KEY=VALUE ...] [--freeze LIST]\n"
     "Opens the SDL viewer on a trace (simulated with its timeline recorded)\n"
     "or on a report JSON (bars and torus only: reports store no events).\n"
+    "A trace takes run's what-if options (below); a report, already\n"
+    "simulated, takes none.\n"
     "  --screenshot OUT.png  render one frame (headless when there is no\n"
     "                        display), write it as PNG and exit\n"
     "  --size WxH            window size (default 1280x800)\n"
     "  --script \"KEYS\"       inject keys first, e.g. \"z z right tab\";\n"
     "                        also move:X,Y click:X,Y wheelup wheeldown\n"
-    "                        \"?\" or text:STR types text\n"
+    "                        \"?\" or text:STR types text\n";
+
+static const char usage_tail[] =
     "Keys: 1 2 3 / Tab panels, z x zoom, arrows pan and scroll, u unit rows,\n"
     "0 reset, h ? F1 help, q quit (docs/VIEWER.md).\n"
     "exit status: 0 done, 2 bad input or output path, 3 the trace does not\n"
@@ -77,7 +82,7 @@ static int looks_like_report(const char *text, size_t len)
     return strstr(head, "tpuemu-report/") != NULL;
 }
 
-static int load_file(view_app *a, const char *path)
+static int load_file(view_app *a, const char *path, const cli_whatif *w)
 {
     tpu_error err = {0};
     emu_result r = {0};
@@ -89,6 +94,13 @@ static int load_file(view_app *a, const char *path)
     if (st != TPU_OK)
         return cli_fail(&err);
     if (looks_like_report(text, len)) {
+        if (w->first) {
+            free(text);
+            return cli_error(2, "view: %s: %s is a report, already simulated "
+                                "(the what-if options apply to a trace: view "
+                                "the trace, or run it with them)",
+                             w->first, path);
+        }
         st = report_parse(&r, text, len, path, &err);
     } else {
         graph g = {0};
@@ -96,6 +108,12 @@ static int load_file(view_app *a, const char *path)
         if (st == TPU_OK) {
             sim_opts o;
             sim_opts_default(&o);
+            int code = cli_whatif_apply(w, &g, path, &o);
+            if (code) {
+                graph_free(&g);
+                free(text);
+                return code;
+            }
             o.trace_path = path;
             o.record_timeline = 1;
             /* A step that does not fit returns TPU_ERR_NOFIT and no
@@ -427,13 +445,20 @@ int cli_view(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         fputs(usage, stdout);
+        cli_whatif_usage(stdout);
+        fputs(usage_tail, stdout);
         return 0;
     }
     const char *file = NULL, *shot = NULL, *script = NULL;
-    int demo = 0, W = 1280, H = 800, frames = 0;
+    int demo = 0, W = 1280, H = 800, frames = 0, took;
+    cli_whatif wi;
+    cli_whatif_init(&wi);
     for (int i = 1; i < argc; i++) {
         const char *v;
-        if (!strcmp(argv[i], "--screenshot")) {
+        if ((took = cli_whatif_take(&wi, argc, argv, &i)) != 0) {
+            if (took < 0)
+                return 2;
+        } else if (!strcmp(argv[i], "--screenshot")) {
             if (!(shot = cli_value(argc, argv, &i)))
                 return 2;
         } else if (!strcmp(argv[i], "--script")) {
@@ -462,6 +487,11 @@ int cli_view(int argc, char **argv)
     }
     if (!file && !demo)
         return cli_error(2, "view: expected TRACE.json or R.json (see tpuemu view --help)");
+    if (demo && wi.first)
+        return cli_error(2, "view: %s: the demo is a made-up result, not a "
+                            "trace to simulate", wi.first);
+    if (cli_whatif_check(&wi))
+        return 2;
     if (shot) {
         /* before the simulation: a bad path costs nothing, and the input
          * is never replaced by its own screenshot */
@@ -479,7 +509,7 @@ int cli_view(int argc, char **argv)
     a->H = H;
     a->sel_ev = -1;
     a->mx = a->my = -1;
-    int rc = demo ? load_demo(a, demo) : load_file(a, file);
+    int rc = demo ? load_demo(a, demo) : load_file(a, file, &wi);
     if (rc) {
         view_unindex(a);
         if (a->loaded)

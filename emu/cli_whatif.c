@@ -1,0 +1,133 @@
+/* The what-if options shared by every command that simulates a trace
+ * (run, lower, view): one parser, one set of messages, one help text, so
+ * `view` and `lower` answer the same questions `run` does. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/cli.h"
+#include "emu/params.h"
+
+void cli_whatif_init(cli_whatif *w)
+{
+    memset(w, 0, sizeof *w);
+}
+
+static int note_first(cli_whatif *w, const char *name)
+{
+    if (!w->first)
+        w->first = name;
+    return 1;
+}
+
+int cli_whatif_take(cli_whatif *w, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if (strcmp(a, "--system") == 0) {
+        if (!(w->system = cli_value(argc, argv, i)))
+            return -1;
+        return note_first(w, "--system");
+    }
+    if (strcmp(a, "--batch") == 0) {
+        if (!(v = cli_value(argc, argv, i)) ||
+            cli_int("--batch", v, 1, GRAPH_DIM_MAX, &w->batch))
+            return -1;
+        return note_first(w, "--batch");
+    }
+    if (strcmp(a, "--freeze") == 0) {
+        if (!(w->freeze = cli_value(argc, argv, i)))
+            return -1;
+        return note_first(w, "--freeze");
+    }
+    if (strcmp(a, "--set") == 0) {
+        if (!(v = cli_value(argc, argv, i)))
+            return -1;
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v || !eq[1] || strlen(v) >= sizeof w->buf[0]) {
+            cli_error(2, "--set %s: expected KEY=VALUE", v);
+            return -1;
+        }
+        if (w->n_sets == CLI_WHATIF_MAX_SETS) {
+            cli_error(2, "--set: at most %d overrides", CLI_WHATIF_MAX_SETS);
+            return -1;
+        }
+        char *b = w->buf[w->n_sets];
+        memcpy(b, v, strlen(v) + 1);
+        b[eq - v] = 0;
+        w->keys[w->n_sets] = b;
+        w->vals[w->n_sets] = b + (eq - v) + 1;
+        w->n_sets++;
+        return note_first(w, "--set");
+    }
+    return 0;
+}
+
+int cli_whatif_check(const cli_whatif *w)
+{
+    for (int i = 0; i < w->n_sets; i++) {
+        for (int j = 0; j < i; j++)
+            if (strcmp(w->keys[j], w->keys[i]) == 0)
+                return cli_error(2, "--set %s: given twice (%s, then %s)",
+                                 w->keys[i], w->vals[j], w->vals[i]);
+        int known = 0;
+        size_t need = 1;
+        for (size_t k = 0; tpu_param_key(k); k++) {
+            known |= strcmp(tpu_param_key(k)->key, w->keys[i]) == 0;
+            need += strlen(tpu_param_key(k)->key) + 2;
+        }
+        if (known)
+            continue;
+        /* The keys by name on the one error line; --help adds units and
+         * sources. */
+        char *list = malloc(need);
+        if (!list)
+            return cli_error(4, "out of host memory");
+        list[0] = 0;
+        for (size_t k = 0; tpu_param_key(k); k++) {
+            if (k)
+                strcat(list, ", ");
+            strcat(list, tpu_param_key(k)->key);
+        }
+        int rc = cli_error(2, "--set %s: unknown parameter (known: %s)",
+                           w->keys[i], list);
+        free(list);
+        return rc;
+    }
+    return 0;
+}
+
+int cli_whatif_apply(const cli_whatif *w, graph *g, const char *path,
+                     sim_opts *o)
+{
+    if (w->freeze) {
+        tpu_error err = {0};
+        if (graph_freeze(g, w->freeze, path, &err))
+            return cli_fail(&err);
+    }
+    o->system = w->system;
+    o->global_batch = w->batch;
+    o->n_sets = w->n_sets;
+    o->set_keys = w->keys;
+    o->set_values = w->vals;
+    return 0;
+}
+
+void cli_whatif_usage(FILE *f)
+{
+    fputs("  --system NAME   slice (v2-2, v2-8 ... v2-512, v3-2, v3-8 ... "
+          "v3-2048)\n"
+          "  --batch N       global batch (overrides the trace's)\n"
+          "  --freeze LIST   freeze layers' weights as \"trainable\": false "
+          "would:\n"
+          "                  comma-separated names, NAME* for a prefix "
+          "('conv1,res2*');\n"
+          "                  none: every layer trains\n"
+          "  --set K=V       override one hardware parameter (repeatable); "
+          "keys:\n",
+          f);
+    for (size_t i = 0; tpu_param_key(i); i++) {
+        const tpu_param_info *k = tpu_param_key(i);
+        fprintf(f, "                    %-26s %-7s %s\n", k->key, k->unit,
+                k->source);
+    }
+}
