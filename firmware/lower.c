@@ -1120,8 +1120,15 @@ static void lower_backward_ops(lc *c, int l)
         if (L->op == GOP_MAXPOOL &&
             pool_bwd_input_halo_of(c, l, L->in[0], &h))
             emit_exchange(c, ph, l, L->in[0], &h, 2);
+        /* Each window (output element) compares its inputs again for the
+         * maximum, or scales dY, and adds into its inputs (win + 1); each
+         * input element is zeroed or summed once.  Per input element that
+         * is win / (stride product) + 2 for a pooling without overlap,
+         * not win + 2: a 64x64 window's gradient is ~2 operations an
+         * input, not 4098. */
+        double ie_in = out_elems(c, L->in[0]);
         emit_pass(c, ph, l, ob + (L->op == GOP_MAXPOOL ? ib + ob : 0), ib,
-                  out_elems(c, L->in[0]), win + 2);
+                  ie_in, ie_in > 0 ? oe * (win + 1) / ie_in + 1 : 0);
         return;
     }
     case GOP_UPSAMPLE:

@@ -90,6 +90,8 @@ static int lower_tally_core(const char *text, const char *key,
                 out->k_max = in->b;
             out->nmm++;
             out->vec_ops += (double)in->d * (double)rep;
+        } else if (in->op == FW_VEC) {
+            out->vec_ops += (double)in->a * (double)in->b / 100 * (double)rep;
         } else if (in->op == FW_DMA_ST) {
             out->st += in->a * rep;
         } else if (in->op == FW_DMA_LD) {
@@ -355,6 +357,39 @@ void th_suite_xla_lower(th_ctx *t)
             TH_CHECKF(t, b15.nmm == 0 && b15.st == 0,
                       "core 15 (no rows): %d products, %lld bytes stored",
                       b15.nmm, (long long)b15.st);
+    }
+    th_case(t, "pooling backward: about win/stride + 2 vector operations "
+               "per input element (a whole-map window is not win per input)");
+    {
+        /* 64x64x256 -> avgpool 64 (one output) and maxpool 2 (stride 2),
+         * each feeding a trained conv so the gradient reaches them. */
+        static const char *pools[2] = {"\"op\":\"avgpool\",\"window\":[64,64]",
+                                       "\"op\":\"maxpool\",\"window\":[2,2]"};
+        static const double want[2] = {2.0, 2.25};
+        for (int v = 0; v < 2; v++) {
+            char tr[2048];
+            snprintf(tr, sizeof tr,
+                     "{\"format\":\"tpuemu-trace/1\",\"name\":\"p\","
+                     "\"system\":\"v3-8\",\"run\":{\"mode\":\"train\","
+                     "\"global_batch\":8},\"graph\":{\"inputs\":[{\"name\":"
+                     "\"x\",\"shape\":[64,64,4]}],\"layers\":["
+                     "{\"name\":\"c0\",\"op\":\"conv\",\"in\":\"x\","
+                     "\"filters\":256,\"kernel\":[1,1]},"
+                     "{\"name\":\"p\",%s,\"in\":\"c0\"},"
+                     "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"p\","
+                     "\"filters\":8,\"kernel\":[1,1]},"
+                     "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\","
+                     "\"in\":\"c1\"}]}}", pools[v]);
+            tally b;
+            if (!TH_CHECKF(t, lower_tally(tr, NULL, NULL, "p", PHASE_BWD, &b,
+                                          &e) == 0, "%s", e.msg))
+                continue;
+            double in_elems = 1.0 * 64 * 64 * 256; /* one example per core */
+            double per = b.vec_ops / in_elems;
+            TH_CHECKF(t, per > want[v] * 0.99 && per < want[v] * 1.01,
+                      "%s: %.3f vector operations per input element, want %.2f",
+                      v ? "maxpool 2x2" : "avgpool 64x64", per, want[v]);
+        }
     }
     th_case(t, "xla.bn_apply_fused=1 (what-if): batchnorm + relu feeding a "
                "conv make no pass and store nothing; values unchanged");
