@@ -11,8 +11,8 @@
  *    "x": "partition_dims"}
  *
  * The trace path is relative to the sweep file.  Runs are the Cartesian
- * product of the axes in the order partition_dims, system, batch, then the
- * --set keys in file order, the last axis varying fastest; run i writes
+ * product of the axes in the order partition_dims, system, batch, freeze
+ * (--freeze lists), then the --set keys in file order, the last axis varying fastest; run i writes
  * OUT/reports/NNNN.json and OUT/logs/NNNN.log.  Partitionings need a
  * modified trace (run.input_partition_dims, num_cores_per_replica = the
  * product): each is written once to OUT/traces/STEM-pdAxBxCxD.json.
@@ -73,13 +73,14 @@ static const char usage_text[] =
     "usage: tpuemu sweep SWEEP.json [--jobs|-j N] [--print-commands] [--out DIR]\n"
     "                    [--bin TPUEMU]\n"
     "\n"
-    "Expands the grid of SWEEP.json (partition_dims x system x batch x --set\n"
-    "values) into independent `tpuemu run` processes and runs them N at a\n"
-    "time (default: every online CPU).  Writes into DIR (default\n"
-    "sweep-NAME): traces/ (one trace per partitioning), reports/NNNN.json,\n"
-    "logs/NNNN.log, commands.txt, results.csv (one row per run: swept\n"
-    "values, exit, fits, step time, the slowest core's categories) and\n"
-    "step_time.png (step time against the x axis of the sweep file).\n"
+    "Expands the grid of SWEEP.json (partition_dims x system x batch x\n"
+    "freeze x --set values) into independent `tpuemu run` processes and\n"
+    "runs them N at a time (default: every online CPU).  Writes into DIR\n"
+    "(default sweep-NAME): traces/ (one trace per partitioning),\n"
+    "reports/NNNN.json, logs/NNNN.log, commands.txt, results.csv (one row\n"
+    "per run: swept values, exit, fits, step time, the slowest core's\n"
+    "categories) and step_time.png (step time against the x axis of the\n"
+    "sweep file).\n"
     "\n"
     "The sweep file, the base trace and every grid point are checked before\n"
     "anything is written or run (at most 16 axes and 4096 runs).\n"
@@ -91,7 +92,7 @@ static const char usage_text[] =
     "finished, fits=0), 2 bad sweep file or --bin, otherwise the exit status\n"
     "of the first failed run (its log is named).\n";
 
-typedef enum { AX_PD, AX_SYSTEM, AX_BATCH, AX_SET } axis_kind;
+typedef enum { AX_PD, AX_SYSTEM, AX_BATCH, AX_SET, AX_FREEZE } axis_kind;
 
 typedef struct {
     char label[96];   /* CSV and chart text: "1x4x2x1", "v3-64", "450" */
@@ -432,6 +433,24 @@ static const char bad_batch_msg[] = "expected a positive integer (at most "
 static const char bad_system_msg[] = "unknown system (v2-2, v2-8 ... v2-512, "
                                      "v3-2, v3-8 ... v3-2048)";
 
+/* A freeze axis value is checked as `run --freeze` would check it
+ * (graph_freeze), on a copy of the base trace's layers: the base graph
+ * keeps the trace's flags. */
+static int freeze_ok(const sweep *s, const char *jp, const char *list)
+{
+    graph g = s->g;
+    g.layers = malloc(sizeof *g.layers * (size_t)(g.n_layers + 1));
+    if (!g.layers)
+        return cli_error(4, "out of memory");
+    memcpy(g.layers, s->g.layers, sizeof *g.layers * (size_t)g.n_layers);
+    tpu_error err = {0};
+    tpu_status st = graph_freeze(&g, list, s->trace, &err);
+    free(g.layers);
+    if (st == TPU_ERR_SYSTEM)
+        return cli_fail(&err);
+    return st ? bad(s, jp, err.msg) : 0;
+}
+
 static int parse_strings(sweep *s, axis_kind kind, const char *name,
                          const char *jbase, const cJSON *list)
 {
@@ -448,6 +467,9 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
         snprintf(jp, sizeof jp, "%s[%d]", jbase, i);
         if (kind == AX_BATCH && !batch_value_ok(e))
             return bad(s, jp, bad_batch_msg);
+        if (kind == AX_FREEZE && !cJSON_IsString(e))
+            return bad(s, jp, "expected a --freeze list: \"none\", "
+                              "\"conv1,bn_conv1\", \"res2*\"");
         if (cJSON_IsString(e)) {
             if (strlen(e->valuestring) >= sizeof v->arg ||
                 !e->valuestring[0])
@@ -484,6 +506,11 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
                 }
                 snprintf(v->batch, sizeof v->batch, "%lld", (long long)b);
             }
+        }
+        if (kind == AX_FREEZE) {
+            int rc = freeze_ok(s, jp, v->arg);
+            if (rc)
+                return rc;
         }
         for (int k = 0; k < i; k++)
             if (strcmp(a->v[k].arg, v->arg) == 0)
@@ -625,7 +652,7 @@ static int check_shape(sweep *s, const cJSON *doc)
                                       "trace",  "grid", "x",
                                       "scale_batch", NULL};
     static const char *const axes[] = {"partition_dims", "system", "batch",
-                                       "set", NULL};
+                                       "set", "freeze", NULL};
     if (!cJSON_IsObject(doc))
         return bad(s, "(top level)", "expected a JSON object");
     const cJSON *e;
@@ -711,7 +738,7 @@ static int check_shape(sweep *s, const cJSON *doc)
         snprintf(jp, sizeof jp, "grid.%s", q);
         if (!known)
             return bad(s, jp, "unknown axis (expected partition_dims, "
-                              "system, batch or set)");
+                              "system, batch, set or freeze)");
         const cJSON *lists = e;
         if (strcmp(e->string, "partition_dims") == 0 && cJSON_IsString(e)) {
             if (strcmp(e->valuestring, "all") != 0)
@@ -1198,6 +1225,9 @@ static int parse_sweep(sweep *s, const char *path)
     const cJSON *batch = cJSON_GetObjectItemCaseSensitive(grid, "batch");
     if (!rc && batch)
         rc = parse_strings(s, AX_BATCH, "batch", "grid.batch", batch);
+    const cJSON *frz = cJSON_GetObjectItemCaseSensitive(grid, "freeze");
+    if (!rc && frz)
+        rc = parse_strings(s, AX_FREEZE, "freeze", "grid.freeze", frz);
     const cJSON *set = cJSON_GetObjectItemCaseSensitive(grid, "set");
     if (!rc && set) {
         const cJSON *e;
@@ -1307,6 +1337,9 @@ static void build_cmd(const sweep *s, const char *bin, const char *out,
             }
         } else if (s->ax[a].kind == AX_BATCH) {
             c->argv[c->argc++] = "--batch";
+            c->argv[c->argc++] = (char *)v->arg;
+        } else if (s->ax[a].kind == AX_FREEZE) {
+            c->argv[c->argc++] = "--freeze";
             c->argv[c->argc++] = (char *)v->arg;
         } else if (s->ax[a].kind == AX_SET) {
             snprintf(c->setbuf[a], sizeof c->setbuf[a], "%s=%s",
@@ -1517,6 +1550,8 @@ static int chart(const sweep *s, const char *out, long long nruns,
                 if (s->ax[a].kind == AX_SET) {
                     kp = strrchr(s->ax[a].name, '.');
                     kp = kp ? kp + 1 : s->ax[a].name;
+                } else if (s->ax[a].kind == AX_FREEZE) {
+                    kp = "freeze";
                 }
                 int wr = snprintf(names[k] + len, sizeof names[k] - len,
                                   "%s%s%s%s", len ? " " : "", kp,
@@ -1573,7 +1608,7 @@ static int chart(const sweep *s, const char *out, long long nruns,
              collapsed ? " (fastest at each x)" : "");
     static const char *const xlabels[] = {
         "cores per replica (partition_dims)", "cores (system)",
-        "global batch", NULL};
+        "global batch", NULL, "frozen layers (--freeze)"};
     if (s->ax[xa].kind == AX_SET)
         snprintf(xl, sizeof xl, "%s", s->ax[xa].name);
     else

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "emu/chart.h"
 #include "emu/report.h"
@@ -428,6 +429,55 @@ static void report_cases(th_ctx *t)
               "%d %s %s", c.status, c.out, c.err);
 }
 
+static void sweep_cases(th_ctx *t)
+{
+    th_case(t, "sweep: a freeze axis is --freeze on each command line, "
+               "checked before anything runs");
+    const char *d = th_tmpdir();
+    char sw[512], cwd[900], cwd_trace[1024];
+    snprintf(sw, sizeof sw, "%s/whatif-sweep.json", d);
+    th_cmd_result c;
+    if (!TH_CHECK(t, getcwd(cwd, sizeof cwd) != NULL))
+        return;
+    snprintf(cwd_trace, sizeof cwd_trace, "%s/%s", cwd, STEM);
+    FILE *f = fopen(sw, "w");
+    if (!TH_CHECK(t, f != NULL))
+        return;
+    fprintf(f, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"fz\", "
+               "\"trace\": \"%s\", \"grid\": {\"freeze\": [\"none\", "
+               "\"stem*\"], \"batch\": [8, 16]}}\n",
+            cwd_trace);
+    fclose(f);
+    th_run(&c, "%s sweep %s --print-commands --out %s/whatif-sw", th_bin(), sw,
+           d);
+    TH_CHECKF(t, c.status == 0, "%d %s", c.status, c.err);
+    /* axis order: partition_dims, system, batch, freeze, set */
+    const char *l0 = strstr(c.out, "--batch 8 --freeze none --report");
+    const char *l3 = strstr(c.out, "--batch 16 --freeze 'stem*' --report");
+    TH_CHECKF(t, l0 && l3 && l0 < l3, "%s", c.out);
+    /* the runs: the CSV has the freeze column */
+    th_run(&c, "%s sweep %s --out %s/whatif-sw2 -j 2 && cat "
+               "%s/whatif-sw2/results.csv",
+           th_bin(), sw, d, d);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "run,batch,freeze,") &&
+                     strstr(c.out, "0001,8,stem*,0,1,"),
+              "%d %s %s", c.status, c.out, c.err);
+    f = fopen(sw, "w");
+    if (!TH_CHECK(t, f != NULL))
+        return;
+    fprintf(f, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"fz\", "
+               "\"trace\": \"%s\", \"grid\": {\"freeze\": [\"none\", "
+               "\"res9*\"]}}\n",
+            cwd_trace);
+    fclose(f);
+    th_run(&c, "%s sweep %s --out %s/whatif-sw3", th_bin(), sw, d);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "grid.freeze[1]: --freeze: "
+                                                "no layer named 'res9*'"),
+              "%d %s", c.status, c.err);
+    th_run(&c, "test -e %s/whatif-sw3", d);
+    TH_CHECK(t, c.status != 0);
+}
+
 void th_suite_whatif(th_ctx *t)
 {
     core_cases(t);
@@ -435,4 +485,5 @@ void th_suite_whatif(th_ctx *t)
     lower_cases(t);
     view_cases(t);
     report_cases(t);
+    sweep_cases(t);
 }
