@@ -126,6 +126,11 @@ typedef struct {
     int pdims_rank;
     int pdims[GRAPH_MAX_PDIMS];
     int labels_partitioned;      /* the labels' entry was a list, not null */
+    /* Graph input k's entry (bit k % 8 of byte k / 8): 1 = null or all
+     * ones, the input is replicated (whole on every core of a replica);
+     * 0 = split like the first input (the reader refuses any other list).
+     * Zero in a graph built by hand: every input splits like the first. */
+    uint8_t input_whole[GRAPH_LAYERS_MAX / 8];
     int has_reference;
     double reference_step_s;
     char reference_source[512];

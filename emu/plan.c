@@ -74,6 +74,99 @@ static void choose_block(plan *p)
     }
 }
 
+int plan_input_whole(const graph *g, int k)
+{
+    if (k < 0 || k >= g->n_inputs || k >= GRAPH_LAYERS_MAX)
+        return 0;
+    return (g->input_whole[k / 8] >> (k % 8)) & 1;
+}
+
+/* The first input's spatial rank and its factors (1 past it). */
+static int graph_factors(const graph *g, int factor[GRAPH_MAX_SP])
+{
+    int nsp = 0;
+    for (int i = 0; i < g->n_layers; i++)
+        if (g->layers[i].op == GOP_INPUT) {
+            nsp = g->layers[i].out.nsp;
+            break;
+        }
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        factor[d] = 1;
+    if (g->pdims_rank == nsp + 2)
+        for (int d = 0; d < nsp; d++)
+            factor[d] = g->pdims[1 + d];
+    return nsp;
+}
+
+/* Layers that pair their inputs' elements with the output's position by
+ * position, in the same box on every core (the lowering streams them, the
+ * functional executor indexes them alike): they can only be split where
+ * their inputs are. */
+static int positionwise(graph_op op)
+{
+    return op == GOP_ADD || op == GOP_CONCAT || op == GOP_RELU ||
+           op == GOP_SIGMOID || op == GOP_DROPOUT || op == GOP_BATCHNORM;
+}
+
+int plan_layer_splits(const graph *g, uint8_t *split, int *input)
+{
+    int factor[GRAPH_MAX_SP], clash = -1;
+    int nsp = graph_factors(g, factor);
+    memset(split, 0, (size_t)g->n_layers * GRAPH_MAX_SP);
+    if (input)
+        *input = -1;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        const gshape *s = &L->out;
+        if (s->nsp != nsp)
+            continue; /* flat, or another input's rank: replicated */
+        for (int d = 0; d < nsp; d++) {
+            uint8_t *f = &split[l * GRAPH_MAX_SP + d];
+            *f = (uint8_t)plan_splittable(s->sp[d], factor[d]);
+            if (L->op == GOP_INPUT && plan_input_whole(g, l))
+                *f = 0;
+            if (!positionwise(L->op) || !*f)
+                continue;
+            /* A replicated tensor stays whole through such layers; a
+             * convolution, pooling or upsampling (which read by position
+             * and so take their rows from a whole input) splits it again.
+             * Same-shaped inputs split alike unless one is replicated. */
+            int whole = -1, part = 0;
+            for (int k = 0; k < L->n_in; k++) {
+                int i = L->in[k];
+                if (g->layers[i].out.nsp != nsp)
+                    continue;
+                if (split[i * GRAPH_MAX_SP + d])
+                    part = 1;
+                else if (whole < 0)
+                    whole = i;
+            }
+            if (whole < 0)
+                continue;
+            *f = 0;
+            if (part && clash < 0) {
+                clash = l;
+                /* back along whole tensors to the replicated input */
+                int i = whole;
+                while (g->layers[i].op != GOP_INPUT) {
+                    const glayer *I = &g->layers[i];
+                    int next = -1;
+                    for (int k = 0; k < I->n_in && next < 0; k++)
+                        if (g->layers[I->in[k]].out.nsp == nsp &&
+                            !split[I->in[k] * GRAPH_MAX_SP + d])
+                            next = I->in[k];
+                    if (next < 0)
+                        break;
+                    i = next;
+                }
+                if (input)
+                    *input = i;
+            }
+        }
+    }
+    return clash;
+}
+
 tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
                       int64_t global_batch, tpu_error *err)
 {
@@ -84,16 +177,7 @@ tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
     p->replicas = p->cores / p->cpr;
     p->batch = global_batch / p->replicas;
     p->n_layers = g->n_layers;
-    int first_input = -1;
-    for (int i = 0; i < g->n_layers && first_input < 0; i++)
-        if (g->layers[i].op == GOP_INPUT)
-            first_input = i;
-    p->nsp = first_input >= 0 ? g->layers[first_input].out.nsp : 0;
-    for (int d = 0; d < GRAPH_MAX_SP; d++)
-        p->factor[d] = 1;
-    if (g->pdims_rank == p->nsp + 2)
-        for (int d = 0; d < p->nsp; d++)
-            p->factor[d] = g->pdims[1 + d];
+    p->nsp = graph_factors(g, p->factor);
 
     p->split = calloc((size_t)g->n_layers * GRAPH_MAX_SP + 1, 1);
     p->core_of = calloc((size_t)p->cores, sizeof(int));
@@ -103,15 +187,17 @@ tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
         plan_free(p);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (plan)");
     }
-    /* Tensors of the first input's spatial rank split where they can;
-     * tensors of another rank (flat, or other inputs) stay replicated. */
-    for (int l = 0; l < g->n_layers; l++) {
-        const gshape *s = &g->layers[l].out;
-        if (s->nsp != p->nsp)
-            continue;
-        for (int d = 0; d < s->nsp; d++)
-            p->split[l * GRAPH_MAX_SP + d] =
-                (uint8_t)plan_splittable(s->sp[d], p->factor[d]);
+    int whole_in, clash = plan_layer_splits(g, p->split, &whole_in);
+    if (clash >= 0) {
+        tpu_status st = tpu_fail(
+            err, TPU_ERR_INPUT,
+            "input '%s' is replicated but meets a split tensor at layer "
+            "'%s' (%s) before any convolution, pooling or upsampling: "
+            "give it the first input's input_partition_dims",
+            whole_in >= 0 ? g->layers[whole_in].name : "?",
+            g->layers[clash].name, graph_op_name(g->layers[clash].op));
+        plan_free(p);
+        return st;
     }
 
     choose_block(p);

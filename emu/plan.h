@@ -4,11 +4,22 @@
  * Semantics follow TPUEstimator + XLA SPMD (../shared/REFERENCE.md):
  *  - cores / num_cores_per_replica replicas, each with global_batch /
  *    replicas examples; the cores of a replica split each example.
- *  - A tensor is split along a spatial dimension with factor f when every
- *    one of the f ceil-sized chunks is non-empty; otherwise it is
- *    replicated along that dimension (each core of the group holds all of
- *    it and the work on it is duplicated).  Flat tensors (after flatten or
- *    global pooling) are replicated.
+ *  - A tensor is split along a spatial dimension with factor f when
+ *    plan_splittable says so (ceil-sized chunks, a trailing one short or
+ *    empty); otherwise it is replicated along that dimension (each core of
+ *    the group holds all of it and the work on it is duplicated).  Flat
+ *    tensors (after flatten or global pooling) and tensors of another
+ *    rank than the first input's are replicated.
+ *  - Every input splits like the first (the trace reader refuses other
+ *    lists) or, when its input_partition_dims entry is null, is
+ *    replicated.  A replicated tensor stays whole through the layers that
+ *    pair positions (relu, sigmoid, dropout, batchnorm, add, concat); a
+ *    convolution, pooling or upsampling of it is split again, each core
+ *    computing its rows from the whole input (no halo).  A replicated
+ *    tensor that meets a split one at an add or concat is refused
+ *    (plan_layer_splits finds it): the lowering and the functional
+ *    executor pair such inputs box by box.  [U] XLA's sharding
+ *    propagation might instead slice the replicated operand locally.
  *  - Shard index k of a replica has coordinates in row-major order over
  *    the split spatial dimensions (the last dimension varies fastest).
  *  - Placement: each replica takes a compact bx x by block of chips (two
@@ -41,6 +52,17 @@ typedef struct {
 tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
                       int64_t global_batch, tpu_error *err);
 void plan_free(plan *p);
+
+/* Whether graph input k's input_partition_dims entry made it replicated
+ * (null, or all ones; graph.input_whole). */
+int plan_input_whole(const graph *g, int k);
+/* The split flags of every layer for the graph's own partition factors
+ * (the rules above), into split[n_layers x GRAPH_MAX_SP].  Returns -1, or
+ * the first layer where a replicated tensor meets a split one (add,
+ * concat), with the replicated input that reaches it in *input (may be
+ * NULL).  plan_build refuses such a graph (TPU_ERR_INPUT); the trace
+ * reader checks it first, to name the JSON path. */
+int plan_layer_splits(const graph *g, uint8_t *split, int *input);
 
 /* Shard coordinates of shard k along each spatial dimension. */
 void plan_coords(const plan *p, int shard, int coords[GRAPH_MAX_SP]);

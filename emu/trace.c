@@ -19,6 +19,7 @@
 
 #include "emu/graph.h"
 #include "emu/params.h"
+#include "emu/plan.h"
 #include "emu/rfile.h"
 
 /* A trace of this size is already far larger than any real network
@@ -820,6 +821,102 @@ static tpu_status trace_pdims(trace_ctx *c, const graph *g, const cJSON *e,
     return TPU_OK;
 }
 
+/* "[1,2,1,1]" */
+static void trace_list(char *buf, size_t n, const int dims[], int rank)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int d = 0; d < rank && len + 1 < n; d++) {
+        int w = snprintf(buf + len, n - len, "%s%d%s", d ? "," : "[",
+                         dims[d], d + 1 == rank ? "]" : "");
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+}
+
+/* Input k > 0 (its entry checked by trace_pdims): replicated when the
+ * entry is null or all ones, else split exactly like the first input.
+ * The plan has one set of factors over one spatial rank, the first
+ * input's, so any other split cannot be honoured; refusing it is better
+ * than splitting the input like the first without saying so. */
+static tpu_status trace_pdims_like_first(trace_ctx *c, graph *g, int k,
+                                         const glayer *input,
+                                         const int dims[], int rank)
+{
+    char p[96], q[64], want[96], first[96];
+    int ones = 1, first_ones = 1;
+    for (int d = 0; d < rank; d++)
+        ones &= dims[d] == 1;
+    if (ones) {
+        g->input_whole[k / 8] |= (uint8_t)(1u << (k % 8));
+        return TPU_OK;
+    }
+    for (int d = 0; d < g->pdims_rank; d++)
+        first_ones &= g->pdims[d] == 1;
+    if (rank == g->pdims_rank &&
+        input->out.nsp == g->layers[0].out.nsp &&
+        memcmp(dims, g->pdims, sizeof(int) * (size_t)rank) == 0)
+        return TPU_OK;
+    snprintf(p, sizeof p, "run.input_partition_dims[%d]", k);
+    trace_list(want, sizeof want, dims, rank);
+    trace_list(first, sizeof first, g->pdims, g->pdims_rank);
+    if (first_ones)
+        return trace_fail(c, p,
+                          "tpuemu splits every input like the first, and "
+                          "the first ('%s') is not split; '%s' asks for %s: "
+                          "give it null (replicated) too",
+                          g->layers[0].name, trace_q(q, sizeof q, input->name),
+                          want);
+    if (input->out.nsp != g->layers[0].out.nsp)
+        return trace_fail(c, p,
+                          "tpuemu splits one spatial rank per trace, the "
+                          "first input's (%dD, %s); '%s' (%s) asks for %s: "
+                          "give it null (replicated)",
+                          g->layers[0].out.nsp, first,
+                          trace_q(q, sizeof q, input->name),
+                          input->out.nsp ? (input->out.nsp == 3 ? "3D" : "2D")
+                                         : "flat",
+                          want);
+    return trace_fail(c, p,
+                      "tpuemu splits every input like the first (%s); '%s' "
+                      "asks for %s: give it the same list or null "
+                      "(replicated)",
+                      first, trace_q(q, sizeof q, input->name), want);
+}
+
+/* After the whole graph is known: a replicated input must not meet a
+ * split tensor at an add or concat (plan_layer_splits; the plan would
+ * refuse it later without the JSON path). */
+static tpu_status trace_check_whole(trace_ctx *c, graph *g)
+{
+    int any = 0, in = -1, clash;
+    for (int k = 1; k < g->n_inputs && !any; k++)
+        any = plan_input_whole(g, k) &&
+              g->layers[k].out.nsp == g->layers[0].out.nsp;
+    if (!any)
+        return TPU_OK;
+    uint8_t *split = malloc((size_t)g->n_layers * GRAPH_MAX_SP + 1);
+    if (!split)
+        return tpu_fail(c->err, TPU_ERR_SYSTEM, "%s: out of memory",
+                        c->file);
+    clash = plan_layer_splits(g, split, &in);
+    free(split);
+    if (clash < 0)
+        return TPU_OK;
+    char p[96], q[64], q2[64], first[96];
+    snprintf(p, sizeof p, "run.input_partition_dims[%d]", in);
+    trace_list(first, sizeof first, g->pdims, g->pdims_rank);
+    return trace_fail(c, p,
+                      "'%s' is replicated (null) but meets a split tensor "
+                      "at layer '%s' (%s) before any convolution, pooling "
+                      "or upsampling; tpuemu re-splits a replicated input "
+                      "only there: give it the first input's list (%s)",
+                      in >= 0 ? trace_q(q, sizeof q, g->layers[in].name) : "?",
+                      trace_q(q2, sizeof q2, g->layers[clash].name),
+                      graph_op_name(g->layers[clash].op), first);
+}
+
 static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
 {
     static const char *const keys[] = {"mode",
@@ -877,6 +974,12 @@ static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
             if (k == 0) {
                 memcpy(g->pdims, dims, sizeof(int) * (size_t)rank);
                 g->pdims_rank = rank;
+                if (!listed)
+                    g->input_whole[0] |= 1;
+            } else if (input &&
+                       (st = trace_pdims_like_first(c, g, k, input, dims,
+                                                    rank))) {
+                return st;
             }
             if (!input)
                 g->labels_partitioned = listed;
@@ -1135,6 +1238,8 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
         return st;
     v = cJSON_GetObjectItemCaseSensitive(root, "reference");
     if (v && (st = trace_reference(c, g, v)))
+        return st;
+    if ((st = trace_check_whole(c, g)))
         return st;
     /* Whether the cores and batch fit the slice depends on --system and
      * --batch, so graph_check_run is the consumer's (sim_run, sim_lower)
