@@ -159,7 +159,7 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
         part += (double)g->layers[o >= 0 ? o : l].weights * 4.0;
     }
     for (int l = 0; l < n; l++)
-        if (g->layers[l].op != GOP_LOSS)
+        if (g->layers[l].op != GOP_LOSS && !g->layers[l].unused)
             out = fmax(out, (double)gshape_elems(&g->layers[l].out));
     double total = (double)graph_weights(g) * 4.0 * (g->train ? 3 : 2) +
                    out * (double)(p->batch * p->replicas) * 5.0;
@@ -180,6 +180,8 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
         const int first[SP] = {0};
         for (int l = 0; l < n; l++) {
             const glayer *L = &g->layers[l];
+            if (L->unused) /* never computed: no tensors */
+                continue;
             double full, local, ifull = 0, ilocal = 0;
             tensor_elems(g, p, l, first, &full, &local);
             if (L->n_in > 0)
@@ -318,7 +320,7 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
     x->out_layer = -1;
     x->ncls = 0;
     for (int l = 0; l < n; l++) {
-        if (g->layers[l].op != GOP_LOSS)
+        if (g->layers[l].op != GOP_LOSS && !g->layers[l].unused)
             x->out_layer = l;
         else if (x->ncls == 0)
             x->ncls = (int)g->layers[g->layers[l].in[0]].out.c;

@@ -270,24 +270,69 @@ static tpu_status conv_weights(const graph *g, glayer *L, const glayer *src,
                        key, err);
 }
 
+/* A layer's output gradient is needed when the loss reaches it and a
+ * trainable layer is at or below it. */
+static void derive_needs_grad(graph *g, int i)
+{
+    glayer *L = &g->layers[i];
+    L->needs_grad = 0;
+    if (L->op == GOP_INPUT || L->no_loss)
+        return;
+    L->needs_grad = graph_layer_trains(g, i);
+    for (int k = 0; k < L->n_in; k++)
+        L->needs_grad |= g->layers[L->in[k]].needs_grad;
+}
+
 int graph_layer_trains(const graph *g, int i)
 {
     const glayer *L = &g->layers[i];
     const glayer *O = L->share_from >= 0 ? &g->layers[L->share_from] : L;
-    return O->weights > 0 && !O->frozen;
+    return O->weights > 0 && !O->frozen && !L->no_loss;
+}
+
+tpu_status graph_finish(graph *g, tpu_error *err)
+{
+    int n = g->n_layers, any_loss = 0;
+    unsigned char *consumed = calloc((size_t)n + 1, 1);
+    if (!consumed)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (graph)");
+    for (int i = 0; i < n; i++) {
+        const glayer *L = &g->layers[i];
+        any_loss |= L->op == GOP_LOSS;
+        for (int k = 0; k < L->n_in; k++)
+            consumed[L->in[k]] = 1;
+    }
+    /* Consumers come after their inputs: one reverse sweep carries both
+     * flags down (reached = 1 - flag). */
+    for (int i = 0; i < n; i++) {
+        glayer *L = &g->layers[i];
+        int root = any_loss ? L->op == GOP_LOSS : !consumed[i];
+        L->no_loss = !root;
+        L->unused = g->train && !root && L->op != GOP_BATCHNORM;
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        const glayer *L = &g->layers[i];
+        for (int k = 0; k < L->n_in; k++) {
+            glayer *I = &g->layers[L->in[k]];
+            I->no_loss &= L->no_loss;
+            if (!L->unused)
+                I->unused = 0;
+        }
+    }
+    free(consumed);
+    for (int i = 0; i < n; i++)
+        derive_needs_grad(g, i);
+    return TPU_OK;
 }
 
 tpu_status graph_infer_layer(graph *g, int i, const char **key,
                              tpu_error *err)
 {
     tpu_status st = infer_layer(g, i, key, err);
-    glayer *L = &g->layers[i];
-    L->needs_grad = 0;
-    if (st || L->op == GOP_INPUT)
+    g->layers[i].needs_grad = 0;
+    if (st)
         return st;
-    L->needs_grad = graph_layer_trains(g, i);
-    for (int k = 0; k < L->n_in; k++)
-        L->needs_grad |= g->layers[L->in[k]].needs_grad;
+    derive_needs_grad(g, i);
     return TPU_OK;
 }
 
@@ -489,7 +534,8 @@ double graph_forward_flops(const graph *g)
 {
     double f = 0;
     for (int i = 0; i < g->n_layers; i++)
-        f += graph_layer_flops(g, i);
+        if (!g->layers[i].unused)
+            f += graph_layer_flops(g, i);
     return f;
 }
 
@@ -532,9 +578,19 @@ int64_t graph_weights(const graph *g)
 int64_t graph_trainable_weights(const graph *g)
 {
     int64_t w = 0;
-    for (int i = 0; i < g->n_layers; i++)
-        if (!g->layers[i].frozen)
-            w += g->layers[i].weights;
+    for (int i = 0; i < g->n_layers; i++) {
+        const glayer *L = &g->layers[i];
+        if (L->frozen || L->weights == 0)
+            continue;
+        /* Shared weights get a gradient through any of their users (a
+         * sharer follows its owner); the scan only runs for an owner no
+         * loss reaches, which is rare. */
+        int reached = !L->no_loss;
+        for (int j = i + 1; j < g->n_layers && !reached; j++)
+            reached = g->layers[j].share_from == i && !g->layers[j].no_loss;
+        if (reached)
+            w += L->weights;
+    }
     return w;
 }
 

@@ -108,6 +108,16 @@ typedef struct {
      * backward pass has nothing to do here (TF differentiates only
      * towards the trainable variables: a frozen stem costs no backward). */
     int needs_grad;
+    /* derived by graph_finish; 0 in a graph it has not seen (every layer
+     * computed and reached by the loss, as before it existed).
+     * no_loss: no loss depends on this layer (a loss-less graph counts its
+     * sinks as losses): its gradient is zero, so TensorFlow gives its
+     * weights none and nothing below it learns through it.
+     * unused: in training, a layer that feeds no loss and no batchnorm
+     * (whose moving statistics are an update op the step runs): XLA's dead
+     * code elimination removes it from the step. */
+    int no_loss;
+    int unused;
 
     /* derived, per example */
     int64_t weights;             /* parameters (incl. bias, BN gamma/beta),
@@ -191,6 +201,11 @@ tpu_status graph_check_system(const char *system, const char *path,
 tpu_status graph_infer_layer(graph *g, int i, const char **key,
                              tpu_error *err);
 
+/* What depends on the whole graph (no_loss, unused; needs_grad again),
+ * once every layer is inferred: the reader calls it last.  Returns
+ * TPU_ERR_SYSTEM when out of memory. */
+tpu_status graph_finish(graph *g, tpu_error *err);
+
 /* --freeze LIST: overrides the trace's `trainable` flags as if the trace
  * had said so, and recomputes what depends on them (needs_grad; the
  * trainable weight counts follow).  LIST is comma-separated layer names;
@@ -211,7 +226,7 @@ tpu_status graph_freeze(graph *g, const char *list, const char *path,
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);
 /* Forward FLOPs of the whole graph per example (2 x MACs of the matrix
- * layers + elementwise work). */
+ * layers + elementwise work), unused layers left out. */
 double graph_forward_flops(const graph *g);
 /* Forward FLOPs of layer i per example: 2 x MACs + elementwise work (1
  * per output element for relu, sigmoid, batchnorm apply, dropout, bias and
@@ -224,15 +239,16 @@ double graph_layer_flops(const graph *g, int i);
  * prefix), elementwise layers 2 x their forward work; nothing for a layer
  * that needs no gradient (needs_grad). */
 double graph_backward_flops(const graph *g);
-/* Whether layer i's weights (its owner's, for a sharer) get a gradient:
- * it has weights and is not frozen. */
+/* Whether layer i computes a gradient for its weights (its owner's, for a
+ * sharer): they exist, are not frozen, and a loss reaches layer i. */
 int graph_layer_trains(const graph *g, int i);
 /* Bytes of layer i's output per example, in its dtype. */
 int64_t graph_layer_out_bytes(const graph *g, int i);
 /* Parameters of the whole graph, frozen ones included (shared weights
  * counted once). */
 int64_t graph_weights(const graph *g);
-/* The trainable ones only (what gets gradients and optimizer state). */
+/* The trainable ones a loss reaches (what gets gradients and optimizer
+ * state; TensorFlow gives a variable no loss depends on no gradient). */
 int64_t graph_trainable_weights(const graph *g);
 /* Name of an op as it is written in traces ("conv", "global_avgpool"). */
 const char *graph_op_name(graph_op op);

@@ -134,11 +134,15 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
     int out_layer = -1;
     if (o->output_layer) {
         out_layer = graph_find(g, o->output_layer);
-        if (out_layer < 0 || g->layers[out_layer].op == GOP_LOSS)
+        if (out_layer < 0 || g->layers[out_layer].op == GOP_LOSS ||
+            g->layers[out_layer].unused)
             return tpu_fail(err, TPU_ERR_INPUT,
                             "--output-layer %s: %s", o->output_layer,
                             out_layer < 0 ? "no layer of that name in the trace"
-                                          : "a loss has no tensor to report");
+                            : g->layers[out_layer].op == GOP_LOSS
+                                ? "a loss has no tensor to report"
+                                : "it feeds no loss, so a training step does "
+                                  "not compute it (XLA removes dead code)");
     }
     fx_config cfg = {o->seed,         o->learning_rate,  o->momentum,
                      o->init_weights, o->n_init_weights, out_layer,

@@ -931,6 +931,8 @@ static void lower_forward_ops(lc *c, int l);
  * values, except those that say otherwise (FX_NONE). */
 static void lower_forward(lc *c, int l)
 {
+    if (c->g->layers[l].unused)
+        return; /* feeds no loss: XLA's dead code elimination drops it */
     c->fx = FX_FWD;
     lower_forward_ops(c, l);
     c->fx = FX_NONE;
@@ -1197,6 +1199,8 @@ static void account_memory(lc *c)
     double saved = 0, ws = 0;
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
+        if (L->unused)
+            continue;
         double ob = out_bytes(c, l);
         if (g->train && saved_for_backward(c, l) && !c->remat[l])
             saved += ob;
@@ -1314,6 +1318,8 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
         c.last_use[l] = -1;
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
+        if (L->unused) /* removed from the step: reads nothing */
+            continue;
         for (int k = 0; k < L->n_in; k++) {
             c.nconsumers[L->in[k]]++;
             c.last_use[L->in[k]] = l;
