@@ -27,7 +27,8 @@ static const char usage_text[] =
     "Compares two reports of the same trace on the same system (written by\n"
     "`tpuemu run --report`).  A regression is NEW slower than BASE by more\n"
     "than FRAC (default 0.02 = 2%) in the step time or in any core's step\n"
-    "time, or NEW not fitting the hardware where BASE did.\n"
+    "time, or NEW not fitting the hardware where BASE did.  FRAC is a\n"
+    "fraction in [0, 1): 0.05 means 5% (5 and 5% are refused).\n"
     "\n"
     "A does-not-fit report (fits: false) has no step times: BASE not\n"
     "fitting and NEW fitting is an improvement (exit 0); BASE fitting and\n"
@@ -169,11 +170,18 @@ static const emu_override *find_override(const emu_result *r,
  * another value), so a what-if comparison says what it compares. */
 static void print_notes(const emu_result *b, const emu_result *n)
 {
-    if (b->global_batch != n->global_batch ||
+    /* Only what differs: "global batch 32 vs 32" reads as a difference. */
+    if (b->global_batch != n->global_batch &&
         b->cores_per_replica != n->cores_per_replica)
         printf("note: the runs differ: global batch %lld vs %lld, cores per "
                "replica %d vs %d\n",
                (long long)b->global_batch, (long long)n->global_batch,
+               b->cores_per_replica, n->cores_per_replica);
+    else if (b->global_batch != n->global_batch)
+        printf("note: the runs differ: global batch %lld vs %lld\n",
+               (long long)b->global_batch, (long long)n->global_batch);
+    else if (b->cores_per_replica != n->cores_per_replica)
+        printf("note: the runs differ: cores per replica %d vs %d\n",
                b->cores_per_replica, n->cores_per_replica);
     for (int i = 0; i < b->n_overrides; i++) {
         const emu_override *o = &b->overrides[i];
@@ -385,7 +393,24 @@ int cli_check(int argc, char **argv)
                 return 2;
             base = v;
         } else if ((r = cli_take(argc, argv, &i, "--tolerance", &v)) != 0) {
-            if (r < 0 || cli_double("--tolerance", v, 0, 100, &tol))
+            if (r < 0)
+                return 2;
+            /* "5" meaning 5% would silently allow a 500% slowdown, and
+             * "5%" is not a number: both are refused, saying why. */
+            size_t len = strlen(v);
+            if (len > 0 && v[len - 1] == '%')
+                return cli_error(2, "--tolerance: '%s': --tolerance is a "
+                                    "fraction: 0.05 means 5%%",
+                                 v);
+            char *end = NULL;
+            double x = strtod(v, &end);
+            if (strspn(v, "0123456789.eE+-") == len && end != v && !*end &&
+                x >= 1)
+                return cli_error(2, "--tolerance: %s is not below 1: "
+                                    "--tolerance is a fraction: 0.05 means "
+                                    "5%%",
+                                 v);
+            if (cli_double("--tolerance", v, 0, 1, &tol))
                 return 2;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(2, "check: unknown option '%s' (see tpuemu "

@@ -63,7 +63,9 @@ static void print_usage(FILE *f)
           "complete.  A symbolic link is followed (its target is replaced).\n"
           "exit status: 0 done, 2 bad input or usage (an output that cannot\n"
           "be written included), 3 does not fit in HBM (a --report is still\n"
-          "written, fits: false), 4 out of host memory\n",
+          "written, fits: false; --png, --chrome-trace, --output-npy and\n"
+          "--loss-png are not, and a line on stderr names them), 4 out of\n"
+          "host memory\n",
           f);
 }
 
@@ -455,6 +457,26 @@ int cli_run(int argc, char **argv)
     }
     if (rc) {
         code = cli_fail(&err);
+        if (rc == TPU_ERR_NOFIT) {
+            /* No timing, nothing to draw or compute: say which requested
+             * files are missing rather than leave the user to find out. */
+            char names[1024] = "";
+            size_t len = 0;
+            for (int i = 0; i < N_OUTS; i++)
+                if (i != OUT_REPORT && out_path[i] && len < sizeof names) {
+                    int nw = snprintf(names + len, sizeof names - len,
+                                     "%s%s %s", len ? ", " : "", out_flag[i],
+                                     out_path[i]);
+                    if (nw > 0)
+                        len += (size_t)nw;
+                }
+            if (names[0])
+                fprintf(stderr,
+                        "tpuemu: not written, a step that does not fit has "
+                        "no timing: %s%s\n",
+                        names,
+                        report ? " (the --report was, with fits: false)" : "");
+        }
         emu_result_free(&r);
         return code;
     }

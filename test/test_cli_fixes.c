@@ -1,0 +1,186 @@
+/* Three CLI findings of a new user's probe (emu/cli_check.c, emu/cli_run.c):
+ *
+ *  - `check`'s "the runs differ" note lists only the fields that differ
+ *    (it said "global batch 32 vs 32, cores per replica 4 vs 8");
+ *  - `check --tolerance` is a fraction: 5 (once taken as 500%), 1 and 5%
+ *    are refused with exit 2 and a message saying so;
+ *  - `run` on a step that does not fit (exit 3) writes the --report but
+ *    not --png / --chrome-trace, and says so on stderr; run --help says it.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "test/harness.h"
+
+#define TINY "traces/small/tiny3d-p4.json"
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Writes TINY with its split 2 ways instead of 4 (same name, system,
+ * batch): num_cores_per_replica 2. */
+static int tiny_p2(th_ctx *t, const char *out)
+{
+    static char text[16384];
+    FILE *f = fopen(TINY, "rb");
+    if (!TH_CHECKF(t, f != NULL, "cannot open %s", TINY))
+        return 0;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *a = "\"num_cores_per_replica\": 4";
+    const char *b = "[[1, 4, 1, 1, 1], null]";
+    char *pa = strstr(text, a), *pb = strstr(text, b);
+    if (!TH_CHECKF(t, pa && pb && pa < pb, "%s: layout changed", TINY))
+        return 0;
+    f = fopen(out, "wb");
+    if (!f)
+        return 0;
+    fprintf(f, "%.*s\"num_cores_per_replica\": 2%.*s[[1, 2, 1, 1, 1], null]%s",
+            (int)(pa - text), text, (int)(pb - (pa + strlen(a))),
+            pa + strlen(a), pb + strlen(b));
+    fclose(f);
+    return 1;
+}
+
+static void check_notes(th_ctx *t)
+{
+    th_case(t, "check: the 'runs differ' note lists only differing fields");
+    static th_cmd_result c;
+    char p4[512], p2[512], b8[512], tr2[512];
+    const char *d = th_tmpdir();
+    snprintf(p4, sizeof p4, "%s/fix-p4.json", d);
+    snprintf(p2, sizeof p2, "%s/fix-p2.json", d);
+    snprintf(b8, sizeof b8, "%s/fix-b8.json", d);
+    snprintf(tr2, sizeof tr2, "%s/fix-tiny-p2.json", d);
+    if (!tiny_p2(t, tr2))
+        return;
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), TINY, p4);
+    TH_CHECKF(t, c.status == 0, "run: %d %s", c.status, c.err);
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), tr2, p2);
+    TH_CHECKF(t, c.status == 0, "run p2: %d %s", c.status, c.err);
+    th_run(&c, "%s run %s --quiet --batch 8 --report %s", th_bin(), TINY, b8);
+    TH_CHECKF(t, c.status == 0, "run --batch 8: %d %s", c.status, c.err);
+
+    /* same batch, another split: only the cores per replica */
+    th_run(&c, "%s check --tolerance 0.99 --baseline %s %s", th_bin(), p4, p2);
+    TH_CHECKF(t,
+              strstr(c.out, "note: the runs differ: cores per replica 4 vs "
+                            "2\n") != NULL &&
+                  strstr(c.out, "global batch") == NULL,
+              "status %d: %s", c.status, c.out);
+    /* same split, another batch: only the batch */
+    th_run(&c, "%s check --tolerance 0.99 --baseline %s %s", th_bin(), p4, b8);
+    TH_CHECKF(t,
+              strstr(c.out, "note: the runs differ: global batch 4 vs 8\n") !=
+                      NULL &&
+                  strstr(c.out, "cores per replica") == NULL,
+              "status %d: %s", c.status, c.out);
+    /* both */
+    th_run(&c, "%s check --tolerance 0.99 --baseline %s %s", th_bin(), b8, p2);
+    TH_CHECKF(t,
+              strstr(c.out, "note: the runs differ: global batch 8 vs 4, "
+                            "cores per replica 4 vs 2\n") != NULL,
+              "status %d: %s", c.status, c.out);
+    /* neither: no note */
+    th_run(&c, "%s check --baseline %s %s", th_bin(), p4, p4);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "runs differ") == NULL,
+              "status %d: %s", c.status, c.out);
+}
+
+static void check_tolerance(th_ctx *t)
+{
+    th_case(t, "check: --tolerance is a fraction; 5, 1, 1e400 and 5% are "
+               "refused (exit 2, saying so), 0.999 and 0 are taken");
+    static th_cmd_result c;
+    char rep[512];
+    snprintf(rep, sizeof rep, "%s/fix-tol.json", th_tmpdir());
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), TINY, rep);
+    if (!TH_CHECKF(t, c.status == 0, "run: %d %s", c.status, c.err))
+        return;
+    static const char *const bad[] = {"5", "1", "1.0", "1e400", "5%",
+                                      "0.05%", "-0.1"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        th_run(&c, "%s check --tolerance '%s' --baseline %s %s", th_bin(),
+               bad[k], rep, rep);
+        int frac = strchr(bad[k], '-') == NULL;
+        TH_CHECKF(t,
+                  c.status == 2 &&
+                      (!frac || strstr(c.err, "--tolerance is a fraction: "
+                                              "0.05 means 5%") != NULL) &&
+                      strstr(c.out, "ok:") == NULL,
+                  "--tolerance %s: status %d: %s%s", bad[k], c.status, c.out,
+                  c.err);
+    }
+    static const char *const good[] = {"0.999", "0", "0.05", "1e-400"};
+    for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+        th_run(&c, "%s check --tolerance %s --baseline %s %s", th_bin(),
+               good[k], rep, rep);
+        TH_CHECKF(t, c.status == 0, "--tolerance %s: status %d: %s", good[k],
+                  c.status, c.err);
+    }
+    th_run(&c, "%s check --help", th_bin());
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "0.05 means 5%"),
+              "check --help: %s", c.out);
+}
+
+static void run_nofit(th_ctx *t)
+{
+    th_case(t, "run: a step that does not fit (exit 3) writes the report, "
+               "not --png/--chrome-trace, and names them on stderr");
+    static th_cmd_result c;
+    char png[512], chrome[512], rep[512];
+    const char *d = th_tmpdir();
+    snprintf(png, sizeof png, "%s/nofit.png", d);
+    snprintf(chrome, sizeof chrome, "%s/nofit-trace.json", d);
+    snprintf(rep, sizeof rep, "%s/nofit-report.json", d);
+    remove(png);
+    remove(chrome);
+    remove(rep);
+    th_run(&c,
+           "%s run %s --set hbm.capacity_gib=0.001 --png %s --chrome-trace "
+           "%s --report %s",
+           th_bin(), TINY, png, chrome, rep);
+    TH_CHECKF(t, c.status == 3, "status %d: %s", c.status, c.err);
+    TH_CHECK(t, exists(rep));
+    TH_CHECK(t, !exists(png) && !exists(chrome));
+    const char *line = strstr(c.err, "tpuemu: not written");
+    TH_CHECKF(t,
+              line && strstr(line, png) && strstr(line, chrome) &&
+                  strstr(line, "--png") && strstr(line, "--chrome-trace") &&
+                  strchr(line, '\n') == line + strlen(line) - 1,
+              "stderr: %s", c.err);
+    /* the error line comes first, the note is one line */
+    TH_CHECKF(t, strncmp(c.err, "tpuemu: error: ", 15) == 0 && line > c.err,
+              "stderr: %s", c.err);
+
+    /* nothing but the report asked for: no note */
+    th_run(&c, "%s run %s --set hbm.capacity_gib=0.001 --report %s", th_bin(),
+           TINY, rep);
+    TH_CHECKF(t, c.status == 3 && strstr(c.err, "not written") == NULL,
+              "status %d: %s", c.status, c.err);
+    /* a run that fits writes them all and says nothing of the kind */
+    th_run(&c, "%s run %s --quiet --png %s --chrome-trace %s", th_bin(), TINY,
+           png, chrome);
+    TH_CHECKF(t,
+              c.status == 0 && exists(png) && exists(chrome) &&
+                  strstr(c.err, "not written") == NULL,
+              "status %d: %s", c.status, c.err);
+
+    th_run(&c, "%s run --help", th_bin());
+    TH_CHECKF(t,
+              c.status == 0 && strstr(c.out, "fits: false; --png, "
+                                             "--chrome-trace") != NULL,
+              "run --help: %s", c.out);
+}
+
+void th_suite_cli_fixes(th_ctx *t)
+{
+    check_notes(t);
+    check_tolerance(t);
+    run_nofit(t);
+}
