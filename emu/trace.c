@@ -1239,6 +1239,8 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
     v = cJSON_GetObjectItemCaseSensitive(root, "reference");
     if (v && (st = trace_reference(c, g, v)))
         return st;
+    if ((st = graph_finish(g, c->err)))
+        return st;
     if ((st = trace_check_whole(c, g)))
         return st;
     /* Whether the cores and batch fit the slice depends on --system and
