@@ -144,7 +144,7 @@ int plan_layer_splits(const graph *g, uint8_t *split, int *input)
             if (whole < 0)
                 continue;
             *f = 0;
-            if (part && clash < 0) {
+            if (part && clash < 0 && !L->unused) {
                 clash = l;
                 /* back along whole tensors to the replicated input */
                 int i = whole;

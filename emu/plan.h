@@ -58,7 +58,7 @@ void plan_free(plan *p);
 int plan_input_whole(const graph *g, int k);
 /* The split flags of every layer for the graph's own partition factors
  * (the rules above), into split[n_layers x GRAPH_MAX_SP].  Returns -1, or
- * the first layer where a replicated tensor meets a split one (add,
+ * the first used layer where a replicated tensor meets a split one (add,
  * concat), with the replicated input that reaches it in *input (may be
  * NULL).  plan_build refuses such a graph (TPU_ERR_INPUT); the trace
  * reader checks it first, to name the JSON path. */

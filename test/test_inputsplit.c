@@ -168,6 +168,39 @@ static void plan_cases(th_ctx *t)
     }
 }
 
+static void dead_case(th_ctx *t)
+{
+    th_case(t, "plan: a replicated input meeting a split one in a layer "
+               "training never computes (no loss reaches it) is no clash");
+    static const char dead[] =
+        "{\"format\":\"tpuemu-trace/1\",\"name\":\"d\",\"system\":\"v3-8\","
+        "\"run\":{\"mode\":\"%s\",\"global_batch\":8,"
+        "\"num_cores_per_replica\":2,\"input_partition_dims\":"
+        "[[1,2,1,1],null,null]},\"graph\":{\"inputs\":["
+        "{\"name\":\"rgb\",\"shape\":[16,16,3]},{\"name\":\"d\",\"shape\":"
+        "[16,16,1]}],\"layers\":[{\"name\":\"a\",\"op\":\"conv\",\"in\":"
+        "\"rgb\",\"filters\":4,\"kernel\":[3,3]},{\"name\":\"b\",\"op\":"
+        "\"conv\",\"in\":\"d\",\"filters\":4,\"kernel\":[3,3]},"
+        "{\"name\":\"cat\",\"op\":\"concat\",\"in\":[\"a\",\"b\"]},"
+        "{\"name\":\"dead\",\"op\":\"concat\",\"in\":[\"rgb\",\"d\"]},"
+        "{\"name\":\"gp\",\"op\":\"global_avgpool\",\"in\":\"cat\"},"
+        "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"gp\",\"kind\":"
+        "\"softmax_xent\"}]}}";
+    char buf[4096];
+    graph g;
+    tpu_error err = {0};
+    snprintf(buf, sizeof buf, dead, "train");
+    if (TH_CHECKF(t, graph_parse(&g, buf, strlen(buf), "t.json", &err) == 0,
+                  "train: %s", err.msg))
+        graph_free(&g);
+    /* in inference every layer is an output: the clash is real */
+    snprintf(buf, sizeof buf, dead, "infer");
+    tpu_status st = graph_parse(&g, buf, strlen(buf), "t.json", &err);
+    TH_CHECKF(t, st == TPU_ERR_INPUT && strstr(err.msg, "'dead' (concat)"),
+              "infer: status %d: %s", (int)st, err.msg);
+    graph_free(&g);
+}
+
 static void functional_cases(th_ctx *t)
 {
     th_case(t, "functional: a replicated second input gives the "
@@ -354,6 +387,7 @@ static void cli_cases(th_ctx *t)
 void th_suite_inputsplit(th_ctx *t)
 {
     plan_cases(t);
+    dead_case(t);
     functional_cases(t);
     cli_cases(t);
 }
