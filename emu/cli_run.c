@@ -64,8 +64,8 @@ static void print_usage(FILE *f)
           "exit status: 0 done, 2 bad input or usage (an output that cannot\n"
           "be written included), 3 does not fit in HBM (a --report is still\n"
           "written, fits: false; --png, --chrome-trace, --output-npy and\n"
-          "--loss-png are not, and a line on stderr names them), 4 out of\n"
-          "host memory\n",
+          "--loss-png are not, and a line on stderr names them),\n"
+          "4 out of host memory\n",
           f);
 }
 
