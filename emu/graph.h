@@ -118,6 +118,11 @@ typedef struct {
      * code elimination removes it from the step. */
     int no_loss;
     int unused;
+    /* An input (GOP_INPUT) whose input_partition_dims entry is null or all
+     * ones: replicated, whole on every core of a replica.  0 = split like
+     * the first input (the reader refuses any other list), as in a graph
+     * built by hand. */
+    int whole;
 
     /* derived, per example */
     int64_t weights;             /* parameters (incl. bias, BN gamma/beta),
@@ -136,11 +141,6 @@ typedef struct {
     int pdims_rank;
     int pdims[GRAPH_MAX_PDIMS];
     int labels_partitioned;      /* the labels' entry was a list, not null */
-    /* Graph input k's entry (bit k % 8 of byte k / 8): 1 = null or all
-     * ones, the input is replicated (whole on every core of a replica);
-     * 0 = split like the first input (the reader refuses any other list).
-     * Zero in a graph built by hand: every input splits like the first. */
-    uint8_t input_whole[GRAPH_LAYERS_MAX / 8];
     int has_reference;
     double reference_step_s;
     char reference_source[512];

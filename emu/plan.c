@@ -76,9 +76,9 @@ static void choose_block(plan *p)
 
 int plan_input_whole(const graph *g, int k)
 {
-    if (k < 0 || k >= g->n_inputs || k >= GRAPH_LAYERS_MAX)
+    if (k < 0 || k >= g->n_inputs)
         return 0;
-    return (g->input_whole[k / 8] >> (k % 8)) & 1;
+    return g->layers[k].whole;
 }
 
 /* The first input's spatial rank and its factors (1 past it). */

@@ -54,7 +54,7 @@ tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
 void plan_free(plan *p);
 
 /* Whether graph input k's input_partition_dims entry made it replicated
- * (null, or all ones; graph.input_whole). */
+ * (null, or all ones; glayer.whole). */
 int plan_input_whole(const graph *g, int k);
 /* The split flags of every layer for the graph's own partition factors
  * (the rules above), into split[n_layers x GRAPH_MAX_SP].  Returns -1, or

@@ -849,7 +849,7 @@ static tpu_status trace_pdims_like_first(trace_ctx *c, graph *g, int k,
     for (int d = 0; d < rank; d++)
         ones &= dims[d] == 1;
     if (ones) {
-        g->input_whole[k / 8] |= (uint8_t)(1u << (k % 8));
+        g->layers[k].whole = 1;
         return TPU_OK;
     }
     for (int d = 0; d < g->pdims_rank; d++)
@@ -975,7 +975,7 @@ static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
                 memcpy(g->pdims, dims, sizeof(int) * (size_t)rank);
                 g->pdims_rank = rank;
                 if (!listed)
-                    g->input_whole[0] |= 1;
+                    g->layers[0].whole = 1;
             } else if (input &&
                        (st = trace_pdims_like_first(c, g, k, input, dims,
                                                     rank))) {

@@ -158,7 +158,7 @@ static void plan_cases(th_ctx *t)
             tpu_error err = {0};
             TH_CHECK(t, plan_build(&p, &g, sys, g.global_batch, &err) == 0);
             plan_free(&p);
-            g.input_whole[0] |= 2; /* as if d's entry had been null */
+            g.layers[1].whole = 1; /* as if d's entry had been null */
             tpu_status st = plan_build(&p, &g, sys, g.global_batch, &err);
             TH_CHECKF(t, st == TPU_ERR_INPUT && strstr(err.msg, "'d'") &&
                              strstr(err.msg, "'cat'"),
