@@ -165,6 +165,16 @@ static void print_table(const emu_result *r)
         printf("fits by recomputing %.3g MiB of activations in the backward "
                "pass (xla.remat)\n",
                r->hbm_remat_bytes / (1024.0 * 1024));
+    if (r->small_batch > 0) {
+        printf("small-batch convolution layout (xla.conv_pad): batch %.3g "
+               "per convolution",
+               r->small_batch);
+        if (r->small_batch_padded > r->small_batch)
+            printf(", padded to %.3g", r->small_batch_padded);
+        printf("; each tap's channels padded to the array's depth "
+               "(docs/FIRMWARE.md; --set xla.conv_pad=0 for the folded "
+               "alternative)\n");
+    }
     printf("step time %.4f s (slowest core %d)\n", r->step_time_s, slow);
 }
 

@@ -80,6 +80,9 @@ typedef struct {
     int train;
     int fits;
     double hbm_needed_bytes;       /* the largest core's peak */
+    /* XLA's small-batch convolution layout (fw_memory): examples per core
+     * and their padded count, 0 when no convolution took it. */
+    double small_batch, small_batch_padded;
     double hbm_remat_bytes;        /* activations that core recomputes in
                                       the backward pass to fit (xla.remat) */
     double hbm_capacity_bytes;

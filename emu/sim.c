@@ -217,6 +217,10 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
             need = mems[k].peak_bytes;
             out->hbm_remat_bytes = mems[k].remat_bytes;
         }
+        if (mems[k].small_batch > 0) {
+            out->small_batch = mems[k].small_batch;
+            out->small_batch_padded = mems[k].small_batch_padded;
+        }
     }
     out->hbm_needed_bytes = need;
     out->fits = need <= hw.hbm.capacity_bytes;

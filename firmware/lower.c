@@ -770,6 +770,10 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     int64_t K = fold ? k_taps * cin : k_unfold;
     double w_bytes = (double)taps * (double)cin * (double)rup(cout, c->hw->mxu.cols) * 2;
     int64_t M = (int64_t)llround(m_out * conv_rows_scale(c, L));
+    if (conv_keeps_taps(c, L)) {
+        c->mem->small_batch = c->B;
+        c->mem->small_batch_padded = c->B * conv_batch_scale(c);
+    }
     double ktiles = (double)cdiv(K, rows);
     double npad = (double)rup(cout, c->hw->mxu.cols);
     double epi = npad * (ktiles - 1 + 3); /* K-slice sums, bias, BN stats */

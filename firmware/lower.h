@@ -27,6 +27,10 @@ typedef struct {
     int remat_layers;
     double peak_bytes;      /* the sum: what must fit in the core's HBM */
     double useful_macs;     /* unpadded multiply-adds this core executes */
+    /* XLA's small-batch convolution layout (xla.conv_pad), when some
+     * convolution took it: the examples per core and what they are padded
+     * to; 0 when none did. */
+    double small_batch, small_batch_padded;
 } fw_memory;
 
 /* Lowers the step for shard `shard` of a replica (all replicas run the

@@ -178,9 +178,32 @@ static void run_nofit(th_ctx *t)
               "run --help: %s", c.out);
 }
 
+/* `run` says when XLA's small-batch convolution layout priced the step
+ * (the largest single modelling rule for thin or few-example layers). */
+static void run_small_batch_note(th_ctx *t)
+{
+    th_case(t, "run names the small-batch convolution layout when it "
+               "applies, with the padded batch, and not otherwise");
+    th_cmd_result c;
+    th_run(&c, "%s run traces/reference/unet3d-256-v3-128.json", th_bin());
+    TH_CHECKF(t, c.status == 0 &&
+                     strstr(c.out, "small-batch convolution layout "
+                                   "(xla.conv_pad): batch 4 per "
+                                   "convolution, padded to 8;"),
+              "status %d: %s", c.status, c.out);
+    th_run(&c, "%s run traces/reference/unet3d-256-v3-128.json --set "
+               "xla.conv_pad=0", th_bin());
+    TH_CHECKF(t, c.status == 0 && !strstr(c.out, "small-batch"),
+              "xla.conv_pad=0: status %d: %s", c.status, c.out);
+    th_run(&c, "%s run traces/resnet50-224-v3-8.json --batch 1024", th_bin());
+    TH_CHECKF(t, c.status == 0 && !strstr(c.out, "small-batch"),
+              "128 examples per core: status %d: %s", c.status, c.out);
+}
+
 void th_suite_cli_fixes(th_ctx *t)
 {
     check_notes(t);
     check_tolerance(t);
     run_nofit(t);
+    run_small_batch_note(t);
 }
