@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <png.h>
+
 extern const th_suite th_suites[];
 
 struct th_ctx {
@@ -174,4 +176,25 @@ int main(int argc, char **argv)
     }
     printf("%d passed, %d failed\n", t.passed, t.failed);
     return t.failed ? 1 : 0;
+}
+
+int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb)
+{
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    *rgb = NULL;
+    if (!png_image_begin_read_from_file(&im, path))
+        return 0;
+    im.format = PNG_FORMAT_RGB;
+    *w = (int)im.width;
+    *h = (int)im.height;
+    *rgb = malloc(PNG_IMAGE_SIZE(im));
+    if (!*rgb || !png_image_finish_read(&im, NULL, *rgb, 0, NULL)) {
+        free(*rgb);
+        *rgb = NULL;
+        png_image_free(&im);
+        return 0;
+    }
+    return 1;
 }

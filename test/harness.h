@@ -51,6 +51,9 @@ const char *th_bin(void);
  * ("" if the working directory cannot be read). */
 const char *th_bin_abs(void);
 int th_run(th_cmd_result *r, const char *fmt, ...);
+/* Reads a PNG as 8-bit RGB rows (*rgb owned by the caller, NULL on
+ * failure).  1 on success. */
+int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb);
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);
 

@@ -20,21 +20,7 @@ typedef struct {
 
 static int read_png(const char *path, tpng *out)
 {
-    png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_file(&im, path))
-        return 0;
-    im.format = PNG_FORMAT_RGB;
-    out->w = (int)im.width;
-    out->h = (int)im.height;
-    out->rgb = malloc(PNG_IMAGE_SIZE(im));
-    if (!out->rgb || !png_image_finish_read(&im, NULL, out->rgb, 0, NULL)) {
-        free(out->rgb);
-        png_image_free(&im);
-        return 0;
-    }
-    return 1;
+    return th_png_rgb(path, &out->w, &out->h, &out->rgb);
 }
 
 static uint32_t px(const tpng *p, int x, int y)

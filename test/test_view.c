@@ -11,25 +11,6 @@
 #include "firmware/isa.h"
 #include "test/harness.h"
 
-static int png_rgb(const char *path, int *w, int *h, unsigned char **rgb)
-{
-    png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_file(&im, path))
-        return 0;
-    im.format = PNG_FORMAT_RGB;
-    *w = (int)im.width;
-    *h = (int)im.height;
-    *rgb = malloc(PNG_IMAGE_SIZE(im));
-    if (!*rgb || !png_image_finish_read(&im, NULL, *rgb, 0, NULL)) {
-        free(*rgb);
-        *rgb = NULL;
-        png_image_free(&im);
-        return 0;
-    }
-    return 1;
-}
 
 /* Pixels of the given colour. */
 static long count_rgb(const unsigned char *p, int w, int h, unsigned c)
@@ -95,7 +76,7 @@ static unsigned char *shot(th_ctx *t, th_cmd_result *r, const char *args, int *w
            th_bin(), args, path);
     if (!TH_CHECKF(t, r->status == 0, "view %s: status %d: %s", args, r->status, r->err))
         return NULL;
-    if (!TH_CHECK(t, png_rgb(path, w, h, &p)))
+    if (!TH_CHECK(t, th_png_rgb(path, w, h, &p)))
         return NULL;
     return p;
 }
@@ -273,7 +254,7 @@ void th_suite_view(th_ctx *t)
     snprintf(a, sizeof a, "%s/view_demo.png", th_tmpdir());
     th_run(r, "%s %s view --demo --screenshot %s --size 1024x640", env, th_bin(), a);
     TH_CHECKF(t, r->status == 0, "status %d: %s", r->status, r->err);
-    if (TH_CHECK(t, png_rgb(a, &w, &h, &pa))) {
+    if (TH_CHECK(t, th_png_rgb(a, &w, &h, &pa))) {
         TH_CHECK(t, w == 1024 && h == 640);
         /* The timeline of a compute-bound demo is mostly MXU blue. */
         long blue = count_rgb(pa, w, h, 0x0072B2);
@@ -285,7 +266,7 @@ void th_suite_view(th_ctx *t)
     th_run(r, "%s %s view --demo --screenshot %s --size 1024x640 --script 'u z z z right'",
            env, th_bin(), b);
     TH_CHECKF(t, r->status == 0, "status %d: %s", r->status, r->err);
-    if (pa && TH_CHECK(t, png_rgb(b, &w2, &h2, &pb)) && w2 == w && h2 == h) {
+    if (pa && TH_CHECK(t, th_png_rgb(b, &w2, &h2, &pb)) && w2 == w && h2 == h) {
         long d = diff_px(pa, pb, w, h);
         TH_CHECKF(t, d > w * h / 20, "zoomed frame differs in %ld pixels", d);
     }
@@ -294,7 +275,7 @@ void th_suite_view(th_ctx *t)
     th_run(r, "%s %s view --demo --screenshot %s --size 1024x640 --script 'tab'", env,
            th_bin(), b);
     TH_CHECKF(t, r->status == 0, "status %d: %s", r->status, r->err);
-    if (pa && TH_CHECK(t, png_rgb(b, &w2, &h2, &pb))) {
+    if (pa && TH_CHECK(t, th_png_rgb(b, &w2, &h2, &pb))) {
         /* Torus: chips are drawn in the chip colour and no MXU timeline. */
         TH_CHECK(t, count_rgb(pb, w2, h2, 0x455A64) > 1000);
         TH_CHECK(t, count_rgb(pb, w2, h2, 0x0072B2) < w * h / 100);
@@ -352,7 +333,7 @@ void th_suite_view(th_ctx *t)
                "%s view --demo --size 1024x640 --screenshot %s --script 'z z right tab shift+tab'",
                th_asan() ? "ASAN_OPTIONS=detect_leaks=0" : "", th_bin(), b);
         TH_CHECKF(t, r->status == 0, "status %d: %s", r->status, r->err);
-        if (TH_CHECK(t, png_rgb(b, &w2, &h2, &pb))) {
+        if (TH_CHECK(t, th_png_rgb(b, &w2, &h2, &pb))) {
             TH_CHECK(t, w2 == 1024 && h2 == 640);
             /* tab then shift+tab: back on the timeline, zoomed in. */
             TH_CHECK(t, count_rgb(pb, w2, h2, 0x0072B2) > w2 * h2 / 10);

@@ -280,25 +280,6 @@ static void lower_cases(th_ctx *t)
     }
 }
 
-static int png_rgb(const char *path, int *w, int *h, unsigned char **rgb)
-{
-    png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_file(&im, path))
-        return 0;
-    im.format = PNG_FORMAT_RGB;
-    *w = (int)im.width;
-    *h = (int)im.height;
-    *rgb = malloc(PNG_IMAGE_SIZE(im));
-    if (!*rgb || !png_image_finish_read(&im, NULL, *rgb, 0, NULL)) {
-        free(*rgb);
-        *rgb = NULL;
-        png_image_free(&im);
-        return 0;
-    }
-    return 1;
-}
 
 /* Pixels of colour c in rows y0..y1 of the timeline's data area. */
 static long timeline_px(const unsigned char *p, int w, int y0, int y1,
@@ -330,8 +311,8 @@ static void view_cases(th_ctx *t)
     TH_CHECKF(t, c.status == 0, "exit %d: %s", c.status, c.err);
     int w = 0, h = 0, w2 = 0, h2 = 0;
     unsigned char *p = NULL, *p64 = NULL;
-    if (TH_CHECK(t, png_rgb(shot, &w, &h, &p)) &&
-        TH_CHECK(t, png_rgb(shot64, &w2, &h2, &p64)) &&
+    if (TH_CHECK(t, th_png_rgb(shot, &w, &h, &p)) &&
+        TH_CHECK(t, th_png_rgb(shot64, &w2, &h2, &p64)) &&
         TH_CHECK(t, w == 1280 && h == 800 && w2 == w && h2 == h)) {
         TH_CHECK(t, memcmp(p, p64, (size_t)w * h * 3) != 0);
         /* rows 16 px from y = 66 (emu/view_draw.c): 9 rows with matrix
