@@ -320,7 +320,10 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
     x->out_layer = -1;
     x->ncls = 0;
     for (int l = 0; l < n; l++) {
-        if (g->layers[l].op != GOP_LOSS && !g->layers[l].unused)
+        /* the network's output: in training, what a loss reads (not a
+         * batchnorm kept only for its statistics, graph_finish) */
+        if (g->layers[l].op != GOP_LOSS && !g->layers[l].unused &&
+            !(g->train && g->layers[l].no_loss))
             x->out_layer = l;
         else if (x->ncls == 0)
             x->ncls = (int)g->layers[g->layers[l].in[0]].out.c;

@@ -1036,15 +1036,18 @@ static void lower_forward_ops(lc *c, int l)
                  FW_GROUP_PARTITION, 0, 0);
         return;
     case GOP_LOSS: {
-        /* Loss and its gradient in one pass over the logits. */
+        /* Loss and its gradient in one pass over the logits; a gradient
+         * is written only for an input something below it trains through
+         * (none when every layer is frozen). */
         static const double ops[] = {8, 14, 6, 3, 5}; /* per element */
-        double in_all = 0, el = 0;
+        double in_all = 0, grad = 0, el = 0;
         for (int k = 0; k < L->n_in; k++) {
             in_all += out_bytes(c, L->in[k]);
             el += out_elems(c, L->in[k]);
+            if (c->g->train && c->g->layers[L->in[k]].needs_grad)
+                grad += out_bytes(c, L->in[k]);
         }
-        emit_pass(c, ph, l, in_all, c->g->train ? in_all : 0, el,
-                  ops[L->loss]);
+        emit_pass(c, ph, l, in_all, grad, el, ops[L->loss]);
         int split = 0;
         for (int k = 0; k < L->n_in; k++)
             split |= any_split(c, L->in[k]);

@@ -170,6 +170,40 @@ void th_suite_deadcode(th_ctx *t)
         }
     }
 
+    th_case(t, "every layer frozen: the loss writes no gradient (nothing "
+               "below it trains)");
+    {
+        char buf[4096];
+        tpu_error e = {0};
+        graph g;
+        trace_text(buf, sizeof buf, "train", "");
+        if (TH_CHECKF(t, graph_parse(&g, buf, strlen(buf), "dc.json", &e) == 0,
+                      "%s", e.msg)) {
+            int64_t st[2] = {0, 0};
+            for (int v = 0; v < 2; v++) {
+                if (v && !TH_CHECKF(t, graph_freeze(&g, "c1,bn,c2", NULL, &e) ==
+                                           0, "%s", e.msg))
+                    break;
+                sim_opts o;
+                sim_opts_default(&o);
+                fw_program prog;
+                fw_memory mem;
+                int l = graph_find(&g, "l");
+                if (!TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &e) == 0,
+                               "%s", e.msg))
+                    break;
+                for (size_t i = 0; i < prog.n; i++)
+                    if (prog.code[i].layer == l && prog.code[i].op == FW_DMA_ST)
+                        st[v] += prog.code[i].a;
+                fw_program_free(&prog);
+            }
+            TH_CHECKF(t, st[0] > 0 && st[1] == 0,
+                      "loss stores %lld B trained, %lld B all frozen",
+                      (long long)st[0], (long long)st[1]);
+            graph_free(&g);
+        }
+    }
+
     th_case(t, "--output-layer of a layer no loss reads: exit 2, says why");
     {
         char buf[4096], path[1024];
@@ -189,6 +223,29 @@ void th_suite_deadcode(th_ctx *t)
                       "exit %d (the default output is the last layer a "
                       "training step computes): %s %s", r.status, r.out,
                       r.err);
+        }
+        /* a batchnorm kept for its statistics after the head is not the
+         * network's output either */
+        const char *late =
+            "{\"format\":\"tpuemu-trace/1\",\"name\":\"late\","
+            "\"system\":\"v3-8\",\"run\":{\"mode\":\"train\","
+            "\"global_batch\":8},\"graph\":{\"inputs\":[{\"name\":\"x\","
+            "\"shape\":[8,8,4]}],\"layers\":[{\"name\":\"c1\",\"op\":"
+            "\"conv\",\"in\":\"x\",\"filters\":8,\"kernel\":[3,3]},"
+            "{\"name\":\"head\",\"op\":\"conv\",\"in\":\"c1\","
+            "\"filters\":4,\"kernel\":[1,1]},{\"name\":\"side_bn\","
+            "\"op\":\"batchnorm\",\"in\":\"c1\"},{\"name\":\"l\","
+            "\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"head\"}]}}";
+        snprintf(path, sizeof path, "%s/late.json", th_tmpdir());
+        f = fopen(path, "w");
+        if (TH_CHECKF(t, f != NULL, "cannot write %s", path)) {
+            fputs(late, f);
+            fclose(f);
+            th_cmd_result r;
+            th_run(&r, "%s run %s --functional", th_bin(), path);
+            TH_CHECKF(t, r.status == 0 && strstr(r.out, "output of 'head'"),
+                      "exit %d (not the statistics-only batchnorm): %s %s",
+                      r.status, r.out, r.err);
         }
     }
 }
