@@ -1168,19 +1168,30 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
         /* With two cores a chip, the owner cannot start the ring before
          * the other core's first piece is across; that fill costs 1/n1 of
          * the on-chip transfer.  Short rings pipeline the stream in
-         * chunks to hide it (pieces of at least ICI_MIN_PIECE, at most
-         * ICI_MAX_PIECES per stream: a modelling choice, not hardware). */
-        int chunks = 1;
+         * chunks to hide it: segments of ICI_MIN_PIECE and one shorter
+         * rest, at most ICI_MAX_PIECES per stream, then equal ones (a
+         * modelling choice, not hardware).  Fixed-size pieces keep the time
+         * monotone in the bytes: equal pieces cut finer at each threshold
+         * made a larger buffer up to 0.6% faster than a smaller one. */
+        int chunks = 1, most = (ICI_MAX_PIECES + n1 - 1) / n1;
+        double stream = bytes / ns, full = stream, rest = stream;
         if (two) {
-            double fit = floor(bytes / ns / n1 / ICI_MIN_PIECE);
-            int most = (ICI_MAX_PIECES + n1 - 1) / n1;
-            chunks = fit < 1 ? 1 : fit > most ? most : (int)fit;
+            double piece = ICI_MIN_PIECE * n1;
+            double need = ceil(stream / piece);
+            if (need > most) {
+                chunks = most;
+                full = rest = stream / most;
+            } else if (need > 1) {
+                chunks = (int)need;
+                full = piece;
+                rest = stream - piece * (chunks - 1);
+            }
         }
-        double q = bytes / ns / chunks;
-        double seg1 = q / n1, seg2 = seg1 / n2;
         for (int i = 0; i < ncell; i++)
             rs[i] = ag[i] = NOFLOW;
         for (int ch = 0; ch < chunks; ch++) {
+        double q = ch == chunks - 1 ? rest : full;
+        double seg1 = q / n1, seg2 = seg1 / n2;
         for (int i = 0; i < ncell; i++)
             done[i] = done_none();
         /* reduce-scatter along d1 (with the on-chip reduction folded in) */
