@@ -275,11 +275,20 @@ static void dims_label(const cJSON *d, char *buf, size_t cap)
     }
 }
 
-/* The full input_partition_dims for simple dims d: every input (and the
- * labels, if the trace partitions them) of d's rank takes d; an input of
- * another rank (a flat one) or replicated labels stay null: there is
- * nothing of d to split there.  A trace without the list gets one entry
- * per input and null labels.  NULL with a message when out of memory. */
+/* The full input_partition_dims for simple dims d (the first input's
+ * split): each input keeps the base trace's choice (docs/SWEEPS.md).
+ * The first input takes d whatever its entry (null included: it is the
+ * input being swept; a d of the wrong rank is then refused by the reader
+ * with its own message instead of silently running unsplit).  With a list
+ * in the base trace, another input's null (replicated) stays null and a
+ * list (the reader accepts only the first's list there, or all ones at one
+ * core per replica) takes d when of d's rank.  Without a list (absent or
+ * null), the base trace chose nothing per input: every input of d's rank
+ * takes d, as the reader's pre-replication behaviour did, since a
+ * replicated input meeting a split one at add/concat would be refused.
+ * Inputs of another rank (nothing of d to split) stay null; the labels
+ * take d if the base trace lists them with d's rank, else null.  NULL
+ * with a message when out of memory. */
 static cJSON *pd_from_simple(const sweep *s, const cJSON *d, int rank,
                              char *why, size_t cap)
 {
@@ -292,11 +301,12 @@ static cJSON *pd_from_simple(const sweep *s, const cJSON *d, int rank,
         return NULL;
     }
     if (!cJSON_IsArray(old) || cJSON_GetArraySize(old) == 0) {
+        int k = 0;
         for (int l = 0; l < s->g.n_layers; l++) {
             const glayer *L = &s->g.layers[l];
             if (L->op != GOP_INPUT)
                 continue;
-            cJSON_AddItemToArray(out, L->out.nsp + 2 == rank
+            cJSON_AddItemToArray(out, k++ == 0 || L->out.nsp + 2 == rank
                                           ? cJSON_Duplicate(d, 1)
                                           : cJSON_CreateNull());
         }
@@ -304,9 +314,11 @@ static cJSON *pd_from_simple(const sweep *s, const cJSON *d, int rank,
         return out;
     }
     const cJSON *e;
+    int k = 0;
     cJSON_ArrayForEach(e, old)
     {
-        if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == rank)
+        if (k++ == 0 ||
+            (cJSON_IsArray(e) && cJSON_GetArraySize(e) == rank))
             cJSON_AddItemToArray(out, cJSON_Duplicate(d, 1));
         else
             cJSON_AddItemToArray(out, cJSON_CreateNull());
@@ -1048,7 +1060,24 @@ static int check_points(const sweep *s)
                 graph_free(&vg);
                 char msg[sizeof err.msg];
                 shown(msg, sizeof msg, err.msg);
-                return cli_error(rc == TPU_ERR_SYSTEM ? 4 : 2, "%s", msg);
+                /* Only a base trace whose first input is not split can
+                 * get here with a replicated input (with a split first
+                 * input the base trace itself would have been refused),
+                 * and there the reader's advice, the first input's list,
+                 * cannot be written in the base trace. */
+                const char *hint = "";
+                char *cut = strstr(msg, "is replicated (null) but meets")
+                                ? strstr(msg, "give it the first input's list")
+                                : NULL;
+                if (cut) {
+                    *cut = 0;
+                    hint = "the sweep keeps the base trace's null for it "
+                           "(docs/SWEEPS.md), so drop "
+                           "run.input_partition_dims from the base trace "
+                           "to split every input like the first";
+                }
+                return cli_error(rc == TPU_ERR_SYSTEM ? 4 : 2, "%s%s", msg,
+                                 hint);
             }
             g = &vg;
             own = 1;
