@@ -535,6 +535,37 @@ done:
 
 /* ---- line chart ------------------------------------------------------ */
 
+/* The unit for seconds spanning `range`, as the viewer picks it (its time
+ * axis): s, ms, us or ns, so ticks read "20, 40, 60 us", not "0.00002". */
+static double sec_unit(double range, const char **name)
+{
+    range = fabs(range);
+    if (range >= 1 || !(range > 0)) {
+        *name = "s";
+        return 1;
+    }
+    if (range >= 1e-3) {
+        *name = "ms";
+        return 1e3;
+    }
+    if (range >= 1e-6) {
+        *name = "us";
+        return 1e6;
+    }
+    *name = "ns";
+    return 1e9;
+}
+
+/* The label's length without a trailing " (s)" / "(s)" unit, or -1 when
+ * it has none. */
+static int sec_label(const char *label)
+{
+    size_t n = label ? strlen(label) : 0;
+    if (n < 3 || strcmp(label + n - 3, "(s)") != 0)
+        return -1;
+    return (int)(n - 3);
+}
+
 tpu_status chart_lines_png_to(outfile *o, const char *title,
                               const char *xlabel, const char *ylabel,
                               const chart_series *s, int nseries,
@@ -544,6 +575,9 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
     if (!path || (nseries > 0 && !s) || nseries < 0)
         return tpu_fail(err, TPU_ERR_INPUT, "chart: bad line chart arguments");
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    /* Counts (cores per replica, batch, system size, steps) get whole
+     * ticks: a tick at 4.5 cores is no configuration. */
+    int xint = 1;
     for (int i = 0; i < nseries; i++)
         for (int j = 0; j < s[i].n; j++) {
             if (!s[i].x || !s[i].y)
@@ -552,6 +586,7 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
             double x = s[i].x[j], y = s[i].y[j];
             if (!isfinite(x) || !isfinite(y))
                 continue;
+            xint &= x == floor(x) && fabs(x) < 9007199254740992.0;
             xmin = fmin(xmin, x);
             xmax = fmax(xmax, x);
             ymin = fmin(ymin, y);
@@ -568,6 +603,20 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
      * 15% difference looks like 15%, not like a factor. */
     if (ymin > 0)
         ymin = 0;
+    /* A y label ending in "(s)" says the values are seconds: they are
+     * shown in the unit their range reads best in, the label saying
+     * which. */
+    double ysc = 1;
+    char ylab[256];
+    int yl = sec_label(ylabel);
+    if (yl >= 0) {
+        const char *un;
+        ysc = sec_unit(fmax(fabs(ymax), fabs(ymin)), &un);
+        snprintf(ylab, sizeof ylab, "%.*s(%s)", yl, ylabel, un);
+        ylabel = ylab;
+        ymin *= ysc;
+        ymax *= ysc;
+    }
     if (ymax == ymin) {
         ymin -= fabs(ymin) * 0.1 + 0.5;
         ymax += fabs(ymax) * 0.1 + 0.5;
@@ -588,6 +637,8 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
     frame f = {90, 70, W - 190, H - 60, xmin, xmax, ymin, ymax};
     y_axis(&im, &f, ylabel);
     double step = nice_step(xmax - xmin, 8);
+    if (xint && step < 1)
+        step = 1;
     char buf[64];
     for (double v = ceil(xmin / step) * step; v <= xmax + step * 1e-6; v += step) {
         int x = fx(&f, v);
@@ -607,7 +658,7 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
         int thin = (i / nc) % 2;
         int px = 0, py = 0, have = 0;
         for (int j = 0; j < s[i].n; j++) {
-            double x = s[i].x[j], y = s[i].y[j];
+            double x = s[i].x[j], y = s[i].y[j] * ysc;
             if (!isfinite(x) || !isfinite(y)) {
                 have = 0;
                 continue;

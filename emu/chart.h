@@ -38,7 +38,12 @@ typedef struct {
     int n;
 } chart_series;
 
-/* A line chart of nseries series (non-finite points are skipped). */
+/* A line chart of nseries series (non-finite points are skipped).  When
+ * every x is a whole number (cores, batch, system size, steps) the x axis
+ * is ticked at whole numbers only.  A ylabel ending in "(s)" marks the
+ * values as seconds: they are drawn in s, ms, us or ns, whichever the
+ * axis's range reads best in (the viewer's rule), and the label's unit is
+ * rewritten to match ("step time (us)"). */
 tpu_status chart_lines_png(const char *path, const char *title,
                            const char *xlabel, const char *ylabel,
                            const chart_series *s, int nseries, tpu_error *err);

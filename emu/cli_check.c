@@ -29,14 +29,17 @@ static const char usage_text[] =
     "than FRAC (default 0.02 = 2%) in the step time or in any core's step\n"
     "time, or NEW not fitting the hardware where BASE did.  FRAC is a\n"
     "fraction in [0, 1): 0.05 means 5% (5 and 5% are refused).\n"
+    "A change within a part in 10^9 of FRAC counts as FRAC (no regression),\n"
+    "so 1 -> 1.02 s and 0.1 -> 0.102 s both pass --tolerance 0.02.\n"
     "\n"
     "A does-not-fit report (fits: false) has no step times: BASE not\n"
     "fitting and NEW fitting is an improvement (exit 0); BASE fitting and\n"
     "NEW not is a regression (\"no longer fits: needs X GiB of HBM per core,\n"
     "core has Y GiB\"); neither fitting compares nothing (exit 0).  Every\n"
     "--set override that differs between the two is printed as a note\n"
-    "(\"BASE sets K=V\", \"NEW sets K=V\", \"K: BASE V1, NEW V2\"), and so is\n"
-    "a differing --freeze list (\"NEW sets --freeze LIST\", ...).\n"
+    "(\"BASE sets K=V\", \"NEW sets K=V\", \"K: BASE V1, NEW V2\"; numbers\n"
+    "compared as numbers: 900 is 9e2), and so is a differing --freeze list\n"
+    "(\"NEW sets --freeze LIST\", ...; entries compared as a set).\n"
     "\n"
     "exit status: 0 no regression (one summary line, then the notes), 1\n"
     "regression (a table of what got slower: step time, core groups,\n"
@@ -51,13 +54,84 @@ static double rel(double base, double now)
     return (now - base) / base;
 }
 
+/* The rule is "slower by more than the tolerance", and it must not depend
+ * on the magnitude of the times.  Reports hold decimals (the shortest form
+ * that reads back), so 1 -> 1.02 s and 0.1 -> 0.102 s are both exactly +2%
+ * in decimal, but in binary (1.02 - 1) / 1 = 0.020000000000000018 and
+ * (0.102 - 0.1) / 0.1 = 0.019999999999999879: one would fail at 2% and the
+ * other pass.  A change within a part in 10^9 of the tolerance is taken as
+ * the tolerance itself (not slower, and printed as equal): far above
+ * double rounding (1e-16) and far below any change a model refinement
+ * makes; the report reader checks step_time_s against the slowest core to
+ * the same part. */
+#define CHECK_EPS 1e-9
+
+/* r (a relative change) is the tolerance to within CHECK_EPS. */
+static int at_tol(double r, double tol)
+{
+    return isfinite(r) && fabs(fabs(r) - tol) <= CHECK_EPS;
+}
+
+static int slower_rel(double r, double tol)
+{
+    return r > tol + CHECK_EPS;
+}
+
+static int slower(double base, double now, double tol)
+{
+    return slower_rel(rel(base, now), tol);
+}
+
+/* Decimals of 100 * tol written exactly (the shortest decimal that reads
+ * back as tol, the decimal point moved by two): 0.02 -> 0, 0.025 -> 1,
+ * 0.999999999 -> 7.  *sig gets that decimal's significant digits. */
+static int tol_decimals(double tol, int *sig)
+{
+    char b[48];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(b, sizeof b, "%.*e", p - 1, tol);
+        if (strtod(b, NULL) == tol || p == 17) {
+            const char *e = strchr(b, 'e');
+            int ex = e ? atoi(e + 1) : 0;
+            int dec = p - 1 - ex - 2;
+            *sig = p;
+            return dec < 0 ? 0 : dec;
+        }
+    }
+    *sig = 17;
+    return 0;
+}
+
+/* More decimals than this and the tolerance is printed as %g ("1e-18%"). */
+#define CHECK_MAX_DEC 12
+
+/* The tolerance as a percentage, with at least `digits` decimals and as
+ * many more as it takes to be exact: 0.999999999 is 99.9999999%, never a
+ * rounded 100.00% that a change could not be "within". */
+static void tol_text(char *buf, size_t cap, double tol, int digits)
+{
+    int sig, dec = tol_decimals(tol, &sig);
+    if (dec > CHECK_MAX_DEC)
+        snprintf(buf, cap, "%.*g%%", sig, 100 * tol);
+    else
+        snprintf(buf, cap, "%.*f%%", dec > digits ? dec : digits, 100 * tol);
+}
+
 /* Decimals for a percentage shown next to the tolerance: two, or as many
  * more (up to eight) as it takes for the two to print differently, so a
- * 2.004% slowdown against 2% reads "+2.004%", not "+2.00%". */
+ * 2.004% slowdown against 2% reads "+2.004%", not "+2.00%".  A change at
+ * the tolerance (at_tol) is printed with the tolerance's own decimals, and
+ * reads equal to it. */
 static int pct_digits(double r, double tol)
 {
-    if (isinf(r) || isnan(r) || r == tol)
+    if (isinf(r) || isnan(r))
         return 2;
+    if (at_tol(r, tol)) {
+        int sig, dec = tol_decimals(tol, &sig);
+        return dec > CHECK_MAX_DEC ? 2 : dec > 2 ? dec : 2;
+    }
+    /* Beyond CHECK_EPS the two differ by more than 1e-7 percent: eight
+     * decimals always tell them apart. */
     for (int d = 2; d < 8; d++) {
         char a[64], b[64];
         snprintf(a, sizeof a, "%.*f", d, 100 * fabs(r));
@@ -68,17 +142,16 @@ static int pct_digits(double r, double tol)
     return 8;
 }
 
-static void pct(char *buf, size_t cap, double r, int digits)
+/* A change as a percentage; one at the tolerance (at_tol) is printed as
+ * the tolerance, so the figure never contradicts the verdict. */
+static void pct(char *buf, size_t cap, double r, int digits, double tol)
 {
     if (isinf(r))
         snprintf(buf, cap, "%s", r > 0 ? "from 0" : "to 0");
+    else if (at_tol(r, tol) && tol > 0)
+        snprintf(buf, cap, "%c%.*f%%", r < 0 ? '-' : '+', digits, 100 * tol);
     else
         snprintf(buf, cap, "%+.*f%%", digits, 100 * r);
-}
-
-static int slower(double base, double now, double tol)
-{
-    return now - base > tol * base;
 }
 
 /* Two cores belong to one group when all their figures agree in both
@@ -147,13 +220,64 @@ static void group_label(const emu_result *r, const int *group, int g,
     }
 }
 
+/* tol snaps a change at the tolerance to it (pct); -1 for rows that are
+ * not compared with the tolerance (categories). */
 static void row(const char *what, double base, double now, int digits,
-                const char *mark)
+                double tol, const char *mark)
 {
-    char p[32];
-    pct(p, sizeof p, rel(base, now), digits);
+    char p[40];
+    pct(p, sizeof p, rel(base, now), digits, tol);
     printf("%-24s %12.6g %12.6g %10s%s%s\n", what, base, now, p,
            *mark ? "  " : "", mark);
+}
+
+/* Two --set values mean the same when both are numbers and equal: the
+ * report keeps the text as given, and 900, 900.0 and 9e2 are one
+ * bandwidth. */
+static int same_value(const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0)
+        return 1;
+    char *ea = NULL, *eb = NULL;
+    double x = strtod(a, &ea), y = strtod(b, &eb);
+    return ea != a && !*ea && eb != b && !*eb && x == y;
+}
+
+/* Entry e (length n) of a comma-separated list is in list. */
+static int list_has(const char *list, const char *e, size_t n)
+{
+    for (const char *p = list;;) {
+        size_t m = strcspn(p, ",");
+        if (m == n && strncmp(p, e, n) == 0)
+            return 1;
+        if (!p[m])
+            return 0;
+        p += m + 1;
+    }
+}
+
+/* Every entry of a is in b. */
+static int list_within(const char *a, const char *b)
+{
+    for (const char *p = a;;) {
+        size_t m = strcspn(p, ",");
+        if (!list_has(b, p, m))
+            return 0;
+        if (!p[m])
+            return 1;
+        p += m + 1;
+    }
+}
+
+/* Two --freeze lists freeze the same layers when they hold the same
+ * entries: order and repeats do not matter ("c1,bn" is "bn,c1"). */
+static int same_freeze(const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0)
+        return 1;
+    if (!*a || !*b)
+        return 0;
+    return list_within(a, b) && list_within(b, a);
 }
 
 static const emu_override *find_override(const emu_result *r,
@@ -188,7 +312,7 @@ static void print_notes(const emu_result *b, const emu_result *n)
         const emu_override *m = find_override(n, o->key);
         if (!m)
             printf("note: BASE sets %s=%s\n", o->key, o->value);
-        else if (strcmp(o->value, m->value) != 0)
+        else if (!same_value(o->value, m->value))
             printf("note: %s: BASE %s, NEW %s\n", o->key, o->value,
                    m->value);
     }
@@ -198,7 +322,7 @@ static void print_notes(const emu_result *b, const emu_result *n)
                    n->overrides[i].value);
     /* --freeze changes which layers train: a frozen backbone is faster
      * by design, not by a change of the emulated hardware. */
-    if (strcmp(b->freeze, n->freeze) != 0) {
+    if (!same_freeze(b->freeze, n->freeze)) {
         if (!n->freeze[0])
             printf("note: BASE sets --freeze %s\n", b->freeze);
         else if (!b->freeze[0])
@@ -300,19 +424,19 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
     }
     int step_regressed = slower(b->step_time_s, n->step_time_s, tol);
     double step_rel = rel(b->step_time_s, n->step_time_s);
-    char p[32], q[32];
+    char p[40], q[40], tt[48];
 
     if (!step_regressed && !core_regressed) {
         /* Digits enough that neither change reads as the tolerance. */
         int d = pct_digits(step_rel, tol), dc = pct_digits(worst_core, tol);
         if (dc > d)
             d = dc;
-        pct(p, sizeof p, step_rel, d);
-        pct(q, sizeof q, worst_core, d);
+        pct(p, sizeof p, step_rel, d, tol);
+        pct(q, sizeof q, worst_core, d, tol);
+        tol_text(tt, sizeof tt, tol, d);
         printf("ok: %s on %s: step time %.6g s -> %.6g s (%s; slowest-"
-               "changing core %s), within %.*f%%\n",
-               n->trace, n->system, b->step_time_s, n->step_time_s, p, q, d,
-               100 * tol);
+               "changing core %s), within %s\n",
+               n->trace, n->system, b->step_time_s, n->step_time_s, p, q, tt);
         print_notes(b, n);
         free(group);
         free(rep);
@@ -320,14 +444,14 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
     }
 
     int d = pct_digits(step_rel, tol);
-    pct(p, sizeof p, step_rel, d);
+    pct(p, sizeof p, step_rel, d, tol);
+    tol_text(tt, sizeof tt, tol, d);
     printf("REGRESSION: %s on %s: step time %.6g s -> %.6g s (%s), "
-           "tolerance %.*f%%\n",
-           n->trace, n->system, b->step_time_s, n->step_time_s, p, d,
-           100 * tol);
+           "tolerance %s\n",
+           n->trace, n->system, b->step_time_s, n->step_time_s, p, tt);
     print_notes(b, n);
     printf("\n%-24s %12s %12s %10s\n", "what", "base s", "new s", "change");
-    row("step time", b->step_time_s, n->step_time_s, d,
+    row("step time", b->step_time_s, n->step_time_s, d, tol,
         step_regressed ? "SLOWER" : "");
 
     int shown = 0, hidden = 0;
@@ -344,11 +468,13 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         char label[80];
         group_label(b, group, g, label, sizeof label);
         row(label, bc->step_time_s, nc->step_time_s,
-            pct_digits(rel(bc->step_time_s, nc->step_time_s), tol),
+            pct_digits(rel(bc->step_time_s, nc->step_time_s), tol), tol,
             "SLOWER");
         /* A category "grew" when its increase alone is a visible share of
          * the core's step (a quarter of the tolerance); if the slowdown is
-         * spread thin, the largest increase is named. */
+         * spread thin, the largest increase is named.  The same margin
+         * as the verdict's (CHECK_EPS) keeps "a quarter of the tolerance"
+         * independent of the magnitude of the times. */
         int marked = 0, biggest = -1;
         double biggest_d = 0;
         for (int c = 0; c < CAT_COUNT; c++) {
@@ -357,15 +483,17 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
                 biggest_d = dd;
                 biggest = c;
             }
-            marked += dd > 0 && dd > 0.25 * tol * bc->step_time_s;
+            marked += dd > 0 &&
+                      slower_rel(dd / bc->step_time_s, 0.25 * tol);
         }
         for (int c = 0; c < CAT_COUNT; c++) {
             double dd = nc->breakdown_s[c] - bc->breakdown_s[c];
-            int grew = dd > 0 && (dd > 0.25 * tol * bc->step_time_s ||
+            int grew = dd > 0 &&
+                       (slower_rel(dd / bc->step_time_s, 0.25 * tol) ||
                                   (!marked && c == biggest));
             char what[40];
             snprintf(what, sizeof what, "  %s", emu_cat_name((emu_cat)c));
-            row(what, bc->breakdown_s[c], nc->breakdown_s[c], 2,
+            row(what, bc->breakdown_s[c], nc->breakdown_s[c], 2, -1,
                 grew ? "grew" : "");
         }
     }
@@ -404,9 +532,17 @@ int cli_check(int argc, char **argv)
                                  v);
             char *end = NULL;
             double x = strtod(v, &end);
-            if (strspn(v, "0123456789.eE+-") == len && end != v && !*end &&
-                x >= 1)
+            int plain = strspn(v, "0123456789.eE+-") == len && end != v &&
+                        !*end;
+            if (plain && x >= 1)
                 return cli_error(2, "--tolerance: %s is not below 1: "
+                                    "--tolerance is a fraction: 0.05 means "
+                                    "5%%",
+                                 v);
+            /* cli_double would say [0, 1], but 1 itself is refused above:
+             * the range is half open. */
+            if (plain && x < 0)
+                return cli_error(2, "--tolerance: %s is out of range [0, 1): "
                                     "--tolerance is a fraction: 0.05 means "
                                     "5%%",
                                  v);

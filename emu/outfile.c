@@ -44,6 +44,42 @@ static tpu_status oom(tpu_error *err, const char *path)
     return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of host memory", path);
 }
 
+/* Why a path that is no regular file cannot be an output, and what to do
+ * instead: every output is written to a temporary in the target's
+ * directory and renamed over it (atomic, never half-written), which a pipe,
+ * socket or device cannot take.  `anon` is set when the path is a link the
+ * kernel resolves but no path names (/proc/self/fd/N -> pipe:[N]): an
+ * anonymous pipe or socket, such as a shell's `| cmd` or `>(cmd)`. */
+static tpu_status refuse_kind(tpu_error *err, const char *path, mode_t m,
+                              int anon)
+{
+    const char *kind = S_ISFIFO(m)   ? (anon ? "a pipe" : "a FIFO")
+                       : S_ISSOCK(m) ? "a socket"
+                       : S_ISCHR(m)  ? "a character device"
+                       : S_ISBLK(m)  ? "a block device"
+                                     : "a special file";
+    /* The usual way to get here: --report /dev/stdout piped into a
+     * command, or a process substitution. */
+    const char *hint = "";
+    static const char *const out_names[] = {"/dev/stdout", "/dev/fd/1",
+                                            "/proc/self/fd/1"};
+    int is_stdout = 0;
+    for (size_t i = 0; i < sizeof out_names / sizeof out_names[0]; i++)
+        is_stdout |= strcmp(path, out_names[i]) == 0;
+    if (is_stdout && S_ISCHR(m))
+        hint = " (standard output on a terminal?)";
+    else if (is_stdout && (S_ISFIFO(m) || S_ISSOCK(m)))
+        hint = " (standard output into a pipe?)";
+    else if (anon && (strncmp(path, "/dev/fd/", 8) == 0 ||
+                      strncmp(path, "/proc/self/fd/", 14) == 0))
+        hint = " (a process substitution such as >(cmd)?)";
+    return tpu_fail(err, TPU_ERR_INPUT,
+                    "%s: cannot create: is %s%s, not a regular file: outputs "
+                    "are written to a temporary beside the file and renamed, "
+                    "give a file path",
+                    path, kind, hint);
+}
+
 /* Resolves path to the file a write replaces (*target, malloc'd), with
  * *existed and its mode; refuses what cannot be an output. */
 static tpu_status resolve(const char *path, char **target, int *existed,
@@ -64,10 +100,24 @@ static tpu_status resolve(const char *path, char **target, int *existed,
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
         /* Follow the link, as a shell's `>` does, so the link survives. */
         t = realpath(path, NULL);
-        if (!t)
+        if (!t) {
+            int e = errno;
+            /* /dev/stdout -> /proc/self/fd/1 -> "pipe:[N]": the kernel
+             * follows the link (stat works), realpath cannot name it. */
+            if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+                !S_ISDIR(st.st_mode))
+                return refuse_kind(err, path, st.st_mode, 1);
+            if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "%s: cannot create: links to an open file "
+                                "that has no name (deleted?): outputs are "
+                                "written to a temporary beside the file and "
+                                "renamed, give a file path",
+                                path);
             return tpu_fail(err, TPU_ERR_INPUT,
                             "%s: cannot create: symbolic link does not "
-                            "resolve to a file (%s)", path, strerror(errno));
+                            "resolve to a file (%s)", path, strerror(e));
+        }
     } else {
         t = dup_str(path);
         if (!t)
@@ -82,10 +132,7 @@ static tpu_status resolve(const char *path, char **target, int *existed,
         }
         if (!S_ISREG(st.st_mode)) {
             free(t);
-            return tpu_fail(err, TPU_ERR_INPUT,
-                            "%s: cannot create: not a regular file (a "
-                            "device, FIFO or socket); refusing to replace "
-                            "it", path);
+            return refuse_kind(err, path, st.st_mode, 0);
         }
         *mode = st.st_mode & 0777;
     } else if (errno != ENOENT) {

@@ -1283,12 +1283,57 @@ static void draw_footer(view_app *a)
         view_text(a, 8, y + 22, keys, 1, C_MUTED);
 }
 
+/* Appends s to buf (cap bytes, *n used), cut to at most max characters
+ * with "..." at the end when longer. */
+static void put_cut(char *buf, size_t cap, int *n, const char *s, int max)
+{
+    int len = (int)strlen(s);
+    if (*n >= (int)cap - 1)
+        return;
+    if (len <= max) {
+        *n += snprintf(buf + *n, cap - (size_t)*n, "%s", s);
+    } else if (max >= 3) {
+        *n += snprintf(buf + *n, cap - (size_t)*n, "%.*s...", max - 3, s);
+    }
+    if (*n > (int)cap - 1)
+        *n = (int)cap - 1;
+}
+
+/* What the run was told besides the trace: "freeze LIST  set K=V, K=V"
+ * ("" without either), so two screenshots of one trace with different
+ * what-ifs say so, not only in their numbers.  A long list ends in "...". */
+static void whatif_text(const emu_result *r, char *buf, size_t cap)
+{
+    int n = 0;
+    buf[0] = 0;
+    if (r->freeze[0]) {
+        put_cut(buf, cap, &n, "freeze ", 7);
+        put_cut(buf, cap, &n, r->freeze, 32);
+    }
+    if (r->n_overrides > 0) {
+        char set[512];
+        int m = snprintf(set, sizeof set, "set ");
+        for (int i = 0; i < r->n_overrides && m < (int)sizeof set - 1; i++)
+            m += snprintf(set + m, sizeof set - (size_t)m, "%s%s=%s",
+                          i ? ", " : "", r->overrides[i].key,
+                          r->overrides[i].value);
+        if (n)
+            put_cut(buf, cap, &n, "  ", 2);
+        put_cut(buf, cap, &n, set, 96);
+    }
+}
+
 /* Two lines: what ran, then how it fits (the figures `tpuemu run`
- * prints): batch, replicas x cores, HBM per core, remat, MXU use. */
+ * prints): batch, replicas x cores, HBM per core, remat, MXU use, and the
+ * what-ifs (--freeze, --set).  When the second line is too long for the
+ * window (640 pixels leave about 68 characters), it is shortened in
+ * steps, the what-ifs kept longest: the HBM capacity dropped (the
+ * generation's, unless --set), "2x4 cores", the MXU use dropped, then the
+ * what-ifs cut with "...". */
 static void draw_header(view_app *a)
 {
     fill(a, 0, 0, a->W, VIEW_HEADER, C_HEAD);
-    char buf[400], tb[32];
+    char buf[600], tb[32];
     static const char *const names[VIEW_PANELS] = {"1 timeline", "2 torus", "3 bars"};
     int x = a->W - 10;
     for (int p = VIEW_PANELS - 1; p >= 0; p--) {
@@ -1310,19 +1355,45 @@ static void draw_header(view_app *a)
         mxu += a->r.per_core[c].mxu_utilization;
     mxu = a->r.cores ? mxu / a->r.cores : 0;
     const double gib = 1024.0 * 1024 * 1024;
-    int n = snprintf(buf, sizeof buf, "batch %lld, %d replica%s x %d core%s",
-                     (long long)a->r.global_batch, a->r.replicas, a->r.replicas == 1 ? "" : "s",
-                     a->r.cores_per_replica, a->r.cores_per_replica == 1 ? "" : "s");
-    if (a->r.hbm_capacity_bytes > 0)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "  HBM %.3g %s of %.0f GiB/core%s",
-                      a->r.hbm_needed_bytes >= gib ? a->r.hbm_needed_bytes / gib
-                                                   : a->r.hbm_needed_bytes / (1024.0 * 1024),
-                      a->r.hbm_needed_bytes >= gib ? "GiB" : "MiB",
-                      a->r.hbm_capacity_bytes / gib, a->r.fits ? "" : " DOES NOT FIT");
+    int big = a->r.hbm_needed_bytes >= gib;
+    double need = big ? a->r.hbm_needed_bytes / gib : a->r.hbm_needed_bytes / (1024.0 * 1024);
+    char cores[96], cores2[64], hb[160], hb2[96], flags[64] = "", mx[32], wi[400];
+    snprintf(cores, sizeof cores, "batch %lld, %d replica%s x %d core%s",
+             (long long)a->r.global_batch, a->r.replicas, a->r.replicas == 1 ? "" : "s",
+             a->r.cores_per_replica, a->r.cores_per_replica == 1 ? "" : "s");
+    snprintf(cores2, sizeof cores2, "batch %lld, %dx%d cores", (long long)a->r.global_batch,
+             a->r.replicas, a->r.cores_per_replica);
+    int fl = 0;
+    if (!a->r.fits)
+        fl += snprintf(flags + fl, sizeof flags - (size_t)fl, " DOES NOT FIT");
     if (a->r.hbm_remat_bytes > 0)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, " (remat %.3g MiB)",
-                      a->r.hbm_remat_bytes / (1024.0 * 1024));
-    snprintf(buf + n, sizeof buf - (size_t)n, "  MXU %.1f%%", 100 * mxu);
+        snprintf(flags + fl, sizeof flags - (size_t)fl, " (remat %.3g MiB)",
+                 a->r.hbm_remat_bytes / (1024.0 * 1024));
+    hb[0] = hb2[0] = 0;
+    if (a->r.hbm_capacity_bytes > 0) {
+        snprintf(hb, sizeof hb, "  HBM %.3g %s of %.0f GiB/core%s", need, big ? "GiB" : "MiB",
+                 a->r.hbm_capacity_bytes / gib, flags);
+        snprintf(hb2, sizeof hb2, "  HBM %.3g %s%s", need, big ? "GiB" : "MiB", flags);
+    } else if (flags[0]) {
+        snprintf(hb, sizeof hb, " %s", flags);
+        snprintf(hb2, sizeof hb2, " %s", flags);
+    }
+    snprintf(mx, sizeof mx, "  MXU %.1f%%", 100 * mxu);
+    whatif_text(&a->r, wi, sizeof wi);
+    const char *sep = wi[0] ? "  " : "";
+    int nchar = room / FONT_W;
+    /* The longest form that fits, else the shortest with the what-ifs cut
+     * (text_fit cuts whatever is still too long). */
+    snprintf(buf, sizeof buf, "%s%s%s%s%s", cores, hb, mx, sep, wi);
+    if ((int)strlen(buf) > nchar)
+        snprintf(buf, sizeof buf, "%s%s%s%s%s", cores, hb2, mx, sep, wi);
+    if ((int)strlen(buf) > nchar)
+        snprintf(buf, sizeof buf, "%s%s%s%s%s", cores2, hb2, mx, sep, wi);
+    if ((int)strlen(buf) > nchar && wi[0]) {
+        int n = snprintf(buf, sizeof buf, "%s%s%s", cores2, hb2, sep);
+        if (n < nchar)
+            put_cut(buf, sizeof buf, &n, wi, nchar - n);
+    }
     text_fit(a, 10, 21, buf, room, 0xB0BEC5);
 }
 
