@@ -57,9 +57,24 @@ tpu_status rfile_read(const char *path, size_t max_bytes,
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
      * writer, forever if none comes. */
     fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
+    if (fd < 0) {
+        int oe = errno;
+        /* A socket cannot be opened by name (ENXIO, "No such device or
+         * address"), not even through /dev/stdin -> /proc/self/fd/0 ->
+         * socket:[N]: say what it is rather than what open(2) says. */
+        if (oe == ENXIO && stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: a socket%s, not a file (give a regular "
+                            "file, a FIFO or a pipe such as <(cmd))",
+                            path,
+                            strcmp(path, "/dev/stdin") == 0 ||
+                                    strcmp(path, "/dev/fd/0") == 0 ||
+                                    strcmp(path, "/proc/self/fd/0") == 0
+                                ? " (standard input from a socket?)"
+                                : "");
         return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot open: %s", path,
-                        strerror(errno));
+                        strerror(oe));
+    }
     if (fstat(fd, &sb) != 0) {
         e = errno;
         close(fd);

@@ -1333,7 +1333,7 @@ static void whatif_text(const emu_result *r, char *buf, size_t cap)
 static void draw_header(view_app *a)
 {
     fill(a, 0, 0, a->W, VIEW_HEADER, C_HEAD);
-    char buf[600], tb[32];
+    char buf[1024], tb[32]; /* room for every part of line 2 at full length */
     static const char *const names[VIEW_PANELS] = {"1 timeline", "2 torus", "3 bars"};
     int x = a->W - 10;
     for (int p = VIEW_PANELS - 1; p >= 0; p--) {

@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "emu/chart.h"
 #include "emu/outfile.h"
 #include "emu/report.h"
+#include "emu/rfile.h"
 #include "test/harness.h"
 
 /* Eight identical cores on v3-8, every one stepping in step_s (all mxu). */
@@ -216,6 +218,24 @@ static void outfile_cases(th_ctx *t)
                   "%s", err.msg);
         close(fds[0]);
         close(fds[1]);
+    }
+
+    th_case(t, "rfile: a socket behind a /proc/self/fd link (stdin from a "
+               "socket) is named as one, not 'No such device or address'");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+        char p[64], *text = NULL;
+        size_t len = 0;
+        tpu_error err = {0};
+        snprintf(p, sizeof p, "/proc/self/fd/%d", sv[0]);
+        TH_CHECK(t, rfile_read(p, 1 << 20, 0.1, &text, &len, &err) ==
+                        TPU_ERR_INPUT);
+        TH_CHECKF(t, strstr(err.msg, "a socket, not a file") &&
+                         !strstr(err.msg, "No such device"),
+                  "%s", err.msg);
+        free(text);
+        close(sv[0]);
+        close(sv[1]);
     }
 }
 
