@@ -537,7 +537,7 @@ done:
 
 /* The unit for seconds spanning `range`, as the viewer picks it (its time
  * axis): s, ms, us or ns, so ticks read "20, 40, 60 us", not "0.00002". */
-static double sec_unit(double range, const char **name)
+double chart_time_unit(double range, const char **name)
 {
     range = fabs(range);
     if (range >= 1 || !(range > 0)) {
@@ -611,7 +611,7 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
     int yl = sec_label(ylabel);
     if (yl >= 0) {
         const char *un;
-        ysc = sec_unit(fmax(fabs(ymax), fabs(ymin)), &un);
+        ysc = chart_time_unit(fmax(fabs(ymax), fabs(ymin)), &un);
         snprintf(ylab, sizeof ylab, "%.*s(%s)", yl, ylabel, un);
         ylabel = ylab;
         ymin *= ysc;

@@ -55,6 +55,11 @@ tpu_status chart_lines_png(const char *path, const char *title,
  * the Okabe-Ito palette, distinguishable with the common colour-vision
  * deficiencies. */
 uint32_t chart_cat_color(emu_cat c);
+/* The unit a span of seconds reads best in (s, ms, us or ns, the largest
+ * that keeps it at 1 or more; s for 0): its name in *name, and the factor
+ * that converts seconds into it.  The chart's y axis and the viewer's time
+ * axis share it. */
+double chart_time_unit(double range, const char **name);
 
 /* How chart_breakdown_png lays out bars for r (the viewer draws the same
  * bars).  bar_first[i] .. first core of bar i; core_bar[c] = bar of core c.

@@ -95,24 +95,6 @@ static void fmt_t(char *buf, size_t cap, double s)
 }
 
 /* The unit a span of w seconds reads best in. */
-static double t_unit(double w, const char **name)
-{
-    w = fabs(w);
-    if (w >= 1) {
-        *name = "s";
-        return 1;
-    }
-    if (w >= 1e-3) {
-        *name = "ms";
-        return 1e3;
-    }
-    if (w >= 1e-6) {
-        *name = "us";
-        return 1e6;
-    }
-    *name = "ns";
-    return 1e9;
-}
 
 /* Decimals that resolve res in a unit of scale sc. */
 static int t_decimals(double res, double sc)
@@ -133,7 +115,7 @@ static void fmt_tp(char *buf, size_t cap, double s, double res)
         snprintf(buf, cap, "0");
         return;
     }
-    double sc = t_unit(s, &un);
+    double sc = chart_time_unit(s, &un);
     snprintf(buf, cap, "%.*f %s", t_decimals(res, sc), s * sc, un);
 }
 
@@ -514,7 +496,7 @@ static void draw_axis(view_app *a, int top)
     int xr = a->W - 10, pw = xr - VIEW_LABELS;
     double w = a->v1 - a->v0;
     const char *un;
-    double sc = t_unit(w, &un), wu = w * sc, v0u = a->v0 * sc, v1u = a->v1 * sc;
+    double sc = chart_time_unit(w, &un), wu = w * sc, v0u = a->v0 * sc, v1u = a->v1 * sc;
     double origin = 0, st = nice(wu, 8);
     char buf[64], cap[64];
     snprintf(buf, sizeof buf, "%.*f", t_decimals(st, 1), v1u);
