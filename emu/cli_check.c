@@ -29,8 +29,9 @@ static const char usage_text[] =
     "than FRAC (default 0.02 = 2%) in the step time or in any core's step\n"
     "time, or NEW not fitting the hardware where BASE did.  FRAC is a\n"
     "fraction in [0, 1): 0.05 means 5% (5 and 5% are refused).\n"
-    "A change within a part in 10^9 of FRAC counts as FRAC (no regression),\n"
-    "so 1 -> 1.02 s and 0.1 -> 0.102 s both pass --tolerance 0.02.\n"
+    "A relative change within 1e-9 of FRAC (an absolute margin: 2% means\n"
+    "2% +- 0.0000001%) counts as FRAC (no regression), so 1 -> 1.02 s and\n"
+    "0.1 -> 0.102 s both pass --tolerance 0.02.\n"
     "\n"
     "A does-not-fit report (fits: false) has no step times: BASE not\n"
     "fitting and NEW fitting is an improvement (exit 0); BASE fitting and\n"
@@ -59,11 +60,13 @@ static double rel(double base, double now)
  * that reads back), so 1 -> 1.02 s and 0.1 -> 0.102 s are both exactly +2%
  * in decimal, but in binary (1.02 - 1) / 1 = 0.020000000000000018 and
  * (0.102 - 0.1) / 0.1 = 0.019999999999999879: one would fail at 2% and the
- * other pass.  A change within a part in 10^9 of the tolerance is taken as
- * the tolerance itself (not slower, and printed as equal): far above
- * double rounding (1e-16) and far below any change a model refinement
- * makes; the report reader checks step_time_s against the slowest core to
- * the same part. */
+ * other pass.  A relative change within 1e-9 of the tolerance (an
+ * absolute margin on the fraction, the same whatever the tolerance: 2% is
+ * 2% +- 1e-7%) is taken as the tolerance itself (not slower, and printed
+ * as equal): far above double rounding of a fraction near 1 (1e-16) and
+ * far below any change a model refinement makes.  (The report reader's
+ * check of step_time_s against the slowest core is relative instead: to a
+ * part in 10^9 of that time.) */
 #define CHECK_EPS 1e-9
 
 /* r (a relative change) is the tolerance to within CHECK_EPS. */
