@@ -325,7 +325,7 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         if (g->layers[l].op != GOP_LOSS && !g->layers[l].unused &&
             !(g->train && g->layers[l].no_loss))
             x->out_layer = l;
-        else if (x->ncls == 0)
+        else if (g->layers[l].op == GOP_LOSS && x->ncls == 0)
             x->ncls = (int)g->layers[g->layers[l].in[0]].out.c;
     }
     if (x->ncls == 0)

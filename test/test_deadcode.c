@@ -4,6 +4,7 @@
  * state and cannot be reported; a batchnorm among them still runs forward
  * (its moving statistics are an update op of the step).  In inference
  * every layer is an output and runs. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -202,6 +203,51 @@ void th_suite_deadcode(th_ctx *t)
                       (long long)st[0], (long long)st[1]);
             graph_free(&g);
         }
+    }
+
+    th_case(t, "a dead layer before the loss changes no value (the classes "
+               "come from the loss's input, not from a dead layer's)");
+    {
+        /* Same layer indices, the dead conv reading the 8-channel c0 or
+         * the 4-channel input: the labels (10 classes) and every computed
+         * value must be the same. */
+        uint64_t ck[2] = {0, 0};
+        double loss[2] = {0, 0};
+        for (int v = 0; v < 2; v++) {
+            char tr[2048];
+            snprintf(tr, sizeof tr,
+                     "{\"format\":\"tpuemu-trace/1\",\"name\":\"cls\","
+                     "\"system\":\"v3-8\",\"run\":{\"mode\":\"train\","
+                     "\"global_batch\":8},\"graph\":{\"inputs\":[{\"name\":"
+                     "\"x\",\"shape\":[8,8,4]}],\"layers\":[{\"name\":\"c0\","
+                     "\"op\":\"conv\",\"in\":\"x\",\"filters\":8,"
+                     "\"kernel\":[3,3]},{\"name\":\"gp\",\"op\":"
+                     "\"global_avgpool\",\"in\":\"c0\"},{\"name\":\"fc\","
+                     "\"op\":\"dense\",\"in\":\"gp\",\"units\":10},"
+                     "{\"name\":\"dead\",\"op\":\"conv\",\"in\":\"%s\","
+                     "\"filters\":16,\"kernel\":[1,1]},{\"name\":\"l\","
+                     "\"op\":\"loss\",\"kind\":\"softmax_xent\",\"in\":"
+                     "\"fc\"}]}}", v ? "x" : "c0");
+            graph g;
+            tpu_error e = {0};
+            if (!TH_CHECKF(t, graph_parse(&g, tr, strlen(tr), "cls", &e) == 0,
+                           "%s", e.msg))
+                break;
+            sim_opts o;
+            sim_opts_default(&o);
+            o.functional = 1;
+            emu_result r;
+            if (TH_CHECKF(t, sim_run(&g, &o, &r, &e) == 0, "%s", e.msg)) {
+                ck[v] = r.output_checksum;
+                loss[v] = r.loss;
+                emu_result_free(&r);
+            }
+            graph_free(&g);
+        }
+        TH_CHECKF(t, ck[0] == ck[1] && loss[0] == loss[1],
+                  "dead conv on c0: %016llx, loss %.9g; on x: %016llx, "
+                  "loss %.9g", (unsigned long long)ck[0], loss[0],
+                  (unsigned long long)ck[1], loss[1]);
     }
 
     th_case(t, "--output-layer of a layer no loss reads: exit 2, says why");
