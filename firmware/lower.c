@@ -40,6 +40,10 @@ typedef struct {
     uint8_t *relu_fused;   /* relu layer fused into its producer's pass */
     uint8_t *remat;        /* activation recomputed in the backward pass */
     int *last_use;         /* per layer: its last consumer, -1 for none */
+    int *apply_t;          /* xla.bn_apply_fused, per batchnorm: the layer
+                              whose output is not stored (the batchnorm or
+                              its fused relu), -1; NULL when the switch is
+                              off (bn_apply_fused) */
     fw_memory *mem;
     int fx;                /* fx_kind stamped on compute instructions */
 } lc;
@@ -880,31 +884,54 @@ static int consumer_is(const lc *c, int l, graph_op op)
  * relu fused into it, is applied by whatever reads the result when every
  * reader is a matrix layer (the operand's way into the MXU) or an add
  * (whose pass reads it anyway).  No pass of its own and nothing stored:
- * readers read the batchnorm's input instead, of the same size, and the
- * vector work is taken as hidden under theirs.  Returns the layer whose
- * output is not materialised (the relu when fused, else l), or -1. */
+ * readers read the batchnorm's input instead, of the same size, and pay
+ * the normalise on the vector unit as they load it (fused_apply_ops).
+ * Returns the layer whose output is not materialised (the relu when
+ * fused, else l), or -1.  plan_bn_apply decides it for every layer in one
+ * pass over the readers. */
 static int bn_apply_fused(const lc *c, int l)
 {
+    return c->apply_t ? c->apply_t[l] : -1;
+}
+
+static tpu_status plan_bn_apply(lc *c)
+{
     const graph *g = c->g;
-    if (!c->hw->xla_bn_apply_fused || g->layers[l].op != GOP_BATCHNORM)
-        return -1;
-    int t = l;
-    for (int j = l + 1; j < g->n_layers; j++)
-        if (c->relu_fused[j] && g->layers[j].in[0] == l)
-            t = j;
-    int readers = 0;
-    for (int j = t + 1; j < g->n_layers; j++) {
-        const glayer *J = &g->layers[j];
-        for (int k = 0; k < J->n_in; k++) {
-            if (J->in[k] != t)
+    int n = g->n_layers;
+    if (!c->hw->xla_bn_apply_fused)
+        return TPU_OK;
+    c->apply_t = malloc(sizeof(int) * ((size_t)n + 1));
+    int *relu_of = malloc(sizeof(int) * ((size_t)n + 1));
+    uint8_t *has = calloc((size_t)n + 1, 1), *bad = calloc((size_t)n + 1, 1);
+    tpu_status st = TPU_ERR_SYSTEM;
+    if (c->apply_t && relu_of && has && bad) {
+        for (int l = 0; l < n; l++)
+            relu_of[l] = -1;
+        for (int j = 0; j < n; j++) {
+            const glayer *J = &g->layers[j];
+            if (J->unused) /* removed from the step: reads nothing */
                 continue;
-            if (J->op != GOP_CONV && J->op != GOP_CONV_T &&
-                J->op != GOP_DENSE && J->op != GOP_ADD)
-                return -1;
-            readers++;
+            if (c->relu_fused[j])
+                relu_of[J->in[0]] = j;
+            for (int k = 0; k < J->n_in; k++) {
+                has[J->in[k]] = 1;
+                bad[J->in[k]] |= J->op != GOP_CONV && J->op != GOP_CONV_T &&
+                                 J->op != GOP_DENSE && J->op != GOP_ADD;
+            }
         }
+        for (int l = 0; l < n; l++) {
+            int t = relu_of[l] >= 0 ? relu_of[l] : l;
+            c->apply_t[l] = g->layers[l].op == GOP_BATCHNORM && has[t] &&
+                                    !bad[t]
+                                ? t
+                                : -1;
+        }
+        st = TPU_OK;
     }
-    return readers ? t : -1;
+    free(relu_of);
+    free(has);
+    free(bad);
+    return st;
 }
 
 /* Whether layer l's output is written to HBM (xla.bn_apply_fused). */
@@ -1132,9 +1159,9 @@ static void lower_backward_ops(lc *c, int l)
         /* Each window (output element) compares its inputs again for the
          * maximum, or scales dY, and adds into its inputs (win + 1); each
          * input element is zeroed or summed once.  Per input element that
-         * is win / (stride product) + 2 for a pooling without overlap,
-         * not win + 2: a 64x64 window's gradient is ~2 operations an
-         * input, not 4098. */
+         * is (win + 1) / (stride product) + 1 for a pooling without
+         * overlap (2.25 for 2x2 stride 2), not win + 2: a 64x64 window's
+         * gradient is ~2 operations an input, not 4098. */
         double ie_in = out_elems(c, L->in[0]);
         emit_pass(c, ph, l, ob + (L->op == GOP_MAXPOOL ? ib + ob : 0), ib,
                   ie_in, ie_in > 0 ? oe * (win + 1) / ie_in + 1 : 0);
@@ -1297,6 +1324,7 @@ static void lc_free(lc *c)
     free(c->relu_fused);
     free(c->remat);
     free(c->last_use);
+    free(c->apply_t);
 }
 
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
@@ -1344,6 +1372,10 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
                 c.nconsumers[i] == 1)
                 c.relu_fused[l] = 1;
         }
+    }
+    if (plan_bn_apply(&c)) {
+        lc_free(&c);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
     for (int l = 0; l < g->n_layers; l++)
         lower_forward(&c, l);
