@@ -320,6 +320,13 @@ tpu_status graph_finish(graph *g, tpu_error *err)
         }
     }
     free(consumed);
+    /* Owners come before their sharers: a reached sharer clears it. */
+    for (int i = 0; i < n; i++) {
+        glayer *L = &g->layers[i];
+        L->weights_no_grad = L->share_from < 0 && L->no_loss;
+        if (L->share_from >= 0 && !L->no_loss)
+            g->layers[L->share_from].weights_no_grad = 0;
+    }
     for (int i = 0; i < n; i++)
         derive_needs_grad(g, i);
     return TPU_OK;
@@ -580,15 +587,7 @@ int64_t graph_trainable_weights(const graph *g)
     int64_t w = 0;
     for (int i = 0; i < g->n_layers; i++) {
         const glayer *L = &g->layers[i];
-        if (L->frozen || L->weights == 0)
-            continue;
-        /* Shared weights get a gradient through any of their users (a
-         * sharer follows its owner); the scan only runs for an owner no
-         * loss reaches, which is rare. */
-        int reached = !L->no_loss;
-        for (int j = i + 1; j < g->n_layers && !reached; j++)
-            reached = g->layers[j].share_from == i && !g->layers[j].no_loss;
-        if (reached)
+        if (!L->frozen && !L->weights_no_grad)
             w += L->weights;
     }
     return w;

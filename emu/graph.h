@@ -118,6 +118,10 @@ typedef struct {
      * code elimination removes it from the step. */
     int no_loss;
     int unused;
+    /* derived by graph_finish on a layer that owns weights: no layer using
+     * them (it or a sharer) is reached by a loss, so they get no gradient
+     * and no optimizer state (graph_trainable_weights). */
+    int weights_no_grad;
     /* An input (GOP_INPUT) whose input_partition_dims entry is null or all
      * ones: replicated, whole on every core of a replica.  0 = split like
      * the first input (the reader refuses any other list), as in a graph

@@ -150,6 +150,36 @@ void th_suite_deadcode(th_ctx *t)
         }
     }
 
+    th_case(t, "shared weights whose owner no loss reads still train "
+               "through a sharer that one does");
+    {
+        const char *tr =
+            "{\"format\":\"tpuemu-trace/1\",\"name\":\"sh\",\"system\":"
+            "\"v3-8\",\"run\":{\"mode\":\"train\",\"global_batch\":8},"
+            "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[8,8,4]}],"
+            "\"layers\":[{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"x\","
+            "\"filters\":16,\"kernel\":[3,3]},{\"name\":\"owner\",\"op\":"
+            "\"conv\",\"in\":\"c1\",\"filters\":16,\"kernel\":[3,3]},"
+            "{\"name\":\"sharer\",\"op\":\"conv\",\"in\":\"c1\","
+            "\"filters\":16,\"kernel\":[3,3],\"share_weights\":\"owner\"},"
+            "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":"
+            "\"sharer\"}]}}";
+        tpu_error e = {0};
+        graph g;
+        if (TH_CHECKF(t, graph_parse(&g, tr, strlen(tr), "sh", &e) == 0, "%s",
+                      e.msg)) {
+            int o = graph_find(&g, "owner"), c1 = graph_find(&g, "c1");
+            TH_CHECKF(t, g.layers[o].unused && !g.layers[o].weights_no_grad &&
+                             graph_trainable_weights(&g) ==
+                                 g.layers[c1].weights + g.layers[o].weights,
+                      "owner unused %d, no grad %d, trainable %lld of %lld",
+                      g.layers[o].unused, g.layers[o].weights_no_grad,
+                      (long long)graph_trainable_weights(&g),
+                      (long long)graph_weights(&g));
+            graph_free(&g);
+        }
+    }
+
     th_case(t, "a training graph without a loss layer counts its sinks as "
                "losses (everything computed and trained, as before)");
     {
