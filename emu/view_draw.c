@@ -94,8 +94,6 @@ static void fmt_t(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%.4g ns", s * 1e9);
 }
 
-/* The unit a span of w seconds reads best in. */
-
 /* Decimals that resolve res in a unit of scale sc. */
 static int t_decimals(double res, double sc)
 {
