@@ -77,6 +77,7 @@ typedef struct {
     const char *freeze;        /* NULL: the trace's trainable flags */
     int n_sets;
     const char *keys[CLI_WHATIF_MAX_SETS], *vals[CLI_WHATIF_MAX_SETS];
+    const char *sets[CLI_WHATIF_MAX_SETS]; /* "KEY=VALUE" as given */
     char buf[CLI_WHATIF_MAX_SETS][256];
     const char *first;         /* the first what-if option given, or NULL */
 } cli_whatif;

@@ -880,10 +880,7 @@ static int check_sets(const sweep *s)
         if (ax->kind != AX_SET)
             continue;
         any = 1;
-        int known = 0;
-        for (size_t k = 0; tpu_param_key(k) && !known; k++)
-            known = strcmp(tpu_param_key(k)->key, ax->name) == 0;
-        if (!known)
+        if (!tpu_param_find(ax->name))
             return bad(s, ax->jpath, "unknown parameter (see tpuemu run "
                                      "--help for the list)");
         for (int i = 0; i < ax->n; i++)

@@ -56,6 +56,7 @@ int cli_whatif_take(cli_whatif *w, int argc, char **argv, int *i)
         b[eq - v] = 0;
         w->keys[w->n_sets] = b;
         w->vals[w->n_sets] = b + (eq - v) + 1;
+        w->sets[w->n_sets] = v;
         w->n_sets++;
         return note_first(w, "--set");
     }
@@ -65,18 +66,15 @@ int cli_whatif_take(cli_whatif *w, int argc, char **argv, int *i)
 int cli_whatif_check(const cli_whatif *w)
 {
     for (int i = 0; i < w->n_sets; i++) {
-        for (int j = 0; j < i; j++)
-            if (strcmp(w->keys[j], w->keys[i]) == 0)
-                return cli_error(2, "--set %s: given twice (%s, then %s)",
-                                 w->keys[i], w->vals[j], w->vals[i]);
-        int known = 0;
-        size_t need = 1;
-        for (size_t k = 0; tpu_param_key(k); k++) {
-            known |= strcmp(tpu_param_key(k)->key, w->keys[i]) == 0;
-            need += strlen(tpu_param_key(k)->key) + 2;
-        }
-        if (known)
+        /* key i against the earlier ones, then key i known: the first
+         * bad --set is the one named */
+        if (cli_sets_once(w->sets, i + 1))
+            return 2;
+        if (tpu_param_find(w->keys[i]))
             continue;
+        size_t need = 1;
+        for (size_t k = 0; tpu_param_key(k); k++)
+            need += strlen(tpu_param_key(k)->key) + 2;
         /* The keys by name on the one error line; --help adds units and
          * sources. */
         char *list = malloc(need);

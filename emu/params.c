@@ -320,6 +320,12 @@ static const pentry *find(const char *key)
     return NULL;
 }
 
+const tpu_param_info *tpu_param_find(const char *key)
+{
+    const pentry *e = key ? find(key) : NULL;
+    return e ? &e->info : NULL;
+}
+
 tpu_status tpu_params_set(tpu_params *p, const char *key, const char *value,
                           tpu_error *err)
 {

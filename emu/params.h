@@ -82,6 +82,8 @@ typedef struct {
 
 /* The i-th key accepted by tpu_params_set; NULL past the last. */
 const tpu_param_info *tpu_param_key(size_t i);
+/* The key accepted by tpu_params_set under that name; NULL when unknown. */
+const tpu_param_info *tpu_param_find(const char *key);
 
 /* Overrides one parameter from text ("hbm.bandwidth_gbs", "1200").
  * TPU_ERR_INPUT with a message for an unknown key or a bad value. */
