@@ -39,6 +39,10 @@ int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi,
             int64_t *out);
 int cli_double(const char *opt, const char *s, double lo, double hi,
                double *out);
+/* 1 when s is a plain decimal number (digits, sign, point, exponent:
+ * what cli_double accepts before its range check), its value in *out
+ * (+-HUGE_VAL when too large for a double); 0 otherwise.  Prints nothing. */
+int cli_number(const char *s, double *out);
 /* Byte counts x and y as GiB, with digits enough that different figures
  * (what is needed, what the core has) never print the same. */
 void cli_fmt_gib2(char *a, char *b, size_t cap, double x, double y);

@@ -86,23 +86,25 @@ static int slower(double base, double now, double tol)
 }
 
 /* Decimals of 100 * tol written exactly (the shortest decimal that reads
- * back as tol, the decimal point moved by two): 0.02 -> 0, 0.025 -> 1,
- * 0.999999999 -> 7.  *sig gets that decimal's significant digits. */
+ * back as tol, cli_fmt_num's, the decimal point moved by two): 0.02 -> 0,
+ * 0.025 -> 1, 0.999999999 -> 7.  *sig gets that decimal's significant
+ * digits. */
 static int tol_decimals(double tol, int *sig)
 {
     char b[48];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(b, sizeof b, "%.*e", p - 1, tol);
-        if (strtod(b, NULL) == tol || p == 17) {
-            const char *e = strchr(b, 'e');
-            int ex = e ? atoi(e + 1) : 0;
-            int dec = p - 1 - ex - 2;
-            *sig = p;
-            return dec < 0 ? 0 : dec;
-        }
+    cli_fmt_num(b, sizeof b, tol);
+    int n = 0, lead = 1;
+    for (const char *p = b; *p && *p != 'e'; p++) {
+        if (*p < '0' || *p > '9' || (lead && *p == '0'))
+            continue;
+        lead = 0;
+        n++;
     }
-    *sig = 17;
-    return 0;
+    *sig = n ? n : 1;
+    snprintf(b, sizeof b, "%.*e", *sig - 1, tol);
+    const char *e = strchr(b, 'e');
+    int dec = *sig - 1 - (e ? atoi(e + 1) : 0) - 2;
+    return dec < 0 ? 0 : dec;
 }
 
 /* More decimals than this and the tolerance is printed as %g ("1e-18%"). */
@@ -533,18 +535,17 @@ int cli_check(int argc, char **argv)
                 return cli_error(2, "--tolerance: '%s': --tolerance is a "
                                     "fraction: 0.05 means 5%%",
                                  v);
-            char *end = NULL;
-            double x = strtod(v, &end);
-            int plain = strspn(v, "0123456789.eE+-") == len && end != v &&
-                        !*end;
-            if (plain && x >= 1)
+            /* cli_double would say "out of range [0, 1]", but the range
+             * is half open, and a value of 1 or more is most likely a
+             * percentage. */
+            double x = 0;
+            int num = cli_number(v, &x);
+            if (num && !(x < 1))
                 return cli_error(2, "--tolerance: %s is not below 1: "
                                     "--tolerance is a fraction: 0.05 means "
                                     "5%%",
                                  v);
-            /* cli_double would say [0, 1], but 1 itself is refused above:
-             * the range is half open. */
-            if (plain && x < 0)
+            if (num && x < 0)
                 return cli_error(2, "--tolerance: %s is out of range [0, 1): "
                                     "--tolerance is a fraction: 0.05 means "
                                     "5%%",

@@ -86,13 +86,22 @@ int cli_int(const char *opt, const char *s, int64_t lo, int64_t hi,
     return 0;
 }
 
+int cli_number(const char *s, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (!plain_number(s) || *end)
+        return 0;
+    *out = v;
+    return 1;
+}
+
 int cli_double(const char *opt, const char *s, double lo, double hi,
                double *out)
 {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!plain_number(s) || *end)
+    double v = 0;
+    errno = 0; /* cli_number's strtod sets ERANGE */
+    if (!cli_number(s, &v))
         return cli_error(2, "%s: expected a number, got '%s'", opt, s);
     /* ERANGE is overflow (v is +-HUGE_VAL) or underflow (v is 0 or
      * subnormal): a figure too small for a double is that close to 0 and
