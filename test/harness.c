@@ -178,6 +178,53 @@ int main(int argc, char **argv)
     return t.failed ? 1 : 0;
 }
 
+long th_rgb_diff(const unsigned char *a, const unsigned char *b, int w, int x0,
+                 int y0, int x1, int y1)
+{
+    long d = 0;
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++)
+            d += memcmp(a + 3 * ((size_t)y * w + x),
+                        b + 3 * ((size_t)y * w + x), 3) != 0;
+    return d;
+}
+
+char *th_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+        if (n + 1 == cap) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (len)
+            *len = n;
+    }
+    return buf;
+}
+
 int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb)
 {
     png_image im;

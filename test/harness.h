@@ -54,6 +54,13 @@ int th_run(th_cmd_result *r, const char *fmt, ...);
 /* Reads a PNG as 8-bit RGB rows (*rgb owned by the caller, NULL on
  * failure).  1 on success. */
 int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb);
+/* Pixels that differ between RGB images a and b of width w, in rows
+ * y0..y1-1 and columns x0..x1-1. */
+long th_rgb_diff(const unsigned char *a, const unsigned char *b, int w, int x0,
+                 int y0, int x1, int y1);
+/* A whole file, NUL-terminated (owned by the caller; its length without
+ * the NUL in *len when len is not NULL); NULL when it cannot be read. */
+char *th_slurp(const char *path, size_t *len);
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);
 

@@ -7,35 +7,6 @@
 
 #include "test/harness.h"
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-        if (n + 1 == cap) {
-            char *b = realloc(buf, cap * 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    return buf;
-}
-
 void th_suite_doctables(th_ctx *t)
 {
     th_case(t, "docs/VALIDATION.md holds the sensitivity table that "
@@ -49,7 +20,7 @@ void th_suite_doctables(th_ctx *t)
         return;
     TH_CHECKF(t, strstr(r.out, " err ") == NULL,
               "a row of sensitivity.sh failed:\n%s", r.out);
-    char *doc = slurp("docs/VALIDATION.md");
+    char *doc = th_slurp("docs/VALIDATION.md", NULL);
     if (!TH_CHECKF(t, doc != NULL, "cannot read docs/VALIDATION.md"))
         return;
     /* Line by line, so the first stale row is named. */

@@ -239,19 +239,6 @@ static void outfile_cases(th_ctx *t)
     }
 }
 
-/* Pixels of a and b (w x h RGB) that differ in rows y0..y1-1, columns
- * x0..x1-1. */
-static long diff_in(const unsigned char *a, const unsigned char *b, int w,
-                    int x0, int y0, int x1, int y1)
-{
-    long d = 0;
-    for (int y = y0; y < y1; y++)
-        for (int x = x0; x < x1; x++)
-            d += memcmp(a + 3 * ((size_t)y * w + x),
-                        b + 3 * ((size_t)y * w + x), 3) != 0;
-    return d;
-}
-
 static unsigned char *shot(th_ctx *t, const char *report, const char *png,
                            int *w, int *h)
 {
@@ -298,15 +285,15 @@ static void view_cases(th_ctx *t)
         /* The header is 40 pixels high; the second line's text starts at
          * y 21.  The panel tabs start at x 432 at this width: the text
          * stays left of them. */
-        long hd = diff_in(a, b, 640, 0, 0, 640, 40);
-        long hd2 = diff_in(a, c, 640, 0, 0, 640, 40);
+        long hd = th_rgb_diff(a, b, 640, 0, 0, 640, 40);
+        long hd2 = th_rgb_diff(a, c, 640, 0, 0, 640, 40);
         TH_CHECKF(t, hd > 50 && hd2 > 50, "header differs by %ld, %ld px",
                   hd, hd2);
-        TH_CHECK(t, diff_in(a, b, 640, 0, 0, 640, 20) == 0);
-        TH_CHECK(t, diff_in(a, b, 640, 0, 40, 640, 400) == 0 &&
-                        diff_in(a, c, 640, 0, 40, 640, 400) == 0);
-        TH_CHECK(t, diff_in(a, b, 640, 425, 0, 640, 40) == 0 &&
-                        diff_in(a, c, 640, 425, 0, 640, 40) == 0);
+        TH_CHECK(t, th_rgb_diff(a, b, 640, 0, 0, 640, 20) == 0);
+        TH_CHECK(t, th_rgb_diff(a, b, 640, 0, 40, 640, 400) == 0 &&
+                        th_rgb_diff(a, c, 640, 0, 40, 640, 400) == 0);
+        TH_CHECK(t, th_rgb_diff(a, b, 640, 425, 0, 640, 40) == 0 &&
+                        th_rgb_diff(a, c, 640, 425, 0, 640, 40) == 0);
     }
     free(a);
     free(b);

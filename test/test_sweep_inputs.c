@@ -71,23 +71,11 @@ static void write_trace(const char *path, const char *name, int cpr,
     put(path, buf);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *b = calloc(1, 1 << 16);
-    if (b)
-        b[fread(b, 1, (1 << 16) - 1, f)] = 0;
-    fclose(f);
-    return b;
-}
-
 /* The step time of results.csv's row whose partition_dims column is
  * `label`; -1 when there is no such row. */
 static double csv_step(const char *csv_path, const char *label)
 {
-    char *csv = slurp(csv_path);
+    char *csv = th_slurp(csv_path, NULL);
     if (!csv)
         return -1;
     int col_pd = -1, col_st = -1, col = 0;
@@ -153,7 +141,7 @@ static int same_time(double a, double b)
 static void generated_pd(const char *path, char *buf, size_t cap)
 {
     buf[0] = 0;
-    char *t = slurp(path);
+    char *t = th_slurp(path, NULL);
     if (!t)
         return;
     const char *p = strstr(t, "\"input_partition_dims\"");

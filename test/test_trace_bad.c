@@ -19,29 +19,6 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 /* One line, starting with the file name, for a refused trace. */
 static int well_formed(const tpu_error *e, const char *file)
 {
@@ -80,7 +57,7 @@ void th_suite_trace_bad(th_ctx *t)
         snprintf(path, sizeof path, "%s/%s", BAD_DIR, names[i]);
         snprintf(errp, sizeof errp, "%s/%.*s.err", BAD_DIR,
                  (int)strlen(names[i]) - 5, names[i]);
-        w = slurp(errp, &wl);
+        w = th_slurp(errp, &wl);
         if (!TH_CHECKF(t, w != NULL, "%s: no .err file", path)) {
             free(names[i]);
             continue;
@@ -148,7 +125,7 @@ void th_suite_trace_bad(th_ctx *t)
     th_case(t, "every truncation of a valid trace is refused cleanly");
     {
         size_t len = 0, step;
-        char *text = slurp("traces/small/tiny2d.json", &len);
+        char *text = th_slurp("traces/small/tiny2d.json", &len);
         int bad = 0;
         if (TH_CHECK(t, text != NULL)) {
             st = graph_parse(&g, text, len, "tiny2d.json", &e);
@@ -172,7 +149,7 @@ void th_suite_trace_bad(th_ctx *t)
                "cleanly");
     {
         size_t len = 0;
-        char *text = slurp("traces/small/tiny3d-p4.json", &len);
+        char *text = th_slurp("traces/small/tiny3d-p4.json", &len);
         char *m;
         unsigned long long s = 0x9e3779b97f4a7c15ULL;
         int rounds = th_asan() ? 300 : 3000, bad = 0, ok = 0;

@@ -21,14 +21,6 @@ static long count_rgb(const unsigned char *p, int w, int h, unsigned c)
     return n;
 }
 
-static long diff_px(const unsigned char *a, const unsigned char *b, int w, int h)
-{
-    long n = 0;
-    for (long i = 0; i < (long)w * h; i++)
-        n += memcmp(a + 3 * i, b + 3 * i, 3) != 0;
-    return n;
-}
-
 /* Is s drawn at (x, y) in colour c with the bitmap font?  Every glyph
  * pixel must be c and every other pixel of the cell must not be. */
 static int has_text(const unsigned char *p, int w, int h, int x, int y, const char *s,
@@ -267,7 +259,7 @@ void th_suite_view(th_ctx *t)
            env, th_bin(), b);
     TH_CHECKF(t, r->status == 0, "status %d: %s", r->status, r->err);
     if (pa && TH_CHECK(t, th_png_rgb(b, &w2, &h2, &pb)) && w2 == w && h2 == h) {
-        long d = diff_px(pa, pb, w, h);
+        long d = th_rgb_diff(pa, pb, w, 0, 0, w, h);
         TH_CHECKF(t, d > w * h / 20, "zoomed frame differs in %ld pixels", d);
     }
     free(pb);
@@ -338,7 +330,7 @@ void th_suite_view(th_ctx *t)
             /* tab then shift+tab: back on the timeline, zoomed in. */
             TH_CHECK(t, count_rgb(pb, w2, h2, 0x0072B2) > w2 * h2 / 10);
             if (pa && w2 == w && h2 == h)
-                TH_CHECKF(t, diff_px(pa, pb, w, h) > w * h / 50,
+                TH_CHECKF(t, th_rgb_diff(pa, pb, w, 0, 0, w, h) > w * h / 50,
                           "the zoomed frame looks like the unzoomed one");
         }
         free(pb);
