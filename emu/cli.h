@@ -66,6 +66,11 @@ int cli_take(int argc, char **argv, int *i, const char *name,
  * sets[0..n) ("KEY=VALUE" each): the second would silently win.  0 when
  * every key is given once. */
 int cli_sets_once(const char *const *sets, int n);
+/* Two --freeze lists freeze the same layers when they hold the same
+ * entries: order and repeats do not matter ("c1,bn" is "bn,c1").  `check`
+ * notes a difference with it, `sweep` refuses a repeated grid.freeze entry
+ * with it. */
+int cli_freeze_same(const char *a, const char *b);
 /* True when argv has -h or --help. */
 int cli_wants_help(int argc, char **argv);
 

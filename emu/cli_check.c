@@ -248,43 +248,6 @@ static int same_value(const char *a, const char *b)
     return ea != a && !*ea && eb != b && !*eb && x == y;
 }
 
-/* Entry e (length n) of a comma-separated list is in list. */
-static int list_has(const char *list, const char *e, size_t n)
-{
-    for (const char *p = list;;) {
-        size_t m = strcspn(p, ",");
-        if (m == n && strncmp(p, e, n) == 0)
-            return 1;
-        if (!p[m])
-            return 0;
-        p += m + 1;
-    }
-}
-
-/* Every entry of a is in b. */
-static int list_within(const char *a, const char *b)
-{
-    for (const char *p = a;;) {
-        size_t m = strcspn(p, ",");
-        if (!list_has(b, p, m))
-            return 0;
-        if (!p[m])
-            return 1;
-        p += m + 1;
-    }
-}
-
-/* Two --freeze lists freeze the same layers when they hold the same
- * entries: order and repeats do not matter ("c1,bn" is "bn,c1"). */
-static int same_freeze(const char *a, const char *b)
-{
-    if (strcmp(a, b) == 0)
-        return 1;
-    if (!*a || !*b)
-        return 0;
-    return list_within(a, b) && list_within(b, a);
-}
-
 static const emu_override *find_override(const emu_result *r,
                                          const char *key)
 {
@@ -327,7 +290,7 @@ static void print_notes(const emu_result *b, const emu_result *n)
                    n->overrides[i].value);
     /* --freeze changes which layers train: a frozen backbone is faster
      * by design, not by a change of the emulated hardware. */
-    if (!same_freeze(b->freeze, n->freeze)) {
+    if (!cli_freeze_same(b->freeze, n->freeze)) {
         if (!n->freeze[0])
             printf("note: BASE sets --freeze %s\n", b->freeze);
         else if (!b->freeze[0])

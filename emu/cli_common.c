@@ -199,3 +199,38 @@ int cli_sets_once(const char *const *sets, int n)
     }
     return 0;
 }
+
+/* Entry e (length n) of a comma-separated list is in list. */
+static int list_has(const char *list, const char *e, size_t n)
+{
+    for (const char *p = list;;) {
+        size_t m = strcspn(p, ",");
+        if (m == n && strncmp(p, e, n) == 0)
+            return 1;
+        if (!p[m])
+            return 0;
+        p += m + 1;
+    }
+}
+
+/* Every entry of a is in b. */
+static int list_within(const char *a, const char *b)
+{
+    for (const char *p = a;;) {
+        size_t m = strcspn(p, ",");
+        if (!list_has(b, p, m))
+            return 0;
+        if (!p[m])
+            return 1;
+        p += m + 1;
+    }
+}
+
+int cli_freeze_same(const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0)
+        return 1;
+    if (!*a || !*b)
+        return 0;
+    return list_within(a, b) && list_within(b, a);
+}

@@ -447,18 +447,11 @@ static const char bad_system_msg[] = "unknown system (v2-2, v2-8 ... v2-512, "
                                      "v3-2, v3-8 ... v3-2048)";
 
 /* A freeze axis value is checked as `run --freeze` would check it
- * (graph_freeze), on a copy of the base trace's layers: the base graph
- * keeps the trace's flags. */
+ * (graph_freeze_check: the base graph keeps the trace's flags). */
 static int freeze_ok(const sweep *s, const char *jp, const char *list)
 {
-    graph g = s->g;
-    g.layers = malloc(sizeof *g.layers * (size_t)(g.n_layers + 1));
-    if (!g.layers)
-        return cli_error(4, "out of memory");
-    memcpy(g.layers, s->g.layers, sizeof *g.layers * (size_t)g.n_layers);
     tpu_error err = {0};
-    tpu_status st = graph_freeze(&g, list, s->trace, &err);
-    free(g.layers);
+    tpu_status st = graph_freeze_check(&s->g, list, s->trace, &err);
     if (st == TPU_ERR_SYSTEM)
         return cli_fail(&err);
     return st ? bad(s, jp, err.msg) : 0;
@@ -499,8 +492,9 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
         snprintf(v->label, sizeof v->label, "%s", v->arg);
         char *end;
         v->x = strtod(v->arg, &end);
-        if (*end || end == v->arg || !isfinite(v->x))
-            v->x = i; /* not numeric: spaced evenly in file order */
+        if (*end || end == v->arg || !isfinite(v->x) || kind == AX_FREEZE)
+            v->x = i; /* not numeric (a --freeze list never is, even "1",
+                         a layer's name): spaced evenly in file order */
         if (kind == AX_SYSTEM) {
             const tpu_system *sy = tpu_system_find(v->arg);
             if (!sy)
@@ -525,8 +519,10 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
             if (rc)
                 return rc;
         }
+        /* --freeze lists as `check` compares them: "c1,bn" is "bn,c1" */
         for (int k = 0; k < i; k++)
-            if (strcmp(a->v[k].arg, v->arg) == 0)
+            if (kind == AX_FREEZE ? cli_freeze_same(a->v[k].arg, v->arg)
+                                  : strcmp(a->v[k].arg, v->arg) == 0)
                 return bad(s, jp, "the same value as an earlier entry");
         i++;
     }
@@ -1731,7 +1727,7 @@ static int chart(const sweep *s, const char *out, long long nruns,
              collapsed ? " (fastest at each x)" : "");
     static const char *const xlabels[] = {
         "cores per replica (partition_dims)", "cores (system)",
-        "global batch", NULL, "frozen layers (--freeze)"};
+        "global batch", NULL, "--freeze list (index in grid.freeze)"};
     if (s->ax[xa].kind == AX_SET)
         snprintf(xl, sizeof xl, "%s", s->ax[xa].name);
     else

@@ -723,8 +723,12 @@ static int freeze_entry(const graph *g, const char *e, size_t len,
     return weighted;
 }
 
-tpu_status graph_freeze(graph *g, const char *list, const char *path,
-                        tpu_error *err)
+/* Everything graph_freeze checks, before it changes anything: on success
+ * *want (owned by the caller) marks the owners LIST names, and *none says
+ * whether it was "none". */
+static tpu_status freeze_validate(const graph *g, const char *list,
+                                  const char *path, unsigned char **want_out,
+                                  int *none_out, tpu_error *err)
 {
     if (!path)
         path = g->name;
@@ -786,6 +790,29 @@ tpu_status graph_freeze(graph *g, const char *list, const char *path,
             return st;
         }
     }
+    *want_out = want;
+    *none_out = none;
+    return TPU_OK;
+}
+
+tpu_status graph_freeze_check(const graph *g, const char *list,
+                              const char *path, tpu_error *err)
+{
+    unsigned char *want = NULL;
+    int none = 0;
+    tpu_status st = freeze_validate(g, list, path, &want, &none, err);
+    free(want);
+    return st;
+}
+
+tpu_status graph_freeze(graph *g, const char *list, const char *path,
+                        tpu_error *err)
+{
+    unsigned char *want = NULL;
+    int none = 0;
+    tpu_status st = freeze_validate(g, list, path, &want, &none, err);
+    if (st)
+        return st;
     /* As the reader does: owners first, each sharer with its owner's
      * setting (an owner comes before its sharers). */
     for (int i = 0; i < g->n_layers; i++) {
@@ -801,10 +828,10 @@ tpu_status graph_freeze(graph *g, const char *list, const char *path,
     /* What depends on the flags, in layer order as the reader derives it
      * (every layer inferred before, so this cannot fail). */
     for (int i = 0; i < g->n_layers; i++) {
-        tpu_status st = graph_infer_layer(g, i, NULL, err);
+        st = graph_infer_layer(g, i, NULL, err);
         if (st)
             return st;
     }
-    memcpy(g->freeze, list, total + 1);
+    memcpy(g->freeze, list, strlen(list) + 1);
     return TPU_OK;
 }

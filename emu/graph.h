@@ -226,6 +226,10 @@ tpu_status graph_finish(graph *g, tpu_error *err);
  * the list is kept in g->freeze. */
 tpu_status graph_freeze(graph *g, const char *list, const char *path,
                         tpu_error *err);
+/* graph_freeze's checks alone, with its messages and statuses: g is only
+ * read (a sweep checks each --freeze list of its grid on the base trace). */
+tpu_status graph_freeze_check(const graph *g, const char *list,
+                              const char *path, tpu_error *err);
 
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);

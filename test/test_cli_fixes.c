@@ -6,11 +6,19 @@
  *    are refused with exit 2 and a message saying so;
  *  - `run` on a step that does not fit (exit 3) writes the --report but
  *    not --png / --chrome-trace, and says so on stderr; run --help says it.
+ *
+ * And of a review: graph_freeze_check validates a --freeze list as
+ * graph_freeze does without changing the graph, and `sweep` refuses a
+ * grid.freeze entry that freezes what an earlier one does ("bn1,conv1"
+ * after "conv1,bn1"), as `check` compares the lists.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "emu/graph.h"
 #include "test/harness.h"
 
 #define TINY "traces/small/tiny3d-p4.json"
@@ -200,10 +208,88 @@ static void run_small_batch_note(th_ctx *t)
               "128 examples per core: status %d: %s", c.status, c.out);
 }
 
+static void freeze_check(th_ctx *t)
+{
+    th_case(t, "graph_freeze_check: graph_freeze's verdicts and messages, "
+               "the graph unchanged");
+    size_t len = 0;
+    char *text = th_slurp("traces/small/tiny2d.json", &len);
+    graph g;
+    tpu_error e1 = {0}, e2 = {0};
+    if (!TH_CHECK(t, text != NULL) ||
+        !TH_CHECKF(t, graph_parse(&g, text, len, "tiny2d.json", &e1) == 0,
+                   "%s", e1.msg)) {
+        free(text);
+        return;
+    }
+    static const char *const lists[] = {"conv1,bn1", "none", "relu1",
+                                        "nope*", "conv1,,bn1",
+                                        "none,conv1"};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        int frozen_before = 0, frozen_after = 0;
+        for (int l = 0; l < g.n_layers; l++)
+            frozen_before += g.layers[l].frozen;
+        e1.msg[0] = e2.msg[0] = 0;
+        tpu_status a = graph_freeze_check(&g, lists[i], "T", &e1);
+        for (int l = 0; l < g.n_layers; l++)
+            frozen_after += g.layers[l].frozen;
+        TH_CHECKF(t, frozen_before == frozen_after && g.freeze[0] == 0,
+                  "%s: check changed the graph", lists[i]);
+        graph h;
+        tpu_error e3 = {0};
+        if (!TH_CHECK(t, graph_parse(&h, text, len, "tiny2d.json", &e3) == 0))
+            break;
+        tpu_status b = graph_freeze(&h, lists[i], "T", &e2);
+        TH_CHECKF(t, a == b && strcmp(e1.msg, e2.msg) == 0,
+                  "%s: check %d '%s', freeze %d '%s'", lists[i], a, e1.msg, b,
+                  e2.msg);
+        TH_CHECKF(t, (i < 2) == (a == TPU_OK), "%s: %d", lists[i], a);
+        graph_free(&h);
+    }
+    graph_free(&g);
+    free(text);
+
+    th_case(t, "sweep: a grid.freeze entry holding an earlier one's layers in "
+               "another order is refused (lists compared as sets)");
+    char cwd[1024], sw[1200], out[1200];
+    if (!TH_CHECK(t, getcwd(cwd, sizeof cwd) != NULL))
+        return;
+    snprintf(sw, sizeof sw, "%s/cf-freeze-sweep.json", th_tmpdir());
+    snprintf(out, sizeof out, "%s/cf-freeze-out", th_tmpdir());
+    FILE *f = fopen(sw, "wb");
+    if (!TH_CHECK(t, f != NULL))
+        return;
+    fprintf(f, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"fz\", "
+               "\"trace\": \"%s/traces/small/tiny2d.json\", \"grid\": "
+               "{\"freeze\": [\"conv1,bn1\", \"bn1,conv1\"]}}\n",
+            cwd);
+    fclose(f);
+    th_cmd_result c;
+    th_run(&c, "rm -rf %s; %s sweep %s --print-commands --out %s", out,
+           th_bin(), sw, out);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "grid.freeze[1]") &&
+                     strstr(c.err, "the same value as an earlier entry"),
+              "status %d: %s", c.status, c.err);
+    /* The two orders of different lists still both run. */
+    f = fopen(sw, "wb");
+    if (!TH_CHECK(t, f != NULL))
+        return;
+    fprintf(f, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"fz\", "
+               "\"trace\": \"%s/traces/small/tiny2d.json\", \"grid\": "
+               "{\"freeze\": [\"conv1,bn1\", \"conv1\"]}}\n",
+            cwd);
+    fclose(f);
+    th_run(&c, "rm -rf %s; %s sweep %s --print-commands --out %s", out,
+           th_bin(), sw, out);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "--freeze conv1"),
+              "status %d: %s%s", c.status, c.out, c.err);
+}
+
 void th_suite_cli_fixes(th_ctx *t)
 {
     check_notes(t);
     check_tolerance(t);
     run_nofit(t);
     run_small_batch_note(t);
+    freeze_check(t);
 }
