@@ -104,10 +104,10 @@ static tpu_status resolve(const char *path, char **target, int *existed,
             int e = errno;
             /* /dev/stdout -> /proc/self/fd/1 -> "pipe:[N]": the kernel
              * follows the link (stat works), realpath cannot name it. */
-            if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
-                !S_ISDIR(st.st_mode))
+            int resolves = stat(path, &st) == 0;
+            if (resolves && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
                 return refuse_kind(err, path, st.st_mode, 1);
-            if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            if (resolves && S_ISREG(st.st_mode))
                 return tpu_fail(err, TPU_ERR_INPUT,
                                 "%s: cannot create: links to an open file "
                                 "that has no name (deleted?): outputs are "
