@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "emu/graph.h" /* GRAPH_FREEZE_MAX */
+
 /* The report's exclusive categories, in report order (SPEC.md). */
 typedef enum {
     CAT_MXU,        /* critical path in matrix work */
@@ -93,7 +95,7 @@ typedef struct {
     emu_override *overrides;
     /* The --freeze list the graph was given (graph_freeze), "" without
      * one; the report's optional "freeze". */
-    char freeze[1024];
+    char freeze[GRAPH_FREEZE_MAX];
     emu_core_result *per_core;     /* cores entries */
     /* ICI link busy time: chips x 4 (dirs +x, -x, +y, -y), seconds. */
     double *link_busy_s;
