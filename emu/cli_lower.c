@@ -74,7 +74,9 @@ int cli_lower(int argc, char **argv)
     fw_memory mem;
     fw_program_init(&prog);
     tpu_status rc = sim_lower(&g, &o, (int)core, &prog, &mem, &err);
-    if (rc) {
+    /* A step that does not fit is still printed (what would need the
+     * memory), then refused as run refuses it. */
+    if (rc && rc != TPU_ERR_NOFIT) {
         graph_free(&g);
         return cli_fail(&err);
     }
@@ -107,5 +109,5 @@ int cli_lower(int argc, char **argv)
     }
     fw_program_free(&prog);
     graph_free(&g);
-    return 0;
+    return rc ? cli_fail(&err) : 0;
 }

@@ -183,6 +183,33 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
     return rc;
 }
 
+/* TPU_ERR_NOFIT with the figures of the core m that needs the most. */
+static tpu_status nofit_fail(tpu_error *err, const char *path,
+                             const tpu_system *sys, const tpu_params *hw,
+                             const plan *p, const fw_memory *m)
+{
+    /* GiB for real chips; MiB when --set shrinks HBM to test a trace */
+    double u = hw->hbm.capacity_bytes >= GIB ? GIB : GIB / 1024;
+    const char *un = u == GIB ? "GiB" : "MiB";
+    char remat[160] = "";
+    if (m->remat_layers > 0)
+        snprintf(remat, sizeof remat,
+                 ", after recomputing %d activations (%.1f %s) in the "
+                 "backward pass",
+                 m->remat_layers, m->remat_bytes / u, un);
+    return tpu_fail(err, TPU_ERR_NOFIT,
+                    "%s: needs %.1f %s of HBM per core, v%d core has %.0f "
+                    "%s (weights+gradients+optimizer %.1f, activations "
+                    "kept for backward %.1f, workspace %.1f %s%s; %lld "
+                    "example%s per replica, %d core%s per replica)",
+                    path, m->peak_bytes / u, un, sys->gen,
+                    hw->hbm.capacity_bytes / u, un,
+                    (m->weights_bytes + m->grads_bytes + m->opt_bytes) / u,
+                    m->saved_bytes / u, m->workspace_bytes / u, un, remat,
+                    (long long)p->batch, p->batch == 1 ? "" : "s", p->cpr,
+                    p->cpr == 1 ? "" : "s");
+}
+
 tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
                    tpu_error *err)
 {
@@ -229,26 +256,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         for (int k = 1; k < p.cpr; k++)
             if (mems[k].peak_bytes > m->peak_bytes)
                 m = &mems[k];
-        /* GiB for real chips; MiB when --set shrinks HBM to test a trace */
-        double u = hw.hbm.capacity_bytes >= GIB ? GIB : GIB / 1024;
-        const char *un = u == GIB ? "GiB" : "MiB";
-        char remat[160] = "";
-        if (m->remat_layers > 0)
-            snprintf(remat, sizeof remat,
-                     ", after recomputing %d activations (%.1f %s) in the "
-                     "backward pass",
-                     m->remat_layers, m->remat_bytes / u, un);
-        rc = tpu_fail(err, TPU_ERR_NOFIT,
-                      "%s: needs %.1f %s of HBM per core, v%d core has %.0f "
-                      "%s (weights+gradients+optimizer %.1f, activations "
-                      "kept for backward %.1f, workspace %.1f %s%s; %lld "
-                      "example%s per replica, %d core%s per replica)",
-                      path, need / u, un, sys->gen, hw.hbm.capacity_bytes / u,
-                      un,
-                      (m->weights_bytes + m->grads_bytes + m->opt_bytes) / u,
-                      m->saved_bytes / u, m->workspace_bytes / u, un, remat,
-                      (long long)p.batch, p.batch == 1 ? "" : "s", p.cpr,
-                      p.cpr == 1 ? "" : "s");
+        rc = nofit_fail(err, path, sys, &hw, &p, m);
         goto fail_plan;
     }
 
@@ -321,6 +329,9 @@ tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
     if (rc)
         return rc;
     rc = fw_lower(g, &p, &hw, p.shard_of[core], prog, mem, err);
+    if (!rc && mem->peak_bytes > hw.hbm.capacity_bytes)
+        rc = nofit_fail(err, o->trace_path ? o->trace_path : g->name, sys,
+                        &hw, &p, mem);
     plan_free(&p);
     return rc;
 }

@@ -48,7 +48,8 @@ void sim_opts_default(sim_opts *o);
 tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
                    tpu_error *err);
 
-/* The firmware of one core (for `tpuemu lower`). */
+/* The firmware of one core (for `tpuemu lower`).  TPU_ERR_NOFIT, with prog
+ * and mem filled, when that core's step does not fit in HBM. */
 #include "firmware/lower.h"
 tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
                      fw_program *prog, fw_memory *mem, tpu_error *err);

@@ -285,8 +285,26 @@ static void freeze_check(th_ctx *t)
               "status %d: %s%s", c.status, c.out, c.err);
 }
 
+/* `lower` of a step that does not fit prints the program (what needs the
+ * memory) and exits 3 with run's message, as its help says. */
+static void lower_nofit(th_ctx *t)
+{
+    th_case(t, "lower: a step that does not fit prints its program and "
+               "exits 3 with the memory figures");
+    th_cmd_result c;
+    th_run(&c, "%s lower traces/retinanet-2560-v3-8.json", th_bin());
+    TH_CHECKF(t, c.status == 3 && strstr(c.out, "; tpuemu firmware:") &&
+                     strstr(c.err, "needs 29.9 GiB of HBM per core"),
+              "status %d: %.200s / %s", c.status, c.out, c.err);
+    th_run(&c, "%s lower traces/retinanet-2560-v3-8.json --set "
+               "hbm.capacity_gib=64", th_bin());
+    TH_CHECKF(t, c.status == 0 && c.err[0] == 0, "status %d: %s", c.status,
+              c.err);
+}
+
 void th_suite_cli_fixes(th_ctx *t)
 {
+    lower_nofit(t);
     check_notes(t);
     check_tolerance(t);
     run_nofit(t);
