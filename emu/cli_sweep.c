@@ -33,6 +33,7 @@
  * line and exit 2, leaving nothing behind. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1915,6 +1916,36 @@ int cli_sweep(int argc, char **argv)
         snprintf(out, sizeof out, "%s", out_opt);
     else
         snprintf(out, sizeof out, "sweep-%s", s.name);
+    /* The output directory itself: an existing directory, or a new one in
+     * an existing directory (as every output path: a missing directory is
+     * bad usage, exit 2, not created). */
+    {
+        struct stat st;
+        if (stat(out, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) {
+                sweep_free(&s);
+                return cli_error(2, "sweep --out %s: exists and is not a "
+                                    "directory", out);
+            }
+        } else {
+            char parent[1024];
+            snprintf(parent, sizeof parent, "%s", out);
+            char *slash = strrchr(parent, '/');
+            while (slash && slash > parent && slash[1] == 0) {
+                *slash = 0; /* "dir/" names dir */
+                slash = strrchr(parent, '/');
+            }
+            if (slash)
+                *(slash == parent ? slash + 1 : slash) = 0;
+            else
+                snprintf(parent, sizeof parent, ".");
+            if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                sweep_free(&s);
+                return cli_error(2, "sweep --out %s: %s is not an existing "
+                                    "directory", out, parent);
+            }
+        }
+    }
     /* Only now, with everything checked, does anything get written. */
     char sub[1100];
     static const char *const dirs[] = {"traces", "reports", "logs"};
@@ -1923,7 +1954,17 @@ int cli_sweep(int argc, char **argv)
         if (mkdir_p(sub) != 0) {
             int e = errno;
             sweep_free(&s);
-            return cli_error(4, "%s: cannot create: %s", sub, strerror(e));
+            return cli_error(e == ENOTDIR || e == EEXIST ? 2 : 4,
+                             "%s: cannot create: %s", sub, strerror(e));
+        }
+    }
+    /* Absolute from here on: --print-commands lines run from anywhere. */
+    if (out[0] != '/') {
+        char cwd[PATH_MAX], abs_out[sizeof out + PATH_MAX + 2];
+        if (getcwd(cwd, sizeof cwd)) {
+            snprintf(abs_out, sizeof abs_out, "%s/%s", cwd, out);
+            if (strlen(abs_out) < sizeof out)
+                snprintf(out, sizeof out, "%s", abs_out);
         }
     }
     rc = write_variants(&s, out);

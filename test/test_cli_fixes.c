@@ -302,9 +302,42 @@ static void lower_nofit(th_ctx *t)
               c.err);
 }
 
+/* sweep --out: an existing directory or a new one in an existing
+ * directory (exit 2 otherwise, nothing created); the printed command
+ * lines name absolute paths so they run from any directory. */
+static void sweep_out(th_ctx *t)
+{
+    th_case(t, "sweep --out: a file or a missing parent is bad usage (exit "
+               "2, nothing created); --print-commands paths are absolute");
+    const char *sw = "traces/sweeps/retinanet-partitioning.json";
+    char f[1024], miss[1024], dir[1024];
+    snprintf(f, sizeof f, "%s/sweep-out-file", th_tmpdir());
+    snprintf(miss, sizeof miss, "%s/no-such-dir/x", th_tmpdir());
+    snprintf(dir, sizeof dir, "%s/sweep-out-dir", th_tmpdir());
+    FILE *fp = fopen(f, "w");
+    if (fp)
+        fclose(fp);
+    th_cmd_result c;
+    th_run(&c, "%s sweep %s --out %s --print-commands", th_bin(), sw, f);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "is not a directory"),
+              "a file: status %d: %s", c.status, c.err);
+    th_run(&c, "%s sweep %s --out %s --print-commands", th_bin(), sw, miss);
+    struct stat st;
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "not an existing directory") &&
+                     stat(miss, &st) != 0,
+              "missing parent: status %d: %s", c.status, c.err);
+    /* relative --out, run from the tree: every path printed is absolute */
+    th_run(&c, "cd %s && %s sweep %s/%s --out rel --print-commands",
+           th_tmpdir(), th_bin_abs(), getcwd(dir, sizeof dir) ? dir : ".", sw);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, " --report /") &&
+                     !strstr(c.out, " rel/"),
+              "status %d: %.300s %s", c.status, c.out, c.err);
+}
+
 void th_suite_cli_fixes(th_ctx *t)
 {
     lower_nofit(t);
+    sweep_out(t);
     check_notes(t);
     check_tolerance(t);
     run_nofit(t);
