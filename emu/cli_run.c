@@ -175,7 +175,12 @@ static void print_table(const emu_result *r)
                "(docs/FIRMWARE.md; --set xla.conv_pad=0 for the folded "
                "alternative)\n");
     }
-    printf("step time %.4f s (slowest core %d)\n", r->step_time_s, slow);
+    /* four decimals read well from 10 ms up; below, four significant
+     * digits (0.0001 s said nothing of a 128 us step) */
+    if (r->step_time_s >= 0.01 || r->step_time_s <= 0)
+        printf("step time %.4f s (slowest core %d)\n", r->step_time_s, slow);
+    else
+        printf("step time %.4g s (slowest core %d)\n", r->step_time_s, slow);
 }
 
 /* Half of what the kernel says is available (/proc/meminfo MemAvailable),

@@ -334,8 +334,30 @@ static void sweep_out(th_ctx *t)
               "status %d: %.300s %s", c.status, c.out, c.err);
 }
 
+/* A sub-10 ms step keeps four significant digits in run's last line. */
+static void run_small_step(th_ctx *t)
+{
+    th_case(t, "run: a step of tens of microseconds prints four significant "
+               "digits (0.0000 s said nothing)");
+    char rep[1024];
+    snprintf(rep, sizeof rep, "%s/small-step.json", th_tmpdir());
+    th_cmd_result c;
+    th_run(&c, "%s run traces/functional/conv2d.json --report %s", th_bin(),
+           rep);
+    const char *p = strstr(c.out, "step time ");
+    double shown = p ? atof(p + 10) : 0;
+    char *text = th_slurp(rep, NULL);
+    const char *q = text ? strstr(text, "\"step_time_s\":") : NULL;
+    double real = q ? atof(q + 14) : 0;
+    TH_CHECKF(t, c.status == 0 && real > 0 && real < 0.01 &&
+                     shown > real * 0.999 && shown < real * 1.001,
+              "printed %g, report %g: %s", shown, real, p ? p : c.out);
+    free(text);
+}
+
 void th_suite_cli_fixes(th_ctx *t)
 {
+    run_small_step(t);
     lower_nofit(t);
     sweep_out(t);
     check_notes(t);
