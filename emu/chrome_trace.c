@@ -25,7 +25,41 @@ typedef struct {
     int first;        /* no comma before the next record */
     const int *from;  /* from[c]: c, the core its timeline is copied from,
                          or -1 (breakdown only) */
+    double lane_end[UNIT_COUNT][CHROME_LANES]; /* this core's, seconds */
+    uint8_t *lanes;   /* per core x unit: bit k = lane k written */
 } sink;
+
+void chrome_trace_tid(int tid, int *core, int *unit, int *lane)
+{
+    int base = tid, k = 0;
+    if (tid >= CHROME_LANE_TID0) {
+        base = (tid - CHROME_LANE_TID0) / CHROME_LANES;
+        k = (tid - CHROME_LANE_TID0) % CHROME_LANES;
+    }
+    *core = base / UNIT_COUNT;
+    *unit = base % UNIT_COUNT;
+    *lane = k;
+}
+
+static int lane_tid(int core, int unit, int lane)
+{
+    int base = core * UNIT_COUNT + unit;
+    return lane == 0 ? base : CHROME_LANE_TID0 + base * CHROME_LANES + lane;
+}
+
+/* The first lane of the unit whose last event ended by t0 (the last lane
+ * when all are busy: it may then overlap, as before lanes existed). */
+static int pick_lane(sink *s, int core, int unit, double t0, double t1)
+{
+    int k = 0;
+    while (k < CHROME_LANES - 1 && s->lane_end[unit][k] > t0 + ADJ_S)
+        k++;
+    if (t1 > s->lane_end[unit][k])
+        s->lane_end[unit][k] = t1;
+    if (s->lanes)
+        s->lanes[core * UNIT_COUNT + unit] |= (uint8_t)(1u << k);
+    return k;
+}
 
 static void put_str(FILE *f, const char *s)
 {
@@ -80,8 +114,9 @@ static void emit(sink *s, const emu_core_result *pc, const emu_event *e,
         put_str(s->f, ln);
     fputs(",\"cat\":", s->f);
     put_str(s->f, cat);
+    int lane = pick_lane(s, pc->core, e->unit, e->t0, e->t1);
     fprintf(s->f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,\"args\":{",
-            pc->chip, pc->core * UNIT_COUNT + e->unit, e->t0 * 1e6,
+            pc->chip, lane_tid(pc->core, e->unit, lane), e->t0 * 1e6,
             (e->t1 - e->t0) * 1e6);
     if (coarse)
         fputs("\"layer\":\"(several: merged to fit the event budget)\"", s->f);
@@ -118,6 +153,9 @@ static void emit_core(sink *s, const emu_core_result *pc, int merge,
 {
     emu_event pend[UNIT_COUNT];
     int have[UNIT_COUNT] = {0};
+    for (int u = 0; u < UNIT_COUNT; u++)
+        for (int k = 0; k < CHROME_LANES; k++)
+            s->lane_end[u][k] = -1;
     for (size_t i = 0; i < pc->n_events; i++) {
         const emu_event *e = &pc->events[i];
         if (e->unit >= UNIT_COUNT || (path_only && e->unit != UNIT_CORE))
@@ -445,7 +483,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     size_t total = 0;
     {
         unsigned *u0 = calloc((size_t)r->cores, sizeof(unsigned));
-        sink cnt = {NULL, r, 0, 1, from};
+        sink cnt = {NULL, r, 0, 1, from, {{0}}, NULL};
         int *id = malloc(sizeof(int) * r->cores);
         if (!u0 || !id) {
             free(u0);
@@ -503,7 +541,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
                     nred++;
                     continue;
                 }
-                sink one = {NULL, r, 0, 1, from};
+                sink one = {NULL, r, 0, 1, from, {{0}}, NULL};
                 unsigned u = 0;
                 emit_core(&one, &r->per_core[c], 1, 0, &u);
                 keep += one.n;
@@ -511,7 +549,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             size_t per = nred && max_events > keep ? (max_events - keep) / nred : 1;
             nbins = per < 1 ? 1 : per > 100000 ? 100000 : (int)per;
         }
-        sink cs = {NULL, r, 0, 1, from};
+        sink cs = {NULL, r, 0, 1, from, {{0}}, NULL};
         memset(seen, 0, sizeof(unsigned) * r->cores);
         write_all(&cs, level, rep, seen, nbins);
         count = cs.n;
@@ -520,7 +558,16 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     /* Streamed into the outfile's temporary (SPEC.md: no partial output):
      * a buffer of the whole text could reach hundreds of MB here. */
     FILE *f = o->f;
-    sink s = {f, r, 0, 1, from};
+    sink s = {f, r, 0, 1, from, {{0}}, NULL};
+    s.lanes = calloc((size_t)r->cores * UNIT_COUNT, 1);
+    if (!s.lanes) {
+        free(rep);
+        free(seen);
+        free(cores);
+        free(from);
+        free(synth);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    }
     fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
     fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
     put_str(f, r->trace);
@@ -595,8 +642,18 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
                 snprintf(name, sizeof name, "core %d: %s", c, unit_label(u));
             meta(&s, "thread_name", pc->chip, c * UNIT_COUNT + u, 1, name,
                  c * UNIT_COUNT + u);
+            /* overflow lanes of this unit, sorted right after it */
+            for (int k = 1; k < CHROME_LANES; k++) {
+                if (!(s.lanes[c * UNIT_COUNT + u] >> k & 1))
+                    continue;
+                snprintf(name, sizeof name, "core %d: %s (overlapping, %d)", c,
+                         unit_label(u), k + 1);
+                meta(&s, "thread_name", pc->chip, lane_tid(c, u, k), 1, name,
+                     c * UNIT_COUNT + u);
+            }
         }
     }
+    free(s.lanes);
     fputs("\n]}\n", f);
     tpu_status st = TPU_OK;
     if (fflush(f) != 0 || ferror(f))

@@ -4,7 +4,11 @@
  * Layout: one process per chip (pid = chip index), one thread per core and
  * unit (tid = core * UNIT_COUNT + unit): the core's critical path (named
  * by category, so the colours group categories), then MXU, vector, DMA and
- * ICI (named by layer, category in "cat").  Every event is a complete
+ * ICI (named by layer, category in "cat").  Complete events on one thread
+ * must nest, and a unit's events can overlap (DMAs in flight together):
+ * an event that would overlap its unit's earlier one goes to an overflow
+ * lane of that unit, tid CHROME_LANE_TID0 + (core * UNIT_COUNT + unit) *
+ * CHROME_LANES + lane (chrome_trace_tid decodes either form).  Every event is a complete
  * ("X") event, times in microseconds from the start of the step, with args
  * layer, phase, count and (when non-zero) bytes and flops.
  *
@@ -38,6 +42,14 @@
 /* Default event budget: Perfetto's UI loads this many in a few seconds
  * and chrome://tracing (which keeps the JSON in memory) still copes. */
 #define CHROME_TRACE_MAX_EVENTS 1000000
+
+/* Lanes per unit (lane 0 is the unit's own thread) and the first tid of
+ * the overflow lanes: beyond every core's unit threads on any slice. */
+#define CHROME_LANES 4
+#define CHROME_LANE_TID0 1000000
+
+/* The core, unit and lane of a thread id this writer used. */
+void chrome_trace_tid(int tid, int *core, int *unit, int *lane);
 
 tpu_status chrome_trace_write(const emu_result *r, const char *path,
                               tpu_error *err);
