@@ -131,14 +131,14 @@ int cli_mxu(int argc, char **argv)
                          "the limit is 2 GiB", bytes / (1024.0 * 1024 * 1024));
     double macs = (double)m * (double)k * (double)n;
     if (macs > MXU_CLI_MAX_MACS)
-        return cli_error(2, "mxu: %.3g multiply-adds (M x K x N) exceed the "
-                         "limit of 2^38 (%.3g)", macs, MXU_CLI_MAX_MACS);
+        return cli_error(2, "mxu: %.0f multiply-adds (M x K x N) exceed the "
+                         "limit of 2^38 (%.0f)", macs, MXU_CLI_MAX_MACS);
     if (pe) {
         double upd = (double)mxu_fast_cycles(mp, m, k, n) *
                      (double)mp->rows * (double)mp->cols;
         if (upd > MXU_CLI_MAX_PE_UPDATES)
-            return cli_error(2, "mxu: the PE model would need %.3g PE "
-                             "updates, over its limit of 2^36 (%.3g); use "
+            return cli_error(2, "mxu: the PE model would need %.0f PE "
+                             "updates, over its limit of 2^36 (%.0f); use "
                              "--model fast", upd, MXU_CLI_MAX_PE_UPDATES);
     }
 
