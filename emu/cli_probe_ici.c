@@ -63,7 +63,7 @@ int cli_probe_ici(int argc, char **argv)
             have_bytes = 1;
         } else if (is_ar &&
                    (r = cli_take(argc, argv, &i, "--group", &v)) != 0) {
-            if (r < 0 || cli_int("--group", v, 1, 1 << 20, &group))
+            if (r < 0 || cli_int("--group", v, 2, 1 << 20, &group))
                 return 2;
         } else if ((r = cli_take(argc, argv, &i, "--set", &v)) != 0) {
             if (r < 0)
