@@ -116,17 +116,10 @@ void fxv_bn_local_stats(const fxt_tens *in, float *sum, float *sq)
         }
 }
 
-static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
-                                const fxt_tens *in, fxt_tens *o, tpu_error *err)
+/* Training's batch statistics from the sums bn[0..C) and bn[C..2C) over
+ * n values: the mean into bn[2C..3C), 1 / stddev into bn[3C..4C). */
+static void bn_batch_stats(float *bn, int64_t C, float n)
 {
-    fx_core *c = &x->cs[core];
-    const glayer *L = &x->g->layers[l];
-    int64_t C = L->out.c;
-    float *bn = c->bn[l];
-    if (!c->stats_reduced[l])
-        fxv_bn_local_stats(in, bn, bn + C);
-    float n = (float)(x->p->batch * fx_gpos_count(L));
-    const float *W = fx_wts(x, l);
     for (int64_t ch = 0; ch < C; ch++) {
         float mean = bn[ch] / n;
         /* E[x^2] - E[x]^2 in one pass, so one all-reduce carries both
@@ -137,6 +130,31 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
             var = 0.0f;
         bn[2 * C + ch] = mean;
         bn[3 * C + ch] = 1.0f / sqrtf(var + BN_EPS);
+    }
+}
+
+static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
+                                const fxt_tens *in, fxt_tens *o, tpu_error *err)
+{
+    fx_core *c = &x->cs[core];
+    const glayer *L = &x->g->layers[l];
+    int64_t C = L->out.c;
+    float *bn = c->bn[l];
+    const float *W = fx_wts(x, l);
+    if (!x->g->train) {
+        /* Inference (Keras training=False) normalises with the moving
+         * mean and variance.  tpuemu keeps no trained state: they are a
+         * freshly built BatchNormalization's, 0 and 1 (its
+         * moving_mean_initializer zeros, moving_variance_initializer
+         * ones), so y = gamma x / sqrt(1 + eps) + beta. */
+        for (int64_t ch = 0; ch < C; ch++) {
+            bn[2 * C + ch] = 0.0f;
+            bn[3 * C + ch] = 1.0f / sqrtf(1.0f + BN_EPS);
+        }
+    } else {
+        if (!c->stats_reduced[l])
+            fxv_bn_local_stats(in, bn, bn + C);
+        bn_batch_stats(bn, C, (float)(x->p->batch * fx_gpos_count(L)));
     }
     int64_t rows = o->B * fxt_npos(o);
     for (int64_t r = 0; r < rows; r++)

@@ -995,14 +995,19 @@ static void lower_forward_ops(lc *c, int l)
         lower_matrix_layer(c, l, ph);
         return;
     case GOP_BATCHNORM: {
-        /* Statistics come from the producer's epilogue unless the producer
-         * is not a matrix layer (then a reduction pass reads x). */
+        /* Training normalises with the batch's statistics: they come from
+         * the producer's epilogue unless the producer is not a matrix layer
+         * (then a reduction pass reads x), summed over the replica's shards
+         * when the tensor is split.
+         * Inference (Keras training=False) normalises with the stored
+         * moving mean and variance: no statistics, nothing to exchange. */
         const glayer *I = &c->g->layers[L->in[0]];
-        if ((I->op != GOP_CONV && I->op != GOP_CONV_T &&
-             I->op != GOP_DENSE) ||
-            !c->hw->xla_bn_stats_fused)
+        if (c->g->train &&
+            ((I->op != GOP_CONV && I->op != GOP_CONV_T &&
+              I->op != GOP_DENSE) ||
+             !c->hw->xla_bn_stats_fused))
             emit_pass_fx(c, FX_NONE, ph, l, ib, 0, ie, 3);
-        if (any_split(c, l))
+        if (c->g->train && any_split(c, l))
             emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4, FW_GROUP_PARTITION,
                  0, 0);
         if (!materialised(c, l)) {

@@ -39,7 +39,9 @@ u16 = 2^-8 (bf16's unit roundoff, round to nearest even) and u32 = 2^-24:
   - add of n: sum of E + n u32 sum |x|; avgpool / global_avgpool over n:
     mean E + (n + 1) u32 mean |x|; sigmoid: its interval (at most E / 4) + 4 u32 |y|;
     dropout: E / (1 - rate) + u32 |y|.
-  - batchnorm over N values: the mean's error Em = mean E + (N+1) u32 mean|x|,
+  - batchnorm in inference: y = x r with r = 1/sqrt(1 + eps) (the moving
+    statistics of a fresh layer, mean 0 and variance 1): E' = E r + 4 u32 |y|.
+  - batchnorm in training over N values: the mean's error Em = mean E + (N+1) u32 mean|x|,
     the variance's dv = 2 mean(|x - m| (E + Em)) + (N + 3) u32 mean(x^2)
     (covers the one-pass formula's cancellation too), and
     E' = (E + Em) r + |x - m| r^3 dv / 2 + 4 u32 |y| with r = 1/sqrt(var + eps).
@@ -403,6 +405,14 @@ class Ref:
         return vals[last], errs[last], vals
 
     def batchnorm(self, x, E):
+        if not self.train:
+            # Inference normalises with the moving statistics, a fresh
+            # Keras layer's (mean 0, variance 1): y = x / sqrt(1 + eps)
+            # (gamma 1, beta 0).  The emulator rounds r to fp32 (u32) and
+            # the product (u32): 4 u32 |y| covers both.
+            r = 1.0 / math.sqrt(1.0 + BN_EPS)
+            y = x * r
+            return y, E * r + 4 * U32 * np.abs(y)
         if self.replicas < 1 or self.gb % self.replicas:
             raise BadInput("batch %d does not divide into %d replicas" % (self.gb, self.replicas))
         per = self.gb // self.replicas
