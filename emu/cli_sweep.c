@@ -1963,8 +1963,9 @@ int cli_sweep(int argc, char **argv)
         char cwd[PATH_MAX], abs_out[sizeof out + PATH_MAX + 2];
         if (getcwd(cwd, sizeof cwd)) {
             snprintf(abs_out, sizeof abs_out, "%s/%s", cwd, out);
-            if (strlen(abs_out) < sizeof out)
-                snprintf(out, sizeof out, "%s", abs_out);
+            size_t len = strlen(abs_out);
+            if (len < sizeof out)
+                memcpy(out, abs_out, len + 1);
         }
     }
     rc = write_variants(&s, out);

@@ -256,6 +256,13 @@ static tpu_status fxref_compute(const graph *g, int i, double *const *act,
     }
     case GOP_BATCHNORM: {
         int64_t per;
+        if (!train) {
+            /* inference: the moving statistics of a new Keras layer (mean
+             * 0, variance 1), gamma 1, beta 0 (docs/FUNCTIONAL.md) */
+            for (int64_t k = 0; k < n; k++)
+                y[k] = x[k] / sqrt(1 + 1e-3);
+            break;
+        }
         if (replicas < 1 || batch % replicas != 0)
             return tpu_fail(err, TPU_ERR_INPUT,
                             "fxref: batch %lld does not divide into %d replicas",
