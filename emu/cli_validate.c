@@ -312,6 +312,7 @@ int cli_validate(int argc, char **argv)
         cJSON_AddStringToObject(row, "system", g.system);
         sim_opts o;
         sim_opts_default(&o);
+        o.trace_path = path; /* messages name the file, as run's do */
         /* A trace that does not fit is not timed: a step the memory model
          * says cannot run has no prediction to compare (the published
          * configuration ran, so it is a finding about the model). */

@@ -171,7 +171,7 @@ void th_suite_check_validate(th_ctx *t)
                   c.err);
         const char *row = strstr(c.out, "\nhuge ");
         TH_CHECKF(t, row && strstr(row, "does not fit") &&
-                         strstr(row, "needs 48.0 GiB") &&
+                         strstr(row, "a-huge.json: needs 48.0 GiB") &&
                          strstr(row, "core has 16 GiB") &&
                          strstr(row, "does not fit") <
                              strchr(row + 1, '\n'),
