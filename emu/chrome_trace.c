@@ -505,9 +505,11 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
 
     int *rep = malloc(sizeof(int) * r->cores);
     unsigned *seen = calloc((size_t)r->cores, sizeof(unsigned));
-    if (!rep || !seen) {
+    uint8_t *lanes = calloc((size_t)r->cores * UNIT_COUNT, 1);
+    if (!rep || !seen || !lanes) {
         free(rep);
         free(seen);
+        free(lanes);
         free(cores);
         free(from);
         free(synth);
@@ -525,6 +527,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             if (ngroups < 0) {
                 free(rep);
                 free(seen);
+                free(lanes);
                 free(cores);
                 free(from);
                 free(synth);
@@ -558,16 +561,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     /* Streamed into the outfile's temporary (SPEC.md: no partial output):
      * a buffer of the whole text could reach hundreds of MB here. */
     FILE *f = o->f;
-    sink s = {f, r, 0, 1, from, {{0}}, NULL};
-    s.lanes = calloc((size_t)r->cores * UNIT_COUNT, 1);
-    if (!s.lanes) {
-        free(rep);
-        free(seen);
-        free(cores);
-        free(from);
-        free(synth);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-    }
+    sink s = {f, r, 0, 1, from, {{0}}, lanes};
     fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
     fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
     put_str(f, r->trace);
@@ -653,7 +647,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             }
         }
     }
-    free(s.lanes);
+    free(lanes);
     fputs("\n]}\n", f);
     tpu_status st = TPU_OK;
     if (fflush(f) != 0 || ferror(f))
