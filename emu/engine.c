@@ -4,126 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/cost.h"
 #include "hbm/dma.h"
-#include "hbm/hbm.h"
 #include "interconnect/ici.h"
-#include "mxu/mxu.h"
 
-#define PS 1e12
+#define PS COST_PS
 #define QMAX 64
 #define ENGINE_TIMELINE_COPY_CORES 512
 
-/* ---- unit cost models --------------------------------------------------- */
-
-/* DMA costs in steady state, cached by (bytes, direction).  A transfer's
- * duration is measured on a private HBM model as the average of repeated
- * back-to-back copies of it after the first (so open rows and the refresh
- * schedule are in their steady state), which makes it a pure function of
- * the transfer: the condition for exact loop skipping. */
-typedef struct {
-    int64_t key;
-    int64_t ps;
-} cost_ent;
-
-typedef struct {
-    cost_ent *tab;
-    size_t cap, n;
-    hbm *h;
-    double refi_s;
-} dma_costs;
-
-static int64_t dma_measure(dma_costs *dc, int64_t bytes, int write)
-{
-    hbm_xfer x = {0};
-    x.addr = 0;
-    x.chunk_bytes = (uint64_t)bytes;
-    x.nchunks = 1;
-    x.stride = (uint64_t)bytes;
-    x.is_write = write;
-    hbm_reset(dc->h);
-    double t = hbm_access(dc->h, 0.0, &x);
-    double t1 = t;
-    int reps = 0;
-    /* Enough repetitions to cover a few refresh intervals (or 64). */
-    while (reps < 64 && (reps < 2 || t - t1 < 4 * dc->refi_s)) {
-        t = hbm_access(dc->h, t, &x);
-        reps++;
-    }
-    return (int64_t)llround((t - t1) / reps * PS);
-}
-
-static int64_t dma_cost(dma_costs *dc, int64_t bytes, int write)
-{
-    if (bytes <= 0)
-        return 0;
-    int64_t key = bytes * 2 + (write ? 1 : 0);
-    if (dc->n * 2 >= dc->cap) {
-        size_t ncap = dc->cap ? dc->cap * 2 : 1024;
-        cost_ent *nt = calloc(ncap, sizeof *nt);
-        if (!nt)
-            return dma_measure(dc, bytes, write);
-        for (size_t i = 0; i < dc->cap; i++)
-            if (dc->tab[i].key) {
-                size_t j = (size_t)((uint64_t)dc->tab[i].key * 0x9E3779B97F4A7C15ull >> 20) & (ncap - 1);
-                while (nt[j].key)
-                    j = (j + 1) & (ncap - 1);
-                nt[j] = dc->tab[i];
-            }
-        free(dc->tab);
-        dc->tab = nt;
-        dc->cap = ncap;
-    }
-    size_t j = (size_t)((uint64_t)key * 0x9E3779B97F4A7C15ull >> 20) & (dc->cap - 1);
-    while (dc->tab[j].key) {
-        if (dc->tab[j].key == key)
-            return dc->tab[j].ps;
-        j = (j + 1) & (dc->cap - 1);
-    }
-    int64_t ps = dma_measure(dc, bytes, write);
-    dc->tab[j].key = key;
-    dc->tab[j].ps = ps;
-    dc->n++;
-    return ps;
-}
-
-static int64_t cycles_ps(const tpu_params *hw, double cycles)
-{
-    return (int64_t)llround(cycles * PS / hw->clock_hz);
-}
-
-static double vpu_rate(const tpu_params *hw)
-{
-    return (double)hw->vpu_lanes * hw->vpu_sublanes * hw->vpu_alus;
-}
-
-/* A matrix instruction on the core's MXUs: N weight tiles are shared out
- * between the MXUs; with fewer N tiles than MXUs the rows are. */
-static void matmul_ps(const tpu_params *hw, const fw_insn *in, int64_t *mxu,
-                      int64_t *vec)
-{
-    int nm = hw->mxus_per_core > 0 ? hw->mxus_per_core : 1;
-    int64_t m = in->a, k = in->b, n = in->c;
-    int64_t cols = hw->mxu.cols;
-    int64_t ntiles = (n + cols - 1) / cols;
-    uint64_t cyc;
-    if (ntiles >= nm) {
-        int64_t per = (ntiles + nm - 1) / nm * cols;
-        cyc = mxu_fast_cycles(&hw->mxu, m, k, per < n ? per : n);
-    } else {
-        int64_t per = (m + nm - 1) / nm;
-        cyc = mxu_fast_cycles(&hw->mxu, per, k, n);
-    }
-    double c = (double)cyc * (in->passes ? in->passes : 1) +
-               hw->mxu_op_overhead_cycles;
-    *mxu = cycles_ps(hw, c);
-    *vec = cycles_ps(hw, (double)in->d / vpu_rate(hw));
-}
-
-static int64_t vec_ps(const tpu_params *hw, const fw_insn *in)
-{
-    double ops = (double)in->a * (double)in->b / 100.0;
-    return cycles_ps(hw, ops / vpu_rate(hw) + hw->vpu_op_overhead_cycles);
-}
+/* ---- unit costs: emu/cost.c ------------------------------------------- */
 
 /* ---- per-core state ----------------------------------------------------- */
 
@@ -165,7 +54,8 @@ typedef struct {
     int *sim_core;                /* executed index -> global core */
     int *sim_shard;
     core_t *cs;
-    dma_costs dc;
+    cost_dma *dc;
+    cost_dma *own_dc;             /* when the caller gave none */
     ici *net;
     double *link_busy;            /* chips x 4 */
     double *bytes_sent;           /* per global core */
@@ -275,7 +165,7 @@ static void eng_dma_issue(eng *e, int ci, const fw_insn *in, int write)
         advance(e, ci, oldest, CAT_HBM_STALL, in);
         retire(c);
     }
-    int64_t dur = dma_cost(&e->dc, in->a, write);
+    int64_t dur = cost_dma_ps(e->dc, in->a, write);
     int64_t start = c->pipe_free > c->now ? c->pipe_free : c->now;
     int64_t end = start + dur;
     c->pipe_free = end;
@@ -438,7 +328,7 @@ static void run_core(eng *e, int ci)
             int64_t m, v;
             if (e->in->fx && !e->fx_rc)
                 e->fx_rc = fx_exec(e->in->fx, e->sim_core[ci], in, &e->fx_err);
-            matmul_ps(hw, in, &m, &v);
+            cost_matmul_ps(hw, in, &m, &v);
             int64_t t0 = c->now;
             double fl = 2.0 * (double)in->a * (double)in->b * (double)in->c;
             add_event(e, c, UNIT_MXU, CAT_MXU, in, t0, t0 + m, 0, fl);
@@ -451,7 +341,7 @@ static void run_core(eng *e, int ci)
             break;
         }
         case FW_VEC: {
-            int64_t v = vec_ps(hw, in);
+            int64_t v = cost_vec_ps(hw, in);
             if (e->in->fx && !e->fx_rc)
                 e->fx_rc = fx_exec(e->in->fx, e->sim_core[ci], in, &e->fx_err);
             add_event(e, c, UNIT_VPU, CAT_VECTOR, in, c->now, c->now + v, 0,
@@ -644,6 +534,38 @@ static tpu_status run_collective(eng *e, tpu_error *err)
     return TPU_OK;
 }
 
+int64_t engine_local_ps(const tpu_params *hw, cost_dma *dc,
+                        const fw_program *prog)
+{
+    engine_input in = {0};
+    in.hw = hw;
+    in.progs = prog;
+    in.dma_costs = dc;
+    core_t core;
+    memset(&core, 0, sizeof core);
+    int zero = 0;
+    eng e = {0};
+    e.in = &in;
+    e.hw = hw;
+    e.max_dma = DMA_MAX_INFLIGHT < QMAX ? DMA_MAX_INFLIGHT : QMAX;
+    e.ncores_sim = 1;
+    e.sim_core = &zero;
+    e.sim_shard = &zero;
+    e.cs = &core;
+    e.dc = dc;
+    while (!core.done) {
+        run_core(&e, 0);
+        if (!core.done) /* a collective: not local work, step over it */
+            core.pc++;
+    }
+    /* its stores landed: the next sequence starts by waiting for them */
+    int64_t end = core.now;
+    for (int i = 0; i < core.nst; i++)
+        if (core.st[i] > end)
+            end = core.st[i];
+    return end;
+}
+
 tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
 {
     const plan *p = in->p;
@@ -661,12 +583,13 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
     e.bytes_sent = calloc((size_t)p->cores, sizeof(double));
     e.layer_time = calloc((size_t)in->g->n_layers * CAT_COUNT + 1,
                           sizeof(double));
-    e.dc.h = hbm_new(&in->hw->hbm);
-    e.dc.refi_s = in->hw->hbm.t_refi_ns * 1e-9;
+    e.dc = in->dma_costs;
+    if (!e.dc)
+        e.dc = e.own_dc = cost_dma_new(in->hw);
     e.net = ici_new(&in->hw->ici, p->sys->dim_x, p->sys->dim_y,
                     p->sys->full_pod);
     if (!e.sim_core || !e.sim_shard || !e.cs || !e.link_busy ||
-        !e.bytes_sent || !e.layer_time || !e.dc.h || !e.net) {
+        !e.bytes_sent || !e.layer_time || !e.dc || !e.net) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (engine)");
         goto done;
     }
@@ -762,9 +685,7 @@ done:
     free(e.link_busy);
     free(e.bytes_sent);
     free(e.layer_time);
-    free(e.dc.tab);
-    if (e.dc.h)
-        hbm_free(e.dc.h);
+    cost_dma_free(e.own_dc);
     if (e.net)
         ici_free(e.net);
     return rc;

@@ -24,6 +24,7 @@
 #ifndef EMU_ENGINE_H
 #define EMU_ENGINE_H
 
+#include "emu/cost.h"
 #include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/fexec.h"
@@ -41,6 +42,9 @@ typedef struct {
     /* --functional: the values executor (NULL: timing only); needs
      * no_dedup, since every core's values differ. */
     fx_state *fx;
+    /* DMA block costs to share with the lowering (NULL: the engine
+     * measures its own; either way the same numbers). */
+    cost_dma *dma_costs;
     void (*progress)(void *ctx, double fraction);
     void *progress_ctx;
 } engine_input;
@@ -48,5 +52,13 @@ typedef struct {
 /* Runs the step and fills out->per_core (cores entries, allocated),
  * out->link_busy_s and out->layer_time_s. */
 tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err);
+
+/* Duration (ps) of a core-local instruction sequence (DMAs, matrix and
+ * vector instructions, loops; collectives are stepped over) run alone on
+ * one core from an idle start, until its last store has landed: what the
+ * lowering's tile search asks.  Same unit costs and rules as engine_run;
+ * `dc` must not be NULL. */
+int64_t engine_local_ps(const tpu_params *hw, cost_dma *dc,
+                        const fw_program *prog);
 
 #endif

@@ -140,6 +140,12 @@ void tpu_params_default(tpu_params *p, int gen)
      * applies the cheapest case only: an activation (relu/sigmoid) whose
      * input is kept anyway is recomputed by one vector pass. */
     p->xla_remat = 1;
+    /* [C] Kaufman et al., "A Learned Performance Model for Tensor
+     * Processing Units" (MLSys 2021): the production XLA TPU compiler
+     * selects tile sizes with an analytical performance model.  Its
+     * terms are [U]; tpuemu's lowering prices candidate tiles with the
+     * engine's own unit costs (firmware/lower.c). */
+    p->xla_tile_search = 1;
 
     /* HBM2, per core (half a chip); model in hbm/hbm.h, docs/HBM.md.
      * [C] capacity: v2 16 GiB, v3 32 GiB per chip (Cloud TPU docs).
@@ -292,6 +298,8 @@ static const pentry table[] = {
       "[C] XLA SPMD all-reduces each partial weight gradient"),
     I("xla.remat", xla_remat, "0/1", 0, 1,
       "[C] XLA HloRematerialization; [U] on TPU"),
+    I("xla.tile_search", xla_tile_search, "0/1", 0, 1,
+      "[C] XLA TPU picks tiles by cost model (MLSys 2021)"),
     I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),
 };
 #define NTABLE (sizeof table / sizeof table[0])

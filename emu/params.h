@@ -52,6 +52,9 @@ typedef struct {
     int xla_remat;           /* 1: when a training step does not fit in HBM,
                                 activations cheap to recompute are dropped and
                                 recomputed in the backward pass */
+    int xla_tile_search;     /* 1: each tiled loop takes the tile size its
+                                cost model finds fastest; 0: the largest
+                                that fits VMEM */
     hbm_params hbm;
     ici_params ici;
 } tpu_params;

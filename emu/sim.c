@@ -229,15 +229,23 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     rc = plan_build(&p, g, sys, batch, err);
     if (rc)
         goto fail;
+    cost_dma *dc = NULL;
     fw_program *progs = calloc((size_t)p.cpr, sizeof *progs);
     fw_memory *mems = calloc((size_t)p.cpr, sizeof *mems);
     if (!progs || !mems) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
         goto fail_plan;
     }
+    /* one cache of DMA costs for the lowering's tile search and the
+     * engine: each block size is measured on the HBM model once */
+    dc = cost_dma_new(&hw);
+    if (!dc) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+        goto fail_plan;
+    }
     double need = 0;
     for (int k = 0; k < p.cpr; k++) {
-        rc = fw_lower(g, &p, &hw, k, &progs[k], &mems[k], err);
+        rc = fw_lower(g, &p, &hw, k, dc, &progs[k], &mems[k], err);
         if (rc)
             goto fail_plan;
         if (mems[k].peak_bytes > need) {
@@ -265,6 +273,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     ei.p = &p;
     ei.hw = &hw;
     ei.progs = progs;
+    ei.dma_costs = dc;
     ei.record_timeline = o->record_timeline;
     ei.no_dedup = o->no_dedup;
     ei.progress = o->progress;
@@ -294,6 +303,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         fw_program_free(&progs[k]);
     free(progs);
     free(mems);
+    cost_dma_free(dc);
     plan_free(&p);
     return TPU_OK;
 
@@ -303,6 +313,7 @@ fail_plan:
             fw_program_free(&progs[k]);
     free(progs);
     free(mems);
+    cost_dma_free(dc);
     plan_free(&p);
 fail:
     if (rc != TPU_ERR_NOFIT) {
@@ -328,7 +339,7 @@ tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
     rc = plan_build(&p, g, sys, batch, err);
     if (rc)
         return rc;
-    rc = fw_lower(g, &p, &hw, p.shard_of[core], prog, mem, err);
+    rc = fw_lower(g, &p, &hw, p.shard_of[core], NULL, prog, mem, err);
     if (!rc && mem->peak_bytes > hw.hbm.capacity_bytes)
         rc = nofit_fail(err, o->trace_path ? o->trace_path : g->name, sys,
                         &hw, &p, mem);

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/cost.h"
+#include "emu/engine.h"
 #include "emu/result.h"
 
 typedef struct {
@@ -46,6 +48,9 @@ typedef struct {
                               off (bn_apply_fused) */
     fw_memory *mem;
     int fx;                /* fx_kind stamped on compute instructions */
+    cost_dma *dc;          /* the engine's DMA costs (tile search) */
+    cost_dma *own_dc;      /* made here when the caller gave none */
+    fw_program scratch;    /* a candidate tile loop being priced */
 } lc;
 
 static int64_t rup(int64_t x, int64_t m) { return m > 0 ? (x + m - 1) / m * m : x; }
@@ -231,6 +236,62 @@ static void emit_tiled(lc *c, int phase, int layer, int64_t nt, int64_t pre_ld,
     emit_tile_body(c, phase, layer, 0, last);
 }
 
+/* The full and last tiles of a streaming pass cut into nt tiles. */
+static void pass_tiles(int64_t nt, int64_t in_i, int64_t out_i, int64_t el_i,
+                       double ops, tile *full, tile *last)
+{
+    memset(full, 0, sizeof *full);
+    full->op = FW_VEC;
+    full->ld = cdiv(in_i, nt);
+    full->st = cdiv(out_i, nt);
+    full->a = cdiv(el_i, nt);
+    full->b = (int64_t)llround(ops * 100);
+    *last = *full;
+    last->ld = in_i - full->ld * (nt - 1);
+    last->st = out_i - full->st * (nt - 1);
+    last->a = el_i - full->a * (nt - 1);
+    if (last->ld < 0)
+        last->ld = 0;
+    if (last->st < 0)
+        last->st = 0;
+    if (last->a < 0)
+        last->a = 0;
+}
+
+static double tiled_ps(lc *c, int64_t nt, int64_t pre_ld, const tile *full,
+                       const tile *last);
+
+/* The candidates: for each VMEM budget V, V/2, V/4 ... down to
+ * TILE_SEARCH_VMEM_FLOOR, the largest tiles that fit that budget (the
+ * choice a smaller VMEM would make), and between one budget's tile count
+ * and the next, equal tiles in counts 2^j and 3 x 2^j (so the last tile is
+ * not a sliver).  Every budget's candidates depend on that budget alone,
+ * so doubling VMEM keeps every option and adds some: with the engine's own
+ * costs the choice cannot get slower.  Below the floor, tiles stop paying
+ * for their weight loads and fill. */
+#define TILE_SEARCH_VMEM_FLOOR (256.0 * 1024)
+
+/* The equal-tile counts strictly between lo and hi. */
+static int64_t next_tile_count(int64_t cnt, int64_t lo, int64_t hi)
+{
+    int64_t from = cnt + 1 > lo + 1 ? cnt + 1 : lo + 1;
+    int64_t p2 = 1, p3 = 3;
+    while (p2 < from)
+        p2 *= 2;
+    while (p3 < from)
+        p3 *= 2;
+    int64_t v = p2 < p3 ? p2 : p3;
+    return v < hi ? v : 0;
+}
+
+/* Tiles of a pass over `big` bytes under a VMEM budget: four buffers (in
+ * and out, double-buffered) share it. */
+static int64_t pass_count(double vmem, double big)
+{
+    int64_t nt = (int64_t)ceil(big / (vmem / 4));
+    return nt < 1 ? 1 : nt;
+}
+
 /* A streaming vector pass: read in_bytes, write out_bytes, `ops` vector
  * operations per element over `elems` elements. */
 static void emit_pass(lc *c, int phase, int layer, double in_bytes,
@@ -238,30 +299,40 @@ static void emit_pass(lc *c, int phase, int layer, double in_bytes,
 {
     if (elems <= 0 && in_bytes <= 0 && out_b <= 0)
         return;
-    /* Four buffers (in and out, double-buffered) share VMEM. */
-    double chunk = c->hw->vmem_bytes / 4;
     double big = in_bytes > out_b ? in_bytes : out_b;
-    int64_t nt = (int64_t)ceil(big / chunk);
-    if (nt < 1)
-        nt = 1;
-    tile full = {0}, last = {0};
-    full.op = last.op = FW_VEC;
+    int64_t nt = pass_count(c->hw->vmem_bytes, big);
     int64_t in_i = (int64_t)ceil(in_bytes), out_i = (int64_t)ceil(out_b);
     int64_t el_i = (int64_t)ceil(elems);
-    full.ld = cdiv(in_i, nt);
-    full.st = cdiv(out_i, nt);
-    full.a = cdiv(el_i, nt);
-    full.b = (int64_t)llround(ops * 100);
-    last = full;
-    last.ld = in_i - full.ld * (nt - 1);
-    last.st = out_i - full.st * (nt - 1);
-    last.a = el_i - full.a * (nt - 1);
-    if (last.ld < 0)
-        last.ld = 0;
-    if (last.st < 0)
-        last.st = 0;
-    if (last.a < 0)
-        last.a = 0;
+    tile full, last;
+    pass_tiles(nt, in_i, out_i, el_i, ops, &full, &last);
+    if (c->hw->xla_tile_search) {
+        double best = tiled_ps(c, nt, 0, &full, &last);
+        int64_t here = nt;
+        for (double v = c->hw->vmem_bytes; v / 2 >= TILE_SEARCH_VMEM_FLOOR;
+             v /= 2) {
+            int64_t next = pass_count(v / 2, big);
+            /* equal tiles between this budget's count and the next's, then
+             * the next budget's own */
+            for (int64_t g = next_tile_count(0, here, next);;
+                 g = next_tile_count(g, here, next)) {
+                int64_t cnt = g ? g : next;
+                if (cnt != here) {
+                    tile cf, cl;
+                    pass_tiles(cnt, in_i, out_i, el_i, ops, &cf, &cl);
+                    double t = tiled_ps(c, cnt, 0, &cf, &cl);
+                    if (t >= 0 && (best < 0 || t < best)) {
+                        best = t; /* ties keep the fewer tiles */
+                        full = cf;
+                        last = cl;
+                        nt = cnt;
+                    }
+                }
+                if (!g)
+                    break;
+            }
+            here = next;
+        }
+    }
     emit_tiled(c, phase, layer, nt, 0, &full, &last);
 }
 
@@ -275,6 +346,94 @@ static void emit_pass_fx(lc *c, int fx, int phase, int layer, double in_bytes,
     c->fx = keep;
 }
 
+/* ---- tile size ----------------------------------------------------------
+ *
+ * XLA's TPU backend chooses tile sizes with an analytical cost model ([C]
+ * Kaufman et al., "A Learned Performance Model for Tensor Processing
+ * Units", MLSys 2021: tile-size selection is one of the production cost
+ * model's two tasks); what that model weighs is [U].  tpuemu's compiler
+ * asks the machine it compiles for: each candidate's tile loop is priced
+ * with the engine's own unit costs (emu/cost.h), so the choice is the one
+ * the engine then finds fastest, up to the overlap with neighbouring
+ * layers that a single loop does not see.  The largest tile that fits is
+ * not always it: its first load and last store are not hidden behind
+ * compute, and smaller tiles can balance the loop's last iteration.
+ * `xla.tile_search=0` takes the largest tile (tpuemu before session 6). */
+
+/* Duration (ps) of emit_tiled's instruction sequence run alone, as the
+ * engine runs it (engine_local_ps: the same unit costs, DMA pipe and loop
+ * rules), until its stores have landed, which is where the next layer
+ * starts; a negative value when host memory ran out. */
+static double tiled_ps(lc *c, int64_t nt, int64_t pre_ld, const tile *full,
+                       const tile *last)
+{
+    fw_program *keep = c->prog;
+    c->scratch.n = 0;
+    c->prog = &c->scratch;
+    emit_tiled(c, 0, -1, nt, pre_ld, full, last);
+    c->prog = keep;
+    if (c->scratch.oom) {
+        c->scratch.oom = 0;
+        return -1;
+    }
+    return (double)engine_local_ps(c->hw, c->dc, &c->scratch);
+}
+
+/* The full and last tiles of a matrix product cut into mt-row tiles. */
+static void matmul_tiles(int64_t m, int64_t mt, int64_t k, int64_t n_chunk,
+                         int64_t nchunks, double ld_per_row, double st_per_row,
+                         double epi_per_row, int passes, tile *full,
+                         tile *last, int64_t *nt)
+{
+    int64_t nt_m = cdiv(m, mt);
+    *nt = nt_m * nchunks;
+    memset(full, 0, sizeof *full);
+    full->op = FW_MATMUL;
+    full->passes = passes;
+    full->a = mt;
+    full->e = m;
+    full->b = k;
+    full->cc = n_chunk;
+    full->ld = (int64_t)ceil(ld_per_row * (double)mt);
+    full->st = (int64_t)ceil(st_per_row * (double)mt / (double)nchunks);
+    full->d = (int64_t)ceil(epi_per_row * (double)mt / (double)nchunks);
+    *last = *full;
+    int64_t m_last = m - mt * (nt_m - 1);
+    last->a = m_last;
+    last->ld = (int64_t)ceil(ld_per_row * (double)m_last);
+    last->st = (int64_t)ceil(st_per_row * (double)m_last / (double)nchunks);
+    last->d = (int64_t)ceil(epi_per_row * (double)m_last / (double)nchunks);
+}
+
+/* How a matrix product is tiled under a VMEM budget: weights stay
+ * resident, and when they would take more than half of the budget the
+ * product is cut into N chunks, each re-reading the input; M is cut into
+ * the largest tiles that fit the rest (double-buffered input and output,
+ * fp32 accumulators). */
+typedef struct {
+    int64_t nchunks, n_chunk, mt;
+} mm_plan;
+
+static mm_plan matmul_plan(double vmem, int64_t m, int64_t n,
+                           double ld_per_row, double st_per_row,
+                           double w_bytes, double acc_row_bytes)
+{
+    mm_plan pl;
+    pl.nchunks = 1;
+    while (w_bytes / pl.nchunks > vmem / 2 && pl.nchunks < n)
+        pl.nchunks++;
+    double w_res = w_bytes / pl.nchunks;
+    pl.n_chunk = cdiv(n, pl.nchunks);
+    double per_row = 2 * ld_per_row + 2 * st_per_row / pl.nchunks +
+                     acc_row_bytes / pl.nchunks;
+    int64_t mt = per_row > 0 ? (int64_t)((vmem - w_res) / per_row) : m;
+    mt = mt / 8 * 8;
+    if (mt < 8)
+        mt = 8;
+    pl.mt = mt > m ? m : mt;
+    return pl;
+}
+
 /* A tiled matrix product over M rows: per tile, load ld_per_row bytes a
  * row (+ weights once), multiply [mt, k] x [k, n], store st_per_row. */
 static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
@@ -284,42 +443,50 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
 {
     if (m <= 0 || k <= 0 || n <= 0)
         return;
-    double vmem = c->hw->vmem_bytes;
-    /* Weights stay resident; when they would take more than half of VMEM
-     * the product is cut into N chunks, each re-reading the input. */
-    int64_t nchunks = 1;
-    while (w_bytes / nchunks > vmem / 2 && nchunks < n)
-        nchunks++;
-    double w_res = w_bytes / nchunks;
-    int64_t n_chunk = cdiv(n, nchunks);
-    double per_row = 2 * ld_per_row + 2 * st_per_row / nchunks +
-                     acc_row_bytes / nchunks;
-    double room = vmem - w_res;
-    int64_t mt = per_row > 0 ? (int64_t)(room / per_row) : m;
-    mt = mt / 8 * 8;
-    if (mt < 8)
-        mt = 8;
-    if (mt > m)
-        mt = m;
-    int64_t nt_m = cdiv(m, mt);
-    int64_t nt = nt_m * nchunks;
-    tile full = {0}, last = {0};
-    full.op = FW_MATMUL;
-    full.passes = passes;
-    full.a = mt;
-    full.e = m;
-    full.b = k;
-    full.cc = n_chunk;
-    full.ld = (int64_t)ceil(ld_per_row * (double)mt);
-    full.st = (int64_t)ceil(st_per_row * (double)mt / (double)nchunks);
-    full.d = (int64_t)ceil(epi_per_row * (double)mt / (double)nchunks);
-    last = full;
-    int64_t m_last = m - mt * (nt_m - 1);
-    last.a = m_last;
-    last.ld = (int64_t)ceil(ld_per_row * (double)m_last);
-    last.st = (int64_t)ceil(st_per_row * (double)m_last / (double)nchunks);
-    last.d = (int64_t)ceil(epi_per_row * (double)m_last / (double)nchunks);
-    emit_tiled(c, phase, layer, nt, (int64_t)ceil(w_bytes), &full, &last);
+    mm_plan pl = matmul_plan(c->hw->vmem_bytes, m, n, ld_per_row, st_per_row,
+                             w_bytes, acc_row_bytes);
+    int64_t pre = (int64_t)ceil(w_bytes);
+    tile full, last;
+    int64_t nt;
+    matmul_tiles(m, pl.mt, k, pl.n_chunk, pl.nchunks, ld_per_row, st_per_row,
+                 epi_per_row, passes, &full, &last, &nt);
+    if (c->hw->xla_tile_search) {
+        double best = tiled_ps(c, nt, pre, &full, &last);
+        for (double v = c->hw->vmem_bytes; v / 2 >= TILE_SEARCH_VMEM_FLOOR;
+             v /= 2) {
+            mm_plan nx = matmul_plan(v / 2, m, n, ld_per_row, st_per_row,
+                                     w_bytes, acc_row_bytes);
+            int64_t here = cdiv(m, pl.mt), next = cdiv(m, nx.mt);
+            /* equal tiles between this budget's count and the next's (in
+             * this budget's N chunks), then the next budget's plan */
+            for (int64_t g = next_tile_count(0, here, next);;
+                 g = next_tile_count(g, here, next)) {
+                mm_plan cand = nx;
+                if (g) {
+                    cand = pl;
+                    cand.mt = rup(cdiv(m, g), 8);
+                } else if (nx.mt == pl.mt && nx.nchunks == pl.nchunks) {
+                    break; /* the same plan again */
+                }
+                tile cf, cl;
+                int64_t cnt;
+                matmul_tiles(m, cand.mt, k, cand.n_chunk, cand.nchunks,
+                             ld_per_row, st_per_row, epi_per_row, passes, &cf,
+                             &cl, &cnt);
+                double t = tiled_ps(c, cnt, pre, &cf, &cl);
+                if (t >= 0 && (best < 0 || t < best)) {
+                    best = t; /* ties keep the larger tiles */
+                    full = cf;
+                    last = cl;
+                    nt = cnt;
+                }
+                if (!g)
+                    break;
+            }
+            pl = nx;
+        }
+    }
+    emit_tiled(c, phase, layer, nt, pre, &full, &last);
 }
 
 /* ---- windows and halos ------------------------------------------------- */
@@ -1330,15 +1497,25 @@ static void lc_free(lc *c)
     free(c->remat);
     free(c->last_use);
     free(c->apply_t);
+    cost_dma_free(c->own_dc);
+    fw_program_free(&c->scratch);
 }
 
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
-                    int shard, fw_program *out, fw_memory *mem, tpu_error *err)
+                    int shard, cost_dma *dc, fw_program *out, fw_memory *mem,
+                    tpu_error *err)
 {
     lc c = {0};
     c.g = g;
     c.p = p;
     c.hw = hw;
+    c.dc = dc;
+    if (!c.dc) {
+        c.dc = c.own_dc = cost_dma_new(hw);
+        if (!c.dc)
+            return tpu_fail(err, TPU_ERR_SYSTEM,
+                            "out of host memory (lowering)");
+    }
     c.shard = shard;
     plan_coords(p, shard, c.coords);
     c.prog = out;

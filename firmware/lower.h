@@ -11,6 +11,7 @@
 #ifndef FIRMWARE_LOWER_H
 #define FIRMWARE_LOWER_H
 
+#include "emu/cost.h"
 #include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/plan.h"
@@ -34,9 +35,11 @@ typedef struct {
 } fw_memory;
 
 /* Lowers the step for shard `shard` of a replica (all replicas run the
- * same program).  TPU_ERR_SYSTEM only when host memory runs out. */
+ * same program).  `dc` prices DMA blocks for the tile-size choice: pass
+ * the engine's (engine_input.dma_costs) to measure each size once, or
+ * NULL.  TPU_ERR_SYSTEM only when host memory runs out. */
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
-                    int shard, fw_program *out, fw_memory *mem,
+                    int shard, cost_dma *dc, fw_program *out, fw_memory *mem,
                     tpu_error *err);
 
 #endif

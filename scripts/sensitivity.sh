@@ -42,6 +42,7 @@ row "xla.bn_stats_fused=0" "--set xla.bn_stats_fused=0"
 row "xla.bn_apply_fused=1" "--set xla.bn_apply_fused=1"
 row "hbm.capacity_gib=16 (xla.remat)" "--set hbm.capacity_gib=16"
 row "xla.remat=0 (capacity 64)" "--set xla.remat=0"
+row "xla.tile_search=0 (largest tile)" "--set xla.tile_search=0"
 # Not parameters: which layers the RetinaNet reference freezes.  The traces
 # follow models/official/detection's 2019 base_config (conv1 and res2 with
 # their batchnorms); models/official/retinanet freezes conv1's kernel only;

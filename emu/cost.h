@@ -1,0 +1,41 @@
+/* cost — what one firmware instruction costs on its unit, in integer
+ * picoseconds: the MXU and vector unit from their cycle models, a DMA
+ * block from the HBM model in steady state.
+ *
+ * The engine times every instruction with these; the lowering asks the
+ * same questions when it chooses a tile size (a compiler's cost model that
+ * agrees with the machine it compiles for).  Every cost is a pure function
+ * of the instruction and the chip data, which is what lets the engine skip
+ * repeated loop iterations exactly.
+ */
+#ifndef EMU_COST_H
+#define EMU_COST_H
+
+#include <stdint.h>
+
+#include "emu/params.h"
+#include "firmware/isa.h"
+
+#define COST_PS 1e12
+
+int64_t cost_cycles_ps(const tpu_params *hw, double cycles);
+
+/* A matrix instruction on the core's MXUs (*mxu) and its overlapped vector
+ * epilogue (*vec). */
+void cost_matmul_ps(const tpu_params *hw, const fw_insn *in, int64_t *mxu,
+                    int64_t *vec);
+/* A vector pass. */
+int64_t cost_vec_ps(const tpu_params *hw, const fw_insn *in);
+
+/* DMA block costs, measured once per (bytes, direction) and cached: the
+ * cache is the only state, and it changes no answer. */
+typedef struct cost_dma cost_dma;
+
+/* NULL when host memory runs out. */
+cost_dma *cost_dma_new(const tpu_params *hw);
+void cost_dma_free(cost_dma *d);
+/* Duration of one block of `bytes` (write: VMEM -> HBM) in steady state;
+ * 0 for no bytes. */
+int64_t cost_dma_ps(cost_dma *d, int64_t bytes, int write);
+
+#endif
