@@ -161,10 +161,13 @@ static void print_table(const emu_result *r)
                ? 100 * r->flops_per_step /
                      (r->step_time_s * r->cores * r->core_peak_flops)
                : 0);
-    if (r->hbm_remat_bytes > 0)
-        printf("fits by recomputing %.3g MiB of activations in the backward "
-               "pass (xla.remat)\n",
-               r->hbm_remat_bytes / (1024.0 * 1024));
+    if (r->hbm_remat_bytes > 0) {
+        /* GiB from 1 GiB up, as the HBM column prints */
+        double gib = r->hbm_remat_bytes / (1024.0 * 1024 * 1024);
+        printf("fits by recomputing %.*f %s of activations in the backward "
+               "pass (xla.remat)\n", gib >= 1 ? 2 : 1,
+               gib >= 1 ? gib : gib * 1024, gib >= 1 ? "GiB" : "MiB");
+    }
     if (r->small_batch > 0) {
         printf("small-batch convolution layout (xla.conv_pad): batch %.3g "
                "per convolution",

@@ -89,6 +89,31 @@ void th_suite_remat(th_ctx *t)
         }
     }
 
+    th_case(t, "run says how much it recomputed in plain units (MiB below "
+               "1 GiB, GiB above: 4.25 GiB, not 4.35e+03 MiB)");
+    {
+        static th_cmd_result c;
+        th_run(&c, "%s run traces/small/tiny2d.json --set "
+                   "hbm.capacity_gib=0.0011", th_bin());
+        const char *l = strstr(c.out, "fits by recomputing ");
+        double v = 0;
+        char unit[8] = "", after[4] = "";
+        int n = l ? sscanf(l, "fits by recomputing %lf %7s %3s", &v, unit,
+                           after)
+                  : 0;
+        TH_CHECKF(t, c.status == 0 && n == 3 && strcmp(unit, "MiB") == 0 &&
+                         strcmp(after, "of") == 0 && v > 0 && v < 1024 &&
+                         !strstr(l, "e+"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+        th_run(&c, "%s run traces/reference/unet3d-128-v3-8.json", th_bin());
+        l = strstr(c.out, "fits by recomputing ");
+        n = l ? sscanf(l, "fits by recomputing %lf %7s %3s", &v, unit, after)
+              : 0;
+        TH_CHECKF(t, c.status == 0 && n == 3 && strcmp(unit, "GiB") == 0 &&
+                         v > 1 && v < 16 && !strstr(l, "e+"),
+                  "status %d: %s%s", c.status, c.out, c.err);
+    }
+
     th_case(t, "a step that cannot fit even so says how much was recomputed");
     {
         emu_result r;
