@@ -160,8 +160,11 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
         kt = (gm->taps + sprod - 1) / sprod;
     }
     gm->depth = depth;
-    gm->sw =
-        (!dx && in->b == kt * depth) ? depth : (depth + rows - 1) / rows * rows;
+    /* with K cut into parts (lower.c), b is the first part's slice */
+    int64_t kp = in->kparts > 1 ? in->kparts : 1;
+    gm->sw = (!dx && in->b == (kt * depth + kp - 1) / kp)
+                 ? depth
+                 : (depth + rows - 1) / rows * rows;
     if (gm->sw < depth)
         return tpu_fail(err, TPU_ERR_SYSTEM, "internal: functional: K layout");
     return TPU_OK;

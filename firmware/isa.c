@@ -88,6 +88,10 @@ void fw_format(const fw_insn *in, char *buf, size_t cap)
         w = snprintf(buf + o, cap - o, " passes=%d", in->passes);
         o += w > 0 ? (size_t)w : 0;
     }
+    if (in->op == FW_MATMUL && in->kparts > 1 && o < cap) {
+        w = snprintf(buf + o, cap - o, " kparts=%" PRId64, in->kparts);
+        o += w > 0 ? (size_t)w : 0;
+    }
     if (in->fx != FX_NONE && in->fx < FX_KIND_COUNT && o < cap)
         snprintf(buf + o, cap - o, " fx=%s", fw_fx_name((fx_kind)in->fx));
 }

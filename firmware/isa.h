@@ -75,6 +75,9 @@ typedef struct {
     int64_t a, b, c, d;
     int64_t e;       /* mxu.matmul: rows of the whole product (the M the
                         tiles walk per N chunk), for --functional */
+    int64_t kparts;  /* mxu.matmul: the product's K is cut into this many
+                        slices (weights too large for VMEM); b is one
+                        slice.  0 or 1: whole.  For --functional */
 } fw_insn;
 
 typedef struct {

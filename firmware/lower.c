@@ -180,6 +180,7 @@ typedef struct {
     int64_t a, b, cc, d; /* operands of the compute instruction */
     int64_t e;
     int passes;
+    int64_t kparts;
 } tile;
 
 static void emit_compute(lc *c, int phase, int layer, const tile *t)
@@ -190,6 +191,7 @@ static void emit_compute(lc *c, int phase, int layer, const tile *t)
         if (t->op == FW_MATMUL) {
             in->passes = (uint8_t)t->passes;
             in->e = t->e;
+            in->kparts = t->kparts;
         }
         in->fx = (uint8_t)c->fx;
     }
@@ -406,32 +408,91 @@ static void matmul_tiles(int64_t m, int64_t mt, int64_t k, int64_t n_chunk,
 }
 
 /* How a matrix product is tiled under a VMEM budget: weights stay
- * resident, and when they would take more than half of the budget the
- * product is cut into N chunks, each re-reading the input; M is cut into
- * the largest tiles that fit the rest (double-buffered input and output,
- * fp32 accumulators). */
+ * resident in up to half of it.  When they do not fit, the product is cut
+ * into N chunks of whole MXU tiles (a ragged chunk would leave columns of
+ * every weight tile empty), each re-reading the input; when one tile's
+ * column of weights is still too large, K is cut into parts too, each part
+ * adding its partial sums to the previous part's in fp32 through HBM.  M
+ * is cut into the largest tiles that fit the rest (double-buffered input
+ * and output, fp32 accumulators). */
 typedef struct {
-    int64_t nchunks, n_chunk, mt;
+    int64_t nchunks, n_chunk, kparts, mt;
 } mm_plan;
 
-static mm_plan matmul_plan(double vmem, int64_t m, int64_t n,
-                           double ld_per_row, double st_per_row,
+static mm_plan matmul_plan(const lc *c, double vmem, int64_t m, int64_t k,
+                           int64_t n, double ld_per_row, double st_per_row,
                            double w_bytes, double acc_row_bytes)
 {
     mm_plan pl;
+    int64_t cols = c->hw->mxu.cols, rows = c->hw->mxu.rows;
+    double budget = vmem / 2;
     pl.nchunks = 1;
-    while (w_bytes / pl.nchunks > vmem / 2 && pl.nchunks < n)
-        pl.nchunks++;
-    double w_res = w_bytes / pl.nchunks;
-    pl.n_chunk = cdiv(n, pl.nchunks);
-    double per_row = 2 * ld_per_row + 2 * st_per_row / pl.nchunks +
-                     acc_row_bytes / pl.nchunks;
+    pl.n_chunk = n;
+    pl.kparts = 1;
+    if (w_bytes > budget) {
+        double per_col = w_bytes / (double)rup(n, cols);
+        int64_t fit = (int64_t)(budget / per_col) / cols * cols;
+        if (fit >= cols) {
+            pl.n_chunk = fit < n ? fit : n;
+        } else {
+            pl.n_chunk = cols < n ? cols : n;
+            pl.kparts = (int64_t)ceil(per_col * (double)rup(pl.n_chunk, cols) /
+                                      budget);
+            int64_t most = cdiv(k, rows); /* a part is one K tile at least */
+            if (pl.kparts > most)
+                pl.kparts = most;
+        }
+        pl.nchunks = cdiv(n, pl.n_chunk);
+    }
+    double w_res = w_bytes / (double)(pl.nchunks * pl.kparts);
+    /* a part's rows: its slice of the input, the partial sums it reads and
+     * writes (or the output), the accumulators */
+    double acc = acc_row_bytes / (double)pl.nchunks;
+    double per_row = 2 * ld_per_row / (double)pl.kparts +
+                     2 * (pl.kparts > 1 ? 2 * acc : st_per_row / pl.nchunks) +
+                     acc;
     int64_t mt = per_row > 0 ? (int64_t)((vmem - w_res) / per_row) : m;
     mt = mt / 8 * 8;
     if (mt < 8)
         mt = 8;
     pl.mt = mt > m ? m : mt;
     return pl;
+}
+
+/* A product whose weights do not fit VMEM even one MXU tile wide: K parts
+ * in turn, each with its slice of the weights resident, streaming its
+ * slice of every input row and adding to the fp32 partial sums of the
+ * parts before it (read from and written back to HBM; the last part
+ * writes the output and runs the epilogue).  The first part carries the
+ * functional meaning of the whole product (--functional computes it at
+ * once); the others are timing only. */
+static void emit_matmul_kparts(lc *c, int phase, int layer, int64_t m,
+                               int64_t k, int64_t n, double ld_per_row,
+                               double st_per_row, double w_bytes,
+                               double acc_row_bytes, double epi_per_row,
+                               int passes, const mm_plan *pl)
+{
+    int keep = c->fx;
+    int64_t kp = pl->kparts, ks = cdiv(k, kp);
+    double acc = acc_row_bytes; /* fp32 partial sums of every column */
+    for (int64_t p = 0; p < kp; p++) {
+        int64_t kslice = p < kp - 1 ? ks : k - ks * (kp - 1);
+        if (kslice <= 0)
+            break;
+        double ld = ld_per_row * (double)kslice / (double)k +
+                    (p > 0 ? acc : 0);
+        double st = p < kp - 1 ? acc : st_per_row;
+        tile full, last;
+        int64_t nt;
+        matmul_tiles(m, pl->mt, kslice, pl->n_chunk, pl->nchunks, ld, st,
+                     p < kp - 1 ? 0 : epi_per_row, passes, &full, &last, &nt);
+        full.kparts = last.kparts = kp;
+        c->fx = p == 0 ? keep : FX_NONE;
+        emit_tiled(c, phase, layer, nt,
+                   (int64_t)ceil(w_bytes * (double)kslice / (double)k), &full,
+                   &last);
+    }
+    c->fx = keep;
 }
 
 /* A tiled matrix product over M rows: per tile, load ld_per_row bytes a
@@ -443,8 +504,13 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
 {
     if (m <= 0 || k <= 0 || n <= 0)
         return;
-    mm_plan pl = matmul_plan(c->hw->vmem_bytes, m, n, ld_per_row, st_per_row,
-                             w_bytes, acc_row_bytes);
+    mm_plan pl = matmul_plan(c, c->hw->vmem_bytes, m, k, n, ld_per_row,
+                             st_per_row, w_bytes, acc_row_bytes);
+    if (pl.kparts > 1) {
+        emit_matmul_kparts(c, phase, layer, m, k, n, ld_per_row, st_per_row,
+                           w_bytes, acc_row_bytes, epi_per_row, passes, &pl);
+        return;
+    }
     int64_t pre = (int64_t)ceil(w_bytes);
     tile full, last;
     int64_t nt;
@@ -454,8 +520,10 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
         double best = tiled_ps(c, nt, pre, &full, &last);
         for (double v = c->hw->vmem_bytes; v / 2 >= TILE_SEARCH_VMEM_FLOOR;
              v /= 2) {
-            mm_plan nx = matmul_plan(v / 2, m, n, ld_per_row, st_per_row,
-                                     w_bytes, acc_row_bytes);
+            mm_plan nx = matmul_plan(c, v / 2, m, k, n, ld_per_row,
+                                     st_per_row, w_bytes, acc_row_bytes);
+            if (nx.kparts > 1)
+                break; /* smaller budgets only cut K more */
             int64_t here = cdiv(m, pl.mt), next = cdiv(m, nx.mt);
             /* equal tiles between this budget's count and the next's (in
              * this budget's N chunks), then the next budget's plan */

@@ -1,0 +1,156 @@
+/* Tiling of matrix products whose weights do not fit VMEM (firmware/lower.c,
+ * matmul_plan): N is cut into chunks of whole MXU tiles, and K into parts
+ * when one tile's column of weights is still too large.  Found by probe
+ * round 4: ragged N chunks (342, 228 and 114 columns for a 1024-channel
+ * 3x3 convolution) left a third of every weight tile empty, a 31x31
+ * kernel's weights were cut into 16-column chunks (12% of the MXU) and
+ * loaded whole into VMEM (126 MB into 16 MiB). */
+#include <stdio.h>
+#include <string.h>
+
+#include "emu/sim.h"
+#include "firmware/lower.h"
+#include "test/harness.h"
+
+static int write_conv(const char *path, const char *mode, int64_t batch,
+                      int64_t hw, int64_t cin, int64_t cout, int64_t k)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    fprintf(f,
+            "{\"format\": \"tpuemu-trace/1\", \"name\": \"tiles\", "
+            "\"system\": \"v3-8\", \"run\": {\"mode\": \"%s\", "
+            "\"global_batch\": %lld, \"num_cores_per_replica\": 1}, "
+            "\"graph\": {\"inputs\": [{\"name\": \"x\", \"shape\": [%lld, "
+            "%lld, %lld]}], \"layers\": [{\"name\": \"c\", \"op\": \"conv\", "
+            "\"in\": \"x\", \"filters\": %lld, \"kernel\": [%lld, %lld]}]}}\n",
+            mode, (long long)batch, (long long)hw, (long long)hw,
+            (long long)cin, (long long)cout, (long long)k, (long long)k);
+    return fclose(f) == 0;
+}
+
+static tpu_status run_with(const char *path, const char *const *keys,
+                           const char *const *vals, int n, int functional,
+                           emu_result *r, fw_program *prog, tpu_error *e)
+{
+    graph g;
+    if (graph_load(&g, path, e))
+        return TPU_ERR_INPUT;
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace_path = path;
+    o.n_sets = n;
+    o.set_keys = keys;
+    o.set_values = vals;
+    o.functional = functional;
+    tpu_status rc = sim_run(&g, &o, r, e);
+    if (!rc && prog) {
+        fw_memory mem;
+        rc = sim_lower(&g, &o, 0, prog, &mem, e);
+        if (rc)
+            emu_result_free(r);
+    }
+    graph_free(&g);
+    return rc;
+}
+
+void th_suite_tiles(th_ctx *t)
+{
+    tpu_error e = {0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiles.json", th_tmpdir());
+
+    th_case(t, "weights over half of VMEM: N chunks of whole MXU tiles, the "
+               "MXU stays busy (3x3 convolutions of 768-2048 channels)");
+    {
+        static const int64_t ch[] = {768, 1024, 1536, 2048};
+        for (size_t i = 0; i < sizeof ch / sizeof ch[0]; i++) {
+            if (!TH_CHECK(t, write_conv(path, "infer", th_asan() ? 64 : 512,
+                                        32, ch[i], ch[i], 3)))
+                break;
+            emu_result r;
+            fw_program p;
+            fw_program_init(&p);
+            if (!TH_CHECKF(t, run_with(path, NULL, NULL, 0, 0, &r, &p, &e) ==
+                                  TPU_OK, "%s", e.msg))
+                continue;
+            int ragged = 0;
+            for (size_t j = 0; j < p.n; j++)
+                if (p.code[j].op == FW_MATMUL && p.code[j].c % 128 != 0)
+                    ragged = 1;
+            TH_CHECKF(t, !ragged, "%lld channels: an N chunk is not whole "
+                                  "MXU tiles", (long long)ch[i]);
+            TH_CHECKF(t, r.per_core[0].mxu_utilization > 0.9,
+                      "%lld channels: MXU utilisation %.3f",
+                      (long long)ch[i], r.per_core[0].mxu_utilization);
+            emu_result_free(&r);
+            fw_program_free(&p);
+        }
+    }
+
+    th_case(t, "a kernel whose weights exceed VMEM one tile wide: K parts, no "
+               "DMA larger than VMEM, utilisation near the MXU's (31x31, "
+               "256 channels)");
+    {
+        if (TH_CHECK(t, write_conv(path, "infer", 64, 128, 256, 256, 31))) {
+            emu_result r;
+            fw_program p;
+            fw_program_init(&p);
+            if (TH_CHECKF(t, run_with(path, NULL, NULL, 0, 0, &r, &p, &e) ==
+                                 TPU_OK, "%s", e.msg)) {
+                int64_t big = 0, kparts = 0, narrow = 0;
+                for (size_t j = 0; j < p.n; j++) {
+                    const fw_insn *in = &p.code[j];
+                    if (in->op == FW_DMA_LD && in->a > big)
+                        big = in->a;
+                    if (in->op == FW_MATMUL) {
+                        if (in->kparts > kparts)
+                            kparts = in->kparts;
+                        if (in->c < 128)
+                            narrow = 1;
+                    }
+                }
+                TH_CHECKF(t, big <= 16 * 1024 * 1024,
+                          "a %lld-byte load into 16 MiB of VMEM",
+                          (long long)big);
+                TH_CHECKF(t, kparts > 1 && !narrow, "kparts %lld, narrow %lld",
+                          (long long)kparts, (long long)narrow);
+                TH_CHECKF(t, r.per_core[0].mxu_utilization > 0.9,
+                          "MXU utilisation %.3f",
+                          r.per_core[0].mxu_utilization);
+                emu_result_free(&r);
+                fw_program_free(&p);
+            }
+        }
+    }
+
+    th_case(t, "K parts change timing, never values: tiny2d trained with 64 "
+               "KiB of VMEM computes what it computes with 16 MiB");
+    {
+        const char *tiny = "traces/small/tiny2d.json";
+        const char *k[1] = {"vmem_bytes"}, *v[1] = {"65536"};
+        emu_result a, b;
+        fw_program p;
+        fw_program_init(&p);
+        if (TH_CHECKF(t, run_with(tiny, NULL, NULL, 0, 1, &a, NULL, &e) == 0,
+                      "%s", e.msg)) {
+            if (TH_CHECKF(t, run_with(tiny, k, v, 1, 1, &b, &p, &e) == 0, "%s",
+                          e.msg)) {
+                int kparts = 0;
+                for (size_t j = 0; j < p.n; j++)
+                    if (p.code[j].op == FW_MATMUL && p.code[j].kparts > 1)
+                        kparts = 1;
+                TH_CHECKF(t, kparts, "64 KiB of VMEM cut no K");
+                TH_CHECK(t, b.output_checksum == a.output_checksum);
+                TH_CHECK(t, b.loss == a.loss && b.n_grads == a.n_grads &&
+                                memcmp(a.grads, b.grads,
+                                       sizeof(float) * (size_t)a.n_grads) ==
+                                    0);
+                emu_result_free(&b);
+                fw_program_free(&p);
+            }
+            emu_result_free(&a);
+        }
+    }
+}
