@@ -371,13 +371,16 @@ static void touch(hbm *h, chw *acc, int c)
     }
 }
 
-/* Activate cost of a miss to bank (c, b) following a visit of data d. */
+/* Activate cost of a miss to bank (c, b) following a visit of data d.
+ * With queue_depth activates in flight, a run of misses to other banks
+ * takes (tRP + tRCD) / Q per visit (Little's law); the visit's data covers
+ * that much of it. */
 static double miss_cost(const hbm *h, int c, int b, double tact)
 {
     double d = h->last_d[c];
     if (b == h->last_bank[c])   /* same bank: no overlap, tRAS holds it */
         return dmax(h->rp + h->rcd, h->ras + h->rp - d);
-    return dmax(0.0, tact - h->Q * d);
+    return dmax(0.0, tact / h->Q - d);
 }
 
 /* One run of nb bursts in row `row` of bank b of channel c. */
@@ -477,12 +480,12 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
                 h->last_row[c] = (int64_t)(w >> h->lB);
             }
         } else if (h->B > 1) {
-            double qd = h->Q * dfull;
+            double qd = dfull;
             for (uint64_t k = 1; k < kend; k++) {
                 uint64_t w = wf + k;
                 int64_t *o = &orows[w & Bm], r = (int64_t)(w >> h->lB);
                 if (*o != r) {
-                    double e = (*o >= 0 ? h->rp : 0) + h->rcd - qd;
+                    double e = ((*o >= 0 ? h->rp : 0) + h->rcd) / h->Q - qd;
                     a->nact += 1;
                     if (e > 0)
                         a->exposed += e;
@@ -505,7 +508,7 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
         uint64_t m = nv - 1 - kend;
         if (m > 0) {
             double e = h->B == 1 ? dmax(h->rp + h->rcd, h->ras + h->rp - dfull)
-                                 : dmax(0.0, h->rp + h->rcd - h->Q * dfull);
+                                 : dmax(0.0, (h->rp + h->rcd) / h->Q - dfull);
             a->bursts += (double)m * full;
             a->nact += (double)m;
             a->exposed += (double)m * e;
@@ -622,7 +625,7 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
     double bch = n * bpc / used, ach = dmax(1.0, nact / used);
     double dv = bch / ach * h->t_burst;
     double e = conflict ? dmax(h->rp + h->rcd, h->ras + h->rp - dv)
-                        : dmax(0.0, h->rp + h->rcd - h->Q * dv);
+                        : dmax(0.0, (h->rp + h->rcd) / h->Q - dv);
     for (int ch = 0; ch < C; ch++) {
         if (!h->scratch[ch].touched)
             continue;

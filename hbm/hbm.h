@@ -13,8 +13,9 @@
  * next row activation goes to another bank, where it can overlap data).
  *
  * Timing per channel: a row hit costs only its bursts; a miss costs a
- * precharge (tRP, when another row is open) and an activate (tRCD) that
- * overlap the data of up to queue_depth earlier visits to other banks;
+ * precharge (tRP, when another row is open) and an activate (tRCD); up to
+ * queue_depth activates to other banks are in flight, so a run of misses
+ * takes max(data, (tRP + tRCD) / queue_depth) per visit;
  * activates are rate-limited by tRRD and tFAW; a miss to the bank that
  * was just used waits out tRAS + tRP.  Every tREFI each channel stops for
  * tRFC (all-bank refresh) and loses its open rows; all channels refresh
