@@ -665,6 +665,15 @@ static int check_shape(sweep *s, const cJSON *doc)
                                        "set", "freeze", NULL};
     if (!cJSON_IsObject(doc))
         return bad(s, "(top level)", "expected a JSON object");
+    /* The format first: a trace's or report's keys would otherwise be
+     * reported as unknown sweep keys. */
+    const cJSON *f0 = cJSON_GetObjectItemCaseSensitive(doc, "format");
+    if (cJSON_IsString(f0) && strcmp(f0->valuestring, "tpuemu-trace/1") == 0)
+        return bad(s, "format", "this is a trace (tpuemu run reads it), not a "
+                                "sweep file; a sweep file names its trace in "
+                                "\"trace\" (docs/SWEEPS.md)");
+    if (cJSON_IsString(f0) && strcmp(f0->valuestring, "tpuemu-report/1") == 0)
+        return bad(s, "format", "this is a tpuemu report, not a sweep file");
     const cJSON *e;
     cJSON_ArrayForEach(e, doc)
     {

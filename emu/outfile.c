@@ -90,6 +90,14 @@ static tpu_status resolve(const char *path, char **target, int *existed,
     *mode = 0644;
     if (!path || !*path)
         return tpu_fail(err, TPU_ERR_INPUT, "output path is empty");
+    /* Unix tools read '-' as standard output; a file named '-' in the
+     * working directory would surprise (probe round 4). */
+    if (strcmp(path, "-") == 0)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "-: cannot create: '-' (standard output) is not an "
+                        "output here: outputs are written to a temporary "
+                        "beside the file and renamed, give a file path "
+                        "(./- for a file of that name)");
     size_t n = strlen(path);
     if (path[n - 1] == '/')
         return tpu_fail(err, TPU_ERR_INPUT,

@@ -54,9 +54,12 @@ tpu_status rfile_read(const char *path, size_t max_bytes,
 
     *text = NULL;
     *len = 0;
+    /* '-' is standard input, as for other Unix tools (a pipe or a
+     * redirected file; a terminal is refused below like any device). */
+    const char *name = strcmp(path, "-") == 0 ? "/dev/stdin" : path;
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
      * writer, forever if none comes. */
-    fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+    fd = open(name, O_RDONLY | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         int oe = errno;
         /* A socket cannot be opened by name (ENXIO, "No such device or

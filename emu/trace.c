@@ -1161,6 +1161,16 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
     if (!cJSON_IsObject(root))
         return trace_fail(c, NULL, "expected a JSON object at the top level, "
                           "found %s", trace_type(root));
+    /* The format first: another tpuemu file's keys would otherwise be
+     * reported as unknown trace keys. */
+    v = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "tpuemu-report/1") == 0)
+        return trace_fail(c, "format", "this is a tpuemu report (what run "
+                          "--report writes; check and view read it), not a "
+                          "trace");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "tpuemu-sweep/1") == 0)
+        return trace_fail(c, "format", "this is a sweep file (tpuemu sweep "
+                          "reads it), not a trace");
     if ((st = trace_keys(c, root, "(top level)", keys, NULL)))
         return st;
     if ((st = trace_str(c, root, "(top level)", "format", 1, &s)))
