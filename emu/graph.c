@@ -395,8 +395,13 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
                 L->pad_lo[d] = k - 1 - fwd / 2;
                 L->pad_hi[d] = s + k - 2 - L->pad_lo[d];
             } else {
-                L->out.sp[d] = (x - 1) * s + k;
-                L->pad_lo[d] = L->pad_hi[d] = k - 1;
+                /* Keras (deconv_output_length): (in-1) s + max(k, s); a
+                 * kernel narrower than the stride leaves s-k outputs of
+                 * the last step that no tap reaches (bias only). */
+                int64_t span = k > s ? k : s;
+                L->out.sp[d] = (x - 1) * s + span;
+                L->pad_lo[d] = k - 1;
+                L->pad_hi[d] = span - 1;
             }
         }
         L->out.c = L->filters;

@@ -213,7 +213,7 @@ def infer_shape(layers, L):
                 out.append(sp[d] * s[d])
                 plo.append(k[d] - 1 - max(k[d] - s[d], 0) // 2)
             else:
-                out.append((sp[d] - 1) * s[d] + k[d])
+                out.append((sp[d] - 1) * s[d] + max(k[d], s[d]))
                 plo.append(k[d] - 1)
         L.update(k=k, s=s, dil=[1] * n, plo=plo)
         sp, c = out, L["filters"]
