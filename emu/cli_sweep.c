@@ -597,20 +597,6 @@ static int find_dup(const cJSON *n, char *jp, size_t cap, int *oom)
     return 0;
 }
 
-static void line_col(const char *text, size_t pos, int *line, int *col)
-{
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < pos; i++) {
-        if (text[i] == '\n') {
-            (*line)++;
-            *col = 1;
-        } else {
-            (*col)++;
-        }
-    }
-}
-
 /* The sweep file as JSON: the whole text one value, no duplicate keys. */
 static int read_doc(sweep *s, cJSON **out)
 {
@@ -631,15 +617,17 @@ static int read_doc(sweep *s, cJSON **out)
     if (doc)
         pos += strspn(text + pos, " \t\r\n");
     if (!doc || pos < len) {
-        int line, col;
-        line_col(text, pos, &line, &col);
+        int line, col, depth;
+        char why[200];
+        rfile_json_where(text, len, pos, &line, &col, &depth);
+        if (doc)
+            snprintf(why, sizeof why, "not valid JSON: unexpected text after "
+                     "the top-level value at line %d, column %d", line, col);
+        else
+            rfile_json_error(text, len, pos, why, sizeof why);
         free(text);
         cJSON_Delete(doc);
-        return cli_error(2, "%s: not valid JSON: %s at line %d, column %d",
-                         s->path,
-                         doc ? "unexpected text after the top-level value"
-                             : "syntax error",
-                         line, col);
+        return cli_error(2, "%s: %s", s->path, why);
     }
     free(text);
     char jp[512] = "";

@@ -804,10 +804,19 @@ tpu_status report_parse(emu_result *r, const char *text, size_t len,
     char *marked = rfile_mark_nuls(text, len, &oom);
     if (oom)
         return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-    cJSON *root = cJSON_ParseWithLength(marked ? marked : text, len);
+    const char *end = NULL;
+    cJSON *root =
+        cJSON_ParseWithLengthOpts(marked ? marked : text, len, &end, 0);
+    if (!root) {
+        const char *base = marked ? marked : text;
+        size_t pos = end >= base && end <= base + len ? (size_t)(end - base)
+                                                      : 0;
+        char why[200];
+        rfile_json_error(base, len, pos, why, sizeof why);
+        free(marked);
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: %s", path, why);
+    }
     free(marked);
-    if (!root)
-        return tpu_fail(err, TPU_ERR_INPUT, "%s: not valid JSON", path);
     rd c = {path, err};
     tpu_status st = read_doc(&c, root, r);
     cJSON_Delete(root);

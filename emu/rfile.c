@@ -2,6 +2,8 @@
  * (see rfile.h for the rule and why). */
 #include "emu/rfile.h"
 
+#include <cJSON.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -265,4 +267,66 @@ const char *rfile_text_problem(const char *s, int ctrl_ok, char *buf,
         i += k;
     }
     return NULL;
+}
+
+void rfile_json_where(const char *text, size_t len, size_t pos, int *line,
+                      int *col, int *depth)
+{
+    int in_str = 0, esc = 0;
+    *line = 1;
+    *col = 1;
+    *depth = 0;
+    for (size_t i = 0; i < pos && i < len; i++) {
+        char ch = text[i];
+        if (ch == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (ch == '\\')
+                esc = 1;
+            else if (ch == '"')
+                in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else if (ch == '[' || ch == '{') {
+            (*depth)++;
+        } else if ((ch == ']' || ch == '}') && *depth > 0) {
+            (*depth)--;
+        }
+    }
+}
+
+void rfile_json_error(const char *text, size_t len, size_t pos, char *buf,
+                      size_t cap)
+{
+    int line, col, depth;
+    size_t last = len;
+    while (last > 0 && (text[last - 1] == ' ' || text[last - 1] == '\t' ||
+                        text[last - 1] == '\n' || text[last - 1] == '\r'))
+        last--;
+    rfile_json_where(text, len, pos, &line, &col, &depth);
+    const unsigned char *u = (const unsigned char *)text;
+    if (len >= 2 && ((u[0] == 0xff && u[1] == 0xfe) ||
+                     (u[0] == 0xfe && u[1] == 0xff) ||
+                     (u[0] != 0 && u[1] == 0) || (u[0] == 0 && u[1] != 0)))
+        snprintf(buf, cap, "not valid JSON: the file looks like UTF-16; "
+                 "save it as UTF-8");
+    else if (len >= 2 && u[0] == 0x1f && u[1] == 0x8b)
+        snprintf(buf, cap, "not valid JSON: the file is gzip-compressed; "
+                 "decompress it first (gunzip -c FILE | tpuemu run -)");
+    else if (depth >= CJSON_NESTING_LIMIT)
+        snprintf(buf, cap, "not valid JSON: arrays and objects nested deeper "
+                 "than %d levels (the parser's limit) at line %d, column %d",
+                 CJSON_NESTING_LIMIT, line, col);
+    else if (pos >= last)
+        snprintf(buf, cap, "not valid JSON: the text ends too early (line %d, "
+                 "column %d)", line, col);
+    else
+        snprintf(buf, cap, "not valid JSON: syntax error at line %d, column "
+                 "%d", line, col);
 }

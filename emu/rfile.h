@@ -54,4 +54,16 @@ size_t rfile_utf8_len(const unsigned char *s);
 const char *rfile_text_problem(const char *s, int ctrl_ok, char *buf,
                                size_t cap);
 
+/* Where byte `pos` of a JSON text is, for a parse error: its line and
+ * column (from 1), and how many arrays and objects are open there (strings
+ * skipped), which tells cJSON's nesting limit from a syntax error. */
+void rfile_json_where(const char *text, size_t len, size_t pos, int *line,
+                      int *col, int *depth);
+
+/* A parse failure at byte `pos`, as "not valid JSON: ..." into buf: the
+ * text ends too early, nesting deeper than cJSON's limit, or a syntax
+ * error, with line and column; a hint for a UTF-16 or gzip file. */
+void rfile_json_error(const char *text, size_t len, size_t pos, char *buf,
+                      size_t cap);
+
 #endif

@@ -1116,21 +1116,6 @@ static size_t trace_open_at_end(const char *text, size_t len, size_t last)
     return len;
 }
 
-static void trace_linecol(const char *text, size_t len, size_t pos, int *line,
-                          int *col)
-{
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < pos && i < len; i++) {
-        if (text[i] == '\n') {
-            (*line)++;
-            *col = 1;
-        } else {
-            (*col)++;
-        }
-    }
-}
-
 static void trace_default_name(graph *g, const char *path)
 {
     const char *b = strrchr(path, '/');
@@ -1294,20 +1279,22 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
     }
     root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
-        int line, col;
+        int line, col, depth;
         size_t last = len;
+        char why[200];
         pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
         while (last > 0 && (text[last - 1] == ' ' || text[last - 1] == '\t' ||
                             text[last - 1] == '\n' || text[last - 1] == '\r'))
             last--;
-        trace_linecol(text, len, pos, &line, &col);
+        rfile_json_where(text, len, pos, &line, &col, &depth);
+        rfile_json_error(text, len, pos, why, sizeof why);
         /* cJSON stops at (or just before) the end of a cut-off file. */
-        if (pos >= trace_open_at_end(text, len, last))
+        if (strstr(why, "syntax error") &&
+            pos >= trace_open_at_end(text, len, last))
             st = trace_fail(&c, NULL, "not valid JSON: the text ends too "
                             "early (line %d, column %d)", line, col);
         else
-            st = trace_fail(&c, NULL, "not valid JSON: syntax error at line "
-                            "%d, column %d", line, col);
+            st = trace_fail(&c, NULL, "%s", why);
         free(marked);
         return st;
     }
@@ -1316,8 +1303,8 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
                          text[pos] == '\n' || text[pos] == '\r'))
         pos++;
     if (pos < len) {
-        int line, col;
-        trace_linecol(text, len, pos, &line, &col);
+        int line, col, depth;
+        rfile_json_where(text, len, pos, &line, &col, &depth);
         cJSON_Delete(root);
         free(marked);
         return trace_fail(&c, NULL, "not valid JSON: unexpected text after "
