@@ -81,7 +81,9 @@ void th_suite_tiles(th_ctx *t)
                     ragged = 1;
             TH_CHECKF(t, !ragged, "%lld channels: an N chunk is not whole "
                                   "MXU tiles", (long long)ch[i]);
-            TH_CHECKF(t, r.per_core[0].mxu_utilization > 0.9,
+            /* 98% at batch 512; 88% at the sanitizer build's 64 (the
+             * ragged chunks gave 66%) */
+            TH_CHECKF(t, r.per_core[0].mxu_utilization > 0.85,
                       "%lld channels: MXU utilisation %.3f",
                       (long long)ch[i], r.per_core[0].mxu_utilization);
             emu_result_free(&r);
