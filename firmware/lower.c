@@ -273,6 +273,22 @@ static double tiled_ps(lc *c, int64_t nt, int64_t pre_ld, const tile *full,
  * for their weight loads and fill. */
 #define TILE_SEARCH_VMEM_FLOOR (256.0 * 1024)
 
+/* Takes the candidate (cnt tiles, cf then cl) when the engine runs it
+ * strictly faster than the best so far: ties keep the earlier candidate,
+ * which has the larger tiles. */
+static void keep_faster(lc *c, double *best, int64_t cnt, int64_t pre,
+                        const tile *cf, const tile *cl, tile *full, tile *last,
+                        int64_t *nt)
+{
+    double t = tiled_ps(c, cnt, pre, cf, cl);
+    if (t >= 0 && (*best < 0 || t < *best)) {
+        *best = t;
+        *full = *cf;
+        *last = *cl;
+        *nt = cnt;
+    }
+}
+
 /* The equal-tile counts strictly between lo and hi. */
 static int64_t next_tile_count(int64_t cnt, int64_t lo, int64_t hi)
 {
@@ -321,13 +337,7 @@ static void emit_pass(lc *c, int phase, int layer, double in_bytes,
                 if (cnt != here) {
                     tile cf, cl;
                     pass_tiles(cnt, in_i, out_i, el_i, ops, &cf, &cl);
-                    double t = tiled_ps(c, cnt, 0, &cf, &cl);
-                    if (t >= 0 && (best < 0 || t < best)) {
-                        best = t; /* ties keep the fewer tiles */
-                        full = cf;
-                        last = cl;
-                        nt = cnt;
-                    }
+                    keep_faster(c, &best, cnt, 0, &cf, &cl, &full, &last, &nt);
                 }
                 if (!g)
                     break;
@@ -541,13 +551,7 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
                 matmul_tiles(m, cand.mt, k, cand.n_chunk, cand.nchunks,
                              ld_per_row, st_per_row, epi_per_row, passes, &cf,
                              &cl, &cnt);
-                double t = tiled_ps(c, cnt, pre, &cf, &cl);
-                if (t >= 0 && (best < 0 || t < best)) {
-                    best = t; /* ties keep the larger tiles */
-                    full = cf;
-                    last = cl;
-                    nt = cnt;
-                }
+                keep_faster(c, &best, cnt, pre, &cf, &cl, &full, &last, &nt);
                 if (!g)
                     break;
             }
