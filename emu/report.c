@@ -530,6 +530,17 @@ static tpu_status read_core(rd *c, const cJSON *o, int i, emu_result *r,
     if (!bd)
         return bad(c, sub, "missing");
     TRY(get_breakdown(c, bd, sub, k->breakdown_s));
+    /* SPEC: the categories are exclusive and sum to the core's step time;
+     * the engine's do to the picosecond (printed exactly), so more than a
+     * part in a million is an edited or foreign report that `check` would
+     * compare category by category without noticing. */
+    double sum = 0;
+    for (int j = 0; j < CAT_COUNT; j++)
+        sum += k->breakdown_s[j];
+    if (fabs(sum - k->step_time_s) > 1e-6 * k->step_time_s + 1e-12)
+        return badf(c, sub, "sums to %.9g s, not the core's step_time_s %.9g "
+                    "(the categories are exclusive and sum to it)",
+                    sum, k->step_time_s);
     static const char *const opt[] = {"mxu_utilization", "hbm_peak_bytes",
                                       "hbm_read_bytes", "hbm_write_bytes",
                                       "ici_bytes_sent", "flops"};

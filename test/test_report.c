@@ -45,11 +45,12 @@ static void make_result(emu_result *r, int cores, int values)
         c->replica = i / 2;
         c->shard = i % 2;
         double sum = 0;
-        for (int k = 0; k < CAT_COUNT; k++) {
+        for (int k = 0; k < CAT_COUNT; k++)
             c->breakdown_s[k] = (k + 1) * 0.1 / 3 + i * 1e-9;
-            sum += c->breakdown_s[k];
-        }
         c->breakdown_s[CAT_HALO] = i % 2 ? 0 : 1e-300;
+        /* the categories sum to the step, as report_read checks */
+        for (int k = 0; k < CAT_COUNT; k++)
+            sum += c->breakdown_s[k];
         c->step_time_s = sum;
         c->mxu_utilization = 0.42 + i / 1000.0;
         c->hbm_peak_bytes = 1.2e10 + i;
@@ -130,6 +131,23 @@ void th_suite_report(th_ctx *t)
         }
         emu_result_free(&back);
         free(a);
+        emu_result_free(&r);
+    }
+
+    th_case(t, "a core whose breakdown does not sum to its step time is "
+               "refused, naming it (probe round 4: check compared it)");
+    {
+        emu_result r, back;
+        make_result(&r, 4, 0);
+        r.per_core[2].breakdown_s[CAT_MXU] *= 0.9;
+        snprintf(path, sizeof path, "%s/badsum.json", th_tmpdir());
+        TH_CHECK(t, report_write(&r, path, &err) == TPU_OK);
+        tpu_status st = report_read(&back, path, &err);
+        TH_CHECKF(t, st == TPU_ERR_INPUT &&
+                         strstr(err.msg, "per_core[2].breakdown_s: sums to"),
+                  "status %d: %s", st, err.msg);
+        if (st == TPU_OK)
+            emu_result_free(&back);
         emu_result_free(&r);
     }
 
