@@ -11,6 +11,8 @@
 
 #include <png.h>
 
+#include "firmware/lower.h"
+
 extern const th_suite th_suites[];
 
 struct th_ctx {
@@ -244,4 +246,29 @@ int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb)
         return 0;
     }
     return 1;
+}
+
+int th_sim_trace(const char *path, const char *const *keys,
+                 const char *const *vals, int n, int functional, emu_result *r,
+                 fw_program *prog, tpu_error *e)
+{
+    graph g;
+    if (graph_load(&g, path, e))
+        return TPU_ERR_INPUT;
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace_path = path;
+    o.n_sets = n;
+    o.set_keys = keys;
+    o.set_values = vals;
+    o.functional = functional;
+    tpu_status rc = sim_run(&g, &o, r, e);
+    if (!rc && prog) {
+        fw_memory mem;
+        rc = sim_lower(&g, &o, 0, prog, &mem, e);
+        if (rc)
+            emu_result_free(r);
+    }
+    graph_free(&g);
+    return rc;
 }

@@ -18,6 +18,9 @@
 
 #include <stddef.h>
 
+#include "emu/sim.h"
+#include "firmware/isa.h"
+
 typedef struct th_ctx th_ctx;
 typedef struct {
     const char *name;
@@ -63,5 +66,13 @@ long th_rgb_diff(const unsigned char *a, const unsigned char *b, int w, int x0,
 char *th_slurp(const char *path, size_t *len);
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);
+
+/* Loads the trace at path and simulates it with n `--set` overrides
+ * (keys[i]=vals[i]) and, when functional, its values; when prog is not
+ * NULL, also lowers core 0's program into it (fw_program_free it).  The
+ * sim_run status; *r to emu_result_free on success. */
+int th_sim_trace(const char *path, const char *const *keys,
+                 const char *const *vals, int n, int functional, emu_result *r,
+                 fw_program *prog, tpu_error *e);
 
 #endif

@@ -8,25 +8,6 @@
 #include "emu/sim.h"
 #include "test/harness.h"
 
-static tpu_status run_set(const char *path, const char *const *keys,
-                          const char *const *vals, int n, int functional,
-                          emu_result *r, tpu_error *e)
-{
-    graph g;
-    if (graph_load(&g, path, e))
-        return TPU_ERR_INPUT;
-    sim_opts o;
-    sim_opts_default(&o);
-    o.trace_path = path;
-    o.n_sets = n;
-    o.set_keys = keys;
-    o.set_values = vals;
-    o.functional = functional;
-    tpu_status rc = sim_run(&g, &o, r, e);
-    graph_free(&g);
-    return rc;
-}
-
 void th_suite_remat(th_ctx *t)
 {
     tpu_error e = {0};
@@ -37,13 +18,14 @@ void th_suite_remat(th_ctx *t)
     {
         const char *k[1] = {"xla.remat"}, *off[1] = {"0"};
         emu_result a, b;
-        tpu_status ra = run_set(unet, k, off, 1, 0, &a, &e);
+        tpu_status ra = th_sim_trace(unet, k, off, 1, 0, &a, NULL, &e);
         TH_CHECKF(t, ra == TPU_ERR_NOFIT && strstr(e.msg, "20.0 GiB"),
                   "status %d: %s", ra, e.msg);
         if (ra == TPU_ERR_NOFIT || ra == TPU_OK)
             emu_result_free(&a);
-        if (TH_CHECKF(t, run_set(unet, NULL, NULL, 0, 0, &b, &e) == 0, "%s",
-                      e.msg)) {
+        if (TH_CHECKF(t,
+                      th_sim_trace(unet, NULL, NULL, 0, 0, &b, NULL, &e) == 0,
+                      "%s", e.msg)) {
             TH_CHECK(t, b.fits && b.hbm_needed_bytes <= b.hbm_capacity_bytes);
             TH_CHECKF(t, b.hbm_remat_bytes > 3e9 && b.hbm_remat_bytes < 8e9,
                       "recomputed %.3g bytes", b.hbm_remat_bytes);
@@ -51,8 +33,9 @@ void th_suite_remat(th_ctx *t)
             const char *k2[2] = {"xla.remat", "hbm.capacity_gib"};
             const char *v2[2] = {"0", "64"};
             emu_result c;
-            if (TH_CHECKF(t, run_set(unet, k2, v2, 2, 0, &c, &e) == 0, "%s",
-                          e.msg)) {
+            if (TH_CHECKF(t,
+                          th_sim_trace(unet, k2, v2, 2, 0, &c, NULL, &e) == 0,
+                          "%s", e.msg)) {
                 double dv = b.per_core[0].breakdown_s[CAT_VECTOR] -
                             c.per_core[0].breakdown_s[CAT_VECTOR];
                 TH_CHECKF(t,
@@ -73,10 +56,11 @@ void th_suite_remat(th_ctx *t)
          * batchnorm + relu output */
         const char *k[1] = {"hbm.capacity_gib"}, *v[1] = {"0.0011"};
         emu_result a, b;
-        if (TH_CHECKF(t, run_set(path, NULL, NULL, 0, 1, &a, &e) == 0, "%s",
-                      e.msg)) {
-            if (TH_CHECKF(t, run_set(path, k, v, 1, 1, &b, &e) == 0, "%s",
-                          e.msg)) {
+        if (TH_CHECKF(t,
+                      th_sim_trace(path, NULL, NULL, 0, 1, &a, NULL, &e) == 0,
+                      "%s", e.msg)) {
+            if (TH_CHECKF(t, th_sim_trace(path, k, v, 1, 1, &b, NULL, &e) == 0,
+                          "%s", e.msg)) {
                 TH_CHECKF(t, b.hbm_remat_bytes > 0, "nothing recomputed");
                 TH_CHECK(t, b.output_checksum == a.output_checksum);
                 TH_CHECK(t, b.loss == a.loss && b.n_grads == a.n_grads &&
@@ -93,32 +77,36 @@ void th_suite_remat(th_ctx *t)
                "1 GiB, GiB above: 4.25 GiB, not 4.35e+03 MiB)");
     {
         static th_cmd_result c;
-        th_run(&c, "%s run traces/small/tiny2d.json --set "
-                   "hbm.capacity_gib=0.0011", th_bin());
+        th_run(&c,
+               "%s run traces/small/tiny2d.json --set "
+               "hbm.capacity_gib=0.0011",
+               th_bin());
         const char *l = strstr(c.out, "fits by recomputing ");
         double v = 0;
         char unit[8] = "", after[4] = "";
-        int n = l ? sscanf(l, "fits by recomputing %lf %7s %3s", &v, unit,
-                           after)
-                  : 0;
-        TH_CHECKF(t, c.status == 0 && n == 3 && strcmp(unit, "MiB") == 0 &&
-                         strcmp(after, "of") == 0 && v > 0 && v < 1024 &&
-                         !strstr(l, "e+"),
+        int n =
+            l ? sscanf(l, "fits by recomputing %lf %7s %3s", &v, unit, after)
+              : 0;
+        TH_CHECKF(t,
+                  c.status == 0 && n == 3 && strcmp(unit, "MiB") == 0 &&
+                      strcmp(after, "of") == 0 && v > 0 && v < 1024 &&
+                      !strstr(l, "e+"),
                   "status %d: %s%s", c.status, c.out, c.err);
         th_run(&c, "%s run traces/reference/unet3d-128-v3-8.json", th_bin());
         l = strstr(c.out, "fits by recomputing ");
         n = l ? sscanf(l, "fits by recomputing %lf %7s %3s", &v, unit, after)
               : 0;
-        TH_CHECKF(t, c.status == 0 && n == 3 && strcmp(unit, "GiB") == 0 &&
-                         v > 1 && v < 16 && !strstr(l, "e+"),
+        TH_CHECKF(t,
+                  c.status == 0 && n == 3 && strcmp(unit, "GiB") == 0 &&
+                      v > 1 && v < 16 && !strstr(l, "e+"),
                   "status %d: %s%s", c.status, c.out, c.err);
     }
 
     th_case(t, "a step that cannot fit even so says how much was recomputed");
     {
         emu_result r;
-        tpu_status rc = run_set("traces/retinanet-2560-v3-8.json", NULL, NULL,
-                                0, 0, &r, &e);
+        tpu_status rc = th_sim_trace("traces/retinanet-2560-v3-8.json", NULL,
+                                     NULL, 0, 0, &r, NULL, &e);
         TH_CHECKF(t, rc == TPU_ERR_NOFIT && strstr(e.msg, "after recomputing"),
                   "status %d: %s", rc, e.msg);
         if (rc == TPU_ERR_NOFIT)

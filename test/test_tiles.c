@@ -30,31 +30,6 @@ static int write_conv(const char *path, const char *mode, int64_t batch,
     return fclose(f) == 0;
 }
 
-static tpu_status run_with(const char *path, const char *const *keys,
-                           const char *const *vals, int n, int functional,
-                           emu_result *r, fw_program *prog, tpu_error *e)
-{
-    graph g;
-    if (graph_load(&g, path, e))
-        return TPU_ERR_INPUT;
-    sim_opts o;
-    sim_opts_default(&o);
-    o.trace_path = path;
-    o.n_sets = n;
-    o.set_keys = keys;
-    o.set_values = vals;
-    o.functional = functional;
-    tpu_status rc = sim_run(&g, &o, r, e);
-    if (!rc && prog) {
-        fw_memory mem;
-        rc = sim_lower(&g, &o, 0, prog, &mem, e);
-        if (rc)
-            emu_result_free(r);
-    }
-    graph_free(&g);
-    return rc;
-}
-
 void th_suite_tiles(th_ctx *t)
 {
     tpu_error e = {0};
@@ -66,26 +41,30 @@ void th_suite_tiles(th_ctx *t)
     {
         static const int64_t ch[] = {768, 1024, 1536, 2048};
         for (size_t i = 0; i < sizeof ch / sizeof ch[0]; i++) {
-            if (!TH_CHECK(t, write_conv(path, "infer", th_asan() ? 64 : 512,
-                                        32, ch[i], ch[i], 3)))
+            if (!TH_CHECK(t, write_conv(path, "infer", th_asan() ? 64 : 512, 32,
+                                        ch[i], ch[i], 3)))
                 break;
             emu_result r;
             fw_program p;
             fw_program_init(&p);
-            if (!TH_CHECKF(t, run_with(path, NULL, NULL, 0, 0, &r, &p, &e) ==
-                                  TPU_OK, "%s", e.msg))
+            if (!TH_CHECKF(t,
+                           th_sim_trace(path, NULL, NULL, 0, 0, &r, &p, &e) ==
+                               TPU_OK,
+                           "%s", e.msg))
                 continue;
             int ragged = 0;
             for (size_t j = 0; j < p.n; j++)
                 if (p.code[j].op == FW_MATMUL && p.code[j].c % 128 != 0)
                     ragged = 1;
-            TH_CHECKF(t, !ragged, "%lld channels: an N chunk is not whole "
-                                  "MXU tiles", (long long)ch[i]);
+            TH_CHECKF(t, !ragged,
+                      "%lld channels: an N chunk is not whole "
+                      "MXU tiles",
+                      (long long)ch[i]);
             /* 98% at batch 512; 88% at the sanitizer build's 64 (the
              * ragged chunks gave 66%) */
             TH_CHECKF(t, r.per_core[0].mxu_utilization > 0.85,
-                      "%lld channels: MXU utilisation %.3f",
-                      (long long)ch[i], r.per_core[0].mxu_utilization);
+                      "%lld channels: MXU utilisation %.3f", (long long)ch[i],
+                      r.per_core[0].mxu_utilization);
             emu_result_free(&r);
             fw_program_free(&p);
         }
@@ -99,8 +78,10 @@ void th_suite_tiles(th_ctx *t)
             emu_result r;
             fw_program p;
             fw_program_init(&p);
-            if (TH_CHECKF(t, run_with(path, NULL, NULL, 0, 0, &r, &p, &e) ==
-                                 TPU_OK, "%s", e.msg)) {
+            if (TH_CHECKF(t,
+                          th_sim_trace(path, NULL, NULL, 0, 0, &r, &p, &e) ==
+                              TPU_OK,
+                          "%s", e.msg)) {
                 int64_t big = 0, kparts = 0, narrow = 0;
                 for (size_t j = 0; j < p.n; j++) {
                     const fw_insn *in = &p.code[j];
@@ -135,10 +116,11 @@ void th_suite_tiles(th_ctx *t)
         emu_result a, b;
         fw_program p;
         fw_program_init(&p);
-        if (TH_CHECKF(t, run_with(tiny, NULL, NULL, 0, 1, &a, NULL, &e) == 0,
+        if (TH_CHECKF(t,
+                      th_sim_trace(tiny, NULL, NULL, 0, 1, &a, NULL, &e) == 0,
                       "%s", e.msg)) {
-            if (TH_CHECKF(t, run_with(tiny, k, v, 1, 1, &b, &p, &e) == 0, "%s",
-                          e.msg)) {
+            if (TH_CHECKF(t, th_sim_trace(tiny, k, v, 1, 1, &b, &p, &e) == 0,
+                          "%s", e.msg)) {
                 int kparts = 0;
                 for (size_t j = 0; j < p.n; j++)
                     if (p.code[j].op == FW_MATMUL && p.code[j].kparts > 1)
