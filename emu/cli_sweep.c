@@ -286,8 +286,8 @@ static void dims_label(const cJSON *d, char *buf, size_t cap)
  * list (the reader accepts only the first's list there, or all ones at one
  * core per replica) takes d when of d's rank.  Without a list (absent or
  * null), the base trace chose nothing per input: every input of d's rank
- * takes d, as the reader's pre-replication behaviour did, since a
- * replicated input meeting a split one at add/concat would be refused.
+ * takes d, as the reader's pre-replication behaviour did (a null there
+ * would change the base trace's work, not only its partitioning).
  * Inputs of another rank (nothing of d to split) stay null; the labels
  * take d if the base trace lists them with d's rank, else null.  NULL
  * with a message when out of memory. */
@@ -979,99 +979,6 @@ static tpu_status parse_variant(const sweep *s, const axis_val *v,
     return rc;
 }
 
-static int pd_entry_whole(const cJSON *e)
-{
-    if (!cJSON_IsArray(e))
-        return 1;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, e)
-    {
-        if (!cJSON_IsNumber(x) || x->valuedouble != 1)
-            return 0;
-    }
-    return 1;
-}
-
-/* Input k (> 0) is of the first input's rank and pd keeps it whole. */
-static int kept_whole(const graph *b, const cJSON *pd, int k)
-{
-    const cJSON *e = cJSON_GetArrayItem(pd, k);
-    return k < b->n_inputs && e && pd_entry_whole(e) &&
-           b->layers[k].out.nsp == b->layers[0].out.nsp;
-}
-
-/* Partitioning v kept another input replicated (its entry null, or all
- * ones) where the first input is split, and the reader refused the trace.
- * Whether that input meets a split tensor at an add or concat is asked of
- * plan_layer_splits on the same trace with every such input split like
- * the first (which the reader then accepts when nothing else is wrong)
- * and those inputs marked whole again.  On a clash, prints the reader's
- * words with the sweep's advice instead of the reader's (the first
- * input's list cannot be written in the base trace: the sweep keeps the
- * base trace's null for it) and returns the exit status; -1 otherwise. */
-static int report_kept_null(const sweep *s, const axis_val *v,
-                            const tpu_system *big, const char *where)
-{
-    const graph *b = &s->g;
-    const cJSON *first = cJSON_GetArrayItem(v->pd, 0);
-    if (!cJSON_IsArray(v->pd) || pd_entry_whole(first))
-        return -1;
-    cJSON *pd = cJSON_Duplicate(v->pd, 1);
-    if (!pd)
-        return cli_error(4, "out of memory");
-    int any = 0;
-    for (int k = 1; k < b->n_inputs; k++) {
-        if (!kept_whole(b, v->pd, k))
-            continue;
-        cJSON *d = cJSON_Duplicate(first, 1);
-        if (!d) {
-            cJSON_Delete(pd);
-            return cli_error(4, "out of memory");
-        }
-        cJSON_ReplaceItemInArray(pd, k, d);
-        any = 1;
-    }
-    int ret = -1;
-    graph g2;
-    tpu_error err = {0};
-    tpu_status rc = any ? parse_variant(s, v, pd, big, where, &g2, &err)
-                        : TPU_ERR_INPUT;
-    cJSON_Delete(pd);
-    if (!any)
-        return -1;
-    if (rc == TPU_OK) {
-        for (int k = 1; k < g2.n_inputs; k++)
-            if (kept_whole(b, v->pd, k))
-                g2.layers[k].whole = 1;
-        uint8_t *split = malloc((size_t)g2.n_layers * GRAPH_MAX_SP + 1);
-        int in = -1, clash = split ? plan_layer_splits(&g2, split, &in) : -1;
-        free(split);
-        if (!split) {
-            ret = cli_error(4, "out of memory");
-        } else if (clash >= 0) {
-            char raw[1024], msg[1024];
-            snprintf(raw, sizeof raw,
-                     "%s: run.input_partition_dims[%d]: '%s' is replicated "
-                     "(null) but meets a split tensor at layer '%s' (%s) "
-                     "before any convolution, pooling or upsampling; tpuemu "
-                     "re-splits a replicated input only there: ",
-                     where, in, in >= 0 ? g2.layers[in].name : "?",
-                     g2.layers[clash].name,
-                     graph_op_name(g2.layers[clash].op));
-            shown(msg, sizeof msg, raw);
-            ret = cli_error(2, "%s%s", msg,
-                            "the sweep keeps the base trace's null for it "
-                            "(docs/SWEEPS.md), so drop "
-                            "run.input_partition_dims from the base trace "
-                            "to split every input like the first");
-        }
-    } else if (rc == TPU_ERR_SYSTEM) {
-        ret = cli_error(4, "%s", err.msg);
-    }
-    graph_free(&g2);
-    return ret;
-}
-
 /* One grid point's system, batch and partitioning, checked as `run`
  * checks them (graph_check_run on the trace `run` would read).  The
  * message names the axis that the failed check is about. */
@@ -1160,11 +1067,6 @@ static int check_points(const sweep *s)
                 graph_free(&vg);
                 char msg[sizeof err.msg];
                 shown(msg, sizeof msg, err.msg);
-                if (rc == TPU_ERR_INPUT) {
-                    int crc = report_kept_null(s, v, big, where);
-                    if (crc >= 0)
-                        return crc;
-                }
                 return cli_error(rc == TPU_ERR_SYSTEM ? 4 : 2, "%s", msg);
             }
             g = &vg;

@@ -355,7 +355,10 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
     }
     for (size_t i = 0; i < progs[0].n; i++) {
         const fw_insn *in = &progs[0].code[i];
-        if (in->phase == PHASE_BWD && in->layer >= 0 && in->fx != FX_NONE)
+        /* collectives only move data: an add whose dY is gathered for a
+         * replicated operand still forms its gradients lazily */
+        if (in->phase == PHASE_BWD && in->layer >= 0 && in->fx != FX_NONE &&
+            (in->op == FW_MATMUL || in->op == FW_VEC))
             x->has_bwd[in->layer] = 1;
     }
     int64_t o = 0;

@@ -13,6 +13,8 @@
 #define BN_EPS 1e-3f /* Keras BatchNormalization's default epsilon */
 
 static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err);
+static tpu_status elementwise_values(fx_state *x, int core, int l,
+                                     const fxt_tens *const *ins, fxt_tens *o);
 
 /* A forward pass's operands: what it reads (its input window when `win`,
  * else input 0's shard) and its fresh output. */
@@ -22,6 +24,61 @@ static tpu_status fwd_io(fx_state *x, int core, int l, int win,
     tpu_status rc = win ? fx_fwin_of(x, core, l, in, err)
                         : fx_act_of(x, core, x->g->layers[l].in[0], in, err);
     return rc ? rc : fx_new_act(x, core, l, o, err);
+}
+
+/* Whether input i holds exactly layer l's box (else it is a replicated
+ * operand an add or concat slices: emu/plan.h). */
+static int same_box(const fxt_tens *a, const fxt_tens *b)
+{
+    for (int d = 0; d < SP; d++)
+        if (a->lo[d] != b->lo[d] || a->ext[d] != b->ext[d])
+            return 0;
+    return a->B == b->B;
+}
+
+/* Copies the channels [off, off + dst->C) of src at every position of
+ * dst's box into dst (added when `add`): the slice of a replicated
+ * operand, or a gathered gradient's part for it.  src must hold the box. */
+static tpu_status box_copy(fx_state *x, int core, int l, fxt_tens *dst,
+                           const fxt_tens *src, int64_t off, int add,
+                           tpu_error *err)
+{
+    int64_t npos = fxt_npos(dst);
+    for (int64_t b = 0; b < dst->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], g[SP], sl[SP];
+            int miss = 0;
+            fxt_global(dst, pos, loc, g);
+            if (fxt_locate(src, g, sl, &miss) <= 0)
+                return fx_missing(err, x, core, l, "reshard", miss);
+            float *d = &dst->v[fxt_at(dst, b, loc, 0)];
+            const float *v = &src->v[fxt_at(src, b, sl, off)];
+            for (int64_t ch = 0; ch < dst->C; ch++)
+                d[ch] = add ? d[ch] + v[ch] : v[ch];
+        }
+    return TPU_OK;
+}
+
+/* Input k of layer l as l's box on this core (o: l's output): the input's
+ * own shard, or a copy of the box sliced out of a replicated operand into
+ * tmp (freed by the caller with fxt_free). */
+static tpu_status operand_box(fx_state *x, int core, int l, int k,
+                              const fxt_tens *o, fxt_tens *tmp,
+                              const fxt_tens **out, tpu_error *err)
+{
+    const fxt_tens *in;
+    tpu_status rc = fx_act_of(x, core, x->g->layers[l].in[k], &in, err);
+    if (rc || same_box(in, o)) {
+        *out = in;
+        return rc;
+    }
+    fxt_copy_shape(tmp, o);
+    tmp->C = in->C;
+    if ((rc = fxt_alloc(tmp, err)) ||
+        (rc = box_copy(x, core, l, tmp, in, 0, 0, err)))
+        return rc;
+    *out = tmp;
+    return TPU_OK;
 }
 
 /* Batchnorm's normalized x of element i (channel ch): the statistics are
@@ -77,14 +134,18 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
             return rc;
         int64_t off = 0;
         for (int k = 0; k < L->n_in; k++) {
-            if ((rc = fx_act_of(x, core, L->in[k], &in, err)))
+            fxt_tens tmp = {0};
+            if ((rc = operand_box(x, core, l, k, o, &tmp, &in, err))) {
+                fxt_free(&tmp);
                 return rc;
+            }
             int64_t n = o->B * fxt_npos(o);
             for (int64_t r = 0; r < n; r++)
                 for (int64_t ch = 0; ch < in->C; ch++)
                     o->v[r * o->C + off + ch] =
                         fxt_round(in->v[r * in->C + ch], L->dtype_bytes);
             off += in->C;
+            fxt_free(&tmp);
         }
         return TPU_OK;
     }
@@ -272,19 +333,33 @@ static tpu_status fwd_upsample(fx_state *x, int core, int l, const fxt_tens *in,
     return TPU_OK;
 }
 
-/* Elementwise layers with a pass of their own: every input shares the
- * output's box, so element i is element i of each. */
+/* Elementwise layers with a pass of their own: every input is taken in
+ * the output's box (operand_box), so element i is element i of each. */
 static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
 {
     const glayer *L = &x->g->layers[l];
     const fxt_tens *ins[GRAPH_MAX_IN];
-    fxt_tens *o;
+    fxt_tens *o, tmp[GRAPH_MAX_IN];
     tpu_status rc;
-    for (int k = 0; k < L->n_in; k++)
-        if ((rc = fx_act_of(x, core, L->in[k], &ins[k], err)))
-            return rc;
+    memset(tmp, 0, sizeof tmp);
     if ((rc = fx_new_act(x, core, l, &o, err)))
         return rc;
+    for (int k = 0; k < L->n_in; k++)
+        if ((rc = operand_box(x, core, l, k, o, &tmp[k], &ins[k], err))) {
+            for (int j = 0; j <= k; j++)
+                fxt_free(&tmp[j]);
+            return rc;
+        }
+    rc = elementwise_values(x, core, l, ins, o);
+    for (int k = 0; k < L->n_in; k++)
+        fxt_free(&tmp[k]);
+    return rc;
+}
+
+static tpu_status elementwise_values(fx_state *x, int core, int l,
+                                     const fxt_tens *const *ins, fxt_tens *o)
+{
+    const glayer *L = &x->g->layers[l];
     int64_t n = fxt_elems(o);
     const float *v = ins[0]->v;
     int dt = L->dtype_bytes;
@@ -661,6 +736,27 @@ static tpu_status bwd_gap(fx_state *x, int core, int l, tpu_error *err)
     return TPU_OK;
 }
 
+/* Input k's part of an add's or concat's output gradient gy (its channels
+ * from off): added into the input's gradient box by box, or, for a
+ * replicated operand the layer sliced, from dY as the group gathered it
+ * (firmware/lower.c emits the all-gather). */
+static tpu_status operand_grad(fx_state *x, int core, int l, int k,
+                               const fxt_tens *gy, int64_t off,
+                               tpu_error *err)
+{
+    int in = x->g->layers[l].in[k];
+    if (!x->g->layers[in].needs_grad)
+        return TPU_OK;
+    fxt_tens *gk;
+    const fxt_tens *src = gy;
+    tpu_status rc = fx_grad_of(x, core, in, &gk, err);
+    if (!rc && !same_box(gk, gy))
+        rc = fx_gwin_of(x, core, l, &src, err);
+    if (!rc && x->g->layers[l].op == GOP_ADD && same_box(gk, src))
+        return add_grad(x, core, in, src, NULL, err);
+    return rc ? rc : box_copy(x, core, l, gk, src, off, 1, err);
+}
+
 /* Layers whose backward has no instructions: add (its inputs' gradients
  * alias dY), concat and flatten (views), a relu fused into its producer's
  * pass (the producer's backward reads its mask), and the loss (whose
@@ -686,7 +782,7 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
     switch (L->op) {
     case GOP_ADD:
         for (int k = 0; k < L->n_in; k++)
-            if ((rc = add_grad(x, core, L->in[k], gy, NULL, err)))
+            if ((rc = operand_grad(x, core, l, k, gy, 0, err)))
                 return rc;
         return TPU_OK;
     case GOP_RELU:
@@ -694,19 +790,11 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_DROPOUT:
         return bwd_act(x, core, l, err);
     case GOP_CONCAT: {
-        int64_t off = 0, rows = gy->B * fxt_npos(gy);
+        int64_t off = 0;
         for (int k = 0; k < L->n_in; k++) {
-            fxt_tens *gk;
-            int in = L->in[k];
-            int64_t ck = x->g->layers[in].out.c;
-            if (x->g->layers[in].op != GOP_INPUT) {
-                if ((rc = fx_grad_of(x, core, in, &gk, err)))
-                    return rc;
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t ch = 0; ch < ck; ch++)
-                        gk->v[r * ck + ch] += gy->v[r * gy->C + off + ch];
-            }
-            off += ck;
+            if ((rc = operand_grad(x, core, l, k, gy, off, err)))
+                return rc;
+            off += x->g->layers[L->in[k]].out.c;
         }
         return TPU_OK;
     }

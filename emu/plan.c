@@ -108,13 +108,11 @@ static int positionwise(graph_op op)
            op == GOP_SIGMOID || op == GOP_DROPOUT || op == GOP_BATCHNORM;
 }
 
-int plan_layer_splits(const graph *g, uint8_t *split, int *input)
+void plan_layer_splits(const graph *g, uint8_t *split)
 {
-    int factor[GRAPH_MAX_SP], clash = -1;
+    int factor[GRAPH_MAX_SP];
     int nsp = graph_factors(g, factor);
     memset(split, 0, (size_t)g->n_layers * GRAPH_MAX_SP);
-    if (input)
-        *input = -1;
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
         const gshape *s = &L->out;
@@ -130,41 +128,21 @@ int plan_layer_splits(const graph *g, uint8_t *split, int *input)
             /* A replicated tensor stays whole through such layers; a
              * convolution, pooling or upsampling (which read by position
              * and so take their rows from a whole input) splits it again.
-             * Same-shaped inputs split alike unless one is replicated. */
-            int whole = -1, part = 0;
+             * Where a whole and a split input meet (add, concat) the
+             * output splits: each core slices its box out of the whole
+             * operand locally, as XLA reshards a replicated operand to a
+             * tiled one (a pad, when uneven, and a dynamic-slice; no
+             * communication: openxla/xla spmd_partitioner.cc,
+             * PartitionedHlo::ReshardNoCache). */
+            int part = 0;
             for (int k = 0; k < L->n_in; k++) {
                 int i = L->in[k];
-                if (g->layers[i].out.nsp != nsp)
-                    continue;
-                if (split[i * GRAPH_MAX_SP + d])
+                if (g->layers[i].out.nsp == nsp && split[i * GRAPH_MAX_SP + d])
                     part = 1;
-                else if (whole < 0)
-                    whole = i;
             }
-            if (whole < 0)
-                continue;
-            *f = 0;
-            if (part && clash < 0 && !L->unused) {
-                clash = l;
-                /* back along whole tensors to the replicated input */
-                int i = whole;
-                while (g->layers[i].op != GOP_INPUT) {
-                    const glayer *I = &g->layers[i];
-                    int next = -1;
-                    for (int k = 0; k < I->n_in && next < 0; k++)
-                        if (g->layers[I->in[k]].out.nsp == nsp &&
-                            !split[I->in[k] * GRAPH_MAX_SP + d])
-                            next = I->in[k];
-                    if (next < 0)
-                        break;
-                    i = next;
-                }
-                if (input)
-                    *input = i;
-            }
+            *f = (uint8_t)part;
         }
     }
-    return clash;
 }
 
 tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
@@ -187,18 +165,7 @@ tpu_status plan_build(plan *p, const graph *g, const tpu_system *sys,
         plan_free(p);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (plan)");
     }
-    int whole_in, clash = plan_layer_splits(g, p->split, &whole_in);
-    if (clash >= 0) {
-        tpu_status st = tpu_fail(
-            err, TPU_ERR_INPUT,
-            "input '%s' is replicated but meets a split tensor at layer "
-            "'%s' (%s) before any convolution, pooling or upsampling: "
-            "give it the first input's input_partition_dims",
-            whole_in >= 0 ? g->layers[whole_in].name : "?",
-            g->layers[clash].name, graph_op_name(g->layers[clash].op));
-        plan_free(p);
-        return st;
-    }
+    plan_layer_splits(g, p->split);
 
     choose_block(p);
     for (int r = 0; r < p->replicas; r++)

@@ -15,11 +15,11 @@
  *    replicated.  A replicated tensor stays whole through the layers that
  *    pair positions (relu, sigmoid, dropout, batchnorm, add, concat); a
  *    convolution, pooling or upsampling of it is split again, each core
- *    computing its rows from the whole input (no halo).  A replicated
- *    tensor that meets a split one at an add or concat is refused
- *    (plan_layer_splits finds it): the lowering and the functional
- *    executor pair such inputs box by box.  [U] XLA's sharding
- *    propagation might instead slice the replicated operand locally.
+ *    computing its rows from the whole input (no halo).  Where a
+ *    replicated tensor meets a split one (add, concat), the output splits
+ *    and each core slices its box out of the replicated operand (XLA's
+ *    reshard of a replicated operand to a tiled sharding: a local
+ *    dynamic-slice); the gradient back to it is all-gathered.
  *  - Shard index k of a replica has coordinates in row-major order over
  *    the split spatial dimensions (the last dimension varies fastest).
  *  - Placement: each replica takes a compact bx x by block of chips (two
@@ -57,12 +57,8 @@ void plan_free(plan *p);
  * (null, or all ones; glayer.whole). */
 int plan_input_whole(const graph *g, int k);
 /* The split flags of every layer for the graph's own partition factors
- * (the rules above), into split[n_layers x GRAPH_MAX_SP].  Returns -1, or
- * the first used layer where a replicated tensor meets a split one (add,
- * concat), with the replicated input that reaches it in *input (may be
- * NULL).  plan_build refuses such a graph (TPU_ERR_INPUT); the trace
- * reader checks it first, to name the JSON path. */
-int plan_layer_splits(const graph *g, uint8_t *split, int *input);
+ * (the rules above), into split[n_layers x GRAPH_MAX_SP]. */
+void plan_layer_splits(const graph *g, uint8_t *split);
 
 /* Shard coordinates of shard k along each spatial dimension. */
 void plan_coords(const plan *p, int shard, int coords[GRAPH_MAX_SP]);

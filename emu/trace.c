@@ -885,38 +885,6 @@ static tpu_status trace_pdims_like_first(trace_ctx *c, graph *g, int k,
                       first, trace_q(q, sizeof q, input->name), want);
 }
 
-/* After the whole graph is known: a replicated input must not meet a
- * split tensor at an add or concat (plan_layer_splits; the plan would
- * refuse it later without the JSON path). */
-static tpu_status trace_check_whole(trace_ctx *c, graph *g)
-{
-    int any = 0, in = -1, clash;
-    for (int k = 1; k < g->n_inputs && !any; k++)
-        any = plan_input_whole(g, k) &&
-              g->layers[k].out.nsp == g->layers[0].out.nsp;
-    if (!any)
-        return TPU_OK;
-    uint8_t *split = malloc((size_t)g->n_layers * GRAPH_MAX_SP + 1);
-    if (!split)
-        return tpu_fail(c->err, TPU_ERR_SYSTEM, "%s: out of memory",
-                        c->file);
-    clash = plan_layer_splits(g, split, &in);
-    free(split);
-    if (clash < 0)
-        return TPU_OK;
-    char p[96], q[64], q2[64], first[96];
-    snprintf(p, sizeof p, "run.input_partition_dims[%d]", in);
-    trace_list(first, sizeof first, g->pdims, g->pdims_rank);
-    return trace_fail(c, p,
-                      "'%s' is replicated (null) but meets a split tensor "
-                      "at layer '%s' (%s) before any convolution, pooling "
-                      "or upsampling; tpuemu re-splits a replicated input "
-                      "only there: give it the first input's list (%s)",
-                      in >= 0 ? trace_q(q, sizeof q, g->layers[in].name) : "?",
-                      trace_q(q2, sizeof q2, g->layers[clash].name),
-                      graph_op_name(g->layers[clash].op), first);
-}
-
 static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
 {
     static const char *const keys[] = {"mode",
@@ -1235,8 +1203,6 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
     if (v && (st = trace_reference(c, g, v)))
         return st;
     if ((st = graph_finish(g, c->err)))
-        return st;
-    if ((st = trace_check_whole(c, g)))
         return st;
     /* Whether the cores and batch fit the slice depends on --system and
      * --batch, so graph_check_run is the consumer's (sim_run, sim_lower)

@@ -145,6 +145,32 @@ static double out_elems(const lc *c, int l)
     return e;
 }
 
+/* Whether layer l (an add or concat) takes a box out of input i: a
+ * replicated operand meeting a split one (emu/plan.h), resharded by a
+ * local slice. */
+static int reshards(const lc *c, int l, int i)
+{
+    const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
+    if ((L->op != GOP_ADD && L->op != GOP_CONCAT) || I->out.nsp != L->out.nsp)
+        return 0;
+    for (int d = 0; d < L->out.nsp; d++)
+        if (is_split(c, l, d) && !is_split(c, i, d))
+            return 1;
+    return 0;
+}
+
+/* Bytes of input i that layer l reads: its shard, or the slice of l's box
+ * out of a replicated operand (the dynamic-slice fuses into the add). */
+static double operand_bytes(const lc *c, int l, int i)
+{
+    const glayer *I = &c->g->layers[i];
+    if (!reshards(c, l, i))
+        return out_bytes(c, i);
+    int64_t ext[GRAPH_MAX_SP];
+    local_out(c, l, ext, NULL);
+    return layout_bytes(c, I->out.nsp, ext, I->out.c, I->dtype_bytes);
+}
+
 /* Fraction of layer l's output this core computes (1 when replicated). */
 static double out_fraction(const lc *c, int l)
 {
@@ -1221,12 +1247,22 @@ static void lower_forward_ops(lc *c, int l)
     case GOP_FLATTEN:
     case GOP_CONCAT:
         /* Free: producers write into the concatenated buffer; flatten is a
-         * relabelling.  A split tensor that flattens is gathered first. */
+         * relabelling.  A split tensor that flattens is gathered first.  A
+         * replicated operand of a split concat is its own buffer: the
+         * slice of the box is copied in (values come when read). */
         if (L->op == GOP_FLATTEN) {
             halo_of(c, l, L->in[0], &h);
             if (h.gather)
                 emit_exchange(c, ph, l, L->in[0], &h, 0);
         }
+        for (int k = 0; L->op == GOP_CONCAT && k < L->n_in; k++)
+            if (reshards(c, l, L->in[k])) {
+                double b = operand_bytes(c, l, L->in[k]);
+                emit_pass_fx(c, FX_NONE, ph, l, b, b,
+                             oe * (double)c->g->layers[L->in[k]].out.c /
+                                 (double)L->out.c,
+                             1);
+            }
         return;
     case GOP_CONV:
     case GOP_CONV_T:
@@ -1267,7 +1303,7 @@ static void lower_forward_ops(lc *c, int l)
     case GOP_ADD: {
         double in_all = 0, apply = 0;
         for (int k = 0; k < L->n_in; k++) {
-            in_all += out_bytes(c, L->in[k]);
+            in_all += operand_bytes(c, l, L->in[k]);
             apply += fused_apply_ops(c, L->in[k]);
         }
         emit_pass(c, ph, l, in_all, ob, oe,
@@ -1385,7 +1421,21 @@ static void lower_backward_ops(lc *c, int l)
         emit_pass(c, ph, l, 2 * ob, ib, oe, 2);
         return;
     case GOP_ADD:
-        /* Each input's gradient is dY itself: aliased, no pass. */
+    case GOP_CONCAT:
+        /* Each input's gradient is dY itself (aliased, no pass), or its
+         * channels of dY.  A replicated operand that was sliced needs the
+         * whole gradient: the group all-gathers dY (its channels). */
+        for (int k = 0; k < L->n_in; k++) {
+            const glayer *I = &c->g->layers[L->in[k]];
+            if (!I->needs_grad || !reshards(c, l, L->in[k]))
+                continue;
+            double full = layout_bytes(c, I->out.nsp, L->out.sp, I->out.c,
+                                       L->dtype_bytes);
+            emit_fx(c, FX_DX, FW_ALLGATHER, ph, l, (int64_t)ceil(full), 0, 0,
+                    0);
+            if (L->op == GOP_ADD)
+                break; /* one dY serves every operand */
+        }
         return;
     case GOP_MAXPOOL:
     case GOP_AVGPOOL: {
@@ -1429,7 +1479,6 @@ static void lower_backward_ops(lc *c, int l)
         return;
     case GOP_INPUT:
     case GOP_FLATTEN:
-    case GOP_CONCAT:
     case GOP_LOSS: /* its gradient came out of the forward pass */
     case GOP_COUNT:
         return;

@@ -23,9 +23,11 @@
 #define PROBE "test/inputsplit/twostream-f32.json"
 
 /* A small two-input f32 net: x splits, y's entry is `second`.  y goes
- * through a relu and a batchnorm (positionwise: whole with y), then a
+ * through a sigmoid and a batchnorm (positionwise: whole with y), then a
  * conv, a maxpool and an upsample of whole tensors (split again); the
- * branches meet at a concat and an add. */
+ * branches meet at a concat and an add, which also take whole tensors
+ * (b2, and bb: a concat of whole ones) beside split ones: sliced forward,
+ * their gradients (b2 trains its batchnorm) all-gathered backward. */
 static void two_input_trace(char *buf, size_t cap, int train,
                             const char *first, const char *second, int cpr)
 {
@@ -50,11 +52,13 @@ static void two_input_trace(char *buf, size_t cap, int train,
         "\"strides\":[2,2],\"dtype\":\"f32\"},"
         "{\"name\":\"u1\",\"op\":\"upsample\",\"in\":\"p1\",\"factor\":[2,2],"
         "\"dtype\":\"f32\"},"
-        "{\"name\":\"cat\",\"op\":\"concat\",\"in\":[\"a3\",\"b3\",\"u1\"],"
+        "{\"name\":\"cat\",\"op\":\"concat\",\"in\":[\"a3\",\"b3\",\"u1\","
+        "\"b2\"],\"dtype\":\"f32\"},"
+        "{\"name\":\"bb\",\"op\":\"concat\",\"in\":[\"b2\",\"y\",\"b2\"],"
         "\"dtype\":\"f32\"},"
         "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"cat\",\"filters\":3,"
         "\"kernel\":[3,3],\"padding\":\"same\",\"dtype\":\"f32\"},"
-        "{\"name\":\"ad\",\"op\":\"add\",\"in\":[\"c1\",\"a1\"],"
+        "{\"name\":\"ad\",\"op\":\"add\",\"in\":[\"c1\",\"a1\",\"bb\"],"
         "\"dtype\":\"f32\"},"
         "{\"name\":\"c2\",\"op\":\"conv\",\"in\":\"ad\",\"filters\":2,"
         "\"kernel\":[1,1],\"dtype\":\"f32\"}%s]}}",
@@ -138,8 +142,8 @@ static void plan_cases(th_ctx *t)
         graph_free(&g);
     }
 
-    th_case(t, "plan: a hand-made graph whose replicated input meets a "
-               "split tensor at a concat is refused by plan_build");
+    th_case(t, "plan: a replicated input that meets a split tensor at a "
+               "concat stays whole; the concat splits (the box is sliced)");
     {
         static const char early[] =
             "{\"format\":\"tpuemu-trace/1\",\"name\":\"e\",\"system\":\"v3-8\","
@@ -160,9 +164,13 @@ static void plan_cases(th_ctx *t)
             plan_free(&p);
             g.layers[1].whole = 1; /* as if d's entry had been null */
             tpu_status st = plan_build(&p, &g, sys, g.global_batch, &err);
-            TH_CHECKF(t, st == TPU_ERR_INPUT && strstr(err.msg, "'d'") &&
-                             strstr(err.msg, "'cat'"),
-                      "status %d: %s", (int)st, err.msg);
+            if (TH_CHECKF(t, st == TPU_OK, "status %d: %s", (int)st,
+                          err.msg)) {
+                TH_CHECK(t, split_of(&p, &g, "d", 0) == 0);
+                TH_CHECK(t, split_of(&p, &g, "rgb", 0) == 1);
+                TH_CHECK(t, split_of(&p, &g, "cat", 0) == 1);
+                plan_free(&p);
+            }
             graph_free(&g);
         }
     }
@@ -170,8 +178,9 @@ static void plan_cases(th_ctx *t)
 
 static void dead_case(th_ctx *t)
 {
-    th_case(t, "plan: a replicated input meeting a split one in a layer "
-               "training never computes (no loss reaches it) is no clash");
+    th_case(t, "plan: a replicated input meeting a split one loads in "
+               "training (where the layer is dead code) and in inference "
+               "(where it is an output, split)");
     static const char dead[] =
         "{\"format\":\"tpuemu-trace/1\",\"name\":\"d\",\"system\":\"v3-8\","
         "\"run\":{\"mode\":\"%s\",\"global_batch\":8,"
@@ -186,19 +195,25 @@ static void dead_case(th_ctx *t)
         "{\"name\":\"gp\",\"op\":\"global_avgpool\",\"in\":\"cat\"},"
         "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"gp\",\"kind\":"
         "\"softmax_xent\"}]}}";
-    char buf[4096];
-    graph g;
-    tpu_error err = {0};
-    snprintf(buf, sizeof buf, dead, "train");
-    if (TH_CHECKF(t, graph_parse(&g, buf, strlen(buf), "t.json", &err) == 0,
-                  "train: %s", err.msg))
+    static const char *const modes[] = {"train", "infer"};
+    for (int m = 0; m < 2; m++) {
+        char buf[4096];
+        graph g;
+        tpu_error err = {0};
+        snprintf(buf, sizeof buf, dead, modes[m]);
+        if (!TH_CHECKF(t, graph_parse(&g, buf, strlen(buf), "t.json", &err) == 0,
+                       "%s: %s", modes[m], err.msg))
+            continue;
+        plan p;
+        if (TH_CHECKF(t, plan_build(&p, &g, tpu_system_find("v3-8"),
+                                    g.global_batch, &err) == 0,
+                      "%s: %s", modes[m], err.msg)) {
+            TH_CHECK(t, split_of(&p, &g, "dead", 0) == 1);
+            TH_CHECK(t, split_of(&p, &g, "d", 0) == 0);
+            plan_free(&p);
+        }
         graph_free(&g);
-    /* in inference every layer is an output: the clash is real */
-    snprintf(buf, sizeof buf, dead, "infer");
-    tpu_status st = graph_parse(&g, buf, strlen(buf), "t.json", &err);
-    TH_CHECKF(t, st == TPU_ERR_INPUT && strstr(err.msg, "'dead' (concat)"),
-              "infer: status %d: %s", (int)st, err.msg);
-    graph_free(&g);
+    }
 }
 
 static void functional_cases(th_ctx *t)
@@ -361,20 +376,17 @@ static void cli_cases(th_ctx *t)
               "lower: exit %d: %s", a.status, a.err);
 
     th_case(t, "cli: the valid forms of the refused traces load (a flat or "
-               "3D second input null, an early concat with the same list)");
+               "3D second input null)");
     static const char *const bad[] = {"95-pdims-second-differs",
-                                      "96-pdims-second-rank",
-                                      "98-pdims-whole-meets-split"};
-    static const char *const from[] = {"[1,1,2,1]", "[1,2,1,1,1]", "null"};
-    static const char *const to[] = {"null", "null", "[1,2,1,1]"};
-    for (int k = 0; k < 3; k++) {
+                                      "96-pdims-second-rank"};
+    static const char *const from[] = {"[1,1,2,1]", "[1,2,1,1,1]"};
+    for (int k = 0; k < 2; k++) {
         char in[256], out[512];
         snprintf(in, sizeof in, "test/bad_traces/%s.json", bad[k]);
         snprintf(out, sizeof out, "%s/fixed-%d.json", th_tmpdir(), k);
-        char key[64], fix[64];
+        char key[64];
         snprintf(key, sizeof key, "[[1,2,1,1],%s,null]", from[k]);
-        snprintf(fix, sizeof fix, "[[1,2,1,1],%s,null]", to[k]);
-        if (!variant(t, in, key, fix, out))
+        if (!variant(t, in, key, "[[1,2,1,1],null,null]", out))
             continue;
         th_run(&a, "%s run %s --quiet", th_bin(), in);
         th_run(&b, "%s run %s --quiet", th_bin(), out);
@@ -382,6 +394,50 @@ static void cli_cases(th_ctx *t)
                   "%s: exit %d (want 2); fixed: exit %d (want 0): %s", bad[k],
                   a.status, b.status, b.err);
     }
+
+    th_case(t, "cli: RGB-D with depth null (concatenated with the split "
+               "image at once) runs, slicing its box, with the same output "
+               "as depth split and as no partitioning");
+    static const char *const rgbd[] = {"[[1,2,1,1],null,null]",
+                                       "[[1,2,1,1],[1,2,1,1],null]",
+                                       "[null,null,null]"};
+    char sum[3][64] = {{0}}, prog[2][96] = {{0}};
+    for (int k = 0; k < 3; k++) {
+        char tr[512], rep[512];
+        snprintf(tr, sizeof tr, "%s/rgbd-%d.json", th_tmpdir(), k);
+        snprintf(rep, sizeof rep, "%s/rgbd-%d-report.json", th_tmpdir(), k);
+        if (!variant(t, "test/inputsplit/rgbd-depth-null.json",
+                     "\"num_cores_per_replica\":2,\"input_partition_dims\":"
+                     "[[1,2,1,1],null,null]",
+                     k == 2 ? "\"num_cores_per_replica\":1,"
+                              "\"input_partition_dims\":[null,null,null]"
+                            : k == 1 ? "\"num_cores_per_replica\":2,"
+                                       "\"input_partition_dims\":"
+                                       "[[1,2,1,1],[1,2,1,1],null]"
+                                     : "\"num_cores_per_replica\":2,"
+                                       "\"input_partition_dims\":"
+                                       "[[1,2,1,1],null,null]",
+                     tr))
+            return;
+        th_run(&a, "%s run %s --functional --quiet --report %s >/dev/null && grep "
+                   "output_checksum %s",
+               th_bin(), tr, rep, rep);
+        TH_CHECKF(t, a.status == 0, "%s: exit %d: %s", rgbd[k], a.status,
+                  a.err);
+        snprintf(sum[k], sizeof sum[k], "%.60s", a.out);
+        if (k < 2) {
+            th_run(&b, "%s lower %s | grep -c vpu.op", th_bin(), tr);
+            snprintf(prog[k], sizeof prog[k], "%.90s", b.out);
+        }
+    }
+    TH_CHECKF(t, strstr(sum[0], "output_checksum") &&
+                     strcmp(sum[0], sum[1]) == 0 && strcmp(sum[0], sum[2]) == 0,
+              "checksums: null %s, split %s, unpartitioned %s", sum[0],
+              sum[1], sum[2]);
+    /* the slice of the replicated depth is a pass of the concat's own */
+    TH_CHECKF(t, atoi(prog[0]) > atoi(prog[1]),
+              "concat passes: %s with depth null, %s with depth split",
+              prog[0], prog[1]);
 }
 
 void th_suite_inputsplit(th_ctx *t)
