@@ -1118,10 +1118,16 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, apply * (double)M,
                 passes);
     c->fx = FX_NONE;
-    /* The M-streaming loads of X and dY for dW are what bounds it. */
+    /* The M-streaming loads of X and dY for dW are what bounds it.  The
+     * fp32 accumulators stay in VMEM over the M tiles, within half of it
+     * as a forward product's resident weights do (matmul_plan); beyond,
+     * the product is cut into blocks of K rows, each streaming every
+     * position of dY again (X's rows are each block's own). */
+    double acc = (double)K * npad * 4;
+    double kblocks = ceil(acc / (c->hw->vmem_bytes / 2));
     if (M > 0)
-        emit_pass(c, phase, l, in_b + dy_b, (double)K * npad * 4,
-                  (double)K * npad, 1);
+        emit_pass(c, phase, l, in_b + dy_b * kblocks, acc, (double)K * npad,
+                  1);
     c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     /* Each shard summed its own positions: XLA SPMD all-reduces the
      * partial kernel over the partition group at once, in the product's

@@ -108,6 +108,45 @@ void th_suite_tiles(th_ctx *t)
         }
     }
 
+    th_case(t, "a weight gradient whose fp32 accumulators exceed half of "
+               "VMEM is cut into K blocks, each streaming dY again (31x31, "
+               "256 channels: 31 blocks at 16 MiB, 1 at 1 GiB)");
+    if (TH_CHECK(t, write_conv(path, "train", 8, 32, 256, 256, 31))) {
+        static const char *const key[] = {"vmem_bytes"};
+        static const char *const val[] = {"16777216", "1073741824"};
+        double ld[2] = {0, 0};
+        for (int v = 0; v < 2; v++) {
+            emu_result r;
+            fw_program p;
+            fw_program_init(&p);
+            if (!TH_CHECKF(t,
+                           th_sim_trace(path, key, &val[v], 1, 0, &r, &p,
+                                        &e) == TPU_OK,
+                           "%s", e.msg))
+                continue;
+            /* the loads of the pass after the weight-gradient product */
+            int64_t rep = 1, after = 0;
+            for (size_t j = 0; j < p.n; j++) {
+                const fw_insn *in = &p.code[j];
+                if (in->op == FW_LOOP)
+                    rep = in->a;
+                else if (in->op == FW_ENDLOOP)
+                    rep = 1;
+                else if (in->op == FW_MATMUL)
+                    after = in->fx == FX_DW;
+                else if (after && in->op == FW_DMA_LD &&
+                         in->phase == PHASE_BWD)
+                    ld[v] += (double)in->a * (double)rep;
+            }
+            emu_result_free(&r);
+            fw_program_free(&p);
+        }
+        /* X once and dY per block: 0.5 + 31 x 0.5 MiB against 0.5 + 0.5 */
+        TH_CHECKF(t, ld[1] > 0 && ld[0] > 12 * ld[1],
+                  "dW pass loads %.0f B at 16 MiB of VMEM, %.0f B at 1 GiB",
+                  ld[0], ld[1]);
+    }
+
     th_case(t, "K parts change timing, never values: tiny2d trained with 64 "
                "KiB of VMEM computes what it computes with 16 MiB");
     {
