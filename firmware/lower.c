@@ -315,6 +315,19 @@ static void keep_faster(lc *c, double *best, int64_t cnt, int64_t pre,
     }
 }
 
+/* The next VMEM budget whose largest tiles are candidates, below v: the
+ * largest power of two under it (at least the floor).  Powers of two
+ * rather than VMEM / 2^j, so that any VMEM offers every candidate of each
+ * power-of-two VMEM below it (40 MB keeps 32 MiB's tiles: probe round 5
+ * found 40 MB slower than 32 MiB). */
+static double budget_below(double v)
+{
+    double p = TILE_SEARCH_VMEM_FLOOR;
+    while (p * 2 < v)
+        p *= 2;
+    return p;
+}
+
 /* The equal-tile counts strictly between lo and hi. */
 static int64_t next_tile_count(int64_t cnt, int64_t lo, int64_t hi)
 {
@@ -352,9 +365,10 @@ static void emit_pass(lc *c, int phase, int layer, double in_bytes,
     if (c->hw->xla_tile_search) {
         double best = tiled_ps(c, nt, 0, &full, &last);
         int64_t here = nt;
-        for (double v = c->hw->vmem_bytes; v / 2 >= TILE_SEARCH_VMEM_FLOOR;
-             v /= 2) {
-            int64_t next = pass_count(v / 2, big);
+        for (double v = c->hw->vmem_bytes, nb; v > TILE_SEARCH_VMEM_FLOOR;
+             v = nb) {
+            nb = budget_below(v);
+            int64_t next = pass_count(nb, big);
             /* equal tiles between this budget's count and the next's, then
              * the next budget's own */
             for (int64_t g = next_tile_count(0, here, next);;
@@ -554,30 +568,47 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
                  epi_per_row, passes, &full, &last, &nt);
     if (c->hw->xla_tile_search) {
         double best = tiled_ps(c, nt, pre, &full, &last);
-        for (double v = c->hw->vmem_bytes; v / 2 >= TILE_SEARCH_VMEM_FLOOR;
-             v /= 2) {
-            mm_plan nx = matmul_plan(c, v / 2, m, k, n, ld_per_row,
-                                     st_per_row, w_bytes, acc_row_bytes);
+        for (double v = c->hw->vmem_bytes, nb; v > TILE_SEARCH_VMEM_FLOOR;
+             v = nb) {
+            nb = budget_below(v);
+            mm_plan nx = matmul_plan(c, nb, m, k, n, ld_per_row, st_per_row,
+                                     w_bytes, acc_row_bytes);
             if (nx.kparts > 1)
                 break; /* smaller budgets only cut K more */
             int64_t here = cdiv(m, pl.mt), next = cdiv(m, nx.mt);
-            /* equal tiles between this budget's count and the next's (in
-             * this budget's N chunks), then the next budget's plan */
-            for (int64_t g = next_tile_count(0, here, next);;
+            /* equal tiles between this budget's count and the next's, in
+             * this budget's N chunks and, when the next budget cuts N
+             * finer, in its chunks too (rows that fit this budget with
+             * wider chunks fit it with narrower ones: fewer weights and
+             * accumulators resident), then the next budget's plan */
+            int finer = nx.nchunks != pl.nchunks;
+            for (int64_t g = finer ? here : next_tile_count(0, here, next);;
                  g = next_tile_count(g, here, next)) {
-                mm_plan cand = nx;
-                if (g) {
-                    cand = pl;
-                    cand.mt = rup(cdiv(m, g), 8);
-                } else if (nx.mt == pl.mt && nx.nchunks == pl.nchunks) {
-                    break; /* the same plan again */
+                mm_plan cand[2];
+                int nc = 0;
+                if (!g) {
+                    if (nx.mt != pl.mt || finer)
+                        cand[nc++] = nx;
+                } else {
+                    int64_t mt = g == here ? pl.mt : rup(cdiv(m, g), 8);
+                    if (g != here) {
+                        cand[nc] = pl;
+                        cand[nc++].mt = mt;
+                    }
+                    if (finer) {
+                        cand[nc] = nx;
+                        cand[nc++].mt = mt;
+                    }
                 }
-                tile cf, cl;
-                int64_t cnt;
-                matmul_tiles(m, cand.mt, k, cand.n_chunk, cand.nchunks,
-                             ld_per_row, st_per_row, epi_per_row, passes, &cf,
-                             &cl, &cnt);
-                keep_faster(c, &best, cnt, pre, &cf, &cl, &full, &last, &nt);
+                for (int j = 0; j < nc; j++) {
+                    tile cf, cl;
+                    int64_t cnt;
+                    matmul_tiles(m, cand[j].mt, k, cand[j].n_chunk,
+                                 cand[j].nchunks, ld_per_row, st_per_row,
+                                 epi_per_row, passes, &cf, &cl, &cnt);
+                    keep_faster(c, &best, cnt, pre, &cf, &cl, &full, &last,
+                                &nt);
+                }
                 if (!g)
                     break;
             }
