@@ -48,6 +48,7 @@
 #include "emu/chart.h"
 #include "emu/cli.h"
 #include "emu/graph.h"
+#include "emu/outfile.h"
 #include "emu/params.h"
 #include "emu/plan.h"
 #include "emu/report.h"
@@ -117,7 +118,8 @@ typedef struct {
 typedef struct {
     const char *path; /* the sweep file, for messages */
     char name[128];
-    char trace[1024]; /* resolved base trace path */
+    char trace[2048]; /* resolved base trace path (absolute once the output
+                         directory is checked: commands run from anywhere) */
     char x[64];       /* x axis name ("" = first with > 1 value) */
     int scale_batch;  /* the global batch scales with the slice's cores */
     int naxes;
@@ -1284,22 +1286,29 @@ static int parse_sweep(sweep *s, const char *path)
     return rc;
 }
 
+/* Where partitioning v's trace goes: OUT/traces/STEM-pdLABEL.json. */
+static void variant_path(const sweep *s, const axis_val *v, const char *out,
+                         char *buf, size_t cap)
+{
+    const char *base = strrchr(s->trace, '/');
+    base = base ? base + 1 : s->trace;
+    size_t stem = strlen(base);
+    if (stem > 5 && strcmp(base + stem - 5, ".json") == 0)
+        stem -= 5;
+    if (stem > 200)
+        stem = 200;
+    snprintf(buf, cap, "%.900s/traces/%.*s-pd%s.json", out, (int)stem, base,
+             v->label);
+}
+
 static int write_variants(sweep *s, const char *out)
 {
     for (int a = 0; a < s->naxes; a++) {
         if (s->ax[a].kind != AX_PD)
             continue;
-        const char *base = strrchr(s->trace, '/');
-        base = base ? base + 1 : s->trace;
-        size_t stem = strlen(base);
-        if (stem > 5 && strcmp(base + stem - 5, ".json") == 0)
-            stem -= 5;
-        if (stem > 200)
-            stem = 200;
         for (int i = 0; i < s->ax[a].n; i++) {
             axis_val *v = &s->ax[a].v[i];
-            snprintf(v->trace, sizeof v->trace, "%.900s/traces/%.*s-pd%s.json",
-                     out, (int)stem, base, v->label);
+            variant_path(s, v, out, v->trace, sizeof v->trace);
             cJSON *t = make_variant(s, v);
             char *text = t ? cJSON_Print(t) : NULL;
             cJSON_Delete(t);
@@ -1470,7 +1479,9 @@ static int gather(const sweep *s, const char *out, long long nruns,
           f);
     for (int c = 0; c < CAT_COUNT; c++)
         fprintf(f, ",%s_s", emu_cat_name((emu_cat)c));
-    fputs(",hbm_needed_bytes\n", f);
+    /* global_batch last, so the earlier columns keep their places: with
+     * a batch axis or scale_batch it differs from run to run. */
+    fputs(",hbm_needed_bytes,global_batch\n", f);
     for (long long i = 0; i < nruns; i++) {
         int idx[SWEEP_MAX_AXES];
         run_index(s, i, idx);
@@ -1480,12 +1491,22 @@ static int gather(const sweep *s, const char *out, long long nruns,
             csv_field(f, s->ax[a].v[idx[a]].label);
         }
         const run_out *o = &res[i];
+        /* The batch the run was given (its command line, else the base
+         * trace's); the report's, which is the same, when there is one. */
+        int abat = axis_of(s, AX_BATCH), asys = axis_of(s, AX_SYSTEM);
+        long long gb = s->g.global_batch;
+        if (abat >= 0)
+            gb = strtoll(s->ax[abat].v[idx[abat]].arg, NULL, 10);
+        else if (asys >= 0 && s->ax[asys].v[idx[asys]].batch[0])
+            gb = strtoll(s->ax[asys].v[idx[asys]].batch, NULL, 10);
+        if (o->have)
+            gb = (long long)o->r.global_batch;
         fprintf(f, ",%d", o->status);
         if (!o->have) {
             fprintf(f, ",%s,,,,", o->status == 3 ? "0" : "");
             for (int c = 0; c < CAT_COUNT; c++)
                 fputc(',', f);
-            fputs(",\n", f);
+            fprintf(f, ",,%lld\n", gb);
             continue;
         }
         const emu_result *r = &o->r;
@@ -1500,7 +1521,7 @@ static int gather(const sweep *s, const char *out, long long nruns,
         for (int c = 0; c < CAT_COUNT; c++)
             csv_num(f, r->per_core[w].breakdown_s[c]);
         csv_num(f, r->hbm_needed_bytes);
-        fputc('\n', f);
+        fprintf(f, ",%lld\n", gb);
     }
     if (fclose(f) != 0 || !buf) {
         free(buf);
@@ -1635,16 +1656,71 @@ static int chart(const sweep *s, const char *out, long long nruns,
     tpu_error err = {0};
     tpu_status st = chart_lines_png(path, title, xl, "step time (s)", ser,
                                     used, &err);
-    free(xs);
-    free(ys);
+    if (st != TPU_OK) {
+        free(xs);
+        free(ys);
+    }
     if (st == TPU_ERR_INPUT) {
-        /* No run fitted: nothing to draw is not an error of the sweep. */
-        printf("chart: none (%s)\n", err.msg);
+        /* No run fitted or succeeded: nothing to draw is not an error of
+         * the sweep.  A chart an earlier sweep drew here would pass for
+         * this one's: it goes (cli_sweep removed it before the runs; a
+         * file that appeared meanwhile is the sweep's name all the same). */
+        unlink(path);
+        printf("chart: none (no run to plot)\n");
         return 0;
     }
     if (st)
         return cli_fail(&err);
     printf("chart: %s\n", path);
+    /* The x axis spans the plotted points only (emu/chart.c): values of
+     * the x axis where no drawn line has a point are named here, so a
+     * value that fits nowhere is not silently missing from the chart. */
+    {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int k = 0; k < used; k++)
+            for (int j = 0; j < ser[k].n; j++)
+                if (isfinite(ser[k].y[j])) {
+                    lo = fmin(lo, ser[k].x[j]);
+                    hi = fmax(hi, ser[k].x[j]);
+                }
+        char list[512] = "";
+        size_t len = 0;
+        int missing = 0, outside = 0;
+        for (int v = 0; v < per; v++) {
+            double x = s->ax[xa].v[v].x;
+            int plotted = 0;
+            for (int k = 0; k < used && !plotted; k++)
+                for (int j = 0; j < ser[k].n && !plotted; j++)
+                    plotted = ser[k].x[j] == x && isfinite(ser[k].y[j]);
+            if (plotted)
+                continue;
+            int dup = 0; /* splits sharing an x are one point */
+            for (int u = 0; u < v && !dup; u++)
+                dup = s->ax[xa].v[u].x == x;
+            if (dup)
+                continue;
+            missing++;
+            outside |= x < lo || x > hi;
+            char lab[120];
+            if (s->ax[xa].kind == AX_PD)
+                snprintf(lab, sizeof lab, "%d", s->ax[xa].v[v].cpr);
+            else
+                snprintf(lab, sizeof lab, "%s", s->ax[xa].v[v].label);
+            int wr = snprintf(list + len, sizeof list - len, "%s%s",
+                              len ? ", " : "", lab);
+            if (wr > 0 && (size_t)wr < sizeof list - len)
+                len += (size_t)wr;
+        }
+        if (missing)
+            printf("chart: no point at %s %s (no run there fits or "
+                   "succeeded%s)%s\n",
+                   s->ax[xa].kind == AX_PD ? "cores per replica" : s->ax[xa].name,
+                   list, used < all_series ? " among the lines drawn" : "",
+                   outside ? "; the x axis spans the plotted points only"
+                           : "");
+    }
+    free(xs);
+    free(ys);
     if (all_series > used)
         printf("chart: %d of %lld lines drawn (at most %d: the first in run "
                "order); every run is in results.csv and the ranking\n",
@@ -1675,18 +1751,28 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
     ranked *rk = malloc(sizeof *rk * (size_t)(nruns + 1));
     if (!rk)
         return cli_error(4, "out of memory");
-    long long n = 0;
+    long long n = 0, nofit = 0;
     for (long long i = 0; i < nruns; i++) {
         const run_out *o = &res[i];
         if (o->have && o->status == 0 && o->r.fits && o->r.step_time_s > 0) {
             rk[n].run = i;
             rk[n].eps = (double)o->r.global_batch / o->r.step_time_s;
             n++;
+        } else if (o->status == 3 || (o->status == 0 && o->have)) {
+            nofit++; /* finished, and does not fit */
         }
     }
     if (n == 0) {
         free(rk);
-        printf("no run fits\n");
+        /* "no run fits" only when that is what every run said: failed
+         * runs are no finding about the hardware. */
+        if (nofit == nruns)
+            printf("no run fits\n");
+        else if (nofit == 0)
+            printf("no run succeeded (all %lld failed)\n", nruns);
+        else
+            printf("no run succeeded: %lld do not fit, %lld failed\n", nofit,
+                   nruns - nofit);
         return 0;
     }
     qsort(rk, (size_t)n, sizeof *rk, ranked_cmp);
@@ -1744,6 +1830,82 @@ static int check_bin(const char *bin)
     return 0;
 }
 
+/* Every file the sweep (or, with --print-commands, its commands) writes
+ * in out: refused, before anything is written, when it is one of the
+ * sweep's own inputs (the sweep file, the base trace, the program the runs
+ * execute).  outfile_same compares inodes, so a symlink, a hard link or a
+ * "./" spelling of the same file is caught too: otherwise the sweep file
+ * named DIR/commands.txt or a base trace at DIR/reports/0000.json is
+ * silently replaced while the runs still read it. */
+static int check_clobber(const sweep *s, const char *out, const char *bin,
+                         long long nruns)
+{
+    const struct {
+        const char *path, *what;
+    } in[] = {{s->path, "the sweep file"},
+              {s->trace, "the base trace"},
+              {bin, "the program the runs execute (--bin)"}};
+    const int nin = (int)(sizeof in / sizeof in[0]);
+    char p[2200];
+    for (long long k = -3; k < 2 * nruns + SWEEP_MAX_VALUES; k++) {
+        if (k == -3)
+            snprintf(p, sizeof p, "%.900s/commands.txt", out);
+        else if (k == -2)
+            snprintf(p, sizeof p, "%.900s/results.csv", out);
+        else if (k == -1)
+            snprintf(p, sizeof p, "%.900s/step_time.png", out);
+        else if (k < nruns)
+            snprintf(p, sizeof p, "%.900s/reports/%04lld.json", out, k);
+        else if (k < 2 * nruns)
+            snprintf(p, sizeof p, "%.900s/logs/%04lld.log", out, k - nruns);
+        else {
+            /* the partitionings' traces, when there is such an axis */
+            int apd = axis_of(s, AX_PD);
+            long long v = k - 2 * nruns;
+            if (apd < 0 || v >= s->ax[apd].n)
+                break;
+            variant_path(s, &s->ax[apd].v[v], out, p, sizeof p);
+        }
+        for (int i = 0; i < nin; i++)
+            if (outfile_same(p, in[i].path)) {
+                char q[1000];
+                shown(q, sizeof q, p);
+                return cli_error(2, "sweep --out: %s is %s; refusing to "
+                                    "overwrite it (give the sweep another "
+                                    "--out directory)",
+                                 q, in[i].what);
+            }
+    }
+    return 0;
+}
+
+/* path made absolute against the working directory (a leading "./"
+ * dropped), in place; 0, or the exit status with the error printed. */
+static int make_absolute(char *path, size_t cap, const char *what)
+{
+    char cwd[PATH_MAX] = ""; /* stays empty for an absolute path */
+    if (path[0] != '/' && !getcwd(cwd, sizeof cwd))
+        return cli_error(4, "sweep: cannot read the working directory (%s), "
+                            "needed to make %s absolute",
+                         strerror(errno), what);
+    const char *rel = path;
+    while (cwd[0] && rel[0] == '.' && rel[1] == '/') {
+        rel += 2;
+        while (*rel == '/')
+            rel++;
+    }
+    char abs_p[PATH_MAX + 2200];
+    int w = cwd[0] ? snprintf(abs_p, sizeof abs_p, "%s/%s", cwd, rel)
+                   : snprintf(abs_p, sizeof abs_p, "%s", path);
+    if (w < 0 || (size_t)w >= cap || (size_t)w >= sizeof abs_p)
+        return cli_error(2, "sweep: %s: the absolute path is too long", what);
+    /* "DIR/" names DIR: no "DIR//reports/0000.json" in the commands */
+    while (w > 1 && abs_p[w - 1] == '/')
+        abs_p[--w] = 0;
+    memcpy(path, abs_p, (size_t)w + 1);
+    return 0;
+}
+
 int cli_sweep(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -1753,11 +1915,24 @@ int cli_sweep(int argc, char **argv)
     const char *file = NULL, *out_opt = NULL, *bin_opt = NULL;
     int print_only = 0;
     int64_t jobs = 0;
+    const char *jobs_as = NULL, *jobs_was = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--jobs") == 0 || strcmp(argv[i], "-j") == 0) {
+            /* -j and --jobs are one option: given twice in any spelling
+             * is refused, as every repeated option is (emu/cli.h). */
+            if (jobs_as) {
+                char q[80];
+                shown(q, sizeof q, jobs_was);
+                return cli_error(2, "%s: given twice ('%s %s' before; -j "
+                                    "and --jobs are the same option); it "
+                                    "takes one value",
+                                 argv[i], jobs_as, q);
+            }
+            jobs_as = argv[i];
             const char *v = cli_value(argc, argv, &i);
             if (!v || cli_int("--jobs", v, 1, 4096, &jobs))
                 return 2;
+            jobs_was = v;
         } else if (strcmp(argv[i], "--out") == 0) {
             if (!(out_opt = cli_value(argc, argv, &i)))
                 return 2;
@@ -1845,6 +2020,21 @@ int cli_sweep(int argc, char **argv)
             }
         }
     }
+    /* Absolute from here on: --print-commands lines run from anywhere, and
+     * every path the runs get (the binary, the base trace, the reports)
+     * is one. */
+    rc = make_absolute(out, 901, "--out");
+    if (!rc)
+        rc = make_absolute(s.trace, sizeof s.trace, "the base trace");
+    if (!rc)
+        rc = make_absolute(bin, sizeof bin, "--bin");
+    /* No output may be one of the inputs. */
+    if (!rc)
+        rc = check_clobber(&s, out, bin, nruns);
+    if (rc) {
+        sweep_free(&s);
+        return rc;
+    }
     /* Only now, with everything checked, does anything get written. */
     char sub[1100];
     static const char *const dirs[] = {"traces", "reports", "logs"};
@@ -1855,16 +2045,6 @@ int cli_sweep(int argc, char **argv)
             sweep_free(&s);
             return cli_error(e == ENOTDIR || e == EEXIST ? 2 : 4,
                              "%s: cannot create: %s", sub, strerror(e));
-        }
-    }
-    /* Absolute from here on: --print-commands lines run from anywhere. */
-    if (out[0] != '/') {
-        char cwd[PATH_MAX], abs_out[sizeof out + PATH_MAX + 2];
-        if (getcwd(cwd, sizeof cwd)) {
-            snprintf(abs_out, sizeof abs_out, "%s/%s", cwd, out);
-            size_t len = strlen(abs_out);
-            if (len < sizeof out)
-                memcpy(out, abs_out, len + 1);
         }
     }
     rc = write_variants(&s, out);
@@ -1904,9 +2084,12 @@ int cli_sweep(int argc, char **argv)
         return cli_fail(&err);
     }
     free(cbuf);
-    /* results.csv of an earlier sweep into the same directory must not
-     * stand for this one if it stops before gathering. */
+    /* results.csv and the chart of an earlier sweep into the same
+     * directory must not stand for this one if it stops before gathering
+     * or draws no chart (no run fits or succeeds). */
     snprintf(sub, sizeof sub, "%.900s/results.csv", out);
+    unlink(sub);
+    snprintf(sub, sizeof sub, "%.900s/step_time.png", out);
     unlink(sub);
 
     run_out *res = calloc((size_t)nruns, sizeof *res);
