@@ -29,8 +29,9 @@
  * duplicate or unknown keys), the base trace (graph_load), every --set
  * key and value (tpu_params_set, as `run --set` does), and every grid
  * point's system, batch and partitioning (graph_check_run, as `run`
- * does).  A bad sweep is one `tpuemu: error: SWEEP.json: json.path: ...`
- * line and exit 2, leaving nothing behind. */
+ * does), and that no file the sweep or its commands write is one of its
+ * inputs (check_clobber).  A bad sweep is one `tpuemu: error: SWEEP.json:
+ * json.path: ...` line and exit 2, leaving nothing behind. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -82,13 +83,16 @@ static const char usage_text[] =
     "(default sweep-NAME): traces/ (one trace per partitioning),\n"
     "reports/NNNN.json, logs/NNNN.log, commands.txt, results.csv (one row\n"
     "per run: swept values, exit, fits, step time, the slowest core's\n"
-    "categories) and step_time.png (step time against the x axis of the\n"
-    "sweep file).\n"
+    "categories, HBM needed, global batch) and step_time.png (step time\n"
+    "against the x axis of the sweep file).  An output that is one of the\n"
+    "inputs (sweep file, base trace, --bin) is refused before anything is\n"
+    "written.\n"
     "\n"
     "The sweep file, the base trace and every grid point are checked before\n"
     "anything is written or run (at most 16 axes and 4096 runs).\n"
     "--print-commands writes the traces and prints one command line per run\n"
-    "instead of running them (for GNU parallel, make -j, a Slurm array).\n"
+    "instead of running them (for GNU parallel, make -j, a Slurm array),\n"
+    "every path in it absolute.\n"
     "--bin runs another tpuemu build (default: this one).\n"
     "\n"
     "exit status: 0 every run finished (a run that does not fit counts as\n"
