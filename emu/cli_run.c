@@ -1,4 +1,5 @@
 /* tpuemu run: simulate one step of a trace and print each core's time. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,8 @@ static void print_usage(FILE *f)
           "                  memory (default: half of MemAvailable)\n"
           "  --no-dedup      execute every core and every loop iteration\n"
           "                  (slow; for checking the engine's shortcuts)\n"
-          "  --quiet         print only the slowest core's step time\n"
+          "  --quiet         print only the slowest core's step time (s, 9\n"
+          "                  significant digits)\n"
           "\n"
           "Output files are written all-or-nothing: every output path is\n"
           "checked before the simulation (an existing directory, device, FIFO\n"
@@ -294,8 +296,8 @@ static tpu_status write_outputs(const emu_result *r, const char *trace,
                 st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of host memory",
                               path[i]);
             else if (fputs(text, o->f) == EOF)
-                st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write",
-                              path[i]);
+                st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s",
+                              path[i], strerror(errno));
             free(text);
             break;
         }
@@ -311,8 +313,8 @@ static tpu_status write_outputs(const emu_result *r, const char *trace,
             st = npy_encode_f32(path[i], r->output, r->output_rank,
                                 r->output_shape, &buf, &len, err);
             if (st == TPU_OK && fwrite(buf, 1, len, o->f) != len)
-                st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write",
-                              path[i]);
+                st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s",
+                              path[i], strerror(errno));
             free(buf);
             break;
         }
@@ -336,7 +338,7 @@ int cli_run(int argc, char **argv)
         return 0;
     }
     const char *trace = NULL, *report = NULL, *chrome = NULL, *png = NULL;
-    const char *npy = NULL, *loss_png = NULL;
+    const char *npy = NULL, *loss_png = NULL, *fx_only = NULL;
     cli_whatif w;
     cli_whatif_init(&w);
     int quiet = 0, took;
@@ -360,6 +362,7 @@ int cli_run(int argc, char **argv)
             o.functional = 1;
         } else if (strcmp(a, "--seed") == 0) {
             int64_t s;
+            fx_only = fx_only ? fx_only : "--seed";
             if (!(v = cli_value(argc, argv, &i)) ||
                 cli_int("--seed", v, 0, INT64_MAX, &s))
                 return 2;
@@ -371,10 +374,12 @@ int cli_run(int argc, char **argv)
                 return 2;
             o.steps = (int)n;
         } else if (strcmp(a, "--lr") == 0) {
+            fx_only = fx_only ? fx_only : "--lr";
             if (!(v = cli_value(argc, argv, &i)) ||
                 cli_double("--lr", v, 0, 1e6, &o.learning_rate))
                 return 2;
         } else if (strcmp(a, "--host-mem-gib") == 0) {
+            fx_only = fx_only ? fx_only : "--host-mem-gib";
             double gb;
             if (!(v = cli_value(argc, argv, &i)) ||
                 cli_double("--host-mem-gib", v, 1e-6, 1e9, &gb))
@@ -415,6 +420,10 @@ int cli_run(int argc, char **argv)
         (npy || loss_png || o.steps != 1 || o.output_layer || o.pe_model))
         return cli_error(2, "run: --steps, --output-npy, --output-layer and "
                             "--loss-png need --functional");
+    if (!o.functional && fx_only)
+        return cli_error(2, "run: %s sets the values of a --functional run "
+                            "and means nothing without it",
+                         fx_only);
     if (cli_whatif_check(&w))
         return 2;
     if (o.functional && o.host_mem_limit <= 0)
@@ -498,13 +507,14 @@ int cli_run(int argc, char **argv)
         emu_result_free(&r);
         return code;
     }
-    if (quiet)
-        printf("%.6f\n", r.step_time_s);
-    else
-        print_table(&r);
-    if (r.has_values && !quiet)
-        print_values(&r);
+    /* outputs first: a run that exits 2 on a full disk prints no result */
     code = write_outputs(&r, trace, out_path, &err) ? cli_fail(&err) : 0;
+    if (!code && quiet)
+        printf("%.9g\n", r.step_time_s);
+    else if (!code)
+        print_table(&r);
+    if (!code && r.has_values && !quiet)
+        print_values(&r);
     emu_result_free(&r);
     return code;
 }

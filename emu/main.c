@@ -133,6 +133,9 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
+        if (argc > 2)
+            return cli_error(2, "--version takes nothing after it, got '%s'",
+                             argv[2]);
         printf("tpuemu %s\n", TPUEMU_VERSION);
         return 0;
     }

@@ -552,6 +552,12 @@ static tpu_status read_core(rd *c, const cJSON *o, int i, emu_result *r,
         /* The first five are SPEC keys; flops is ours. */
         TRY(get_num(c, o, opt[j], sub, j < 5, 0, dst[j]));
     }
+    /* a fraction of the MXUs' peak over the step (probe round 5 gave 1e300) */
+    if (k->mxu_utilization > 1 + 1e-9) {
+        snprintf(sub, sizeof sub, "%s.mxu_utilization", jp);
+        return badf(c, sub, "%.9g is above 1 (a fraction of the MXUs' peak)",
+                    k->mxu_utilization);
+    }
     return TPU_OK;
 }
 

@@ -123,9 +123,9 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
     double need = fx_bytes_needed(g, p, progs);
     if (need > limit)
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "%s: --functional needs about %.2f GiB of host memory "
+                        "%s: --functional needs about %.3g GiB of host memory "
                         "for this trace on %s (batch %lld), more than the "
-                        "limit of %.2f GiB (--host-mem-gib); functional mode "
+                        "limit of %.3g GiB (--host-mem-gib); functional mode "
                         "is meant for small traces: use a smaller input, "
                         "batch or slice",
                         path, need / GIB, p->sys->name,

@@ -468,7 +468,7 @@ int cli_view(int argc, char **argv)
             if (!(v = cli_value(argc, argv, &i)))
                 return 2;
             if (sscanf(v, "%dx%d", &W, &H) != 2 || W < 640 || H < 400 || W > 8192 || H > 8192)
-                return cli_error(2, "view: --size: expected WxH, at least 640x400, got '%s'", v);
+                return cli_error(2, "view: --size: expected WxH from 640x400 to 8192x8192, got '%s'", v);
         } else if (!strcmp(argv[i], "--frames")) {
             int64_t n;
             if (!(v = cli_value(argc, argv, &i)) || cli_int("--frames", v, 1, 100000, &n))

@@ -14,8 +14,12 @@ row() {
   cap="--set hbm.capacity_gib=64"
   case "$2" in *hbm.capacity_gib*) cap="" ;; esac
   for t in $traces; do
-    s=$("$bin" run "$t" --quiet $cap $2 2>/dev/null || echo "err")
-    printf ' %8s |' "$s"
+    # --quiet prints 9 significant digits; the table keeps microseconds
+    if s=$("$bin" run "$t" --quiet $cap $2 2>/dev/null); then
+      printf ' %8.6f |' "$s"
+    else
+      printf ' %8s |' "err"
+    fi
   done
   printf '\n'
 }
