@@ -584,15 +584,20 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
                 return tpu_fail(err, TPU_ERR_INPUT,
                                 "%s: series %d has no data", path, i);
             double x = s[i].x[j], y = s[i].y[j];
-            if (!isfinite(x) || !isfinite(y))
+            if (!isfinite(x))
                 continue;
+            /* a point without a value (a sweep's run that did not fit)
+             * still holds its place on the x axis: the axis spans every
+             * swept value, not only the drawn ones */
             xint &= x == floor(x) && fabs(x) < 9007199254740992.0;
             xmin = fmin(xmin, x);
             xmax = fmax(xmax, x);
+            if (!isfinite(y))
+                continue;
             ymin = fmin(ymin, y);
             ymax = fmax(ymax, y);
         }
-    if (!isfinite(xmin))
+    if (!isfinite(ymin))
         return tpu_fail(err, TPU_ERR_INPUT, "%s: no finite points to plot",
                         path);
     if (xmax == xmin) {

@@ -38,7 +38,8 @@ typedef struct {
     int n;
 } chart_series;
 
-/* A line chart of nseries series (non-finite points are skipped).  When
+/* A line chart of nseries series (points with a non-finite y are not
+ * drawn, but their x still spans the x axis).  When
  * every x is a whole number (cores, batch, system size, steps) the x axis
  * is ticked at whole numbers only.  A ylabel ending in "(s)" marks the
  * values as seconds: they are drawn in s, ms, us or ns, whichever the

@@ -1676,20 +1676,13 @@ static int chart(const sweep *s, const char *out, long long nruns,
     if (st)
         return cli_fail(&err);
     printf("chart: %s\n", path);
-    /* The x axis spans the plotted points only (emu/chart.c): values of
-     * the x axis where no drawn line has a point are named here, so a
-     * value that fits nowhere is not silently missing from the chart. */
+    /* The x axis spans every swept value (emu/chart.c keeps the place of
+     * a point without a value); those where no drawn line has a point are
+     * named here, so an empty stretch of the axis is explained. */
     {
-        double lo = INFINITY, hi = -INFINITY;
-        for (int k = 0; k < used; k++)
-            for (int j = 0; j < ser[k].n; j++)
-                if (isfinite(ser[k].y[j])) {
-                    lo = fmin(lo, ser[k].x[j]);
-                    hi = fmax(hi, ser[k].x[j]);
-                }
         char list[512] = "";
         size_t len = 0;
-        int missing = 0, outside = 0;
+        int missing = 0;
         for (int v = 0; v < per; v++) {
             double x = s->ax[xa].v[v].x;
             int plotted = 0;
@@ -1704,7 +1697,6 @@ static int chart(const sweep *s, const char *out, long long nruns,
             if (dup)
                 continue;
             missing++;
-            outside |= x < lo || x > hi;
             char lab[120];
             if (s->ax[xa].kind == AX_PD)
                 snprintf(lab, sizeof lab, "%d", s->ax[xa].v[v].cpr);
@@ -1717,11 +1709,9 @@ static int chart(const sweep *s, const char *out, long long nruns,
         }
         if (missing)
             printf("chart: no point at %s %s (no run there fits or "
-                   "succeeded%s)%s\n",
+                   "succeeded%s)\n",
                    s->ax[xa].kind == AX_PD ? "cores per replica" : s->ax[xa].name,
-                   list, used < all_series ? " among the lines drawn" : "",
-                   outside ? "; the x axis spans the plotted points only"
-                           : "");
+                   list, used < all_series ? " among the lines drawn" : "");
     }
     free(xs);
     free(ys);

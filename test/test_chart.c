@@ -149,6 +149,28 @@ void th_suite_chart(th_ctx *t)
     double nanv[2] = {NAN, NAN};
     chart_series bad = {"nan", nanv, nanv, 2};
     TH_CHECK(t, chart_lines_png(path, "t", "x", "y", &bad, 1, &err) == TPU_ERR_INPUT);
+    double fx[2] = {1, 16};
+    chart_series novalue = {"nan", fx, nanv, 2};
+    TH_CHECK(t, chart_lines_png(path, "t", "x", "y", &novalue, 1, &err) ==
+                    TPU_ERR_INPUT);
+
+    th_case(t, "line chart: a point without a value keeps its place on the x "
+               "axis (a sweep's value where nothing fits: probe round 5)");
+    double gy[2] = {NAN, 5};
+    chart_series gap = {"fits", fx, gy, 2};
+    st = chart_lines_png(path, "t", "hbm.capacity_gib", "step time (s)", &gap,
+                         1, &err);
+    TH_CHECKF(t, st == TPU_OK, "%s", err.msg);
+    if (TH_CHECK(t, read_png(path, &p))) {
+        /* the plot spans x 90..810: 16 on an axis from 1 is at its right
+         * end; alone on the axis it was in the middle */
+        int right = count_color(&p, 790, 70, 830, 550, 0x0072B2);
+        int middle = count_color(&p, 350, 70, 550, 550, 0x0072B2);
+        TH_CHECKF(t, right > 0 && middle == 0,
+                  "marker pixels: %d at the right end, %d mid-axis", right,
+                  middle);
+        free(p.rgb);
+    }
 
     th_case(t, "unwritable path fails cleanly and leaves no file");
     tsynth_result(&r, 8, 2, 2, 2, 1);

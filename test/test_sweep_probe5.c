@@ -10,8 +10,8 @@
  *    succeeded");
  *  - -j and --jobs are one option: the pair is a repeat, exit 2;
  *  - results.csv ends with global_batch (the batch each run was given);
- *  - an x value where nothing fits is named (the chart's axis spans the
- *    plotted points only).
+ *  - an x value where nothing fits is named (the chart's axis spans every
+ *    swept value: test chart).
  * The runs that are real use a tiny trace (a few ms each). */
 #include <stdio.h>
 #include <stdlib.h>
