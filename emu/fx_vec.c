@@ -26,8 +26,9 @@ static tpu_status fwd_io(fx_state *x, int core, int l, int win,
     return rc ? rc : fx_new_act(x, core, l, o, err);
 }
 
-/* Whether input i holds exactly layer l's box (else it is a replicated
- * operand an add or concat slices: emu/plan.h). */
+/* Whether a and b hold the same examples and positions (an add's or
+ * concat's operand that does not holds more: a replicated operand the
+ * layer slices, emu/plan.h). */
 static int same_box(const fxt_tens *a, const fxt_tens *b)
 {
     for (int d = 0; d < SP; d++)
