@@ -35,7 +35,7 @@ VIEW_OBJS := $(VIEW_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/registry.o
 LIB       := $(BUILD)/libtpuemu.a
 
-.PHONY: all deps run test bench asan clean fuzz check-perf rebaseline
+.PHONY: all deps run test bench asan clean fuzz fuzz-sim check-perf rebaseline
 all: tpuemu
 
 # Only the viewer objects see SDL's headers.
@@ -102,6 +102,18 @@ fuzz: deps
 	  test/fuzz/fuzz_trace.c $(CORE_SRCS) $(CORE_LIBS)
 	build-fuzz/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	  build-fuzz/corpus test/fuzz/corpus
+
+# The whole pipeline (plan, lowering, pod engine, --functional) on every
+# trace the reader accepts (test/fuzz/fuzz_sim.c); its own corpus, seeded
+# from the same files.
+fuzz-sim: deps
+	@mkdir -p build-fuzz/corpus-sim
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -I. $(CORE_CFLAGS) \
+	  -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_sim \
+	  test/fuzz/fuzz_sim.c $(CORE_SRCS) $(CORE_LIBS)
+	build-fuzz/fuzz_sim -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	  -timeout=20 -rss_limit_mb=4096 build-fuzz/corpus-sim test/fuzz/corpus \
+	  traces/small traces/functional test/inputsplit
 
 # The performance gate: re-run the reference traces and compare them with
 # the committed reports in baselines/ (tpuemu check).  rebaseline refreshes
