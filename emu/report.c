@@ -714,6 +714,25 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
         return badf(c, "step_time_s", "%.9g is not the slowest core's step "
                                       "time (%.9g)",
                     r->step_time_s, slowest);
+    /* hbm_needed_bytes is the largest core's peak, and a step that fits
+     * needs no more than the capacity the report names (probe round 5: an
+     * edited report claimed both).  Either field may be absent (0). */
+    if (r->hbm_needed_bytes > 0)
+        for (i = 0; i < r->cores; i++)
+            if (r->per_core[i].hbm_peak_bytes >
+                r->hbm_needed_bytes * (1 + 1e-9)) {
+                char sub[64];
+                snprintf(sub, sizeof sub, "per_core[%d].hbm_peak_bytes", i);
+                return badf(c, sub, "%.17g is above hbm_needed_bytes "
+                                    "(%.17g), the largest core's peak",
+                            r->per_core[i].hbm_peak_bytes,
+                            r->hbm_needed_bytes);
+            }
+    if (r->fits && r->hbm_capacity_bytes > 0 &&
+        r->hbm_needed_bytes > r->hbm_capacity_bytes * (1 + 1e-9))
+        return badf(c, "fits", "true, but hbm_needed_bytes (%.17g) is above "
+                               "hbm_capacity_bytes (%.17g)",
+                    r->hbm_needed_bytes, r->hbm_capacity_bytes);
 
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(root,
                                                        "output_checksum");
