@@ -163,6 +163,16 @@ static void print_table(const emu_result *r)
                ? 100 * r->flops_per_step /
                      (r->step_time_s * r->cores * r->core_peak_flops)
                : 0);
+    /* The profiler's memory-bandwidth utilisation, for the slowest core:
+     * near 100% the step is bound by HBM, not by the MXU. */
+    const emu_core_result *sc = &r->per_core[slow];
+    double traffic = sc->hbm_read_bytes + sc->hbm_write_bytes;
+    if (r->core_hbm_bps > 0 && sc->step_time_s > 0)
+        printf("HBM traffic %.4g GB on core %d (%.1f%% of its %.0f GB/s over "
+               "the step)\n",
+               traffic / 1e9, slow,
+               100 * traffic / (r->core_hbm_bps * sc->step_time_s),
+               r->core_hbm_bps / 1e9);
     if (r->hbm_remat_bytes > 0) {
         /* GiB from 1 GiB up, as the HBM column prints */
         double gib = r->hbm_remat_bytes / (1024.0 * 1024 * 1024);

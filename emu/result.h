@@ -91,6 +91,7 @@ typedef struct {
     double step_time_s;            /* the slowest core's */
     double flops_per_step;         /* all cores, useful work */
     double core_peak_flops;        /* bf16 peak of one core, FLOP/s */
+    double core_hbm_bps;           /* one core's HBM peak bandwidth, B/s */
     int n_overrides;
     emu_override *overrides;
     /* The --freeze list the graph was given (graph_freeze), "" without

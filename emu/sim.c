@@ -42,6 +42,7 @@ static tpu_status fill_header(const graph *g, const tpu_system *sys,
     r->train = g->train;
     r->hbm_capacity_bytes = hw->hbm.capacity_bytes;
     r->core_peak_flops = tpu_core_peak_flops(hw);
+    r->core_hbm_bps = hbm_peak_bps(&hw->hbm);
     /* The work the step really does: a frozen prefix has no backward. */
     r->flops_per_step =
         (graph_forward_flops(g) + (g->train ? graph_backward_flops(g) : 0)) *
