@@ -124,12 +124,14 @@ static void next_tile(fx_core *c, int l, int kind, const fw_insn *in,
     int64_t *cur = &c->cur[l * 3 + kind], *ch = &c->chunk[l * 3 + kind];
     *r0 = *cur;
     *r1 = *cur + in->a;
-    *n0 = *ch * in->c;
+    *n0 = *ch;
     *n1 = *n0 + in->c < total_n ? *n0 + in->c : total_n;
     *cur += in->a;
     if (*cur >= in->e) {
+        /* the next N chunk starts after this one's columns (a ragged last
+         * chunk is narrower) */
         *cur = 0;
-        (*ch)++;
+        *ch += in->c;
     }
 }
 

@@ -237,38 +237,77 @@ static void emit_tile_body(lc *c, int phase, int layer, int64_t next_ld,
         emit(c, FW_DMA_ST, phase, layer, t->st, 0, 0, 0);
 }
 
-/* nt tiles: nt-1 of `full`, the last one `last`; the next tile's load is
- * issued before this tile's compute (double buffering).  `pre_ld` bytes
- * (weights) are loaded first.  The layer starts once the previous layer's
- * stores have landed. */
-static void emit_tiled(lc *c, int phase, int layer, int64_t nt, int64_t pre_ld,
-                       const tile *full, const tile *last)
+/* A loop of tiles: `nchunks` chunks (the N chunks of a product whose
+ * weights do not fit VMEM; 1 otherwise), each of nt tiles, nt-1 of `full`
+ * then `last`, after its w_chunk bytes of weights. */
+typedef struct {
+    int64_t nchunks, nt, w_chunk;
+    tile full, last;
+    int64_t cc_last; /* the last chunk's columns when narrower (0: same) */
+    /* Only the first tile's compute carries the functional meaning (a
+     * weight gradient's slabs: --functional sums every position at once);
+     * the rest are timing only. */
+    int first_only;
+} tiling;
+
+/* The next tile's load is issued before this tile's compute (double
+ * buffering); a chunk's last tile also loads the next chunk's weights and
+ * first tile, so only the first chunk's weights are exposed (matmul_plan
+ * keeps two chunks' weights within half of VMEM).  The loop starts once
+ * the previous layer's stores have landed. */
+static void emit_tiling(lc *c, int phase, int layer, const tiling *t)
 {
+    int keep = c->fx;
+    int64_t nt = t->nt < 1 ? 1 : t->nt;
+    int64_t nch = t->nchunks < 1 ? 1 : t->nchunks;
+    tile nfull = t->full, nlast = t->last;
+    const tile *full = &t->full, *last = &t->last;
+    int64_t first_ld = nt > 1 ? full->ld : last->ld;
     emit(c, FW_WAIT_ST, phase, layer, 0, 0, 0, 0);
-    if (pre_ld > 0)
-        emit(c, FW_DMA_LD, phase, layer, pre_ld, 0, 0, 0);
-    if (nt <= 1) {
-        if (last->ld > 0)
-            emit(c, FW_DMA_LD, phase, layer, last->ld, 0, 0, 0);
-        emit_tile_body(c, phase, layer, 0, last);
-        return;
+    if (t->w_chunk > 0)
+        emit(c, FW_DMA_LD, phase, layer, t->w_chunk, 0, 0, 0);
+    if (first_ld > 0)
+        emit(c, FW_DMA_LD, phase, layer, first_ld, 0, 0, 0);
+    for (int64_t j = 0; j < nch; j++) {
+        int64_t after = j + 1 < nch ? t->w_chunk + first_ld : 0;
+        if (j == nch - 1 && nch > 1 && t->cc_last > 0) {
+            /* a ragged last chunk multiplies only its own columns */
+            nfull.cc = nlast.cc = t->cc_last;
+            full = &nfull;
+            last = &nlast;
+        }
+        if (nt > 1) {
+            int64_t loop = nt - 2;
+            /* a loop body runs many times: the functional tile is peeled */
+            if (loop > 0 && t->first_only && c->fx != FX_NONE) {
+                emit_tile_body(c, phase, layer, full->ld, full);
+                c->fx = FX_NONE;
+                loop--;
+            }
+            if (loop > 0) {
+                emit(c, FW_LOOP, phase, layer, loop, 0, 0, 0);
+                emit_tile_body(c, phase, layer, full->ld, full);
+                emit(c, FW_ENDLOOP, phase, layer, 0, 0, 0, 0);
+            }
+            emit_tile_body(c, phase, layer, last->ld, full);
+            if (t->first_only)
+                c->fx = FX_NONE;
+        }
+        emit_tile_body(c, phase, layer, after, last);
+        if (t->first_only)
+            c->fx = FX_NONE;
     }
-    if (full->ld > 0)
-        emit(c, FW_DMA_LD, phase, layer, full->ld, 0, 0, 0);
-    if (nt > 2) {
-        emit(c, FW_LOOP, phase, layer, nt - 2, 0, 0, 0);
-        emit_tile_body(c, phase, layer, full->ld, full);
-        emit(c, FW_ENDLOOP, phase, layer, 0, 0, 0, 0);
-    }
-    emit_tile_body(c, phase, layer, last->ld, full);
-    emit_tile_body(c, phase, layer, 0, last);
+    c->fx = keep;
 }
 
 /* The full and last tiles of a streaming pass cut into nt tiles. */
 static void pass_tiles(int64_t nt, int64_t in_i, int64_t out_i, int64_t el_i,
-                       double ops, tile *full, tile *last)
+                       double ops, tiling *t)
 {
-    memset(full, 0, sizeof *full);
+    memset(t, 0, sizeof *t);
+    t->nchunks = 1;
+    t->nt = nt;
+    tile *full = &t->full, *last = &t->last;
     full->op = FW_VEC;
     full->ld = cdiv(in_i, nt);
     full->st = cdiv(out_i, nt);
@@ -286,8 +325,7 @@ static void pass_tiles(int64_t nt, int64_t in_i, int64_t out_i, int64_t el_i,
         last->a = 0;
 }
 
-static double tiled_ps(lc *c, int64_t nt, int64_t pre_ld, const tile *full,
-                       const tile *last);
+static double tiling_ps(lc *c, const tiling *t);
 
 /* The candidates: for each VMEM budget V, V/2, V/4 ... down to
  * TILE_SEARCH_VMEM_FLOOR, the largest tiles that fit that budget (the
@@ -299,19 +337,16 @@ static double tiled_ps(lc *c, int64_t nt, int64_t pre_ld, const tile *full,
  * for their weight loads and fill. */
 #define TILE_SEARCH_VMEM_FLOOR (256.0 * 1024)
 
-/* Takes the candidate (cnt tiles, cf then cl) when the engine runs it
- * strictly faster than the best so far: ties keep the earlier candidate,
- * which has the larger tiles. */
-static void keep_faster(lc *c, double *best, int64_t cnt, int64_t pre,
-                        const tile *cf, const tile *cl, tile *full, tile *last,
-                        int64_t *nt)
+/* Takes the candidate when the engine runs it strictly faster than the
+ * best so far: ties keep the earlier candidate, which has the larger
+ * tiles. */
+static void keep_faster(lc *c, double *best, const tiling *cand,
+                        tiling *chosen)
 {
-    double t = tiled_ps(c, cnt, pre, cf, cl);
+    double t = tiling_ps(c, cand);
     if (t >= 0 && (*best < 0 || t < *best)) {
         *best = t;
-        *full = *cf;
-        *last = *cl;
-        *nt = cnt;
+        *chosen = *cand;
     }
 }
 
@@ -360,10 +395,10 @@ static void emit_pass(lc *c, int phase, int layer, double in_bytes,
     int64_t nt = pass_count(c->hw->vmem_bytes, big);
     int64_t in_i = (int64_t)ceil(in_bytes), out_i = (int64_t)ceil(out_b);
     int64_t el_i = (int64_t)ceil(elems);
-    tile full, last;
-    pass_tiles(nt, in_i, out_i, el_i, ops, &full, &last);
+    tiling best_t;
+    pass_tiles(nt, in_i, out_i, el_i, ops, &best_t);
     if (c->hw->xla_tile_search) {
-        double best = tiled_ps(c, nt, 0, &full, &last);
+        double best = tiling_ps(c, &best_t);
         int64_t here = nt;
         for (double v = c->hw->vmem_bytes, nb; v > TILE_SEARCH_VMEM_FLOOR;
              v = nb) {
@@ -375,9 +410,9 @@ static void emit_pass(lc *c, int phase, int layer, double in_bytes,
                  g = next_tile_count(g, here, next)) {
                 int64_t cnt = g ? g : next;
                 if (cnt != here) {
-                    tile cf, cl;
-                    pass_tiles(cnt, in_i, out_i, el_i, ops, &cf, &cl);
-                    keep_faster(c, &best, cnt, 0, &cf, &cl, &full, &last, &nt);
+                    tiling cand;
+                    pass_tiles(cnt, in_i, out_i, el_i, ops, &cand);
+                    keep_faster(c, &best, &cand, &best_t);
                 }
                 if (!g)
                     break;
@@ -385,7 +420,7 @@ static void emit_pass(lc *c, int phase, int layer, double in_bytes,
             here = next;
         }
     }
-    emit_tiled(c, phase, layer, nt, 0, &full, &last);
+    emit_tiling(c, phase, layer, &best_t);
 }
 
 /* The same, with the instructions' functional meaning. */
@@ -412,17 +447,16 @@ static void emit_pass_fx(lc *c, int fx, int phase, int layer, double in_bytes,
  * compute, and smaller tiles can balance the loop's last iteration.
  * `xla.tile_search=0` takes the largest tile (tpuemu before session 6). */
 
-/* Duration (ps) of emit_tiled's instruction sequence run alone, as the
+/* Duration (ps) of emit_tiling's instruction sequence run alone, as the
  * engine runs it (engine_local_ps: the same unit costs, DMA pipe and loop
  * rules), until its stores have landed, which is where the next layer
  * starts; a negative value when host memory ran out. */
-static double tiled_ps(lc *c, int64_t nt, int64_t pre_ld, const tile *full,
-                       const tile *last)
+static double tiling_ps(lc *c, const tiling *t)
 {
     fw_program *keep = c->prog;
     c->scratch.n = 0;
     c->prog = &c->scratch;
-    emit_tiled(c, 0, -1, nt, pre_ld, full, last);
+    emit_tiling(c, 0, -1, t);
     c->prog = keep;
     if (c->scratch.oom) {
         c->scratch.oom = 0;
@@ -431,15 +465,22 @@ static double tiled_ps(lc *c, int64_t nt, int64_t pre_ld, const tile *full,
     return (double)engine_local_ps(c->hw, c->dc, &c->scratch);
 }
 
-/* The full and last tiles of a matrix product cut into mt-row tiles. */
-static void matmul_tiles(int64_t m, int64_t mt, int64_t k, int64_t n_chunk,
-                         int64_t nchunks, double ld_per_row, double st_per_row,
-                         double epi_per_row, int passes, tile *full,
-                         tile *last, int64_t *nt)
+/* The tiles of a matrix product cut into mt-row tiles in each of nchunks N
+ * chunks: every chunk streams all m rows (re-reading the input) and
+ * stores its columns' share of the output. */
+static void matmul_tiles(int64_t m, int64_t mt, int64_t k, int64_t n_total,
+                         int64_t n_chunk, int64_t nchunks, double ld_per_row,
+                         double st_per_row,
+                         double epi_per_row, int passes, double w_bytes,
+                         tiling *t)
 {
-    int64_t nt_m = cdiv(m, mt);
-    *nt = nt_m * nchunks;
-    memset(full, 0, sizeof *full);
+    memset(t, 0, sizeof *t);
+    t->nchunks = nchunks;
+    t->nt = cdiv(m, mt);
+    t->w_chunk = (int64_t)ceil(w_bytes / (double)nchunks);
+    if (nchunks > 1 && n_total > n_chunk * (nchunks - 1))
+        t->cc_last = n_total - n_chunk * (nchunks - 1);
+    tile *full = &t->full, *last = &t->last;
     full->op = FW_MATMUL;
     full->passes = passes;
     full->a = mt;
@@ -450,7 +491,7 @@ static void matmul_tiles(int64_t m, int64_t mt, int64_t k, int64_t n_chunk,
     full->st = (int64_t)ceil(st_per_row * (double)mt / (double)nchunks);
     full->d = (int64_t)ceil(epi_per_row * (double)mt / (double)nchunks);
     *last = *full;
-    int64_t m_last = m - mt * (nt_m - 1);
+    int64_t m_last = m - mt * (t->nt - 1);
     last->a = m_last;
     last->ld = (int64_t)ceil(ld_per_row * (double)m_last);
     last->st = (int64_t)ceil(st_per_row * (double)m_last / (double)nchunks);
@@ -460,11 +501,12 @@ static void matmul_tiles(int64_t m, int64_t mt, int64_t k, int64_t n_chunk,
 /* How a matrix product is tiled under a VMEM budget: weights stay
  * resident in up to half of it.  When they do not fit, the product is cut
  * into N chunks of whole MXU tiles (a ragged chunk would leave columns of
- * every weight tile empty), each re-reading the input; when one tile's
- * column of weights is still too large, K is cut into parts too, each part
- * adding its partial sums to the previous part's in fp32 through HBM.  M
- * is cut into the largest tiles that fit the rest (double-buffered input
- * and output, fp32 accumulators). */
+ * every weight tile empty), each re-reading the input, and two chunks'
+ * weights share that half: the next chunk's load while this one computes.
+ * When one tile's column of weights is still too large, K is cut into
+ * parts too, each part adding its partial sums to the previous part's in
+ * fp32 through HBM.  M is cut into the largest tiles that fit the rest
+ * (double-buffered input and output, fp32 accumulators). */
 typedef struct {
     int64_t nchunks, n_chunk, kparts, mt;
 } mm_plan;
@@ -480,21 +522,23 @@ static mm_plan matmul_plan(const lc *c, double vmem, int64_t m, int64_t k,
     pl.n_chunk = n;
     pl.kparts = 1;
     if (w_bytes > budget) {
+        double chunk = budget / 2; /* double-buffered */
         double per_col = w_bytes / (double)rup(n, cols);
-        int64_t fit = (int64_t)(budget / per_col) / cols * cols;
+        int64_t fit = (int64_t)(chunk / per_col) / cols * cols;
         if (fit >= cols) {
             pl.n_chunk = fit < n ? fit : n;
         } else {
             pl.n_chunk = cols < n ? cols : n;
             pl.kparts = (int64_t)ceil(per_col * (double)rup(pl.n_chunk, cols) /
-                                      budget);
+                                      chunk);
             int64_t most = cdiv(k, rows); /* a part is one K tile at least */
             if (pl.kparts > most)
                 pl.kparts = most;
         }
         pl.nchunks = cdiv(n, pl.n_chunk);
     }
-    double w_res = w_bytes / (double)(pl.nchunks * pl.kparts);
+    double parts = (double)(pl.nchunks * pl.kparts);
+    double w_res = parts > 1 ? 2 * w_bytes / parts : w_bytes;
     /* a part's rows: its slice of the input, the partial sums it reads and
      * writes (or the output), the accumulators */
     double acc = acc_row_bytes / (double)pl.nchunks;
@@ -510,11 +554,11 @@ static mm_plan matmul_plan(const lc *c, double vmem, int64_t m, int64_t k,
 }
 
 /* A product whose weights do not fit VMEM even one MXU tile wide: K parts
- * in turn, each with its slice of the weights resident, streaming its
- * slice of every input row and adding to the fp32 partial sums of the
- * parts before it (read from and written back to HBM; the last part
- * writes the output and runs the epilogue).  The first part carries the
- * functional meaning of the whole product (--functional computes it at
+ * in turn, each with its slice of the weights resident chunk by chunk,
+ * streaming its slice of every input row and adding to the fp32 partial
+ * sums of the parts before it (read from and written back to HBM; the last
+ * part writes the output and runs the epilogue).  The first part carries
+ * the functional meaning of the whole product (--functional computes it at
  * once); the others are timing only. */
 static void emit_matmul_kparts(lc *c, int phase, int layer, int64_t m,
                                int64_t k, int64_t n, double ld_per_row,
@@ -532,21 +576,20 @@ static void emit_matmul_kparts(lc *c, int phase, int layer, int64_t m,
         double ld = ld_per_row * (double)kslice / (double)k +
                     (p > 0 ? acc : 0);
         double st = p < kp - 1 ? acc : st_per_row;
-        tile full, last;
-        int64_t nt;
-        matmul_tiles(m, pl->mt, kslice, pl->n_chunk, pl->nchunks, ld, st,
-                     p < kp - 1 ? 0 : epi_per_row, passes, &full, &last, &nt);
-        full.kparts = last.kparts = kp;
+        tiling t;
+        matmul_tiles(m, pl->mt, kslice, n, pl->n_chunk, pl->nchunks, ld, st,
+                     p < kp - 1 ? 0 : epi_per_row, passes,
+                     w_bytes * (double)kslice / (double)k, &t);
+        t.full.kparts = t.last.kparts = kp;
         c->fx = p == 0 ? keep : FX_NONE;
-        emit_tiled(c, phase, layer, nt,
-                   (int64_t)ceil(w_bytes * (double)kslice / (double)k), &full,
-                   &last);
+        emit_tiling(c, phase, layer, &t);
     }
     c->fx = keep;
 }
 
 /* A tiled matrix product over M rows: per tile, load ld_per_row bytes a
- * row (+ weights once), multiply [mt, k] x [k, n], store st_per_row. */
+ * row (+ weights once per chunk), multiply [mt, k] x [k, n], store
+ * st_per_row. */
 static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
                         int64_t n, double ld_per_row, double st_per_row,
                         double w_bytes, double acc_row_bytes, double epi_per_row,
@@ -561,13 +604,11 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
                            w_bytes, acc_row_bytes, epi_per_row, passes, &pl);
         return;
     }
-    int64_t pre = (int64_t)ceil(w_bytes);
-    tile full, last;
-    int64_t nt;
-    matmul_tiles(m, pl.mt, k, pl.n_chunk, pl.nchunks, ld_per_row, st_per_row,
-                 epi_per_row, passes, &full, &last, &nt);
+    tiling best_t;
+    matmul_tiles(m, pl.mt, k, n, pl.n_chunk, pl.nchunks, ld_per_row, st_per_row,
+                 epi_per_row, passes, w_bytes, &best_t);
     if (c->hw->xla_tile_search) {
-        double best = tiled_ps(c, nt, pre, &full, &last);
+        double best = tiling_ps(c, &best_t);
         for (double v = c->hw->vmem_bytes, nb; v > TILE_SEARCH_VMEM_FLOOR;
              v = nb) {
             nb = budget_below(v);
@@ -601,13 +642,11 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
                     }
                 }
                 for (int j = 0; j < nc; j++) {
-                    tile cf, cl;
-                    int64_t cnt;
-                    matmul_tiles(m, cand[j].mt, k, cand[j].n_chunk,
+                    tiling ct;
+                    matmul_tiles(m, cand[j].mt, k, n, cand[j].n_chunk,
                                  cand[j].nchunks, ld_per_row, st_per_row,
-                                 epi_per_row, passes, &cf, &cl, &cnt);
-                    keep_faster(c, &best, cnt, pre, &cf, &cl, &full, &last,
-                                &nt);
+                                 epi_per_row, passes, w_bytes, &ct);
+                    keep_faster(c, &best, &ct, &best_t);
                 }
                 if (!g)
                     break;
@@ -615,7 +654,101 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
             pl = nx;
         }
     }
-    emit_tiled(c, phase, layer, nt, pre, &full, &last);
+    emit_tiling(c, phase, layer, &best_t);
+}
+
+/* The slabs of a weight gradient's block of `rows` K rows: s positions a
+ * slab.  Each slab loads the block's rows of X and every column of dY for
+ * its positions; the MXU takes the dY slab as weight tiles and streams the
+ * block's rows against them; the vector unit adds each 128-deep slice of
+ * the products into the fp32 accumulators (and, with xla.bn_apply_fused,
+ * normalises the X it loads).  The block's sums are stored at the end. */
+static void dw_tiles(const lc *c, int64_t rows, int64_t K, int64_t M,
+                     int64_t n, int64_t s, double x_b, double dy_b,
+                     double npad, double apply, int passes, tiling *t)
+{
+    memset(t, 0, sizeof *t);
+    t->nchunks = 1;
+    t->first_only = 1;
+    t->nt = cdiv(M, s);
+    double per_pos = (x_b * (double)rows / (double)K + dy_b) / (double)M;
+    double depth = (double)c->hw->mxu.rows;
+    tile *f = &t->full, *l = &t->last;
+    f->op = FW_MATMUL;
+    f->passes = passes;
+    f->a = rows;
+    f->e = K;
+    f->cc = n;
+    f->b = s;
+    f->ld = (int64_t)ceil(per_pos * (double)s);
+    f->d = (int64_t)ceil((double)rows * (npad * ceil((double)s / depth) +
+                                         apply * (double)s));
+    *l = *f;
+    int64_t sl = M - s * (t->nt - 1);
+    l->b = sl;
+    l->ld = (int64_t)ceil(per_pos * (double)sl);
+    l->d = (int64_t)ceil((double)rows * (npad * ceil((double)sl / depth) +
+                                         apply * (double)sl));
+    l->st = (int64_t)ceil((double)rows * npad * 4);
+}
+
+/* The largest slab that fits a VMEM budget beside a block's accumulators:
+ * X and dY slabs double-buffered, in whole 128-deep MXU weight tiles. */
+static int64_t dw_slab(const lc *c, double vmem, int64_t rows, int64_t K,
+                       int64_t M, double x_b, double dy_b, double npad)
+{
+    int64_t depth = c->hw->mxu.rows;
+    double per_pos = (x_b * (double)rows / (double)K + dy_b) / (double)M;
+    double room = vmem - (double)rows * npad * 4;
+    int64_t s = per_pos > 0 ? (int64_t)(room / (2 * per_pos)) : M;
+    s = s / depth * depth;
+    if (s < depth)
+        s = depth;
+    return s < M ? s : M;
+}
+
+/* dW[K, n] = X^T dY: the reduction runs over the M positions.  The fp32
+ * accumulators of a block of K rows stay in VMEM (within half of it, as a
+ * forward product's resident weights do) while the positions stream
+ * through in slabs (dw_tiles), the next slab loading while this one
+ * computes.  Beyond half of VMEM the rows are cut into blocks, each
+ * streaming every position of dY again (X's rows are each block's own).
+ * The slab is chosen as emit_pass chooses its tiles. */
+static void emit_dw(lc *c, int phase, int layer, int64_t K, int64_t M,
+                    int64_t n, double x_b, double dy_b, double npad,
+                    double apply, int passes)
+{
+    if (K <= 0 || M <= 0 || n <= 0)
+        return;
+    double vmem = c->hw->vmem_bytes;
+    double acc = (double)K * npad * 4;
+    int64_t blocks = (int64_t)ceil(acc / (vmem / 2));
+    if (blocks < 1)
+        blocks = 1;
+    if (blocks > cdiv(K, 8))
+        blocks = cdiv(K, 8);
+    int64_t kb = rup(cdiv(K, blocks), 8);
+    for (int64_t r0 = 0; r0 < K; r0 += kb) {
+        int64_t rows = K - r0 < kb ? K - r0 : kb;
+        int64_t s = dw_slab(c, vmem, rows, K, M, x_b, dy_b, npad);
+        tiling best_t;
+        dw_tiles(c, rows, K, M, n, s, x_b, dy_b, npad, apply, passes, &best_t);
+        if (c->hw->xla_tile_search) {
+            double best = tiling_ps(c, &best_t);
+            for (double v = vmem, nb; v > TILE_SEARCH_VMEM_FLOOR; v = nb) {
+                nb = budget_below(v);
+                int64_t sn = dw_slab(c, nb, rows, K, M, x_b, dy_b, npad);
+                if (sn == s)
+                    continue;
+                tiling cand;
+                dw_tiles(c, rows, K, M, n, sn, x_b, dy_b, npad, apply, passes,
+                         &cand);
+                keep_faster(c, &best, &cand, &best_t);
+                s = sn;
+            }
+        }
+        emit_tiling(c, phase, layer, &best_t);
+    }
 }
 
 /* ---- windows and halos ------------------------------------------------- */
@@ -1068,7 +1201,12 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     int64_t k_fold = rup(k_taps * cin, rows);
     int fold = k_fold < k_unfold && !conv_keeps_taps(c, L);
     int64_t K = fold ? k_taps * cin : k_unfold;
-    double w_bytes = (double)taps * (double)cin * (double)rup(cout, c->hw->mxu.cols) * 2;
+    /* Weights as the MXU reads them: bf16, or for an f32 layer the fp32
+     * values its three bf16 passes split (audit: an f32 convolution read
+     * 2 bytes a weight). */
+    double w_bytes = (double)taps * (double)cin *
+                     (double)rup(cout, c->hw->mxu.cols) *
+                     (L->dtype_bytes == 4 ? 4 : 2);
     int64_t M = (int64_t)llround(m_out * conv_rows_scale(c, L));
     if (conv_keeps_taps(c, L)) {
         c->mem->small_batch = c->B;
@@ -1139,26 +1277,16 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         return;
     emit_dw_exchange(c, l, i, &h);
     /* dW: m = K rows of X^T, k = M positions, n = cout; accumulated in
-     * fp32 in VMEM over M tiles, stored once.  In the small-batch layout
+     * fp32 in VMEM over slabs of M, stored once (emit_dw; the slabs'
+     * loads overlap the products: probe round 6's audit found them timed
+     * after the product, 50% too long for a 1x1 convolution).  In the
+     * small-batch layout
      * the guide pads the weight-gradient convolution's batch (the input
      * features: K, unfolded) to 128 and its feature (the examples, in M)
      * to 8. */
     c->fx = FX_DW;
-    /* Each of the K rows streams M positions of X, normalised again when
-     * its batchnorm is fused (xla.bn_apply_fused). */
-    emit_matmul(c, phase, l, K, M, cout, 0, 0, 0, 0, apply * (double)M,
-                passes);
+    emit_dw(c, phase, l, K, M, cout, in_b, dy_b, npad, apply, passes);
     c->fx = FX_NONE;
-    /* The M-streaming loads of X and dY for dW are what bounds it.  The
-     * fp32 accumulators stay in VMEM over the M tiles, within half of it
-     * as a forward product's resident weights do (matmul_plan); beyond,
-     * the product is cut into blocks of K rows, each streaming every
-     * position of dY again (X's rows are each block's own). */
-    double acc = (double)K * npad * 4;
-    double kblocks = ceil(acc / (c->hw->vmem_bytes / 2));
-    if (M > 0)
-        emit_pass(c, phase, l, in_b + dy_b * kblocks, acc, (double)K * npad,
-                  1);
     c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     /* Each shard summed its own positions: XLA SPMD all-reduces the
      * partial kernel over the partition group at once, in the product's

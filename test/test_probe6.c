@@ -3,12 +3,21 @@
  *  - the report reader took a report whose fits was true although its
  *    hbm_needed_bytes exceeded its hbm_capacity_bytes, and one whose core
  *    peaked above hbm_needed_bytes (the largest core's peak by
- *    definition): `check` then compared them as sound.
+ *    definition): `check` then compared them as sound;
+ *  - the hardware audit: a weight gradient's product ran before the loads
+ *    of its operands, which came after it instead of beside it (a 1x1
+ *    convolution's training step 50% too long, and the timeline not
+ *    causal); N-chunked products loaded every chunk's weights at once
+ *    (more than VMEM) and counted one short last tile for all chunks;
+ *    an f32 convolution read its weights at 2 bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/graph.h"
+#include "emu/result.h"
+#include "emu/sim.h"
 #include "test/harness.h"
 
 #define TINY "traces/small/tiny2d.json"
@@ -90,8 +99,159 @@ static void bandwidth_cases(th_ctx *t)
               "exit %d, %g%%: %s", c.status, share, c.out);
 }
 
+static void put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static int sim_file(th_ctx *t, const char *path, int timeline, emu_result *r)
+{
+    graph g;
+    tpu_error e;
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace_path = path;
+    o.record_timeline = timeline;
+    memset(r, 0, sizeof *r);
+    int ok = TH_CHECKF(t, graph_load(&g, path, &e) == TPU_OK, "%s", e.msg) &&
+             TH_CHECKF(t, sim_run(&g, &o, r, &e) == TPU_OK, "%s", e.msg);
+    graph_free(&g);
+    return ok;
+}
+
+/* Seconds of [a0,a1) intervals' union that b's union also covers. */
+static double overlap(const emu_core_result *k, int layer, emu_unit ua,
+                      emu_unit ub)
+{
+    double both = 0;
+    for (size_t i = 0; i < k->n_events; i++) {
+        const emu_event *a = &k->events[i];
+        if (a->unit != ua || a->layer != layer || a->phase != PHASE_BWD)
+            continue;
+        /* b's events of one unit do not overlap each other */
+        for (size_t j = 0; j < k->n_events; j++) {
+            const emu_event *b = &k->events[j];
+            if (b->unit != ub || b->layer != layer || b->phase != PHASE_BWD)
+                continue;
+            double lo = a->t0 > b->t0 ? a->t0 : b->t0;
+            double hi = a->t1 < b->t1 ? a->t1 : b->t1;
+            if (hi > lo)
+                both += hi - lo;
+        }
+    }
+    return both;
+}
+
+static double unit_busy(const emu_core_result *k, int layer, emu_unit u)
+{
+    double s = 0;
+    for (size_t i = 0; i < k->n_events; i++)
+        if (k->events[i].unit == u && k->events[i].layer == layer &&
+            k->events[i].phase == PHASE_BWD)
+            s += k->events[i].t1 - k->events[i].t0;
+    return s;
+}
+
+static void audit_cases(th_ctx *t)
+{
+    char path[512];
+    emu_result r;
+    th_case(t, "a 1x1 convolution's backward: the weight gradient's loads "
+               "run beside its products (most of the MXU's busy time has "
+               "a load under it), not after them");
+    snprintf(path, sizeof path, "%s/p6-k1.json", th_tmpdir());
+    put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"k1\",\"system\":"
+              "\"v3-8\",\"run\":{\"mode\":\"train\",\"global_batch\":64,"
+              "\"num_cores_per_replica\":1},\"graph\":{\"inputs\":[{\"name\":"
+              "\"x\",\"shape\":[64,64,256]}],\"layers\":[{\"name\":\"conv\","
+              "\"op\":\"conv\",\"in\":\"x\",\"filters\":256,\"kernel\":"
+              "[1,1]}]}}\n");
+    if (sim_file(t, path, 1, &r)) {
+        const emu_core_result *k = &r.per_core[0];
+        double mxu = unit_busy(k, 1, UNIT_MXU);
+        double both = overlap(k, 1, UNIT_MXU, UNIT_DMA);
+        TH_CHECKF(t, mxu > 0 && both > 0.6 * mxu,
+                  "MXU busy %.3g us in the backward, %.3g us of it beside a "
+                  "load", mxu * 1e6, both * 1e6);
+        emu_result_free(&r);
+    }
+}
+
+/* A product whose weights exceed half of VMEM: no load larger than VMEM,
+ * and each N chunk streams every row exactly once (its own last tile). */
+static void chunk_cases(th_ctx *t)
+{
+    char path[512];
+    tpu_error e;
+    th_case(t, "N-chunked products: every chunk covers the M rows exactly "
+               "once and its own columns (a ragged last chunk is narrower), "
+               "and no load exceeds VMEM (3x3 conv 1024 -> 1024, "
+               "dense 4096 -> 4096; with and without the tile search)");
+    static const char *const layer[] = {
+        "[{\"name\":\"conv\",\"op\":\"conv\",\"in\":\"x\","
+        "\"filters\":1024,\"kernel\":[3,3]}]",
+        "[{\"name\":\"fc\",\"op\":\"dense\",\"in\":\"x\","
+        "\"units\":4096,\"use_bias\":false}]"};
+    static const char *const shape[] = {"[16,16,1024]", "[4096]"};
+    static const int64_t rows[] = {64 * 16 * 16, 64}, cout[] = {1024, 4096};
+    static const char *const key[] = {"xla.tile_search"};
+    static const char *const val[] = {"1", "0"};
+    char text[1024];
+    for (int i = 0; i < 2; i++)
+        for (int v = 0; v < 2; v++) {
+            snprintf(path, sizeof path, "%s/p6-chunk%d.json", th_tmpdir(), i);
+            snprintf(text, sizeof text,
+                     "{\"format\":\"tpuemu-trace/1\",\"name\":\"w\","
+                     "\"system\":\"v3-8\",\"run\":{\"mode\":\"infer\","
+                     "\"global_batch\":512,\"num_cores_per_replica\":1},"
+                     "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":"
+                     "%s}],\"layers\":%s}}\n",
+                     shape[i], layer[i]);
+            put(path, text);
+            emu_result r;
+            fw_program p;
+            fw_program_init(&p);
+            if (!TH_CHECKF(t, th_sim_trace(path, key, &val[v], 1, 0, &r, &p,
+                                           &e) == TPU_OK,
+                           "%s", e.msg))
+                continue;
+            int64_t rep = 1, big = 0, covered = 0, cc = 0;
+            for (size_t j = 0; j < p.n; j++) {
+                const fw_insn *in = &p.code[j];
+                if (in->op == FW_LOOP)
+                    rep = in->a;
+                else if (in->op == FW_ENDLOOP)
+                    rep = 1;
+                else if (in->op == FW_DMA_LD && in->a > big)
+                    big = in->a;
+                else if (in->op == FW_MATMUL) {
+                    covered += in->a * rep * in->c;
+                    if (in->c > cc)
+                        cc = in->c;
+                }
+            }
+            int64_t nch = cc > 0 ? (cout[i] + cc - 1) / cc : 0;
+            TH_CHECKF(t, nch > 1 && covered == rows[i] * cout[i],
+                      "%s, %s: %lld row x columns in %lld chunks of %lld, "
+                      "want %lld",
+                      shape[i], key[0], (long long)covered, (long long)nch,
+                      (long long)cc, (long long)(rows[i] * cout[i]));
+            TH_CHECKF(t, big <= 16 * 1024 * 1024,
+                      "%s: a %lld-byte load into 16 MiB of VMEM", shape[i],
+                      (long long)big);
+            emu_result_free(&r);
+            fw_program_free(&p);
+        }
+}
+
 void th_suite_probe6(th_ctx *t)
 {
+    audit_cases(t);
+    chunk_cases(t);
     bandwidth_cases(t);
     report_cases(t);
 }
