@@ -206,7 +206,11 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
                 double real = (double)fxt_kernel_taps(L) * (double)I->out.c;
                 double e = in->e > 0 ? (double)in->e : 1;
                 rows = fmin(rows, ceil(rows * real / e) + 1);
-                kk = (double)in->b;
+                /* the first slab sums every position at once (lower.c
+                 * emit_dw): K is all of this core's dY rows */
+                double fo, lo;
+                tensor_elems(g, p, in->layer, first, &fo, &lo);
+                kk = fmax((double)in->b, lo / (double)(L->out.c > 0 ? L->out.c : 1));
             } else {
                 kk = (double)fxt_kernel_taps(L) * (double)depth;
             }
