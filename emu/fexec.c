@@ -210,7 +210,8 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
                  * emit_dw): K is all of this core's dY rows */
                 double fo, lo;
                 tensor_elems(g, p, in->layer, first, &fo, &lo);
-                kk = fmax((double)in->b, lo / (double)(L->out.c > 0 ? L->out.c : 1));
+                kk = fmax((double)in->b,
+                          lo / (double)(L->out.c > 0 ? L->out.c : 1));
             } else {
                 kk = (double)fxt_kernel_taps(L) * (double)depth;
             }
