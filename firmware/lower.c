@@ -900,6 +900,28 @@ static void halo_of_shard(const lc *c, int l, int i, const int *coords,
     }
 }
 
+/* The shards' coordinates that decide a group-wide question, one at a
+ * time (idx from 0 until it returns 0): every value along one axis with
+ * the others at 0.  A shard's halo along dimension d depends on its
+ * coordinate along d alone, so whether any shard gathers or exchanges is
+ * decided by these sum-of-the-factors shards as by all product-of-the-
+ * factors ones (probe round 6: 1024 cores per replica made the lowering
+ * quadratic in the cores, 53 s a step). */
+static int axis_coords(const lc *c, int idx, int co[GRAPH_MAX_SP])
+{
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        co[d] = 0;
+    for (int d = 0; d < GRAPH_MAX_SP && d < c->p->nsp; d++) {
+        int f = c->p->factor[d] > 0 ? c->p->factor[d] : 1;
+        if (idx < f) {
+            co[d] = idx;
+            return 1;
+        }
+        idx -= f;
+    }
+    return idx == 0; /* no split dimension: the one shard */
+}
+
 /* The exchange is one collective for the whole partition group, so
  * whether it happens (and whether it is a gather) is decided over all
  * shards; the amounts are this shard's. */
@@ -907,10 +929,9 @@ static void halo_of(const lc *c, int l, int i, halo_t *h)
 {
     halo_of_shard(c, l, i, c->coords, h);
     int gather = h->gather;
-    for (int k = 0; k < c->p->cpr && !gather; k++) {
-        int co[GRAPH_MAX_SP];
+    int co[GRAPH_MAX_SP];
+    for (int k = 0; !gather && axis_coords(c, k, co); k++) {
         halo_t o;
-        plan_coords(c->p, k, co);
         halo_of_shard(c, l, i, co, &o);
         gather |= o.gather;
     }
@@ -972,10 +993,9 @@ static int bwd_halo_of(const lc *c, int l, int i, halo_t *h)
     const glayer *L = &c->g->layers[l];
     int any = 0, gather = 0;
     bwd_halo_of_shard(c, l, i, c->coords, h);
-    for (int k = 0; k < c->p->cpr; k++) {
-        int co[GRAPH_MAX_SP];
+    int co[GRAPH_MAX_SP];
+    for (int k = 0; axis_coords(c, k, co); k++) {
         halo_t o;
-        plan_coords(c->p, k, co);
         bwd_halo_of_shard(c, l, i, co, &o);
         gather |= o.gather;
         for (int d = 0; d < GRAPH_MAX_SP; d++)
@@ -994,41 +1014,46 @@ static int bwd_halo_of(const lc *c, int l, int i, halo_t *h)
 /* Max pooling's backward also needs the input rows of the windows of the
  * output rows it receives (to find each window's maximum): the input
  * exchanged again, as far as those windows reach. */
-static int pool_bwd_input_halo_of(const lc *c, int l, int i, halo_t *out)
+static void pool_bwd_shard(const lc *c, int l, int i, const int *co,
+                           halo_t *h)
 {
     const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
-    int any = 0, gather = 0;
-    for (int k = 0; k < c->p->cpr; k++) {
-        int co[GRAPH_MAX_SP];
-        halo_t h;
-        memset(&h, 0, sizeof h);
-        plan_coords(c->p, k, co);
-        for (int d = 0; d < I->out.nsp; d++) {
-            if (!is_split(c, i, d))
-                continue;
-            if (!is_split(c, l, d)) {
-                gather = 1;
-                continue;
-            }
-            int64_t ilo, ihi, nlo, nhi, alo, ahi;
-            plan_range(c->p, c->g, i, d, co[d], &ilo, &ihi);
-            alo = ahi = ilo; /* an empty shard needs nothing */
-            if (ihi > ilo) {
-                grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
-                if (nhi > nlo)
-                    need_range(L, I, d, nlo, nhi, &alo, &ahi);
-            }
-            if (ahi <= alo)
-                alo = ahi = ilo;
-            h.from_lo[d] = max64(0, ilo - alo);
-            h.from_hi[d] = max64(0, ahi - ihi);
-            if (!neighbours_hold(c, i, d, co[d], alo, ahi))
-                gather = 1;
-            any |= h.from_lo[d] || h.from_hi[d];
+    memset(h, 0, sizeof *h);
+    for (int d = 0; d < I->out.nsp; d++) {
+        if (!is_split(c, i, d))
+            continue;
+        if (!is_split(c, l, d)) {
+            h->gather = 1;
+            continue;
         }
-        if (k == c->shard)
-            *out = h;
+        int64_t ilo, ihi, nlo, nhi, alo, ahi;
+        plan_range(c->p, c->g, i, d, co[d], &ilo, &ihi);
+        alo = ahi = ilo; /* an empty shard needs nothing */
+        if (ihi > ilo) {
+            grad_need_range(L, d, ilo, ihi, &nlo, &nhi);
+            if (nhi > nlo)
+                need_range(L, I, d, nlo, nhi, &alo, &ahi);
+        }
+        if (ahi <= alo)
+            alo = ahi = ilo;
+        h->from_lo[d] = max64(0, ilo - alo);
+        h->from_hi[d] = max64(0, ahi - ihi);
+        if (!neighbours_hold(c, i, d, co[d], alo, ahi))
+            h->gather = 1;
     }
+}
+
+static int pool_bwd_input_halo_of(const lc *c, int l, int i, halo_t *out)
+{
+    int any = 0, gather = 0, co[GRAPH_MAX_SP];
+    for (int k = 0; axis_coords(c, k, co); k++) {
+        halo_t h;
+        pool_bwd_shard(c, l, i, co, &h);
+        gather |= h.gather;
+        for (int d = 0; d < GRAPH_MAX_SP; d++)
+            any |= h.from_lo[d] || h.from_hi[d];
+    }
+    pool_bwd_shard(c, l, i, c->coords, out);
     out->gather = gather;
     if (gather)
         for (int d = 0; d < GRAPH_MAX_SP; d++)
@@ -1040,10 +1065,9 @@ static int pool_bwd_input_halo_of(const lc *c, int l, int i, halo_t *out)
  * output keeps split and whose window reaches past a shard, on any shard. */
 static int halo_needed(const lc *c, int l, int i)
 {
-    for (int k = 0; k < c->p->cpr; k++) {
-        int co[GRAPH_MAX_SP];
+    int co[GRAPH_MAX_SP];
+    for (int k = 0; axis_coords(c, k, co); k++) {
         halo_t o;
-        plan_coords(c->p, k, co);
         halo_of_shard(c, l, i, co, &o);
         if (o.gather)
             return 1;
