@@ -29,7 +29,74 @@ typedef struct {
                          or -1 (breakdown only) */
     double lane_end[UNIT_COUNT][CHROME_LANES]; /* this core's, seconds */
     uint8_t *lanes;   /* per core x unit: bit k = lane k written */
+    struct memo_tab *memo; /* what a shared timeline gave (may be NULL) */
 } sink;
+
+/* Cores that copy one twin's timeline share its event array (a v3-2048
+ * pod of 16-core replicas has 2048 cores and 16 arrays), and a core's
+ * count, signature and bins are functions of its array and how it is
+ * written: computed once per (array, way), not once per core (probe round
+ * 6: counting 418M events per pass took 40 s). */
+typedef struct memo {
+    const emu_event *ev;
+    size_t nev;
+    int kind, a, b;    /* write_all's choice for the core */
+    double step;
+    size_t count;
+    unsigned seen;
+    uint64_t sig;
+    double (*acc)[CAT_COUNT];
+} memo_ent;
+
+typedef struct memo_tab {
+    memo_ent *e;
+    size_t n, cap;
+} memo_tab;
+
+/* The entry for (events, way), added when absent; NULL when out of
+ * memory (the caller then computes without it). */
+static memo_ent *memo_find(memo_tab *t, const emu_core_result *pc, int kind,
+                           int a, int b, int *fresh)
+{
+    *fresh = 0;
+    if (!t)
+        return NULL;
+    for (size_t i = 0; i < t->n; i++) {
+        memo_ent *m = &t->e[i];
+        if (m->ev == pc->events && m->nev == pc->n_events && m->kind == kind &&
+            m->a == a && m->b == b && m->step == pc->step_time_s)
+            return m;
+    }
+    if (t->n == t->cap) {
+        size_t nc = t->cap ? t->cap * 2 : 64;
+        memo_ent *ne = realloc(t->e, nc * sizeof *ne);
+        if (!ne)
+            return NULL;
+        t->e = ne;
+        t->cap = nc;
+    }
+    memo_ent *m = &t->e[t->n++];
+    memset(m, 0, sizeof *m);
+    m->ev = pc->events;
+    m->nev = pc->n_events;
+    m->kind = kind;
+    m->a = a;
+    m->b = b;
+    m->step = pc->step_time_s;
+    *fresh = 1;
+    return m;
+}
+
+static void memo_free(memo_tab *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        free(t->e[i].acc);
+    free(t->e);
+    t->e = NULL;
+    t->n = t->cap = 0;
+}
 
 void chrome_trace_tid(int tid, int *core, int *unit, int *lane)
 {
@@ -215,11 +282,18 @@ static void emit_binned(sink *s, const emu_core_result *pc, int nbins)
     double step = pc->step_time_s;
     if (!(step > 0) || nbins < 1)
         return;
-    double(*acc)[CAT_COUNT] = calloc((size_t)nbins, sizeof *acc);
-    if (!acc)
-        return;
     double w = step / nbins;
-    for (size_t i = 0; i < pc->n_events; i++) {
+    int fresh;
+    memo_ent *m = memo_find(s->memo, pc, 1, nbins, 0, &fresh);
+    double(*acc)[CAT_COUNT] = m && !fresh ? m->acc : NULL;
+    int own = 0;
+    if (!acc) {
+        acc = calloc((size_t)nbins, sizeof *acc);
+        if (!acc)
+            return;
+        own = 1;
+    }
+    for (size_t i = 0; own && i < pc->n_events; i++) {
         const emu_event *e = &pc->events[i];
         if (e->unit != UNIT_CORE || e->cat >= CAT_COUNT)
             continue;
@@ -258,7 +332,10 @@ static void emit_binned(sink *s, const emu_core_result *pc, int nbins)
                         acc[k][c]);
         fputs("}}", s->f);
     }
-    free(acc);
+    if (own && m && fresh)
+        m->acc = acc; /* the memo owns it now */
+    else if (own)
+        free(acc);
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -303,7 +380,7 @@ static int same_timeline(const emu_core_result *a, const emu_core_result *b)
 }
 
 /* rep[c] = first core with a timeline identical to core c's. */
-static int group_cores(const emu_result *r, int *rep)
+static int group_cores(const emu_result *r, int *rep, memo_tab *memo)
 {
     int n = r->cores;
     uint64_t *sig = malloc(sizeof(uint64_t) * n);
@@ -315,11 +392,23 @@ static int group_cores(const emu_result *r, int *rep)
     }
     int nrep = 0;
     for (int c = 0; c < n; c++) {
-        sig[c] = core_sig(&r->per_core[c]);
+        const emu_core_result *pc = &r->per_core[c];
+        int fresh;
+        memo_ent *m = memo_find(memo, pc, 2, 0, 0, &fresh);
+        if (m && !fresh)
+            sig[c] = m->sig;
+        else {
+            sig[c] = core_sig(pc);
+            if (m)
+                m->sig = sig[c];
+        }
         rep[c] = c;
         for (int g = 0; g < nrep; g++) {
             int q = reps[g];
-            if (sig[q] == sig[c] && same_timeline(&r->per_core[q], &r->per_core[c])) {
+            const emu_core_result *pq = &r->per_core[q];
+            if (sig[q] == sig[c] &&
+                ((pq->events == pc->events && pq->n_events == pc->n_events) ||
+                 same_timeline(pq, pc))) {
                 rep[c] = q;
                 break;
             }
@@ -341,17 +430,35 @@ static void write_all(sink *s, int level, const int *rep, unsigned *seen,
         const emu_core_result *pc = &r->per_core[c];
         int copied = s->from && s->from[c] != c;
         int reduced = (level >= LV_GROUP && rep[c] != c) || copied;
-        if (copied && level < LV_MERGE) {
-            emit_core(s, pc, 0, 1, &seen[c]);
+        int binned = reduced && level >= LV_BINNED;
+        int merge = copied && level < LV_MERGE ? 0
+                    : level == LV_FULL         ? 0
+                    : (reduced && level >= LV_COARSE) ? 2
+                                                      : 1;
+        int path_only = (copied && level < LV_MERGE) || reduced;
+        /* counting: a timeline shared with an earlier core counts as it */
+        int fresh = 1;
+        memo_ent *m = s->f ? NULL
+                           : memo_find(s->memo, pc, 3, binned ? -nbins : merge,
+                                       path_only, &fresh);
+        if (m && !fresh) {
+            s->n += m->count;
+            seen[c] |= m->seen;
             continue;
         }
-        if (reduced && level >= LV_BINNED) {
-            seen[c] |= 1u << UNIT_CORE;
+        size_t n0 = s->n;
+        unsigned u = 0;
+        if (binned) {
+            u = 1u << UNIT_CORE;
             emit_binned(s, pc, nbins);
-            continue;
+        } else {
+            emit_core(s, pc, merge, path_only, &u);
         }
-        int merge = level == LV_FULL ? 0 : (reduced && level >= LV_COARSE) ? 2 : 1;
-        emit_core(s, pc, merge, reduced, &seen[c]);
+        seen[c] |= u;
+        if (m) {
+            m->count = s->n - n0;
+            m->seen = u;
+        }
     }
 }
 
@@ -503,10 +610,11 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     emu_result rcopy = *r;
     rcopy.per_core = cores;
     r = &rcopy;
+    memo_tab memo = {NULL, 0, 0};
     size_t total = 0;
     {
         unsigned *u0 = calloc((size_t)r->cores, sizeof(unsigned));
-        sink cnt = {NULL, r, 0, 1, from, {{0}}, NULL};
+        sink cnt = {NULL, r, 0, 1, from, {{0}}, NULL, &memo};
         int *id = malloc(sizeof(int) * r->cores);
         if (!u0 || !id) {
             free(u0);
@@ -514,6 +622,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             free(cores);
             free(from);
             free(synth);
+            memo_free(&memo);
             return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
         }
         for (int c = 0; c < r->cores; c++)
@@ -536,6 +645,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
         free(cores);
         free(from);
         free(synth);
+        memo_free(&memo);
         return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
     }
     for (int c = 0; c < r->cores; c++)
@@ -546,7 +656,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     while (count > max_events && level < LV_BINNED) {
         level++;
         if (level == LV_GROUP) {
-            ngroups = group_cores(r, rep);
+            ngroups = group_cores(r, rep, &memo);
             if (ngroups < 0) {
                 free(rep);
                 free(seen);
@@ -554,6 +664,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
                 free(cores);
                 free(from);
                 free(synth);
+                memo_free(&memo);
                 return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
             }
         }
@@ -567,7 +678,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
                     nred++;
                     continue;
                 }
-                sink one = {NULL, r, 0, 1, from, {{0}}, NULL};
+                sink one = {NULL, r, 0, 1, from, {{0}}, NULL, &memo};
                 unsigned u = 0;
                 emit_core(&one, &r->per_core[c], 1, 0, &u);
                 keep += one.n;
@@ -575,7 +686,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             size_t per = nred && max_events > keep ? (max_events - keep) / nred : 1;
             nbins = per < 1 ? 1 : per > 100000 ? 100000 : (int)per;
         }
-        sink cs = {NULL, r, 0, 1, from, {{0}}, NULL};
+        sink cs = {NULL, r, 0, 1, from, {{0}}, NULL, &memo};
         memset(seen, 0, sizeof(unsigned) * r->cores);
         write_all(&cs, level, rep, seen, nbins);
         count = cs.n;
@@ -584,7 +695,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     /* Streamed into the outfile's temporary (SPEC.md: no partial output):
      * a buffer of the whole text could reach hundreds of MB here. */
     FILE *f = o->f;
-    sink s = {f, r, 0, 1, from, {{0}}, lanes};
+    sink s = {f, r, 0, 1, from, {{0}}, lanes, &memo};
     fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
     fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
     put_str(f, r->trace);
@@ -683,5 +794,6 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     free(cores);
     free(from);
     free(synth);
+    memo_free(&memo);
     return st;
 }

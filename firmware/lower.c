@@ -42,6 +42,10 @@ typedef struct {
     uint8_t *relu_fused;   /* relu layer fused into its producer's pass */
     uint8_t *remat;        /* activation recomputed in the backward pass */
     int *last_use;         /* per layer: its last consumer, -1 for none */
+    uint8_t *kept_for;     /* per layer: a consumer's backward reads it
+                              (saved_for_backward; once per lowering, not
+                              a scan per layer: 14,000 layers took
+                              seconds, probe round 6) */
     int *apply_t;          /* xla.bn_apply_fused, per batchnorm: the layer
                               whose output is not stored (the batchnorm or
                               its fused relu), -1; NULL when the switch is
@@ -1690,22 +1694,27 @@ static int saved_for_backward(const lc *c, int l)
         return 1;
     if (L->op == GOP_MAXPOOL && g->layers[L->in[0]].needs_grad)
         return 1;
-    for (int j = l + 1; j < g->n_layers; j++) {
+    return c->kept_for[l];
+}
+
+/* kept_for: layers whose output a consumer's backward pass reads (a
+ * trainable matrix layer's weight gradient, batchnorm's, max pooling's
+ * window search). */
+static void mark_kept_for(lc *c)
+{
+    const graph *g = c->g;
+    for (int j = 0; j < g->n_layers; j++) {
         const glayer *J = &g->layers[j];
+        int trains = (J->op == GOP_CONV || J->op == GOP_CONV_T ||
+                      J->op == GOP_DENSE) &&
+                     graph_layer_trains(g, j);
         for (int k = 0; k < J->n_in; k++) {
-            if (J->in[k] != l)
-                continue;
-            if ((J->op == GOP_CONV || J->op == GOP_CONV_T ||
-                 J->op == GOP_DENSE) &&
-                graph_layer_trains(g, j))
-                return 1;
-            if (J->op == GOP_BATCHNORM && J->needs_grad)
-                return 1;
-            if (J->op == GOP_MAXPOOL && L->needs_grad)
-                return 1;
+            int l = J->in[k];
+            if (trains || (J->op == GOP_BATCHNORM && J->needs_grad) ||
+                (J->op == GOP_MAXPOOL && g->layers[l].needs_grad))
+                c->kept_for[l] = 1;
         }
     }
-    return 0;
 }
 
 static void account_memory(lc *c)
@@ -1806,6 +1815,7 @@ static void lc_free(lc *c)
     free(c->relu_fused);
     free(c->remat);
     free(c->last_use);
+    free(c->kept_for);
     free(c->apply_t);
     cost_dma_free(c->own_dc);
     fw_program_free(&c->scratch);
@@ -1837,10 +1847,13 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     c.relu_fused = calloc((size_t)g->n_layers + 1, 1);
     c.remat = calloc((size_t)g->n_layers + 1, 1);
     c.last_use = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
-    if (!c.nconsumers || !c.relu_fused || !c.remat || !c.last_use) {
+    c.kept_for = calloc((size_t)g->n_layers + 1, 1);
+    if (!c.nconsumers || !c.relu_fused || !c.remat || !c.last_use ||
+        !c.kept_for) {
         lc_free(&c);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
+    mark_kept_for(&c);
     for (int l = 0; l < g->n_layers; l++)
         c.last_use[l] = -1;
     for (int l = 0; l < g->n_layers; l++) {
