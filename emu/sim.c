@@ -198,13 +198,18 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
                  ", after recomputing %d activations (%.1f %s) in the "
                  "backward pass",
                  m->remat_layers, m->remat_bytes / u, un);
+    /* as many decimals as it takes for the need to read above the
+     * capacity (probe round 6: "needs 16.0 GiB ... has 16 GiB") */
+    double need = m->peak_bytes / u, cap = hw->hbm.capacity_bytes / u;
+    int d = 1;
+    while (d < 6 && nearbyint(need * pow(10, d)) / pow(10, d) <= cap)
+        d++;
     return tpu_fail(err, TPU_ERR_NOFIT,
-                    "%s: needs %.1f %s of HBM per core, v%d core has %.0f "
+                    "%s: needs %.*f %s of HBM per core, v%d core has %.6g "
                     "%s (weights+gradients+optimizer %.1f, activations "
                     "kept for backward %.1f, workspace %.1f %s%s; %lld "
                     "example%s per replica, %d core%s per replica)",
-                    path, m->peak_bytes / u, un, sys->gen,
-                    hw->hbm.capacity_bytes / u, un,
+                    path, d, need, un, sys->gen, cap, un,
                     (m->weights_bytes + m->grads_bytes + m->opt_bytes) / u,
                     m->saved_bytes / u, m->workspace_bytes / u, un, remat,
                     (long long)p->batch, p->batch == 1 ? "" : "s", p->cpr,

@@ -13,7 +13,7 @@
  *  - probe round 6: the Chrome trace escaped each byte of a non-ASCII
  *    name as its own code point ('\xc3\xbc' read back as two characters),
  *    and rounded ts and dur apart, so events on one track overlapped by
- *    0.1 ns.
+ *    0.1 ns; "needs 16.0 GiB ... has 16 GiB" for a need of 16.03.
  */
 #include <cJSON.h>
 #include <stdio.h>
@@ -323,8 +323,29 @@ static void chrome_cases(th_ctx *t)
     cJSON_Delete(root);
 }
 
+/* "needs X ... has Y": X reads above Y however close they are. */
+static void nofit_cases(th_ctx *t)
+{
+    char path[512];
+    th_cmd_result c;
+    th_case(t, "does not fit: the need prints above the capacity when it "
+               "is barely over (32.03 GiB against 32)");
+    snprintf(path, sizeof path, "%s/p6-need.json", th_tmpdir());
+    put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"n\",\"system\":"
+              "\"v3-8\",\"run\":{\"mode\":\"infer\",\"global_batch\":8},"
+              "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[8200,8192,"
+              "128]}],\"layers\":[{\"name\":\"c\",\"op\":\"conv\",\"in\":"
+              "\"x\",\"filters\":128,\"kernel\":[1,1]}]}}\n");
+    th_run(&c, "%s run %s --set hbm.capacity_gib=32", th_bin(), path);
+    const char *n = strstr(c.err, "needs "), *h = strstr(c.err, " has ");
+    double need = n ? atof(n + 6) : 0, has = h ? atof(h + 5) : 0;
+    TH_CHECKF(t, c.status == 3 && need > has && has == 32,
+              "exit %d, needs %g, has %g: %s", c.status, need, has, c.err);
+}
+
 void th_suite_probe6(th_ctx *t)
 {
+    nofit_cases(t);
     chrome_cases(t);
     audit_cases(t);
     chunk_cases(t);
