@@ -153,6 +153,17 @@ static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
                     break;
                 n += (size_t)w;
             }
+            /* Keras's and XLA's names for grouped convolution: say that
+             * it is not modelled rather than only that the key is unknown
+             * (probe round 6 wrote a MobileNet) */
+            static const char *const grouped[] = {
+                "groups", "depth_multiplier", "feature_group_count",
+                "depthwise", NULL};
+            for (const char *const *gk = grouped; *gk; gk++)
+                if (strcmp(it->string, *gk) == 0)
+                    return trace_fail(c, p, "grouped and depthwise "
+                                            "convolutions are not modelled "
+                                            "(docs/TRACE.md, conv)");
             return trace_fail(c, p, "unknown key%s%s (expected one of: %s)",
                               where ? " for " : "", where ? where : "", list);
         }
