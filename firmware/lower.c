@@ -114,19 +114,28 @@ static double conv_batch_scale(const lc *c)
     return (double)rup((int64_t)ceil(c->B), c->hw->sublane_pad) / c->B;
 }
 
-/* Bytes of a tensor of this shape in HBM, tiled layout, for B examples. */
+/* Bytes of a tensor of this shape in HBM, tiled layout, for B examples.
+ * A spatial dimension of extent 1 takes no part in the (8, 128) tiling:
+ * layout assignment is free to place a degenerate dimension major, so the
+ * tiled pair is the channels and the innermost dimension longer than one
+ * [U] (the hardware audit found a 1-column halo along W shipped padded to
+ * 8 columns, 8x its bytes; a 33-row one along H is not). */
 static double layout_bytes(const lc *c, int nsp, const int64_t ext[],
                            int64_t ch, int dtype)
 {
     int64_t lane = c->hw->lane_pad, sub = c->hw->sublane_pad;
-    if (nsp == 0)
+    int inner = nsp - 1;
+    while (inner >= 0 && ext[inner] == 1)
+        inner--;
+    if (inner < 0) /* [B, C]: the batch is the second-minor dimension */
         return (double)rup((int64_t)c->B, sub) * (double)rup(ch, lane) * dtype;
-    int64_t w = ext[nsp - 1];
+    int64_t w = ext[inner];
     double minor = (double)min64(rup(ch, lane) * rup(w, sub),
                                  rup(w, lane) * rup(ch, sub));
     double rest = 1;
-    for (int d = 0; d < nsp - 1; d++)
-        rest *= (double)ext[d];
+    for (int d = 0; d < nsp; d++)
+        if (d != inner)
+            rest *= (double)ext[d];
     return c->B * rest * minor * dtype;
 }
 

@@ -9,7 +9,8 @@
  *    convolution's training step 50% too long, and the timeline not
  *    causal); N-chunked products loaded every chunk's weights at once
  *    (more than VMEM) and counted one short last tile for all chunks;
- *    an f32 convolution read its weights at 2 bytes;
+ *    an f32 convolution read its weights at 2 bytes; a one-column halo
+ *    along W was shipped padded to 8 columns;
  *  - probe round 6: the Chrome trace escaped each byte of a non-ASCII
  *    name as its own code point ('\xc3\xbc' read back as two characters),
  *    and rounded ts and dur apart, so events on one track overlapped by
@@ -343,8 +344,31 @@ static void nofit_cases(th_ctx *t)
               "exit %d, needs %g, has %g: %s", c.status, need, has, c.err);
 }
 
+/* A halo one column wide is not padded to the sublanes' 8 columns. */
+static void halo_layout_cases(th_ctx *t)
+{
+    char path[512];
+    th_cmd_result c;
+    th_case(t, "a [1,2,2,1] split's one-column halo along W moves about its "
+               "data (4 x 33 x 1 x 256 x 2 B), not 8 padded columns");
+    snprintf(path, sizeof path, "%s/p6-whalo.json", th_tmpdir());
+    put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"c4\",\"system\":"
+              "\"v3-8\",\"run\":{\"mode\":\"infer\",\"global_batch\":8,"
+              "\"num_cores_per_replica\":4,\"input_partition_dims\":[[1,2,2,"
+              "1],null]},\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":"
+              "[64,64,256]}],\"layers\":[{\"name\":\"conv\",\"op\":\"conv\","
+              "\"in\":\"x\",\"filters\":256,\"kernel\":[3,3]}]}}\n");
+    th_run(&c, "%s lower %s", th_bin(), path);
+    const char *h = strstr(c.out, "dim=1 from_lo=0 from_hi=");
+    double bytes = h ? atof(h + strlen("dim=1 from_lo=0 from_hi=")) : -1;
+    double data = 4.0 * 33 * 1 * 256 * 2;
+    TH_CHECKF(t, c.status == 0 && bytes >= data && bytes <= 1.25 * data,
+              "exit %d: W halo %g B for %g B of data", c.status, bytes, data);
+}
+
 void th_suite_probe6(th_ctx *t)
 {
+    halo_layout_cases(t);
     nofit_cases(t);
     chrome_cases(t);
     audit_cases(t);
