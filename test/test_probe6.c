@@ -14,7 +14,9 @@
  *  - probe round 6: the Chrome trace escaped each byte of a non-ASCII
  *    name as its own code point ('\xc3\xbc' read back as two characters),
  *    and rounded ts and dur apart, so events on one track overlapped by
- *    0.1 ns; "needs 16.0 GiB ... has 16 GiB" for a need of 16.03.
+ *    0.1 ns; "needs 16.0 GiB ... has 16 GiB" for a need of 16.03;
+ *    `sweep` refused an apostrophe in any path (O'Brien's home), though it
+ *    execs its runs and quotes every printed word.
  */
 #include <cJSON.h>
 #include <stdio.h>
@@ -366,8 +368,31 @@ static void halo_layout_cases(th_ctx *t)
               "exit %d: W halo %g B for %g B of data", c.status, bytes, data);
 }
 
+static void sweep_quote_cases(th_ctx *t)
+{
+    char dir[512], p[700];
+    th_cmd_result c;
+    th_case(t, "sweep: apostrophes in the sweep's directory, the trace and "
+               "--out run, and the printed commands run as printed");
+    snprintf(dir, sizeof dir, "%s/p6-O'Brien", th_tmpdir());
+    th_run(&c, "rm -rf \"%s\" && mkdir -p \"%s\" && cp %s \"%s/t'iny.json\"",
+           dir, dir, TINY, dir);
+    snprintf(p, sizeof p, "%s/s.json", dir);
+    put(p, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"ob\", \"trace\": "
+           "\"t'iny.json\", \"grid\": {\"batch\": [8, 16]}}\n");
+    th_run(&c, "%s sweep \"%s\" --out \"%s/o'ut\"", th_bin(), p, dir);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "2 done"), "exit %d: %s%s",
+              c.status, c.out, c.err);
+    th_run(&c, "%s sweep \"%s\" --out \"%s/o'ut2\" --print-commands > "
+               "\"%s/cmds\" && sh \"%s/cmds\" && test -s \"%s/o'ut2/reports/"
+               "0001.json\"",
+           th_bin(), p, dir, dir, dir, dir);
+    TH_CHECKF(t, c.status == 0, "exit %d: %s", c.status, c.err);
+}
+
 void th_suite_probe6(th_ctx *t)
 {
+    sweep_quote_cases(t);
     halo_layout_cases(t);
     nofit_cases(t);
     chrome_cases(t);
