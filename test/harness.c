@@ -191,6 +191,15 @@ long th_rgb_diff(const unsigned char *a, const unsigned char *b, int w, int x0,
     return d;
 }
 
+void th_put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
 char *th_slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -64,6 +64,9 @@ long th_rgb_diff(const unsigned char *a, const unsigned char *b, int w, int x0,
 /* A whole file, NUL-terminated (owned by the caller; its length without
  * the NUL in *len when len is not NULL); NULL when it cannot be read. */
 char *th_slurp(const char *path, size_t *len);
+/* Writes text to path (a test's input file); silent on failure: the
+ * command that reads it then fails and says so. */
+void th_put(const char *path, const char *text);
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);
 

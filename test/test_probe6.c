@@ -107,15 +107,6 @@ static void bandwidth_cases(th_ctx *t)
               "exit %d, %g%%: %s", c.status, share, c.out);
 }
 
-static void put(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
 static int sim_file(th_ctx *t, const char *path, int timeline, emu_result *r)
 {
     graph g;
@@ -172,7 +163,7 @@ static void audit_cases(th_ctx *t)
                "run beside its products (most of the MXU's busy time has "
                "a load under it), not after them");
     snprintf(path, sizeof path, "%s/p6-k1.json", th_tmpdir());
-    put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"k1\",\"system\":"
+    th_put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"k1\",\"system\":"
               "\"v3-8\",\"run\":{\"mode\":\"train\",\"global_batch\":64,"
               "\"num_cores_per_replica\":1},\"graph\":{\"inputs\":[{\"name\":"
               "\"x\",\"shape\":[64,64,256]}],\"layers\":[{\"name\":\"conv\","
@@ -219,7 +210,7 @@ static void chunk_cases(th_ctx *t)
                      "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":"
                      "%s}],\"layers\":%s}}\n",
                      shape[i], layer[i]);
-            put(path, text);
+            th_put(path, text);
             emu_result r;
             fw_program p;
             fw_program_init(&p);
@@ -279,7 +270,7 @@ static void chrome_cases(th_ctx *t)
                "events on one track nest or follow, never overlap partly");
     snprintf(path, sizeof path, "%s/p6-uni.json", th_tmpdir());
     snprintf(out, sizeof out, "%s/p6-uni-trace.json", th_tmpdir());
-    put(path, "{\"format\": \"tpuemu-trace/1\", \"name\": \"tiny \xc3\xbc\","
+    th_put(path, "{\"format\": \"tpuemu-trace/1\", \"name\": \"tiny \xc3\xbc\","
               " \"system\": \"v3-8\", \"run\": {\"mode\": \"train\", "
               "\"global_batch\": 8}, \"graph\": {\"inputs\": [{\"name\": "
               "\"image\", \"shape\": [32, 32, 3]}], \"layers\": [{\"name\": "
@@ -334,7 +325,7 @@ static void nofit_cases(th_ctx *t)
     th_case(t, "does not fit: the need prints above the capacity when it "
                "is barely over (32.03 GiB against 32)");
     snprintf(path, sizeof path, "%s/p6-need.json", th_tmpdir());
-    put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"n\",\"system\":"
+    th_put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"n\",\"system\":"
               "\"v3-8\",\"run\":{\"mode\":\"infer\",\"global_batch\":8},"
               "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[8200,8192,"
               "128]}],\"layers\":[{\"name\":\"c\",\"op\":\"conv\",\"in\":"
@@ -354,7 +345,7 @@ static void halo_layout_cases(th_ctx *t)
     th_case(t, "a [1,2,2,1] split's one-column halo along W moves about its "
                "data (4 x 33 x 1 x 256 x 2 B), not 8 padded columns");
     snprintf(path, sizeof path, "%s/p6-whalo.json", th_tmpdir());
-    put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"c4\",\"system\":"
+    th_put(path, "{\"format\":\"tpuemu-trace/1\",\"name\":\"c4\",\"system\":"
               "\"v3-8\",\"run\":{\"mode\":\"infer\",\"global_batch\":8,"
               "\"num_cores_per_replica\":4,\"input_partition_dims\":[[1,2,2,"
               "1],null]},\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":"
@@ -378,7 +369,7 @@ static void sweep_quote_cases(th_ctx *t)
     th_run(&c, "rm -rf \"%s\" && mkdir -p \"%s\" && cp %s \"%s/t'iny.json\"",
            dir, dir, TINY, dir);
     snprintf(p, sizeof p, "%s/s.json", dir);
-    put(p, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"ob\", \"trace\": "
+    th_put(p, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"ob\", \"trace\": "
            "\"t'iny.json\", \"grid\": {\"batch\": [8, 16]}}\n");
     th_run(&c, "%s sweep \"%s\" --out \"%s/o'ut\"", th_bin(), p, dir);
     TH_CHECKF(t, c.status == 0 && strstr(c.out, "2 done"), "exit %d: %s%s",

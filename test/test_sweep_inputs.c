@@ -14,15 +14,6 @@
 #include "emu/report.h"
 #include "test/harness.h"
 
-static void put(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
 /* Two 2D inputs: rgb through a conv, aux through a strided conv and an
  * upsample (added to rgb's branch) and through a pooling (concatenated
  * later), so a replicated aux is re-split at a conv/pool, never at the
@@ -68,7 +59,7 @@ static void write_trace(const char *path, const char *name, int cpr,
 {
     char buf[4096];
     trace_text(buf, sizeof buf, name, cpr, pd);
-    put(path, buf);
+    th_put(path, buf);
 }
 
 /* The step time of results.csv's row whose partition_dims column is
@@ -231,7 +222,7 @@ void th_suite_sweep_inputs(th_ctx *t)
                  "\"trace\": \"si-base%zu.json\", \"grid\": "
                  "{\"partition_dims\": %s, \"system\": [\"v3-8\"]}}\n",
                  i, i, cases[i].grid);
-        put(sw, body);
+        th_put(sw, body);
         snprintf(out, sizeof out, "%s/si-out%zu", d, i);
         th_run(&c, "rm -rf %s && %s sweep %s --out %s -j 2", out, th_bin(),
                sw, out);
@@ -260,7 +251,7 @@ void th_suite_sweep_inputs(th_ctx *t)
     snprintf(path, sizeof path, "%s/si-rank.json", d);
     write_trace(path, "rank", 1, "[null, null, null]");
     snprintf(sw, sizeof sw, "%s/si-rank-sweep.json", d);
-    put(sw, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"rk\", "
+    th_put(sw, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"rk\", "
             "\"trace\": \"si-rank.json\", \"grid\": "
             "{\"partition_dims\": [[1,2,1,1,1]]}}\n");
     th_run(&c, "%s sweep %s --print-commands --out %s/si-rank-out", th_bin(),
@@ -275,7 +266,7 @@ void th_suite_sweep_inputs(th_ctx *t)
                "split of the image runs, the mask replicated (sliced at the "
                "concat)");
     snprintf(path, sizeof path, "%s/si-clash.json", d);
-    put(path,
+    th_put(path,
         "{\"format\": \"tpuemu-trace/1\", \"name\": \"clash\", \"system\": "
         "\"v3-8\", \"run\": {\"mode\": \"infer\", \"global_batch\": 8, "
         "\"input_partition_dims\": [null, null, null]}, \"graph\": "
@@ -285,7 +276,7 @@ void th_suite_sweep_inputs(th_ctx *t)
         "\"mask\"]}, {\"name\": \"c\", \"op\": \"conv\", \"in\": \"cat\", "
         "\"filters\": 8, \"kernel\": [3, 3]}]}}\n");
     snprintf(sw, sizeof sw, "%s/si-clash-sweep.json", d);
-    put(sw, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"cl\", "
+    th_put(sw, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"cl\", "
             "\"trace\": \"si-clash.json\", \"grid\": "
             "{\"partition_dims\": \"all\"}}\n");
     snprintf(out, sizeof out, "%s/si-clash-out", d);

@@ -20,15 +20,6 @@
 
 #include "test/harness.h"
 
-static void put(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
 /* 6.5 MiB per core at batch 32 on v3-8: does not fit 1 MiB of HBM. */
 static const char tiny_trace[] =
     "{\"format\": \"tpuemu-trace/1\", \"name\": \"tiny\", \"system\": "
@@ -65,11 +56,11 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     snprintf(dir, sizeof dir, "%s/p5-clob1", d);
     th_run(&c, "rm -rf %s && mkdir -p %s", dir, dir);
     snprintf(p, sizeof p, "%s/tiny.json", dir);
-    put(p, tiny_trace);
+    th_put(p, tiny_trace);
     sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"batch\": [8, 16]}");
     snprintf(p, sizeof p, "%s/commands.txt", dir);
-    put(p, text);
+    th_put(p, text);
     th_run(&c, "%s sweep %s --out %s --bin %s", th_bin(), p, dir, fail);
     TH_CHECKF(t, c.status == 2 && strstr(c.err, "commands.txt is the sweep "
                                                 "file; refusing to overwrite"),
@@ -90,13 +81,13 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     snprintf(dir, sizeof dir, "%s/p5-clob2", d);
     th_run(&c, "rm -rf %s && mkdir -p %s/out/reports", dir, dir);
     snprintf(p, sizeof p, "%s/out/reports/0000.json", dir);
-    put(p, tiny_trace);
+    th_put(p, tiny_trace);
     th_run(&c, "ln -s out/reports/0000.json %s/base.json", dir);
     char sw[700];
     snprintf(sw, sizeof sw, "%s/s.json", dir);
     sweep_text(text, sizeof text, "./base.json",
                "\"grid\": {\"batch\": [8, 16]}");
-    put(sw, text);
+    th_put(sw, text);
     th_run(&c, "%s sweep %s --out %s/out --bin %s", th_bin(), sw, dir, fail);
     TH_CHECKF(t, c.status == 2 && strstr(c.err, "reports/0000.json is the "
                                                 "base trace; refusing"),
@@ -109,7 +100,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
      * would still be overwritten by a report: refused the same way */
     sweep_text(text, sizeof text, "out/reports/0000.json",
                "\"grid\": {\"partition_dims\": [[1,2,1,1], [1,1,2,1]]}");
-    put(sw, text);
+    th_put(sw, text);
     th_run(&c, "%s sweep %s --out %s/out --print-commands", th_bin(), sw,
            dir);
     TH_CHECKF(t, c.status == 2 && strstr(c.err, "is the base trace") &&
@@ -123,11 +114,11 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     snprintf(dir, sizeof dir, "%s/p5-clob3", d);
     th_run(&c, "rm -rf %s && mkdir -p %s/logs %s/traces", dir, dir, dir);
     snprintf(p, sizeof p, "%s/step_time.png", dir);
-    put(p, tiny_trace);
+    th_put(p, tiny_trace);
     snprintf(p, sizeof p, "%s/logs/0001.log", dir);
-    put(p, tiny_trace);
+    th_put(p, tiny_trace);
     snprintf(p, sizeof p, "%s/tiny.json", dir);
-    put(p, tiny_trace);
+    th_put(p, tiny_trace);
     static const struct {
         const char *trace, *file, *want;
     } cases[] = {
@@ -139,7 +130,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
         snprintf(sw, sizeof sw, "%s/%s", dir, cases[i].file);
         sweep_text(text, sizeof text, cases[i].trace,
                    "\"grid\": {\"batch\": [8, 16]}");
-        put(sw, text);
+        th_put(sw, text);
         th_run(&c, "%s sweep %s --out %s --bin %s", th_bin(), sw, dir, fail);
         TH_CHECKF(t, c.status == 2 && strstr(c.err, cases[i].want),
                   "case %zu: status %d: %s", i, c.status, c.err);
@@ -149,7 +140,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"partition_dims\": [[1,2,1,1]]}");
     snprintf(sw, sizeof sw, "%s/s.json", dir);
-    put(sw, text);
+    th_put(sw, text);
     th_run(&c, "cp %s %s/traces/tiny-pd1x2x1x1.json && %s sweep %s --out %s "
                "--bin %s/traces/tiny-pd1x2x1x1.json",
            fail, dir, th_bin(), sw, dir, dir);
@@ -190,11 +181,11 @@ static void command_cases(th_ctx *t, const char *d)
     snprintf(dir, sizeof dir, "%s/p5-cmds", d);
     th_run(&c, "rm -rf %s && mkdir -p %s/sw", dir, dir);
     snprintf(p, sizeof p, "%s/sw/base.json", dir);
-    put(p, tiny_trace);
+    th_put(p, tiny_trace);
     sweep_text(text, sizeof text, "base.json",
                "\"grid\": {\"set\": {\"hbm.bandwidth_gbs\": [450, 900]}}");
     snprintf(p, sizeof p, "%s/sw/s.json", dir);
-    put(p, text);
+    th_put(p, text);
     th_run(&c, "cp %s %s/tpuemu-copy && cd %s && ./tpuemu-copy sweep "
                "sw/s.json --print-commands --out o --bin ./tpuemu-copy",
            th_bin(), dir, dir);
@@ -246,14 +237,14 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
     snprintf(dir, sizeof dir, "%s/p5-stale", d);
     th_run(&c, "rm -rf %s && mkdir -p %s/out", dir, dir);
     snprintf(p, sizeof p, "%s/tiny.json", dir);
-    put(p, tiny_trace);
+    th_put(p, tiny_trace);
     sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"batch\": [8, 16]}");
     snprintf(p, sizeof p, "%s/s.json", dir);
-    put(p, text);
+    th_put(p, text);
     char png[700];
     snprintf(png, sizeof png, "%s/out/step_time.png", dir);
-    put(png, "an earlier sweep's chart");
+    th_put(png, "an earlier sweep's chart");
     th_run(&c, "%s sweep %s --out %s/out --bin %s", th_bin(), p, dir, fail);
     TH_CHECKF(t, c.status == 2 && strstr(c.out, "no run succeeded (all 2 "
                                                 "failed)") &&
@@ -272,7 +263,7 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
     free(s);
 
     th_case(t, "every run does not fit: \"no run fits\", no chart left");
-    put(png, "an earlier sweep's chart");
+    th_put(png, "an earlier sweep's chart");
     th_run(&c, "%s sweep %s --out %s/out --bin %s", th_bin(), p, dir, nofit);
     TH_CHECKF(t, c.status == 0 && strstr(c.out, "no run fits") &&
                      !strstr(c.out, "succeeded ("),
@@ -286,7 +277,7 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
                "\"scale_batch\": true, \"grid\": {\"system\": [\"v3-2\", "
                "\"v3-8\"], \"set\": {\"hbm.capacity_gib\": [0.001, 16]}}, "
                "\"x\": \"hbm.capacity_gib\"");
-    put(p, text);
+    th_put(p, text);
     th_run(&c, "%s sweep %s --out %s/out -j 2", th_bin(), p, dir);
     TH_CHECKF(t, c.status == 0 && strstr(c.out, "2 done, 2 do not fit") &&
                      strstr(c.out, "chart: no point at hbm.capacity_gib "
@@ -331,9 +322,9 @@ void th_suite_sweep_probe5(th_ctx *t)
         snprintf(d, sizeof d, "%s/%.90s", cwd, tmp);
     char fail[600], nofit[600];
     snprintf(fail, sizeof fail, "%s/p5-fail.sh", d);
-    put(fail, "#!/bin/sh\necho 'tpuemu: error: broken' >&2\nexit 2\n");
+    th_put(fail, "#!/bin/sh\necho 'tpuemu: error: broken' >&2\nexit 2\n");
     snprintf(nofit, sizeof nofit, "%s/p5-nofit.sh", d);
-    put(nofit, "#!/bin/sh\necho 'tpuemu: error: needs more HBM' >&2\n"
+    th_put(nofit, "#!/bin/sh\necho 'tpuemu: error: needs more HBM' >&2\n"
                "exit 3\n");
     th_cmd_result c;
     th_run(&c, "chmod +x %s %s", fail, nofit);
