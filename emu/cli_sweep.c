@@ -69,6 +69,9 @@
 #define SWEEP_MAX_ARGS (16 + 2 * SWEEP_MAX_AXES)
 /* "partition_dims": "all" splits into at most this many cores per
  * replica: the 2-16 of spatial partitioning's published runs. */
+/* How many dropped splits "all" names one by one before it counts the
+ * rest. */
+#define SWEEP_ALL_SHOW_DROPPED 4
 #define SWEEP_ALL_MAX_CPR 16
 /* Same bound as `run --batch`. */
 #define SWEEP_MAX_BATCH ((double)((int64_t)1 << 40))
@@ -1091,6 +1094,45 @@ static int check_points(const sweep *s)
     return 0;
 }
 
+/* The c-th system x batch pair of the grid, batch fastest: the grid's
+ * values, or the base trace's where an axis is absent. */
+static void combo_at(const sweep *s, const cJSON *sys, const cJSON *bat,
+                     int c, const char **sname, int64_t *b)
+{
+    int nb = cJSON_IsArray(bat) ? cJSON_GetArraySize(bat) : 1;
+    const cJSON *sv = cJSON_IsArray(sys) ? cJSON_GetArrayItem(sys, c / nb)
+                                         : NULL;
+    const cJSON *bv = cJSON_IsArray(bat) ? cJSON_GetArrayItem(bat, c % nb)
+                                         : NULL;
+    *sname = cJSON_IsString(sv) ? sv->valuestring : s->g.system;
+    *b = cJSON_IsNumber(bv) ? (int64_t)bv->valuedouble
+                            : batch_for(s, *sname);
+}
+
+/* graph_check_run's message without the empty file name it starts with
+ * (the file is the sweep's variant trace, which is not written yet). */
+static const char *strip_where(const char *msg)
+{
+    while (*msg == ':' || *msg == ' ')
+        msg++;
+    return msg;
+}
+
+/* "[1,4,2,1]" for the split expand_all has put into g. */
+static void pd_label_now(const graph *g, int nsp, char *buf, size_t cap)
+{
+    size_t len = 0;
+    for (int k = 0; k < nsp + 2 && len + 1 < cap; k++) {
+        int w = snprintf(buf + len, cap - len, "%s%d", k ? "," : "[",
+                         g->pdims[k]);
+        if (w < 0)
+            break;
+        len += (size_t)w < cap - len ? (size_t)w : cap - len - 1;
+    }
+    if (len + 1 < cap)
+        snprintf(buf + len, cap - len, "]");
+}
+
 /* "partition_dims": "all": every split of the first input's spatial
  * dimensions over 1 to SWEEP_ALL_MAX_CPR cores per replica (powers of two,
  * as every Cloud TPU slice has 2^k cores), each factor at most its
@@ -1141,6 +1183,14 @@ static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
     int maxe = 0;
     while ((2 << maxe) <= SWEEP_ALL_MAX_CPR)
         maxe++;
+    int ns = cJSON_IsArray(sys) ? cJSON_GetArraySize(sys) : 1;
+    int nb = cJSON_IsArray(bat) ? cJSON_GetArraySize(bat) : 1;
+    int ncombo = ns * nb, ndropped = 0;
+    int *combo_ok = calloc((size_t)ncombo, sizeof *combo_ok);
+    if (!combo_ok) {
+        cJSON_Delete(list);
+        return cli_error(4, "out of memory");
+    }
     for (int sum = 0; sum <= maxe; sum++) {
         /* exponents e[0..nsp-1] with this sum, outer dimension first */
         int e[GRAPH_MAX_SP] = {0};
@@ -1156,24 +1206,43 @@ static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
             for (int d = 0; d < nsp; d++)
                 g->pdims[1 + d] = f[d];
             g->cores_per_replica = 1 << sum;
-            /* valid on every system x batch of the grid */
-            int ns = cJSON_IsArray(sys) ? cJSON_GetArraySize(sys) : 1;
-            int nb = cJSON_IsArray(bat) ? cJSON_GetArraySize(bat) : 1;
-            for (int i = 0; ok && i < ns; i++)
-                for (int j = 0; ok && j < nb; j++) {
-                    const cJSON *sv = cJSON_IsArray(sys)
-                                          ? cJSON_GetArrayItem(sys, i)
-                                          : NULL;
-                    const cJSON *bv = cJSON_IsArray(bat)
-                                          ? cJSON_GetArrayItem(bat, j)
-                                          : NULL;
-                    const char *sname = cJSON_IsString(sv) ? sv->valuestring
-                                                           : g->system;
-                    int64_t b = cJSON_IsNumber(bv) ? (int64_t)bv->valuedouble
-                                                   : batch_for(s, sname);
-                    tpu_error err = {0};
-                    ok &= graph_check_run(g, sname, b, "", &err) == TPU_OK;
+            /* valid on every system x batch of the grid; a split that
+             * is valid on some only is counted, so that the user hears
+             * what the intersection dropped and which system rules a
+             * split out (the first that refuses it, with its reason). */
+            int valid_on = 0, refused = -1;
+            tpu_error why_not = {0};
+            for (int c = 0; ok && c < ncombo; c++) {
+                const char *sname;
+                int64_t b;
+                combo_at(s, sys, bat, c, &sname, &b);
+                tpu_error err = {0};
+                if (graph_check_run(g, sname, b, "", &err) == TPU_OK) {
+                    valid_on++;
+                    combo_ok[c]++;
+                } else if (refused < 0) {
+                    refused = c;
+                    why_not = err;
                 }
+            }
+            if (ok && valid_on < ncombo) {
+                if (valid_on > 0) {
+                    if (ndropped < SWEEP_ALL_SHOW_DROPPED) {
+                        char lbl[96];
+                        pd_label_now(g, nsp, lbl, sizeof lbl);
+                        const char *sname;
+                        int64_t b;
+                        combo_at(s, sys, bat, refused, &sname, &b);
+                        fprintf(stderr,
+                                "sweep: note: \"all\" drops %s: not valid "
+                                "on %s at batch %lld (%s)\n",
+                                lbl, sname, (long long)b,
+                                strip_where(why_not.msg));
+                    }
+                    ndropped++;
+                }
+                ok = 0;
+            }
             if (ok) {
                 cJSON *d = cJSON_CreateArray();
                 if (!d) {
@@ -1212,14 +1281,41 @@ static int expand_all(sweep *s, const cJSON *grid, cJSON **out)
     g->pdims_rank = keep_rank;
     g->cores_per_replica = keep_cpr;
     memcpy(g->pdims, keep_pd, sizeof keep_pd);
-    if (!list)
+    if (!list) {
+        free(combo_ok);
         return cli_error(4, "out of memory");
-    if (cJSON_GetArraySize(list) == 0) {
-        cJSON_Delete(list);
-        return bad(s, "grid.partition_dims",
-                   "\"all\": no split of the first input is valid on every "
-                   "system and batch of the grid");
     }
+    if (ndropped > SWEEP_ALL_SHOW_DROPPED)
+        fprintf(stderr, "sweep: note: \"all\" drops %d more splits valid "
+                        "on some systems or batches of the grid only\n",
+                ndropped - SWEEP_ALL_SHOW_DROPPED);
+    if (cJSON_GetArraySize(list) == 0) {
+        /* Name what rules everything out: a system and batch on which no
+         * split at all is valid, else say that the valid sets are
+         * disjoint. */
+        char msg[320] = "";
+        for (int c = 0; c < ncombo && !msg[0]; c++)
+            if (combo_ok[c] == 0) {
+                const char *sname;
+                int64_t b;
+                combo_at(s, sys, bat, c, &sname, &b);
+                snprintf(msg, sizeof msg,
+                         "\"all\": no split of the first input is valid on "
+                         "%s at batch %lld (remove it from the grid or "
+                         "change the batch)",
+                         sname, (long long)b);
+            }
+        if (!msg[0])
+            snprintf(msg, sizeof msg,
+                     "\"all\": every split of the first input is valid on "
+                     "some system and batch of the grid but none on all "
+                     "(%d dropped; sweep the systems separately)",
+                     ndropped);
+        free(combo_ok);
+        cJSON_Delete(list);
+        return bad(s, "grid.partition_dims", msg);
+    }
+    free(combo_ok);
     *out = list;
     return 0;
 }
@@ -1515,16 +1611,27 @@ static int gather(const sweep *s, const char *out, long long nruns,
             continue;
         }
         const emu_result *r = &o->r;
+        int fits = r->fits && o->status == 0;
         int w = 0;
         for (int k = 1; k < r->cores; k++)
             if (r->per_core[k].step_time_s > r->per_core[w].step_time_s)
                 w = k;
-        fprintf(f, ",%d", r->fits && o->status == 0);
-        csv_num(f, r->step_time_s);
-        fprintf(f, ",%d,%d,%d", r->cores_per_replica, r->replicas,
-                r->per_core[w].core);
-        for (int c = 0; c < CAT_COUNT; c++)
-            csv_num(f, r->per_core[w].breakdown_s[c]);
+        fprintf(f, ",%d", fits);
+        /* A step that does not fit was never timed: its report says 0,
+         * which a spreadsheet would average in; an empty cell it skips. */
+        if (fits)
+            csv_num(f, r->step_time_s);
+        else
+            fputc(',', f);
+        fprintf(f, ",%d,%d,", r->cores_per_replica, r->replicas);
+        if (fits)
+            fprintf(f, "%d", r->per_core[w].core);
+        for (int c = 0; c < CAT_COUNT; c++) {
+            if (fits)
+                csv_num(f, r->per_core[w].breakdown_s[c]);
+            else
+                fputc(',', f);
+        }
         csv_num(f, r->hbm_needed_bytes);
         fprintf(f, ",%lld\n", gb);
     }

@@ -215,7 +215,33 @@ void th_suite_sweep(th_ctx *t)
                     "\"system\": [\"v3-32\"], \"batch\": [1]}");
         th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
                aw, d);
-        TH_CHECKF(t, c.status == 2 && strstr(c.err, "no split"),
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "no split") &&
+                         strstr(c.err, "on v3-32 at batch 1"),
+                  "status %d: %s", c.status, c.err);
+        /* several systems: what the intersection drops is said on stderr,
+         * with the system that refuses it; stdout stays one run a line.
+         * Batch 8 on v3-32 needs 4 or more cores per replica, v3-8 takes
+         * at most 8: three splits of 1-2 cores and five of 16 dropped. */
+        write_sweep(aw, "sweep-base.json",
+                    "\"grid\": {\"partition_dims\": \"all\", "
+                    "\"system\": [\"v3-8\", \"v3-32\"], \"batch\": [8]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
+               aw, d);
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 14 &&
+                         strstr(c.err, "\"all\" drops [1,1,1,1]: not valid "
+                                       "on v3-32 at batch 8") &&
+                         strstr(c.err, "drops 4 more splits"),
+                  "status %d, %d lines: %s%s", c.status, count_lines(c.out),
+                  c.out, c.err);
+        /* each system has splits, none shared: 16 cores per replica at
+         * batch 2 on v3-32, at most 8 on v3-8 */
+        write_sweep(aw, "sweep-base.json",
+                    "\"grid\": {\"partition_dims\": \"all\", "
+                    "\"system\": [\"v3-8\", \"v3-32\"], \"batch\": [2, 8]}");
+        th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
+               aw, d);
+        TH_CHECKF(t, c.status == 2 && strstr(c.err, "none on all") &&
+                         error_lines(c.err) == 1,
                   "status %d: %s", c.status, c.err);
     }
 
@@ -352,6 +378,29 @@ void th_suite_sweep(th_ctx *t)
                "test -s %s/logs/0001.log",
            out, out, out);
     TH_CHECK(t, c.status == 0);
+
+    th_case(t, "a real run that does not fit: fits=0, its step and "
+               "categories empty, its HBM need kept");
+    {
+        char cw[512];
+        snprintf(cw, sizeof cw, "%s/cap.json", d);
+        write_sweep(cw, "sweep-base.json",
+                    "\"grid\": {\"set\": {\"hbm.capacity_gib\": "
+                    "[0.001, 16]}}");
+        th_run(&c, "%s sweep %s --jobs 2 --out %s/cap-out && "
+                   "cat %s/cap-out/results.csv",
+               th_bin(), cw, d, d);
+        /* run,hbm.capacity_gib,exit,fits,step,cpr,replicas,slowest,6 cats,
+         * hbm_needed,global_batch */
+        static const char row0[] = "\n0000,0.001,3,0,,1,8,,,,,,,,";
+        const char *r0 = strstr(c.out, row0);
+        const char *r1 = strstr(c.out, "\n0001,16,0,1,0.");
+        /* the need that did not fit follows the empty categories */
+        TH_CHECKF(t, c.status == 0 && r0 && r1 &&
+                         r0[sizeof row0 - 1] >= '1' &&
+                         r0[sizeof row0 - 1] <= '9',
+                  "status %d: %s%s", c.status, c.out, c.err);
+    }
 
     th_case(t, "a failing run: its status and log are named");
     write_text(fake, "#!/bin/sh\necho broken >&2\nexit 2\n");
