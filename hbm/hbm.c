@@ -95,6 +95,7 @@ typedef struct {
     double nact;
     double lat0;     /* latency before the first burst (idle channel) */
     int touched;
+    int act_in_lat0; /* lat0 holds the call's first activate */
 } chw;
 
 /* The state one call changes, saved to try two ways of serving a strided
@@ -295,7 +296,7 @@ void hbm_reset(hbm *h)
     for (int i = 0; i < h->C * h->B; i++)
         h->open_row[i] = -1;
     for (int c = 0; c < h->C; c++)
-        h->acc[c] = (chw){0, 0, 0, 0, 0};
+        h->acc[c] = (chw){0, 0, 0, 0, 0, 0};
     h->ntouched = 0;
     h->win_lo = h->win_hi = -1;
     h->win_k = 0;
@@ -402,10 +403,12 @@ static void visit(hbm *h, chw *acc, int c, int b, int64_t row, double nb)
     } else {
         double tact = (*orow >= 0 ? h->rp : 0) + h->rcd;
         a->nact += 1;
-        if (first && !h->piped[c])
+        if (first && !h->piped[c]) {
             a->lat0 = h->cl + tact;
-        else
+            a->act_in_lat0 = 1;
+        } else {
             a->exposed += miss_cost(h, c, b, tact);
+        }
         *orow = row;
         h->last_d[c] = d;
     }
@@ -633,10 +636,12 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
         touch(h, acc, ch);
         chw *w = &acc[ch];
         double tact = (h->last_row[ch] >= 0 ? h->rp : 0) + h->rcd;
-        if (first && !h->piped[ch])
+        if (first && !h->piped[ch]) {
             w->lat0 = h->cl + tact;
-        else
+            w->act_in_lat0 = 1;
+        } else {
             w->exposed += miss_cost(h, ch, -2, tact);
+        }
         w->bursts += bch;
         w->nact += ach;
         w->exposed += (ach - 1) * e;
@@ -658,6 +663,21 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
 
 /* ---- one call --------------------------------------------------------------- */
 
+/* How long a channel's gathered work takes: the data bursts with the
+ * activate time they do not hide, or the activates at the rate tRRD and
+ * tFAW allow, whichever binds.  An activate that lat0 already waits for
+ * (the first on an idle channel) opens the rate window rather than
+ * spending a slot of it: n activates are n - 1 intervals apart, and the
+ * last one's row still delivers a burst (a lone 64 B read is CL + tRCD
+ * + one burst, not CL + tRCD + tFAW/4). */
+static double chan_work(const hbm *h, const chw *a)
+{
+    double acts = a->act_in_lat0 && a->nact >= 1
+                      ? (a->nact - 1) * h->actrate + h->t_burst
+                      : a->nact * h->actrate;
+    return a->lat0 + dmax(a->bursts * h->t_burst + a->exposed, acts);
+}
+
 static void begin(hbm *h, double t0)
 {
     h->t0 = t0;
@@ -671,8 +691,7 @@ static double finish(hbm *h, double t0, const hbm_xfer *x)
         int c = h->touched[i];
         chw *a = &h->acc[c];
         double s = h->s0[c];
-        double work = a->lat0 + dmax(a->bursts * h->t_burst + a->exposed,
-                                     a->nact * h->actrate);
+        double work = chan_work(h, a);
         double end, nref = 0;
         if (s >= h->win_lo && s + work < h->win_hi) {
             end = s + work; /* no refresh inside: the common case */
@@ -692,7 +711,7 @@ static double finish(hbm *h, double t0, const hbm_xfer *x)
         h->st.busy_s += end - s;
         if (end > done)
             done = end;
-        *a = (chw){0, 0, 0, 0, 0};
+        *a = (chw){0, 0, 0, 0, 0, 0};
     }
     h->ntouched = 0;
     double bytes = (double)x->chunk_bytes * (double)x->nchunks;
@@ -716,9 +735,7 @@ static double est_end(const hbm *h)
     for (int i = 0; i < h->ntouched; i++) {
         int c = h->touched[i];
         const chw *a = &h->acc[c];
-        double e = h->s0[c] + a->lat0 +
-                   dmax(a->bursts * h->t_burst + a->exposed,
-                        a->nact * h->actrate);
+        double e = h->s0[c] + chan_work(h, a);
         if (e > end)
             end = e;
     }

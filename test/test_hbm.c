@@ -67,6 +67,20 @@ static void test_bandwidth(th_ctx *t)
                       "stride %llu: %.1f GB/s of %.0f",
                       (unsigned long long)strides[i], gs, peak);
         }
+        th_case(t, gen == 2 ? "v2: a lone 64 B read is CL + tRCD + one "
+                              "burst (the first activate spends no tFAW slot)"
+                            : "v3: a lone 64 B read is CL + tRCD + one burst");
+        {
+            const hbm_params *hp = &p.hbm;
+            double burst = hp->burst_beats / (hp->data_rate_gtps * 1e9);
+            double want = (hp->t_cl_ns + hp->t_rcd_ns) * 1e-9 + burst;
+            hbm *h = hbm_new(hp);
+            hbm_xfer one = block(0, 64);
+            double got = h ? hbm_access(h, 0.0, &one) : -1;
+            hbm_free(h);
+            TH_CHECKF(t, got > 0 && fabs(got - want) < 1e-12,
+                      "%.3f ns, by hand %.3f", got * 1e9, want * 1e9);
+        }
         /* Short transfers pay the activate and CAS latency. */
         hbm_xfer small = block(0, 1 * KIB);
         TH_CHECKF(t, gbps_of(&p, &small) < 0.25 * peak, "1 KiB: %.1f",
