@@ -119,6 +119,20 @@ void chart_text(chart_image *im, int x, int y, const char *s, int scale,
     font_draw_rgb(im->rgb, im->w, im->h, x, y, s, scale, c);
 }
 
+/* s cut to maxw pixels, ".." marking the cut: a user's name (trace,
+ * series, swept key) never runs off the image or into the plot, and is
+ * cut between characters, not inside one. */
+static void text_fit(chart_image *im, int x, int y, const char *s, int maxw,
+                     int scale, uint32_t c)
+{
+    char buf[1024];
+    int cells = maxw / (FONT_W * (scale < 1 ? 1 : scale));
+    if (!s || cells <= 0)
+        return;
+    font_fit(buf, sizeof buf, s, cells, "..");
+    chart_text(im, x, y, buf, scale, c);
+}
+
 /* ---- PNG ------------------------------------------------------------- */
 
 static void png_fail_fn(png_structp png, png_const_charp msg)
@@ -237,8 +251,8 @@ static double y_axis(chart_image *im, const frame *f, const char *label)
                    buf, 1, INK);
     }
     if (label)
-        chart_text(im, f->x0 - 6 - 6 * FONT_W, f->y0 - FONT_H - 8, label, 1,
-                   INK);
+        text_fit(im, f->x0 - 6 - 6 * FONT_W, f->y0 - FONT_H - 8, label,
+                 im->w - (f->x0 - 6 - 6 * FONT_W) - 6, 1, INK);
     return step;
 }
 
@@ -258,6 +272,25 @@ static void fmt_time(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%.1f ms", s * 1e3);
     else
         snprintf(buf, cap, "%.1f us", s * 1e6);
+}
+
+void chart_fmt_sig(char *buf, size_t cap, double v, int sig)
+{
+    if (sig < 1)
+        sig = 1;
+    if (v == 0 || !isfinite(v)) {
+        snprintf(buf, cap, v == 0 ? "0" : "%g", v);
+        return;
+    }
+    /* Decimals for `sig` significant figures, none past the point for
+     * big values (1234 s, not 1.23e+03 s), at most 9 (a rounding error
+     * next to a real value reads 0.000000001, not 1e-17). */
+    int dec = sig - 1 - (int)floor(log10(fabs(v)));
+    dec = dec < 0 ? 0 : dec > 9 ? 9 : dec;
+    snprintf(buf, cap, "%.*f", dec, v);
+    /* 9.995 rounds up to "10.00": one figure too many. */
+    if (dec > 0 && fabs(atof(buf)) >= pow(10, sig - dec))
+        snprintf(buf, cap, "%.*f", dec - 1, v);
 }
 
 /* ---- breakdown ------------------------------------------------------- */
@@ -386,8 +419,10 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
     if (!(top > 0) || !isfinite(top))
         top = 1e-3;
 
-    if (W < 500 || H < 300)
-        return tpu_fail(err, TPU_ERR_INPUT, "chart: image too small");
+    if (W < 500 || H < 300) {
+        st = tpu_fail(err, TPU_ERR_INPUT, "chart: image too small");
+        goto done;
+    }
     if ((st = chart_image_init(&im, W, H, BG, err)) != TPU_OK)
         goto done;
 
@@ -396,14 +431,14 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
     fmt_time(tbuf, sizeof tbuf, r->step_time_s);
     snprintf(buf, sizeof buf, "Step time per core: %s", r->trace[0] ? r->trace : "(unnamed trace)");
     int ts = font_text_width(buf, 2) <= W - 40 ? 2 : 1;
-    chart_text(&im, 20, 14, buf, ts, INK);
+    text_fit(&im, 20, 14, buf, W - 40, ts, INK);
     snprintf(buf, sizeof buf,
              "%s, %d cores on %d chips, global batch %lld - step time %s "
              "(slowest core)%s",
              r->system[0] ? r->system : "?", r->cores, r->chips,
              (long long)r->global_batch, tbuf,
              r->fits ? "" : " - DOES NOT FIT in HBM");
-    chart_text(&im, 20, 14 + FONT_H * ts + 6, buf, 1, MUTED);
+    text_fit(&im, 20, 14 + FONT_H * ts + 6, buf, W - 40, 1, MUTED);
     const char *xname = "core";
     if (mode == 1) {
         snprintf(buf, sizeof buf,
@@ -420,11 +455,18 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
     } else
         buf[0] = 0;
     if (buf[0])
-        chart_text(&im, 20, 14 + FONT_H * ts + 6 + FONT_H + 4, buf, 1,
-                   0xA03000);
+        text_fit(&im, 20, 14 + FONT_H * ts + 6 + FONT_H + 4, buf, W - 40, 1,
+                 0xA03000);
 
-    frame f = {90, 110, W - 200, H - 70, 0, (double)nb, 0, top * 1e3 * 1.08};
-    y_axis(&im, &f, "step time (ms)");
+    /* Axis, whiskers, step line and legend in the unit the step reads
+     * best in (the sweep charts' and the viewer's rule): a 89 us step is
+     * drawn in us, not as 0.02 .. 0.08 ms. */
+    const char *un;
+    double sc = chart_time_unit(top, &un);
+    char ylab[32];
+    snprintf(ylab, sizeof ylab, "step time (%s)", un);
+    frame f = {90, 110, W - 200, H - 70, 0, (double)nb, 0, top * sc * 1.08};
+    y_axis(&im, &f, ylab);
 
     /* Bars. */
     double slot = (double)(f.x1 - f.x0) / nb;
@@ -438,7 +480,7 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
         int bx = cx - bw / 2;
         double acc = 0;
         for (int k = 0; k < CAT_COUNT; k++) {
-            double v = mean[b][k] * 1e3;
+            double v = mean[b][k] * sc;
             if (!(v > 0))
                 continue;
             int ya = fy(&f, acc), yb = fy(&f, acc + v);
@@ -446,7 +488,7 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
             acc += v;
         }
         if (mode == 2 && tmax[b] > tmin[b]) {
-            int ya = fy(&f, tmin[b] * 1e3), yb = fy(&f, tmax[b] * 1e3);
+            int ya = fy(&f, tmin[b] * sc), yb = fy(&f, tmax[b] * sc);
             chart_line(&im, cx, ya, cx, yb, INK);
             chart_line(&im, cx - 2, yb, cx + 2, yb, INK);
             chart_line(&im, cx - 2, ya, cx + 2, ya, INK);
@@ -479,20 +521,17 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
                f.y1 + 8 + FONT_H + 6, xname, 1, INK);
 
     /* The step time (slowest core) as a dashed line. */
-    int ys = fy(&f, r->step_time_s * 1e3);
+    int ys = fy(&f, r->step_time_s * sc);
     for (int x = f.x0; x < f.x1; x += 8)
         chart_line(&im, x, ys, x + 3 < f.x1 ? x + 3 : f.x1, ys, 0xC00000);
     axes_box(&im, &f);
 
     /* Legend: category, colour, mean over cores, in the y axis's unit
-     * (ms, with the decimals a short step needs).  When the chart is too
-     * short for two lines per entry (a 400 px window), one line each. */
+     * with three significant figures.  When the chart is too short for two
+     * lines per entry (a 400 px window), one line each. */
     int lx = f.x1 + 20, ly = f.y0;
     int need = 2 * FONT_H + 12 + CAT_COUNT * (2 * FONT_H + 10) + 6 + 2 * FONT_H + 2;
     int compact = ly + need > H - 4;
-    double top_ms = r->step_time_s * 1e3;
-    int dec = top_ms > 0 ? 2 - (int)floor(log10(top_ms)) : 1;
-    dec = dec < 1 ? 1 : dec > 6 ? 6 : dec;
     chart_text(&im, lx, ly, "category", 1, INK);
     chart_text(&im, lx, ly + FONT_H + 2, "(mean per core)", 1, MUTED);
     ly += 2 * FONT_H + 12;
@@ -500,11 +539,8 @@ tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
         const char *cn = emu_cat_name((emu_cat)k);
         chart_fill(&im, lx, ly, 14, 14, cat_colors[k]);
         chart_text(&im, lx + 20, ly, cn, 1, INK);
-        double v = catsum[k] / n * 1e3;
-        if (v == 0 || v >= 1)
-            snprintf(tbuf, sizeof tbuf, "%.*f ms", dec, v);
-        else
-            snprintf(tbuf, sizeof tbuf, "%.3g ms", v);
+        chart_fmt_sig(tbuf, sizeof tbuf, catsum[k] / n * sc, 3);
+        snprintf(tbuf + strlen(tbuf), sizeof tbuf - strlen(tbuf), " %s", un);
         if (compact) {
             chart_text(&im, lx + 20 + font_text_width(cn, 1) + 6, ly, tbuf, 1, MUTED);
             ly += FONT_H + 6;
@@ -638,7 +674,7 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
         return st;
     const char *t = title ? title : "";
     int ts = font_text_width(t, 2) <= W - 40 ? 2 : 1;
-    chart_text(&im, 20, 14, t, ts, INK);
+    text_fit(&im, 20, 14, t, W - 40, ts, INK);
     frame f = {90, 70, W - 190, H - 60, xmin, xmax, ymin, ymax};
     y_axis(&im, &f, ylabel);
     double step = nice_step(xmax - xmin, 8);
@@ -651,9 +687,11 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
         fmt_tick(buf, sizeof buf, v, step);
         chart_text(&im, x - font_text_width(buf, 1) / 2, f.y1 + 6, buf, 1, INK);
     }
-    if (xlabel)
-        chart_text(&im, (f.x0 + f.x1 - font_text_width(xlabel, 1)) / 2,
-                   f.y1 + 8 + FONT_H + 6, xlabel, 1, INK);
+    if (xlabel) {
+        int xw = font_text_width(xlabel, 1), pw = f.x1 - f.x0;
+        text_fit(&im, xw < pw ? (f.x0 + f.x1 - xw) / 2 : f.x0,
+                 f.y1 + 8 + FONT_H + 6, xlabel, pw, 1, INK);
+    }
     axes_box(&im, &f);
     int nc = (int)(sizeof series_colors / sizeof series_colors[0]);
     for (int i = 0; i < nseries; i++) {
@@ -695,7 +733,8 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
         } else {
             chart_fill(&im, f.x1 + 20, ly + 5, 18, 3, c);
         }
-        chart_text(&im, f.x1 + 44, ly, s[i].name ? s[i].name : "", 1, INK);
+        text_fit(&im, f.x1 + 44, ly, s[i].name ? s[i].name : "",
+                 W - (f.x1 + 44) - 6, 1, INK);
     }
     st = chart_png_put(o, im.rgb, im.w, im.h, 3, err);
     chart_image_free(&im);

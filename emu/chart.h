@@ -6,14 +6,16 @@
 #ifndef EMU_CHART_H
 #define EMU_CHART_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "emu/outfile.h"
 #include "emu/result.h"
 #include "emu/status.h"
 
-/* Every core's step time as stacked bars in the report's categories, axes
- * in ms, title with trace, system and step time, legend.  Up to
+/* Every core's step time as stacked bars in the report's categories, axis
+ * and legend in the unit the step reads best in (chart_time_unit: ms for
+ * a 30 ms step, us for an 89 us one), title with trace, system and step time, legend.  Up to
  * CHART_MAX_BARS cores get one bar each; beyond that, cores with identical
  * breakdowns share one bar when there are few such groups, otherwise
  * consecutive cores are binned (mean breakdown, whisker = min..max step
@@ -61,6 +63,9 @@ uint32_t chart_cat_color(emu_cat c);
  * that converts seconds into it.  The chart's y axis and the viewer's time
  * axis share it. */
 double chart_time_unit(double range, const char **name);
+/* v with `sig` significant figures and no exponent ("79.2", "0.137",
+ * "1235", "0"): the breakdown legend's values. */
+void chart_fmt_sig(char *buf, size_t cap, double v, int sig);
 
 /* How chart_breakdown_png lays out bars for r (the viewer draws the same
  * bars).  bar_first[i] .. first core of bar i; core_bar[c] = bar of core c.

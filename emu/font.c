@@ -1,9 +1,13 @@
-/* The glyph table was generated from xfonts-base's
+/* The ASCII glyph table was generated from xfonts-base's
  * /usr/share/fonts/X11/misc/6x13-ISO8859-1.pcf.gz
  * ("-Misc-Fixed-Medium-R-SemiCondensed--13-120-75-75-C-60-ISO8859-1"),
- * whose COPYRIGHT property reads "Public domain font.  Share and enjoy."
- * The generator (a PCF reader in Python) is described in docs/VIEWER.md;
- * the table is the only thing the build needs. */
+ * the specials' glyphs (letters that are no base+accent, Latin-1 symbols,
+ * a few punctuation marks, U+FFFD) from the same face's ISO 10646 file
+ * 6x13.pcf.gz; both carry the COPYRIGHT property "Public domain font.
+ * Share and enjoy."  The accented letters are composed here from their
+ * base letter and an accent (the Unicode canonical decomposition), so the
+ * tables stay small.  The generator (a PCF reader in Python) is described
+ * in docs/VIEWER.md; the tables are the only thing the build needs. */
 #include "emu/font.h"
 
 #include <string.h>
@@ -106,6 +110,374 @@ static const uint8_t glyphs[95][FONT_H] = {
     {0x00, 0x00, 0x12, 0x15, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, /* ~ */
 };
 
+/* ---- accents --------------------------------------------------------- */
+
+enum {
+    M_NONE,
+    M_GRAVE,
+    M_ACUTE,
+    M_CIRC,
+    M_TILDE,
+    M_MACRON,
+    M_BREVE,
+    M_DOT,
+    M_DIAER,
+    M_RING,
+    M_DACUTE,
+    M_CARON,
+    M_CEDILLA,
+    M_OGONEK,
+    M_COUNT
+};
+
+/* An accent's rows (bit x = pixel x), as the 6x13 face draws it on its
+ * own accented letters (a with grave, E with acute, ...). */
+static const struct {
+    uint8_t h, below, rows[3];
+} marks[M_COUNT] = {
+    [M_NONE] = {0, 0, {0}},
+    [M_GRAVE] = {2, 0, {0x02, 0x04}},
+    [M_ACUTE] = {2, 0, {0x08, 0x04}},
+    [M_CIRC] = {2, 0, {0x0c, 0x12}},
+    [M_TILDE] = {2, 0, {0x14, 0x0a}},
+    [M_MACRON] = {1, 0, {0x1f}},
+    [M_BREVE] = {2, 0, {0x11, 0x0e}},
+    [M_DOT] = {2, 0, {0x04, 0x04}},
+    [M_DIAER] = {2, 0, {0x0a, 0x0a}},
+    [M_RING] = {3, 0, {0x04, 0x0a, 0x04}},
+    [M_DACUTE] = {2, 0, {0x12, 0x09}},
+    [M_CARON] = {2, 0, {0x12, 0x0c}},
+    [M_CEDILLA] = {2, 1, {0x04, 0x02}},
+    [M_OGONEK] = {2, 1, {0x08, 0x10}},
+};
+
+/* Combining diacritical marks U+0300..U+0328 that have an accent here. */
+static const uint8_t combining[0x329 - 0x300] = {
+    [0x00] = M_GRAVE, [0x01] = M_ACUTE,  [0x02] = M_CIRC,  [0x03] = M_TILDE,
+    [0x04] = M_MACRON, [0x06] = M_BREVE, [0x07] = M_DOT,   [0x08] = M_DIAER,
+    [0x0A] = M_RING,  [0x0B] = M_DACUTE, [0x0C] = M_CARON, [0x27] = M_CEDILLA,
+    [0x28] = M_OGONEK,
+};
+
+#define SP(i) (0x80 + (i))
+/* U+00A0..U+017F: base (an ASCII character, or SP(i): specials[i]) and mark. */
+static const uint8_t latin[0x180 - 0xA0][2] = {
+    {' ', M_NONE}, /* U+00A0 no-break space */
+    {SP(0), M_NONE}, /* U+00A1 inverted exclamation mark */
+    {SP(1), M_NONE}, /* U+00A2 cent sign */
+    {SP(2), M_NONE}, /* U+00A3 pound sign */
+    {SP(3), M_NONE}, /* U+00A4 currency sign */
+    {SP(4), M_NONE}, /* U+00A5 yen sign */
+    {SP(5), M_NONE}, /* U+00A6 broken bar */
+    {SP(6), M_NONE}, /* U+00A7 section sign */
+    {SP(7), M_NONE}, /* U+00A8 diaeresis */
+    {SP(8), M_NONE}, /* U+00A9 copyright sign */
+    {SP(9), M_NONE}, /* U+00AA feminine ordinal indicator */
+    {SP(10), M_NONE}, /* U+00AB left-pointing double angle quotation mark */
+    {SP(11), M_NONE}, /* U+00AC not sign */
+    {'-', M_NONE}, /* U+00AD soft hyphen */
+    {SP(12), M_NONE}, /* U+00AE registered sign */
+    {SP(13), M_NONE}, /* U+00AF macron */
+    {SP(14), M_NONE}, /* U+00B0 degree sign */
+    {SP(15), M_NONE}, /* U+00B1 plus-minus sign */
+    {SP(16), M_NONE}, /* U+00B2 superscript two */
+    {SP(17), M_NONE}, /* U+00B3 superscript three */
+    {SP(18), M_NONE}, /* U+00B4 acute accent */
+    {SP(19), M_NONE}, /* U+00B5 micro sign */
+    {SP(20), M_NONE}, /* U+00B6 pilcrow sign */
+    {SP(21), M_NONE}, /* U+00B7 middle dot */
+    {SP(22), M_NONE}, /* U+00B8 cedilla */
+    {SP(23), M_NONE}, /* U+00B9 superscript one */
+    {SP(24), M_NONE}, /* U+00BA masculine ordinal indicator */
+    {SP(25), M_NONE}, /* U+00BB right-pointing double angle quotation mark */
+    {SP(26), M_NONE}, /* U+00BC vulgar fraction one quarter */
+    {SP(27), M_NONE}, /* U+00BD vulgar fraction one half */
+    {SP(28), M_NONE}, /* U+00BE vulgar fraction three quarters */
+    {SP(29), M_NONE}, /* U+00BF inverted question mark */
+    {'A', M_GRAVE}, /* U+00C0 latin capital letter a with grave */
+    {'A', M_ACUTE}, /* U+00C1 latin capital letter a with acute */
+    {'A', M_CIRC}, /* U+00C2 latin capital letter a with circumflex */
+    {'A', M_TILDE}, /* U+00C3 latin capital letter a with tilde */
+    {'A', M_DIAER}, /* U+00C4 latin capital letter a with diaeresis */
+    {'A', M_RING}, /* U+00C5 latin capital letter a with ring above */
+    {SP(30), M_NONE}, /* U+00C6 latin capital letter ae */
+    {'C', M_CEDILLA}, /* U+00C7 latin capital letter c with cedilla */
+    {'E', M_GRAVE}, /* U+00C8 latin capital letter e with grave */
+    {'E', M_ACUTE}, /* U+00C9 latin capital letter e with acute */
+    {'E', M_CIRC}, /* U+00CA latin capital letter e with circumflex */
+    {'E', M_DIAER}, /* U+00CB latin capital letter e with diaeresis */
+    {'I', M_GRAVE}, /* U+00CC latin capital letter i with grave */
+    {'I', M_ACUTE}, /* U+00CD latin capital letter i with acute */
+    {'I', M_CIRC}, /* U+00CE latin capital letter i with circumflex */
+    {'I', M_DIAER}, /* U+00CF latin capital letter i with diaeresis */
+    {SP(31), M_NONE}, /* U+00D0 latin capital letter eth */
+    {'N', M_TILDE}, /* U+00D1 latin capital letter n with tilde */
+    {'O', M_GRAVE}, /* U+00D2 latin capital letter o with grave */
+    {'O', M_ACUTE}, /* U+00D3 latin capital letter o with acute */
+    {'O', M_CIRC}, /* U+00D4 latin capital letter o with circumflex */
+    {'O', M_TILDE}, /* U+00D5 latin capital letter o with tilde */
+    {'O', M_DIAER}, /* U+00D6 latin capital letter o with diaeresis */
+    {SP(32), M_NONE}, /* U+00D7 multiplication sign */
+    {SP(33), M_NONE}, /* U+00D8 latin capital letter o with stroke */
+    {'U', M_GRAVE}, /* U+00D9 latin capital letter u with grave */
+    {'U', M_ACUTE}, /* U+00DA latin capital letter u with acute */
+    {'U', M_CIRC}, /* U+00DB latin capital letter u with circumflex */
+    {'U', M_DIAER}, /* U+00DC latin capital letter u with diaeresis */
+    {'Y', M_ACUTE}, /* U+00DD latin capital letter y with acute */
+    {SP(34), M_NONE}, /* U+00DE latin capital letter thorn */
+    {SP(35), M_NONE}, /* U+00DF latin small letter sharp s */
+    {'a', M_GRAVE}, /* U+00E0 latin small letter a with grave */
+    {'a', M_ACUTE}, /* U+00E1 latin small letter a with acute */
+    {'a', M_CIRC}, /* U+00E2 latin small letter a with circumflex */
+    {'a', M_TILDE}, /* U+00E3 latin small letter a with tilde */
+    {'a', M_DIAER}, /* U+00E4 latin small letter a with diaeresis */
+    {'a', M_RING}, /* U+00E5 latin small letter a with ring above */
+    {SP(36), M_NONE}, /* U+00E6 latin small letter ae */
+    {'c', M_CEDILLA}, /* U+00E7 latin small letter c with cedilla */
+    {'e', M_GRAVE}, /* U+00E8 latin small letter e with grave */
+    {'e', M_ACUTE}, /* U+00E9 latin small letter e with acute */
+    {'e', M_CIRC}, /* U+00EA latin small letter e with circumflex */
+    {'e', M_DIAER}, /* U+00EB latin small letter e with diaeresis */
+    {'i', M_GRAVE}, /* U+00EC latin small letter i with grave */
+    {'i', M_ACUTE}, /* U+00ED latin small letter i with acute */
+    {'i', M_CIRC}, /* U+00EE latin small letter i with circumflex */
+    {'i', M_DIAER}, /* U+00EF latin small letter i with diaeresis */
+    {SP(37), M_NONE}, /* U+00F0 latin small letter eth */
+    {'n', M_TILDE}, /* U+00F1 latin small letter n with tilde */
+    {'o', M_GRAVE}, /* U+00F2 latin small letter o with grave */
+    {'o', M_ACUTE}, /* U+00F3 latin small letter o with acute */
+    {'o', M_CIRC}, /* U+00F4 latin small letter o with circumflex */
+    {'o', M_TILDE}, /* U+00F5 latin small letter o with tilde */
+    {'o', M_DIAER}, /* U+00F6 latin small letter o with diaeresis */
+    {SP(38), M_NONE}, /* U+00F7 division sign */
+    {SP(39), M_NONE}, /* U+00F8 latin small letter o with stroke */
+    {'u', M_GRAVE}, /* U+00F9 latin small letter u with grave */
+    {'u', M_ACUTE}, /* U+00FA latin small letter u with acute */
+    {'u', M_CIRC}, /* U+00FB latin small letter u with circumflex */
+    {'u', M_DIAER}, /* U+00FC latin small letter u with diaeresis */
+    {'y', M_ACUTE}, /* U+00FD latin small letter y with acute */
+    {SP(40), M_NONE}, /* U+00FE latin small letter thorn */
+    {'y', M_DIAER}, /* U+00FF latin small letter y with diaeresis */
+    {'A', M_MACRON}, /* U+0100 latin capital letter a with macron */
+    {'a', M_MACRON}, /* U+0101 latin small letter a with macron */
+    {'A', M_BREVE}, /* U+0102 latin capital letter a with breve */
+    {'a', M_BREVE}, /* U+0103 latin small letter a with breve */
+    {'A', M_OGONEK}, /* U+0104 latin capital letter a with ogonek */
+    {'a', M_OGONEK}, /* U+0105 latin small letter a with ogonek */
+    {'C', M_ACUTE}, /* U+0106 latin capital letter c with acute */
+    {'c', M_ACUTE}, /* U+0107 latin small letter c with acute */
+    {'C', M_CIRC}, /* U+0108 latin capital letter c with circumflex */
+    {'c', M_CIRC}, /* U+0109 latin small letter c with circumflex */
+    {'C', M_DOT}, /* U+010A latin capital letter c with dot above */
+    {'c', M_DOT}, /* U+010B latin small letter c with dot above */
+    {'C', M_CARON}, /* U+010C latin capital letter c with caron */
+    {'c', M_CARON}, /* U+010D latin small letter c with caron */
+    {'D', M_CARON}, /* U+010E latin capital letter d with caron */
+    {'d', M_CARON}, /* U+010F latin small letter d with caron */
+    {SP(41), M_NONE}, /* U+0110 latin capital letter d with stroke */
+    {SP(42), M_NONE}, /* U+0111 latin small letter d with stroke */
+    {'E', M_MACRON}, /* U+0112 latin capital letter e with macron */
+    {'e', M_MACRON}, /* U+0113 latin small letter e with macron */
+    {'E', M_BREVE}, /* U+0114 latin capital letter e with breve */
+    {'e', M_BREVE}, /* U+0115 latin small letter e with breve */
+    {'E', M_DOT}, /* U+0116 latin capital letter e with dot above */
+    {'e', M_DOT}, /* U+0117 latin small letter e with dot above */
+    {'E', M_OGONEK}, /* U+0118 latin capital letter e with ogonek */
+    {'e', M_OGONEK}, /* U+0119 latin small letter e with ogonek */
+    {'E', M_CARON}, /* U+011A latin capital letter e with caron */
+    {'e', M_CARON}, /* U+011B latin small letter e with caron */
+    {'G', M_CIRC}, /* U+011C latin capital letter g with circumflex */
+    {'g', M_CIRC}, /* U+011D latin small letter g with circumflex */
+    {'G', M_BREVE}, /* U+011E latin capital letter g with breve */
+    {'g', M_BREVE}, /* U+011F latin small letter g with breve */
+    {'G', M_DOT}, /* U+0120 latin capital letter g with dot above */
+    {'g', M_DOT}, /* U+0121 latin small letter g with dot above */
+    {'G', M_CEDILLA}, /* U+0122 latin capital letter g with cedilla */
+    {'g', M_CEDILLA}, /* U+0123 latin small letter g with cedilla */
+    {'H', M_CIRC}, /* U+0124 latin capital letter h with circumflex */
+    {'h', M_CIRC}, /* U+0125 latin small letter h with circumflex */
+    {SP(43), M_NONE}, /* U+0126 latin capital letter h with stroke */
+    {SP(44), M_NONE}, /* U+0127 latin small letter h with stroke */
+    {'I', M_TILDE}, /* U+0128 latin capital letter i with tilde */
+    {'i', M_TILDE}, /* U+0129 latin small letter i with tilde */
+    {'I', M_MACRON}, /* U+012A latin capital letter i with macron */
+    {'i', M_MACRON}, /* U+012B latin small letter i with macron */
+    {'I', M_BREVE}, /* U+012C latin capital letter i with breve */
+    {'i', M_BREVE}, /* U+012D latin small letter i with breve */
+    {'I', M_OGONEK}, /* U+012E latin capital letter i with ogonek */
+    {'i', M_OGONEK}, /* U+012F latin small letter i with ogonek */
+    {'I', M_DOT}, /* U+0130 latin capital letter i with dot above */
+    {SP(45), M_NONE}, /* U+0131 latin small letter dotless i */
+    {SP(46), M_NONE}, /* U+0132 latin capital ligature ij */
+    {SP(47), M_NONE}, /* U+0133 latin small ligature ij */
+    {'J', M_CIRC}, /* U+0134 latin capital letter j with circumflex */
+    {'j', M_CIRC}, /* U+0135 latin small letter j with circumflex */
+    {'K', M_CEDILLA}, /* U+0136 latin capital letter k with cedilla */
+    {'k', M_CEDILLA}, /* U+0137 latin small letter k with cedilla */
+    {SP(48), M_NONE}, /* U+0138 latin small letter kra */
+    {'L', M_ACUTE}, /* U+0139 latin capital letter l with acute */
+    {'l', M_ACUTE}, /* U+013A latin small letter l with acute */
+    {'L', M_CEDILLA}, /* U+013B latin capital letter l with cedilla */
+    {'l', M_CEDILLA}, /* U+013C latin small letter l with cedilla */
+    {'L', M_CARON}, /* U+013D latin capital letter l with caron */
+    {'l', M_CARON}, /* U+013E latin small letter l with caron */
+    {SP(49), M_NONE}, /* U+013F latin capital letter l with middle dot */
+    {SP(50), M_NONE}, /* U+0140 latin small letter l with middle dot */
+    {SP(51), M_NONE}, /* U+0141 latin capital letter l with stroke */
+    {SP(52), M_NONE}, /* U+0142 latin small letter l with stroke */
+    {'N', M_ACUTE}, /* U+0143 latin capital letter n with acute */
+    {'n', M_ACUTE}, /* U+0144 latin small letter n with acute */
+    {'N', M_CEDILLA}, /* U+0145 latin capital letter n with cedilla */
+    {'n', M_CEDILLA}, /* U+0146 latin small letter n with cedilla */
+    {'N', M_CARON}, /* U+0147 latin capital letter n with caron */
+    {'n', M_CARON}, /* U+0148 latin small letter n with caron */
+    {SP(53), M_NONE}, /* U+0149 latin small letter n preceded by apostrophe */
+    {SP(54), M_NONE}, /* U+014A latin capital letter eng */
+    {SP(55), M_NONE}, /* U+014B latin small letter eng */
+    {'O', M_MACRON}, /* U+014C latin capital letter o with macron */
+    {'o', M_MACRON}, /* U+014D latin small letter o with macron */
+    {'O', M_BREVE}, /* U+014E latin capital letter o with breve */
+    {'o', M_BREVE}, /* U+014F latin small letter o with breve */
+    {'O', M_DACUTE}, /* U+0150 latin capital letter o with double acute */
+    {'o', M_DACUTE}, /* U+0151 latin small letter o with double acute */
+    {SP(56), M_NONE}, /* U+0152 latin capital ligature oe */
+    {SP(57), M_NONE}, /* U+0153 latin small ligature oe */
+    {'R', M_ACUTE}, /* U+0154 latin capital letter r with acute */
+    {'r', M_ACUTE}, /* U+0155 latin small letter r with acute */
+    {'R', M_CEDILLA}, /* U+0156 latin capital letter r with cedilla */
+    {'r', M_CEDILLA}, /* U+0157 latin small letter r with cedilla */
+    {'R', M_CARON}, /* U+0158 latin capital letter r with caron */
+    {'r', M_CARON}, /* U+0159 latin small letter r with caron */
+    {'S', M_ACUTE}, /* U+015A latin capital letter s with acute */
+    {'s', M_ACUTE}, /* U+015B latin small letter s with acute */
+    {'S', M_CIRC}, /* U+015C latin capital letter s with circumflex */
+    {'s', M_CIRC}, /* U+015D latin small letter s with circumflex */
+    {'S', M_CEDILLA}, /* U+015E latin capital letter s with cedilla */
+    {'s', M_CEDILLA}, /* U+015F latin small letter s with cedilla */
+    {'S', M_CARON}, /* U+0160 latin capital letter s with caron */
+    {'s', M_CARON}, /* U+0161 latin small letter s with caron */
+    {'T', M_CEDILLA}, /* U+0162 latin capital letter t with cedilla */
+    {'t', M_CEDILLA}, /* U+0163 latin small letter t with cedilla */
+    {'T', M_CARON}, /* U+0164 latin capital letter t with caron */
+    {'t', M_CARON}, /* U+0165 latin small letter t with caron */
+    {SP(58), M_NONE}, /* U+0166 latin capital letter t with stroke */
+    {SP(59), M_NONE}, /* U+0167 latin small letter t with stroke */
+    {'U', M_TILDE}, /* U+0168 latin capital letter u with tilde */
+    {'u', M_TILDE}, /* U+0169 latin small letter u with tilde */
+    {'U', M_MACRON}, /* U+016A latin capital letter u with macron */
+    {'u', M_MACRON}, /* U+016B latin small letter u with macron */
+    {'U', M_BREVE}, /* U+016C latin capital letter u with breve */
+    {'u', M_BREVE}, /* U+016D latin small letter u with breve */
+    {'U', M_RING}, /* U+016E latin capital letter u with ring above */
+    {'u', M_RING}, /* U+016F latin small letter u with ring above */
+    {'U', M_DACUTE}, /* U+0170 latin capital letter u with double acute */
+    {'u', M_DACUTE}, /* U+0171 latin small letter u with double acute */
+    {'U', M_OGONEK}, /* U+0172 latin capital letter u with ogonek */
+    {'u', M_OGONEK}, /* U+0173 latin small letter u with ogonek */
+    {'W', M_CIRC}, /* U+0174 latin capital letter w with circumflex */
+    {'w', M_CIRC}, /* U+0175 latin small letter w with circumflex */
+    {'Y', M_CIRC}, /* U+0176 latin capital letter y with circumflex */
+    {'y', M_CIRC}, /* U+0177 latin small letter y with circumflex */
+    {'Y', M_DIAER}, /* U+0178 latin capital letter y with diaeresis */
+    {'Z', M_ACUTE}, /* U+0179 latin capital letter z with acute */
+    {'z', M_ACUTE}, /* U+017A latin small letter z with acute */
+    {'Z', M_DOT}, /* U+017B latin capital letter z with dot above */
+    {'z', M_DOT}, /* U+017C latin small letter z with dot above */
+    {'Z', M_CARON}, /* U+017D latin capital letter z with caron */
+    {'z', M_CARON}, /* U+017E latin small letter z with caron */
+    {SP(60), M_NONE}, /* U+017F latin small letter long s */
+};
+
+/* Glyphs of the specials, from 6x13.pcf.gz (ISO 10646). */
+static const struct {
+    uint16_t cp;
+    uint8_t rows[FONT_H];
+} specials[] = {
+    {0x00A1, {0x00, 0x00, 0x04, 0x00, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x00, 0x00}}, /* inverted exclamation mark */
+    {0x00A2, {0x00, 0x00, 0x04, 0x0e, 0x15, 0x05, 0x05, 0x15, 0x0e, 0x04, 0x00, 0x00, 0x00}}, /* cent sign */
+    {0x00A3, {0x00, 0x00, 0x0c, 0x12, 0x02, 0x02, 0x07, 0x02, 0x02, 0x12, 0x0d, 0x00, 0x00}}, /* pound sign */
+    {0x00A4, {0x00, 0x00, 0x00, 0x00, 0x11, 0x0e, 0x0a, 0x0a, 0x0e, 0x11, 0x00, 0x00, 0x00}}, /* currency sign */
+    {0x00A5, {0x00, 0x00, 0x11, 0x11, 0x0a, 0x0a, 0x1f, 0x04, 0x1f, 0x04, 0x04, 0x00, 0x00}}, /* yen sign */
+    {0x00A6, {0x00, 0x00, 0x04, 0x04, 0x04, 0x04, 0x00, 0x04, 0x04, 0x04, 0x04, 0x00, 0x00}}, /* broken bar */
+    {0x00A7, {0x00, 0x0c, 0x12, 0x02, 0x0c, 0x12, 0x12, 0x0c, 0x10, 0x12, 0x0c, 0x00, 0x00}}, /* section sign */
+    {0x00A8, {0x00, 0x0a, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* diaeresis */
+    {0x00A9, {0x00, 0x0e, 0x11, 0x15, 0x1b, 0x13, 0x1b, 0x15, 0x11, 0x0e, 0x00, 0x00, 0x00}}, /* copyright sign */
+    {0x00AA, {0x00, 0x00, 0x0e, 0x10, 0x1e, 0x11, 0x1e, 0x00, 0x1f, 0x00, 0x00, 0x00, 0x00}}, /* feminine ordinal indicator */
+    {0x00AB, {0x00, 0x00, 0x00, 0x00, 0x14, 0x0a, 0x05, 0x05, 0x0a, 0x14, 0x00, 0x00, 0x00}}, /* left-pointing double angle quotation mark */
+    {0x00AC, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1f, 0x10, 0x10, 0x00, 0x00, 0x00, 0x00}}, /* not sign */
+    {0x00AE, {0x00, 0x0e, 0x11, 0x17, 0x1b, 0x1b, 0x17, 0x1b, 0x11, 0x0e, 0x00, 0x00, 0x00}}, /* registered sign */
+    {0x00AF, {0x00, 0x00, 0x1f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* macron */
+    {0x00B0, {0x00, 0x00, 0x0c, 0x12, 0x12, 0x0c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* degree sign */
+    {0x00B1, {0x00, 0x00, 0x00, 0x04, 0x04, 0x1f, 0x04, 0x04, 0x00, 0x1f, 0x00, 0x00, 0x00}}, /* plus-minus sign */
+    {0x00B2, {0x00, 0x02, 0x05, 0x04, 0x02, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* superscript two */
+    {0x00B3, {0x00, 0x02, 0x05, 0x02, 0x04, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* superscript three */
+    {0x00B4, {0x00, 0x08, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* acute accent */
+    {0x00B5, {0x00, 0x00, 0x00, 0x00, 0x00, 0x11, 0x11, 0x11, 0x11, 0x19, 0x17, 0x01, 0x01}}, /* micro sign */
+    {0x00B6, {0x00, 0x00, 0x1e, 0x17, 0x17, 0x17, 0x17, 0x16, 0x14, 0x14, 0x14, 0x00, 0x00}}, /* pilcrow sign */
+    {0x00B7, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* middle dot */
+    {0x00B8, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x08, 0x04}}, /* cedilla */
+    {0x00B9, {0x00, 0x02, 0x03, 0x02, 0x02, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* superscript one */
+    {0x00BA, {0x00, 0x00, 0x0e, 0x11, 0x11, 0x11, 0x0e, 0x00, 0x1f, 0x00, 0x00, 0x00, 0x00}}, /* masculine ordinal indicator */
+    {0x00BB, {0x00, 0x00, 0x00, 0x00, 0x05, 0x0a, 0x14, 0x14, 0x0a, 0x05, 0x00, 0x00, 0x00}}, /* right-pointing double angle quotation mark */
+    {0x00BC, {0x00, 0x02, 0x03, 0x02, 0x02, 0x07, 0x10, 0x18, 0x14, 0x1c, 0x10, 0x00, 0x00}}, /* vulgar fraction one quarter */
+    {0x00BD, {0x00, 0x02, 0x03, 0x02, 0x02, 0x07, 0x08, 0x14, 0x10, 0x08, 0x1c, 0x00, 0x00}}, /* vulgar fraction one half */
+    {0x00BE, {0x00, 0x02, 0x05, 0x02, 0x04, 0x05, 0x12, 0x18, 0x14, 0x1c, 0x10, 0x00, 0x00}}, /* vulgar fraction three quarters */
+    {0x00BF, {0x00, 0x00, 0x04, 0x00, 0x04, 0x04, 0x02, 0x01, 0x11, 0x11, 0x0e, 0x00, 0x00}}, /* inverted question mark */
+    {0x00C6, {0x00, 0x00, 0x1a, 0x05, 0x05, 0x05, 0x0d, 0x07, 0x05, 0x05, 0x1d, 0x00, 0x00}}, /* latin capital letter ae */
+    {0x00D0, {0x00, 0x00, 0x0f, 0x12, 0x12, 0x12, 0x17, 0x12, 0x12, 0x12, 0x0f, 0x00, 0x00}}, /* latin capital letter eth */
+    {0x00D7, {0x00, 0x00, 0x00, 0x00, 0x00, 0x11, 0x0a, 0x04, 0x0a, 0x11, 0x00, 0x00, 0x00}}, /* multiplication sign */
+    {0x00D8, {0x00, 0x10, 0x0e, 0x19, 0x19, 0x15, 0x15, 0x15, 0x13, 0x13, 0x0e, 0x01, 0x00}}, /* latin capital letter o with stroke */
+    {0x00DE, {0x00, 0x00, 0x01, 0x0f, 0x11, 0x11, 0x11, 0x0f, 0x01, 0x01, 0x01, 0x00, 0x00}}, /* latin capital letter thorn */
+    {0x00DF, {0x00, 0x00, 0x06, 0x09, 0x09, 0x05, 0x05, 0x09, 0x11, 0x11, 0x0d, 0x00, 0x00}}, /* latin small letter sharp s */
+    {0x00E6, {0x00, 0x00, 0x00, 0x00, 0x00, 0x0e, 0x14, 0x0e, 0x05, 0x15, 0x0a, 0x00, 0x00}}, /* latin small letter ae */
+    {0x00F0, {0x00, 0x0a, 0x04, 0x06, 0x08, 0x0e, 0x11, 0x11, 0x11, 0x11, 0x0e, 0x00, 0x00}}, /* latin small letter eth */
+    {0x00F7, {0x00, 0x00, 0x00, 0x04, 0x04, 0x00, 0x1f, 0x00, 0x04, 0x04, 0x00, 0x00, 0x00}}, /* division sign */
+    {0x00F8, {0x00, 0x00, 0x00, 0x00, 0x10, 0x0e, 0x19, 0x15, 0x15, 0x13, 0x0e, 0x01, 0x00}}, /* latin small letter o with stroke */
+    {0x00FE, {0x00, 0x00, 0x00, 0x01, 0x01, 0x0d, 0x13, 0x11, 0x11, 0x13, 0x0d, 0x01, 0x01}}, /* latin small letter thorn */
+    {0x0110, {0x00, 0x00, 0x0f, 0x12, 0x12, 0x12, 0x17, 0x12, 0x12, 0x12, 0x0f, 0x00, 0x00}}, /* latin capital letter d with stroke */
+    {0x0111, {0x00, 0x00, 0x10, 0x38, 0x10, 0x1e, 0x11, 0x11, 0x11, 0x11, 0x1e, 0x00, 0x00}}, /* latin small letter d with stroke */
+    {0x0126, {0x00, 0x00, 0x11, 0x11, 0x1f, 0x11, 0x1f, 0x11, 0x11, 0x11, 0x11, 0x00, 0x00}}, /* latin capital letter h with stroke */
+    {0x0127, {0x00, 0x00, 0x01, 0x0f, 0x01, 0x0d, 0x13, 0x11, 0x11, 0x11, 0x11, 0x00, 0x00}}, /* latin small letter h with stroke */
+    {0x0131, {0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x04, 0x04, 0x04, 0x04, 0x0e, 0x00, 0x00}}, /* latin small letter dotless i */
+    {0x0132, {0x00, 0x00, 0x3b, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x15, 0x0b, 0x00, 0x00}}, /* latin capital ligature ij */
+    {0x0133, {0x00, 0x00, 0x00, 0x12, 0x00, 0x1b, 0x12, 0x12, 0x12, 0x12, 0x17, 0x12, 0x0c}}, /* latin small ligature ij */
+    {0x0138, {0x00, 0x00, 0x00, 0x00, 0x00, 0x11, 0x09, 0x05, 0x07, 0x09, 0x11, 0x00, 0x00}}, /* latin small letter kra */
+    {0x013F, {0x00, 0x00, 0x01, 0x01, 0x01, 0x09, 0x09, 0x01, 0x01, 0x01, 0x1f, 0x00, 0x00}}, /* latin capital letter l with middle dot */
+    {0x0140, {0x00, 0x00, 0x06, 0x04, 0x04, 0x14, 0x14, 0x04, 0x04, 0x04, 0x0e, 0x00, 0x00}}, /* latin small letter l with middle dot */
+    {0x0141, {0x00, 0x00, 0x02, 0x02, 0x06, 0x02, 0x03, 0x02, 0x02, 0x02, 0x1e, 0x00, 0x00}}, /* latin capital letter l with stroke */
+    {0x0142, {0x00, 0x00, 0x06, 0x04, 0x0c, 0x04, 0x06, 0x04, 0x04, 0x04, 0x0e, 0x00, 0x00}}, /* latin small letter l with stroke */
+    {0x0149, {0x00, 0x03, 0x02, 0x01, 0x00, 0x0d, 0x13, 0x11, 0x11, 0x11, 0x11, 0x00, 0x00}}, /* latin small letter n preceded by apostrophe */
+    {0x014A, {0x00, 0x00, 0x11, 0x13, 0x13, 0x15, 0x15, 0x19, 0x19, 0x11, 0x11, 0x14, 0x08}}, /* latin capital letter eng */
+    {0x014B, {0x00, 0x00, 0x00, 0x00, 0x00, 0x0d, 0x13, 0x11, 0x11, 0x11, 0x11, 0x14, 0x08}}, /* latin small letter eng */
+    {0x0152, {0x00, 0x00, 0x1e, 0x05, 0x05, 0x05, 0x0d, 0x05, 0x05, 0x05, 0x1e, 0x00, 0x00}}, /* latin capital ligature oe */
+    {0x0153, {0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x15, 0x1d, 0x05, 0x15, 0x0a, 0x00, 0x00}}, /* latin small ligature oe */
+    {0x0166, {0x00, 0x00, 0x1f, 0x04, 0x04, 0x0e, 0x04, 0x04, 0x04, 0x04, 0x04, 0x00, 0x00}}, /* latin capital letter t with stroke */
+    {0x0167, {0x00, 0x00, 0x00, 0x02, 0x02, 0x0f, 0x02, 0x07, 0x02, 0x12, 0x0c, 0x00, 0x00}}, /* latin small letter t with stroke */
+    {0x017F, {0x00, 0x00, 0x0c, 0x12, 0x02, 0x02, 0x03, 0x02, 0x02, 0x02, 0x02, 0x00, 0x00}}, /* latin small letter long s */
+    {0x2013, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* en dash */
+    {0x2014, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* em dash */
+    {0x2018, {0x00, 0x00, 0x08, 0x04, 0x0c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* left single quotation mark */
+    {0x2019, {0x00, 0x00, 0x0c, 0x08, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* right single quotation mark */
+    {0x201C, {0x00, 0x00, 0x12, 0x09, 0x1b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* left double quotation mark */
+    {0x201D, {0x00, 0x00, 0x1b, 0x12, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* right double quotation mark */
+    {0x2022, {0x00, 0x00, 0x00, 0x00, 0x0e, 0x1f, 0x1f, 0x1f, 0x0e, 0x00, 0x00, 0x00, 0x00}}, /* bullet */
+    {0x2026, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x15, 0x00, 0x00}}, /* horizontal ellipsis */
+    {0x20AC, {0x00, 0x00, 0x1c, 0x02, 0x02, 0x0f, 0x02, 0x0f, 0x02, 0x02, 0x1c, 0x00, 0x00}}, /* euro sign */
+    {0x2212, {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}}, /* minus sign */
+    {0xFFFD, {0x00, 0x00, 0x0e, 0x1b, 0x15, 0x17, 0x1b, 0x1b, 0x1f, 0x1b, 0x0e, 0x00, 0x00}}, /* replacement character */
+};
+
+#define N_SPECIALS ((int)(sizeof specials / sizeof specials[0]))
+#define B_SPECIAL 95                  /* first special's base number */
+#define B_REPL (B_SPECIAL + N_SPECIALS - 1) /* U+FFFD, the last special */
+#define B_BOX (B_SPECIAL + N_SPECIALS) /* the hollow box */
+#define N_BASES (B_BOX + 1)
+
+/* The hollow box drawn for characters the face has no glyph for (CJK,
+ * emoji, ...): one per character, so a name keeps its length. */
+static const uint8_t box[FONT_H] = {0x00, 0x00, 0x1f, 0x11, 0x11, 0x11, 0x11,
+                                    0x11, 0x11, 0x11, 0x1f, 0x00, 0x00};
+
 uint8_t font_row(unsigned char c, int y)
 {
     if (y < 0 || y >= FONT_H)
@@ -115,10 +487,275 @@ uint8_t font_row(unsigned char c, int y)
     return glyphs[c - 32][y];
 }
 
+/* ---- UTF-8 ----------------------------------------------------------- */
+
+int font_utf8_next(const char *s, uint32_t *cp)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    *cp = 0;
+    if (!u || !u[0])
+        return 0;
+    unsigned c = u[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    /* 0x80..0xBF: a continuation byte with no lead; 0xF8..0xFF: no
+     * sequence starts so (0xF5..0xF7 do, but only past U+10FFFF). */
+    int need = c < 0xC0 ? 0 : c < 0xE0 ? 1 : c < 0xF0 ? 2 : c < 0xF8 ? 3 : 0;
+    *cp = FONT_REPLACEMENT;
+    if (!need)
+        return 1;
+    uint32_t v = c & (0x3Fu >> need);
+    for (int i = 1; i <= need; i++) {
+        /* NUL is no continuation byte: a sequence cut by the end of the
+         * string stops here, before reading past it. */
+        if ((u[i] & 0xC0) != 0x80)
+            return i;
+        v = v << 6 | (u[i] & 0x3Fu);
+    }
+    static const uint32_t least[4] = {0, 0x80, 0x800, 0x10000};
+    if (v < least[need] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return need + 1;
+    *cp = v;
+    return need + 1;
+}
+
+/* ---- code point -> glyph --------------------------------------------- */
+
+static int special_base(uint32_t cp)
+{
+    for (int i = 0; i < N_SPECIALS; i++)
+        if (specials[i].cp == cp)
+            return B_SPECIAL + i;
+    return -1;
+}
+
+static int glyph_of(uint32_t cp)
+{
+    if (cp >= 32 && cp <= 126)
+        return (int)(cp - 32) * M_COUNT;
+    if (cp < 32 || (cp >= 0x7F && cp < 0xA0))
+        return B_REPL * M_COUNT;
+    if (cp >= 0xA0 && cp < 0x180) {
+        int b = latin[cp - 0xA0][0], m = latin[cp - 0xA0][1];
+        b = b >= 0x80 ? B_SPECIAL + (b - 0x80) : b - 32;
+        return b * M_COUNT + m;
+    }
+    /* A combining accent with nothing before it: over a space. */
+    if (cp >= 0x300 && cp < 0x329 && combining[cp - 0x300])
+        return combining[cp - 0x300];
+    int b = special_base(cp);
+    return (b >= 0 ? b : B_BOX) * M_COUNT;
+}
+
+/* Code points that draw nothing of their own but belong to the cell
+ * before them: combining marks, variation selectors, emoji skin-tone
+ * modifiers, tag characters (flag subdivisions). */
+static int is_extender(uint32_t cp)
+{
+    return (cp >= 0x300 && cp <= 0x36F) || (cp >= 0x1AB0 && cp <= 0x1AFF) ||
+           (cp >= 0x1DC0 && cp <= 0x1DFF) || (cp >= 0x20D0 && cp <= 0x20FF) ||
+           (cp >= 0xFE00 && cp <= 0xFE0F) || (cp >= 0xFE20 && cp <= 0xFE2F) ||
+           (cp >= 0x1F3FB && cp <= 0x1F3FF) || (cp >= 0xE0020 && cp <= 0xE007F) ||
+           (cp >= 0xE0100 && cp <= 0xE01EF);
+}
+
+static int is_regional(uint32_t cp)
+{
+    return cp >= 0x1F1E6 && cp <= 0x1F1FF;
+}
+
+int font_next(const char *s, int *glyph)
+{
+    uint32_t cp, nx;
+    int n = font_utf8_next(s, &cp);
+    *glyph = 0;
+    if (!n)
+        return 0;
+    int g = glyph_of(cp), pairs = is_regional(cp);
+    for (;;) {
+        int m = font_utf8_next(s + n, &nx);
+        if (!m)
+            break;
+        if (is_extender(nx)) {
+            /* A combining accent goes onto a letter that has none yet
+             * (u + U+0308 = ü); further or unknown ones take no room. */
+            int base = g / M_COUNT;
+            if (nx < 0x329 && combining[nx - 0x300] && g % M_COUNT == M_NONE &&
+                base < B_REPL)
+                g += combining[nx - 0x300];
+            n += m;
+        } else if (nx == 0x200D) {
+            /* Zero-width joiner: the next character is part of this one
+             * (an emoji family, a profession). */
+            n += m;
+            n += font_utf8_next(s + n, &nx);
+        } else if (pairs && is_regional(nx)) {
+            /* Two regional indicators are one flag. */
+            pairs = 0;
+            n += m;
+        } else
+            break;
+    }
+    *glyph = g;
+    return n;
+}
+
+int font_glyph_count(void)
+{
+    return N_BASES * M_COUNT;
+}
+
+/* Rows top..10 of a letter pressed into newtop..10: a capital (or an
+ * ascender) makes room for its accent as the 6x13 face does it, by
+ * dropping a row from its longest straight runs (the stems of E, the
+ * sides of A), so the letter keeps its shape. */
+static void squash(uint8_t rows[FONT_H], int top, int newtop)
+{
+    uint8_t seg[FONT_H];
+    int n = 0;
+    for (int y = top; y <= 10; y++)
+        seg[n++] = rows[y];
+    for (int k = newtop - top; k > 0 && n > 1; k--) {
+        int best = -1, blen = 1;
+        for (int i = 0; i < n;) {
+            int j = i + 1;
+            while (j < n && seg[j] == seg[i])
+                j++;
+            if (j - i > blen) {
+                blen = j - i;
+                best = i;
+            }
+            i = j;
+        }
+        int drop = best >= 0 ? best : n / 2;
+        memmove(seg + drop, seg + drop + 1, (size_t)(n - drop - 1));
+        n--;
+    }
+    for (int y = 0; y <= 10; y++)
+        rows[y] = 0;
+    for (int i = 0; i < n; i++)
+        rows[11 - n + i] = seg[i];
+}
+
+static void add_mark(uint8_t rows[FONT_H], int mark, int dotless)
+{
+    if (mark <= M_NONE || mark >= M_COUNT)
+        return;
+    if (marks[mark].below) {
+        if (!rows[11] && !rows[12]) {
+            rows[11] |= marks[mark].rows[0];
+            rows[12] |= marks[mark].rows[1];
+            return;
+        }
+        /* A letter with a descender (g with cedilla, Latvian) wears it
+         * above, as a turned comma. */
+        mark = M_ACUTE;
+    }
+    if (dotless)
+        for (int y = 0; y < 5; y++)
+            rows[y] = 0;
+    int h = marks[mark].h, top = 0;
+    while (top <= 10 && !rows[top])
+        top++;
+    if (top > 10)
+        top = 5; /* a space: the accent sits where a small letter's would */
+    /* One blank row between accent and letter, the accent no higher than
+     * row 1 (row 0 touches the line above); a ring may touch its letter
+     * (A with ring, as the face draws it). */
+    int gap = 1;
+    if (top - gap - h < 1 && mark == M_RING)
+        gap = 0;
+    if (top - gap - h < 1) {
+        squash(rows, top, 1 + h + gap);
+        top = 1 + h + gap;
+    }
+    for (int i = 0; i < h; i++)
+        rows[top - gap - h + i] |= marks[mark].rows[i];
+}
+
+void font_glyph(int glyph, uint8_t rows[FONT_H])
+{
+    int b = glyph / M_COUNT, m = glyph % M_COUNT;
+    if (glyph < 0 || b >= N_BASES) {
+        b = B_BOX;
+        m = M_NONE;
+    }
+    const uint8_t *src = b < B_SPECIAL   ? glyphs[b]
+                         : b < B_BOX     ? specials[b - B_SPECIAL].rows
+                                         : box;
+    memcpy(rows, src, FONT_H);
+    add_mark(rows, m, b == 'i' - 32 || b == 'j' - 32);
+}
+
+/* ---- measuring and cutting ------------------------------------------- */
+
+int font_text_cells(const char *s)
+{
+    int n = 0, g, k;
+    if (!s)
+        return 0;
+    while ((k = font_next(s, &g)) > 0) {
+        s += k;
+        n++;
+    }
+    return n;
+}
+
 int font_text_width(const char *s, int scale)
 {
-    return s ? (int)strlen(s) * FONT_W * (scale < 1 ? 1 : scale) : 0;
+    return font_text_cells(s) * FONT_W * (scale < 1 ? 1 : scale);
 }
+
+size_t font_cells_bytes(const char *s, int cells)
+{
+    size_t n = 0;
+    int g, k;
+    if (!s)
+        return 0;
+    for (int c = 0; c < cells && (k = font_next(s + n, &g)) > 0; c++)
+        n += (size_t)k;
+    return n;
+}
+
+int font_fit(char *dst, size_t cap, const char *s, int cells,
+             const char *more)
+{
+    if (!dst || !cap)
+        return 0;
+    dst[0] = 0;
+    if (!s)
+        return 0;
+    if (cells < 0)
+        cells = 0;
+    size_t all = strlen(s);
+    if (all < cap && font_text_cells(s) <= cells) {
+        memcpy(dst, s, all + 1);
+        return 0;
+    }
+    size_t ml = more ? strlen(more) : 0;
+    int mc = more ? font_text_cells(more) : 0;
+    if (cells <= mc || ml >= cap) {
+        ml = 0;
+        mc = 0;
+    }
+    /* The most cells whose bytes and the marker's fit in cap. */
+    int keep = cells - mc;
+    size_t kb = 0;
+    int g, k;
+    for (int c = 0; c < keep && (k = font_next(s + kb, &g)) > 0; c++) {
+        if (kb + (size_t)k + ml >= cap)
+            break;
+        kb += (size_t)k;
+    }
+    memcpy(dst, s, kb);
+    memcpy(dst + kb, more ? more : "", ml);
+    dst[kb + ml] = 0;
+    return 1;
+}
+
+/* ---- drawing --------------------------------------------------------- */
 
 void font_draw_rgb(uint8_t *rgb, int w, int h, int x, int y, const char *s,
                    int scale, uint32_t color)
@@ -129,13 +766,16 @@ void font_draw_rgb(uint8_t *rgb, int w, int h, int x, int y, const char *s,
         scale = 1;
     uint8_t cr = (uint8_t)(color >> 16), cg = (uint8_t)(color >> 8),
             cb = (uint8_t)color;
-    for (; *s; s++, x += FONT_W * scale) {
+    int g, k;
+    for (; (k = font_next(s, &g)) > 0; s += k, x += FONT_W * scale) {
         if (x >= w)
             break;
-        if (x + FONT_W * scale <= 0)
+        if (x + FONT_W * scale <= 0 || g == 0)
             continue;
+        uint8_t rows[FONT_H];
+        font_glyph(g, rows);
         for (int gy = 0; gy < FONT_H; gy++) {
-            uint8_t row = font_row((unsigned char)*s, gy);
+            uint8_t row = rows[gy];
             if (!row)
                 continue;
             for (int gx = 0; gx < FONT_W; gx++) {
