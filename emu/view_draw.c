@@ -38,21 +38,36 @@ static void frame_rect(view_app *a, int x, int y, int w, int h, uint32_t rgb)
     SDL_RenderDrawRect(a->ren, &rc);
 }
 
+/* Glyphs per row of the font atlas: every glyph of emu/font.h (each
+ * letter with each accent, about 2400) in a 384 x 481 texture, built once,
+ * so drawing text stays one texture copy per character. */
+#define ATLAS_COLS 64
+
 int view_font_init(view_app *a)
 {
-    int w = 95 * FONT_W, h = FONT_H;
+    int n = font_glyph_count();
+    int w = ATLAS_COLS * FONT_W, h = (n + ATLAS_COLS - 1) / ATLAS_COLS * FONT_H;
     SDL_Surface *s = SDL_CreateRGBSurfaceWithFormat(0, w, h, 32,
                                                     SDL_PIXELFORMAT_ARGB8888);
     if (!s)
         return 0;
     SDL_LockSurface(s);
-    for (int g = 0; g < 95; g++)
+    for (int y = 0; y < h; y++) {
+        uint32_t *p = (uint32_t *)((uint8_t *)s->pixels + y * s->pitch);
+        for (int x = 0; x < w; x++)
+            p[x] = 0x00FFFFFFu;
+    }
+    for (int g = 0; g < n; g++) {
+        uint8_t rows[FONT_H];
+        font_glyph(g, rows);
+        int gx = g % ATLAS_COLS * FONT_W, gy = g / ATLAS_COLS * FONT_H;
         for (int y = 0; y < FONT_H; y++) {
-            uint8_t row = font_row((unsigned char)(32 + g), y);
-            uint32_t *p = (uint32_t *)((uint8_t *)s->pixels + y * s->pitch);
+            uint32_t *p = (uint32_t *)((uint8_t *)s->pixels + (gy + y) * s->pitch);
             for (int x = 0; x < FONT_W; x++)
-                p[g * FONT_W + x] = (row >> x & 1) ? 0xFFFFFFFFu : 0x00FFFFFFu;
+                if (rows[y] >> x & 1)
+                    p[gx + x] = 0xFFFFFFFFu;
         }
+    }
     SDL_UnlockSurface(s);
     a->font = SDL_CreateTextureFromSurface(a->ren, s);
     SDL_FreeSurface(s);
@@ -67,13 +82,11 @@ void view_text(view_app *a, int x, int y, const char *s, int scale,
 {
     SDL_SetTextureColorMod(a->font, (uint8_t)(rgb >> 16), (uint8_t)(rgb >> 8),
                            (uint8_t)rgb);
-    for (; *s; s++, x += FONT_W * scale) {
-        unsigned char c = (unsigned char)*s;
-        if (c < 32 || c > 126)
-            c = '?';
-        if (c == ' ')
+    int g, k;
+    for (; (k = font_next(s, &g)) > 0; s += k, x += FONT_W * scale) {
+        if (g == 0) /* space */
             continue;
-        SDL_Rect src = {(c - 32) * FONT_W, 0, FONT_W, FONT_H};
+        SDL_Rect src = {g % ATLAS_COLS * FONT_W, g / ATLAS_COLS * FONT_H, FONT_W, FONT_H};
         SDL_Rect dst = {x, y, FONT_W * scale, FONT_H * scale};
         SDL_RenderCopy(a->ren, a->font, &src, &dst);
     }
@@ -117,28 +130,22 @@ static void fmt_tp(char *buf, size_t cap, double s, double res)
     snprintf(buf, cap, "%.*f %s", t_decimals(res, sc), s * sc, un);
 }
 
-/* Text cut to maxw pixels ("..": cut). */
+/* Text cut to maxw pixels ("..": cut), counted in characters and cut
+ * between them (emu/font.h), never inside a UTF-8 sequence. */
 static void text_fit(view_app *a, int x, int y, const char *s, int maxw,
                      uint32_t rgb)
 {
-    char buf[512];
+    char buf[1024];
     int n = maxw / FONT_W;
     if (n <= 0)
         return;
-    snprintf(buf, sizeof buf, "%s", s);
-    if ((int)strlen(buf) > n) {
-        if (n >= 3) {
-            buf[n - 2] = '.';
-            buf[n - 1] = '.';
-        }
-        buf[n] = 0;
-    }
+    font_fit(buf, sizeof buf, s, n, "..");
     view_text(a, x, y, buf, 1, rgb);
 }
 
 static int text_w(const char *s)
 {
-    return FONT_W * (int)strlen(s);
+    return font_text_width(s, 1);
 }
 
 /* ---- lanes ----------------------------------------------------------- */
@@ -842,15 +849,20 @@ static int text_wrap(view_app *a, int x, int y, const char *s, int maxw, uint32_
     if (n < 8)
         n = 8;
     while (*s) {
-        int len = (int)strlen(s), cut = len;
-        if (len > n) {
-            cut = n;
-            while (cut > 0 && s[cut] != ' ')
-                cut--;
-            if (cut == 0)
-                cut = n;
+        /* Up to n characters (not bytes, and never half of one), ending
+         * at the last space among them when the text goes on. */
+        font_fit(line, sizeof line, s, n, NULL);
+        size_t cut = strlen(line);
+        if (s[cut] && s[cut] != ' ') {
+            size_t sp = cut;
+            while (sp > 0 && line[sp] != ' ')
+                sp--;
+            if (sp > 0)
+                cut = sp;
         }
-        snprintf(line, sizeof line, "%.*s", cut, s);
+        line[cut] = 0;
+        if (cut == 0)
+            break;
         view_text(a, x, y, line, 1, rgb);
         y += FONT_H + 3;
         s += cut;
@@ -1264,19 +1276,15 @@ static void draw_footer(view_app *a)
 }
 
 /* Appends s to buf (cap bytes, *n used), cut to at most max characters
- * with "..." at the end when longer. */
+ * (not bytes) with "..." at the end when longer, never inside one. */
 static void put_cut(char *buf, size_t cap, int *n, const char *s, int max)
 {
-    int len = (int)strlen(s);
     if (*n >= (int)cap - 1)
         return;
-    if (len <= max) {
-        *n += snprintf(buf + *n, cap - (size_t)*n, "%s", s);
-    } else if (max >= 3) {
-        *n += snprintf(buf + *n, cap - (size_t)*n, "%.*s...", max - 3, s);
-    }
-    if (*n > (int)cap - 1)
-        *n = (int)cap - 1;
+    if (font_text_cells(s) > max && max < 3)
+        return;
+    font_fit(buf + *n, cap - (size_t)*n, s, max, "...");
+    *n += (int)strlen(buf + *n);
 }
 
 /* What the run was told besides the trace: "freeze LIST  set K=V, K=V"
@@ -1365,14 +1373,15 @@ static void draw_header(view_app *a)
     /* The longest form that fits, else the shortest with the what-ifs cut
      * (text_fit cuts whatever is still too long). */
     snprintf(buf, sizeof buf, "%s%s%s%s%s", cores, hb, mx, sep, wi);
-    if ((int)strlen(buf) > nchar)
+    if (font_text_cells(buf) > nchar)
         snprintf(buf, sizeof buf, "%s%s%s%s%s", cores, hb2, mx, sep, wi);
-    if ((int)strlen(buf) > nchar)
+    if (font_text_cells(buf) > nchar)
         snprintf(buf, sizeof buf, "%s%s%s%s%s", cores2, hb2, mx, sep, wi);
-    if ((int)strlen(buf) > nchar && wi[0]) {
+    if (font_text_cells(buf) > nchar && wi[0]) {
         int n = snprintf(buf, sizeof buf, "%s%s%s", cores2, hb2, sep);
-        if (n < nchar)
-            put_cut(buf, sizeof buf, &n, wi, nchar - n);
+        int nc = font_text_cells(buf);
+        if (nc < nchar)
+            put_cut(buf, sizeof buf, &n, wi, nchar - nc);
     }
     text_fit(a, 10, 21, buf, room, 0xB0BEC5);
 }

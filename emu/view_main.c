@@ -8,6 +8,7 @@
  * "wheelup", "wheeldown"), and the hidden --demo / --demo-2048 (synthetic
  * v3-64 / v3-2048 results, no engine needed; 'd' switches between them)
  * and --frames N (with --screenshot: times N panning frames, for BENCH). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "emu/chart.h"
 #include "emu/cli.h"
+#include "emu/font.h"
 #include "emu/graph.h"
 #include "emu/report.h"
 #include "emu/outfile.h"
@@ -133,7 +135,8 @@ static int load_file(view_app *a, const char *path, const cli_whatif *w)
     }
     if (!set_result(a, &r))
         return cli_error(4, "view: out of memory");
-    snprintf(a->source, sizeof a->source, "%s", path);
+    /* cut between characters: the window title is UTF-8 */
+    font_fit(a->source, sizeof a->source, path, INT_MAX, NULL);
     return 0;
 }
 
