@@ -15,7 +15,7 @@
  * adjacent: the engine's own rounding, not a real gap. */
 #define ADJ_S 1e-9
 
-enum { LV_FULL, LV_MERGE, LV_GROUP, LV_COARSE, LV_BINNED };
+enum { LV_FULL, LV_MERGE, LV_GROUP, LV_COARSE, LV_BINNED, LV_TRACKS };
 
 /* How one core is written. */
 enum { CORE_FULL, CORE_PATH, CORE_PATH_COARSE };
@@ -24,6 +24,7 @@ typedef struct {
     FILE *f;          /* NULL: count only */
     const emu_result *r;
     size_t n;         /* X events emitted */
+    size_t nu[UNIT_COUNT]; /* of which on each unit */
     int first;        /* no comma before the next record */
     const int *from;  /* from[c]: c, the core its timeline is copied from,
                          or -1 (breakdown only) */
@@ -190,6 +191,7 @@ static void emit(sink *s, const emu_core_result *pc, const emu_event *e,
                  int coarse)
 {
     s->n++;
+    s->nu[e->unit]++;
     if (!s->f)
         return;
     const emu_result *r = s->r;
@@ -236,10 +238,10 @@ static int mergeable(const emu_event *a, const emu_event *b, int coarse)
 }
 
 /* Writes (or counts) one core's events.  merge: 0 none, 1 same layer,
- * 2 same category only.  path_only: critical path only.  units_seen gets
- * a bit per unit that produced an event. */
+ * 2 same category only.  skip: a bit per unit not written here.
+ * units_seen gets a bit per written unit that produced an event. */
 static void emit_core(sink *s, const emu_core_result *pc, int merge,
-                      int path_only, unsigned *units_seen)
+                      unsigned skip, unsigned *units_seen)
 {
     emu_event pend[UNIT_COUNT];
     int have[UNIT_COUNT] = {0};
@@ -248,7 +250,7 @@ static void emit_core(sink *s, const emu_core_result *pc, int merge,
             s->lane_end[u][k] = -1;
     for (size_t i = 0; i < pc->n_events; i++) {
         const emu_event *e = &pc->events[i];
-        if (e->unit >= UNIT_COUNT || (path_only && e->unit != UNIT_CORE))
+        if (e->unit >= UNIT_COUNT || (skip >> e->unit & 1))
             continue;
         *units_seen |= 1u << e->unit;
         if (!merge) {
@@ -315,6 +317,7 @@ static void emit_binned(sink *s, const emu_core_result *pc, int nbins)
         if (!(tot > 0))
             continue;
         s->n++;
+        s->nu[UNIT_CORE]++;
         if (!s->f)
             continue;
         sep(s);
@@ -336,6 +339,125 @@ static void emit_binned(sink *s, const emu_core_result *pc, int nbins)
         m->acc = acc; /* the memo owns it now */
     else if (own)
         free(acc);
+}
+
+/* One bin of a unit's thread (emit_unit_binned). */
+typedef struct {
+    double lo, hi;              /* extent of the events inside the bin */
+    double cat_s[CAT_COUNT];    /* event seconds inside the bin */
+    double bytes, flops;        /* of the events starting in the bin */
+    unsigned long count, events;
+    double run_s, best_s;       /* dominant layer: see below */
+    int32_t run_layer, best_layer;
+    int used;
+} ubin;
+
+static void ubin_add(ubin *b, double lo, double hi, const emu_event *e)
+{
+    if (!b->used || lo < b->lo)
+        b->lo = lo;
+    if (!b->used || hi > b->hi)
+        b->hi = hi;
+    b->used = 1;
+    b->cat_s[e->cat < CAT_COUNT ? e->cat : CAT_IDLE] += hi - lo;
+    if (b->run_s > 0 && e->layer == b->run_layer)
+        b->run_s += hi - lo;
+    else {
+        b->run_layer = e->layer;
+        b->run_s = hi - lo;
+    }
+    if (b->run_s > b->best_s || b->best_layer < -1) {
+        b->best_s = b->run_s;
+        b->best_layer = b->run_layer;
+    }
+}
+
+/* A representative's unit thread cut into nbins equal time bins over the
+ * step (LV_TRACKS): each bin with events is one event from the first start
+ * to the last end inside it (events crossing a bin edge are cut there, so
+ * bins never overlap and the thread nests), named by the layer of the
+ * longest run of consecutive events in it (the layer busiest in the bin
+ * where a unit's events of one layer come together, as they mostly do;
+ * a bin's exact busiest layer would need a table per bin), with every
+ * category's event seconds in args (overlapping DMAs add up) and the
+ * count, bytes and FLOPs of the events that start in it.  Returns 0 when
+ * out of memory (nothing written). */
+static int emit_unit_binned(sink *s, const emu_core_result *pc, int unit,
+                            int nbins)
+{
+    double end = pc->step_time_s;
+    for (size_t i = 0; i < pc->n_events; i++)
+        if (pc->events[i].unit == unit && pc->events[i].t1 > end)
+            end = pc->events[i].t1;
+    if (!(end > 0) || nbins < 1)
+        return 1;
+    ubin *bin = calloc((size_t)nbins, sizeof *bin);
+    if (!bin)
+        return 0;
+    for (int k = 0; k < nbins; k++)
+        bin[k].best_layer = bin[k].run_layer = -2;
+    double w = end / nbins;
+    for (size_t i = 0; i < pc->n_events; i++) {
+        const emu_event *e = &pc->events[i];
+        if (e->unit != unit)
+            continue;
+        double a = fmin(fmax(e->t0, 0), end), b = fmin(fmax(e->t1, a), end);
+        int k0 = (int)(a / w);
+        if (k0 >= nbins)
+            k0 = nbins - 1;
+        for (int k = k0; k < nbins && k * w < b; k++) {
+            double lo = fmax(a, k * w), hi = fmin(b, (k + 1) * w);
+            if (hi > lo)
+                ubin_add(&bin[k], lo, hi, e);
+        }
+        /* The start's bin takes the totals (a zero-length event too). */
+        ubin *h = &bin[k0];
+        if (!h->used) {
+            double at = fmin(fmax(a, k0 * w), (k0 + 1) * w);
+            ubin_add(h, at, at, e);
+        }
+        h->count += e->count;
+        h->events++;
+        h->bytes += e->bytes;
+        h->flops += e->flops;
+    }
+    int tid = lane_tid(pc->core, unit, 0);
+    for (int k = 0; k < nbins; k++) {
+        const ubin *b = &bin[k];
+        if (!b->used)
+            continue;
+        s->n++;
+        s->nu[unit]++;
+        if (!s->f)
+            continue;
+        int dom = 0;
+        for (int c = 0; c < CAT_COUNT; c++)
+            if (b->cat_s[c] > b->cat_s[dom])
+                dom = c;
+        const char *cat = emu_cat_name((emu_cat)dom);
+        const char *ln = layer_name(s->r, b->best_layer);
+        sep(s);
+        fputs("{\"ph\":\"X\",\"name\":", s->f);
+        put_str(s->f, ln ? ln : cat);
+        fputs(",\"cat\":", s->f);
+        put_str(s->f, cat);
+        fprintf(s->f, ",\"pid\":%d,\"tid\":%d", pc->chip, tid);
+        put_span(s->f, b->lo, b->hi);
+        fputs(",\"args\":{\"binned\":true,\"layer\":", s->f);
+        put_str(s->f, ln ? ln : "");
+        fprintf(s->f, ",\"events\":%lu,\"count\":%lu", b->events, b->count);
+        for (int c = 0; c < CAT_COUNT; c++)
+            if (b->cat_s[c] > 0)
+                fprintf(s->f, ",\"%s_s\":%.9g", emu_cat_name((emu_cat)c),
+                        b->cat_s[c]);
+        if (b->bytes != 0)
+            fprintf(s->f, ",\"bytes\":%.17g", b->bytes);
+        if (b->flops != 0)
+            fprintf(s->f, ",\"flops\":%.17g", b->flops);
+        fputs("}}", s->f);
+    }
+    free(bin);
+    return 1;
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -421,9 +543,37 @@ static int group_cores(const emu_result *r, int *rep, memo_tab *memo)
     return nrep;
 }
 
-/* Writes the whole document (or counts its X events when s->f is NULL). */
-static void write_all(sink *s, int level, const int *rep, unsigned *seen,
-                      int nbins)
+/* Events the detailed cores' threads take when each thread with more
+ * than share merged events (ucount: per core x unit, 0 for reduced cores)
+ * is cut into share bins: the emitters' own count (an empty bin is not
+ * written, so a binned thread can take fewer than share), stopping once
+ * past limit.  *oom set when out of memory. */
+static size_t tracks_need(const emu_result *r, const size_t *ucount,
+                          int share, size_t limit, int *oom)
+{
+    size_t need = 0;
+    for (int c = 0; c < r->cores && need <= limit; c++)
+        for (int k = 0; k < UNIT_COUNT; k++) {
+            size_t n = ucount[(size_t)c * UNIT_COUNT + k];
+            if (n <= (size_t)share) {
+                need += n;
+                continue;
+            }
+            sink one = {.r = r, .first = 1};
+            if (k == UNIT_CORE)
+                emit_binned(&one, &r->per_core[c], share);
+            else if (!emit_unit_binned(&one, &r->per_core[c], k, share))
+                *oom = 1;
+            need += one.n;
+        }
+    return need;
+}
+
+/* Writes the whole document (or counts its X events when s->f is NULL).
+ * LV_TRACKS: binmask[c] has a bit per unit of core c cut into tbins bins.
+ * Returns 0 when out of memory. */
+static int write_all(sink *s, int level, const int *rep, unsigned *seen,
+                     int nbins, const uint8_t *binmask, int tbins)
 {
     const emu_result *r = s->r;
     for (int c = 0; c < r->cores; c++) {
@@ -436,9 +586,11 @@ static void write_all(sink *s, int level, const int *rep, unsigned *seen,
                     : (reduced && level >= LV_COARSE) ? 2
                                                       : 1;
         int path_only = (copied && level < LV_MERGE) || reduced;
+        unsigned bm = binmask && !reduced ? binmask[c] : 0;
         /* counting: a timeline shared with an earlier core counts as it */
         int fresh = 1;
         memo_ent *m = s->f ? NULL
+                      : bm ? memo_find(s->memo, pc, 4, tbins, (int)bm, &fresh)
                            : memo_find(s->memo, pc, 3, binned ? -nbins : merge,
                                        path_only, &fresh);
         if (m && !fresh) {
@@ -452,7 +604,19 @@ static void write_all(sink *s, int level, const int *rep, unsigned *seen,
             u = 1u << UNIT_CORE;
             emit_binned(s, pc, nbins);
         } else {
-            emit_core(s, pc, merge, path_only, &u);
+            unsigned skip = path_only ? ~(1u << UNIT_CORE) : bm;
+            emit_core(s, pc, merge, skip, &u);
+            for (int k = 0; k < UNIT_COUNT; k++) {
+                if (!(bm >> k & 1))
+                    continue;
+                size_t n0k = s->nu[k];
+                if (k == UNIT_CORE)
+                    emit_binned(s, pc, tbins);
+                else if (!emit_unit_binned(s, pc, k, tbins))
+                    return 0;
+                if (s->nu[k] > n0k)
+                    u |= 1u << k;
+            }
         }
         seen[c] |= u;
         if (m) {
@@ -460,6 +624,7 @@ static void write_all(sink *s, int level, const int *rep, unsigned *seen,
             m->seen = u;
         }
     }
+    return 1;
 }
 
 static void meta(sink *s, const char *what, int pid, int tid, int has_tid,
@@ -500,10 +665,19 @@ static const char *level_text(int level)
     case LV_COARSE:
         return "merged, grouped, and the critical paths of reduced cores "
                "merge adjacent spans of one category across layers";
-    default:
+    case LV_BINNED:
         return "merged, grouped, and the critical path of each reduced core "
                "is cut into equal time bins, each named by its dominant "
                "category with every category's seconds in args";
+    default:
+        return "merged, grouped, each reduced core's critical path is one "
+               "bin, and the detailed cores' threads share the rest of the "
+               "budget: a thread with more merged events than its share "
+               "(bins_per_binned_thread) is cut into that many equal time "
+               "bins, each one event from the first start to the last end "
+               "inside it (critical path: named by the dominant category; "
+               "units: by the layer of the longest run of events), every "
+               "category's seconds in args";
     }
 }
 
@@ -614,7 +788,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     size_t total = 0;
     {
         unsigned *u0 = calloc((size_t)r->cores, sizeof(unsigned));
-        sink cnt = {NULL, r, 0, 1, from, {{0}}, NULL, &memo};
+        sink cnt = {.r = r, .first = 1, .from = from, .memo = &memo};
         int *id = malloc(sizeof(int) * r->cores);
         if (!u0 || !id) {
             free(u0);
@@ -627,7 +801,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
         }
         for (int c = 0; c < r->cores; c++)
             id[c] = c;
-        write_all(&cnt, LV_FULL, id, u0, 0);
+        write_all(&cnt, LV_FULL, id, u0, 0, NULL, 0);
         total = cnt.n;
         free(u0);
         free(id);
@@ -638,10 +812,14 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     int *rep = malloc(sizeof(int) * r->cores);
     unsigned *seen = calloc((size_t)r->cores, sizeof(unsigned));
     uint8_t *lanes = calloc((size_t)r->cores * UNIT_COUNT, 1);
-    if (!rep || !seen || !lanes) {
+    uint8_t *binmask = calloc((size_t)r->cores, 1);
+    size_t *ucount = calloc((size_t)r->cores * UNIT_COUNT, sizeof(size_t));
+    if (!rep || !seen || !lanes || !binmask || !ucount) {
         free(rep);
         free(seen);
         free(lanes);
+        free(binmask);
+        free(ucount);
         free(cores);
         free(from);
         free(synth);
@@ -652,8 +830,8 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
         rep[c] = c;
     int level = LV_FULL, ngroups = r->cores;
     size_t count = total;
-    int nbins = 0;
-    while (count > max_events && level < LV_BINNED) {
+    int nbins = 0, tbins = 0, oom = 0;
+    while (count > max_events && level < LV_TRACKS && !oom) {
         level++;
         if (level == LV_GROUP) {
             ngroups = group_cores(r, rep, &memo);
@@ -661,6 +839,8 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
                 free(rep);
                 free(seen);
                 free(lanes);
+                free(binmask);
+                free(ucount);
                 free(cores);
                 free(from);
                 free(synth);
@@ -678,7 +858,7 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
                     nred++;
                     continue;
                 }
-                sink one = {NULL, r, 0, 1, from, {{0}}, NULL, &memo};
+                sink one = {.r = r, .first = 1, .from = from, .memo = &memo};
                 unsigned u = 0;
                 emit_core(&one, &r->per_core[c], 1, 0, &u);
                 keep += one.n;
@@ -686,16 +866,59 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             size_t per = nred && max_events > keep ? (max_events - keep) / nred : 1;
             nbins = per < 1 ? 1 : per > 100000 ? 100000 : (int)per;
         }
-        sink cs = {NULL, r, 0, 1, from, {{0}}, NULL, &memo};
+        if (level == LV_TRACKS) {
+            /* The representatives alone exceed the budget (probe round 6:
+             * 14,006 layers on 4 representatives, 1.57M events against
+             * 1M).  Each reduced core keeps one bin, and the rest is
+             * shared among the representatives' threads: a thread with
+             * more merged events than a share L is cut into L equal time
+             * bins, the others keep their merged events, and L is
+             * bisected on the exact count (empty bins are not written),
+             * keeping only shares that fit: a thread with few events
+             * leaves its unused share to the others. */
+            nbins = 1;
+            size_t red = 0, most = 0;
+            for (int c = 0; c < r->cores; c++) {
+                sink one = {.r = r, .first = 1, .from = from, .memo = &memo};
+                unsigned u = 0;
+                if (rep[c] != c || from[c] != c) {
+                    emit_binned(&one, &r->per_core[c], 1);
+                    red += one.n;
+                    continue;
+                }
+                emit_core(&one, &r->per_core[c], 1, 0, &u);
+                for (int k = 0; k < UNIT_COUNT; k++) {
+                    ucount[(size_t)c * UNIT_COUNT + k] = one.nu[k];
+                    if (one.nu[k] > most)
+                        most = one.nu[k];
+                }
+            }
+            size_t left = max_events > red ? max_events - red : 0;
+            int lo = 1, hi = most > 100000000 ? 100000000 : (int)most;
+            while (lo < hi && !oom) {
+                int mid = lo + (hi - lo + 1) / 2;
+                if (tracks_need(r, ucount, mid, left, &oom) <= left)
+                    lo = mid;
+                else
+                    hi = mid - 1;
+            }
+            tbins = lo;
+            for (int c = 0; c < r->cores; c++)
+                for (int k = 0; k < UNIT_COUNT; k++)
+                    if (ucount[(size_t)c * UNIT_COUNT + k] > (size_t)tbins)
+                        binmask[c] |= (uint8_t)(1u << k);
+        }
+        sink cs = {.r = r, .first = 1, .from = from, .memo = &memo};
         memset(seen, 0, sizeof(unsigned) * r->cores);
-        write_all(&cs, level, rep, seen, nbins);
+        oom = !write_all(&cs, level, rep, seen, nbins,
+                         level == LV_TRACKS ? binmask : NULL, tbins);
         count = cs.n;
     }
 
     /* Streamed into the outfile's temporary (SPEC.md: no partial output):
      * a buffer of the whole text could reach hundreds of MB here. */
     FILE *f = o->f;
-    sink s = {f, r, 0, 1, from, {{0}}, lanes, &memo};
+    sink s = {.f = f, .r = r, .first = 1, .from = from, .lanes = lanes, .memo = &memo};
     fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
     fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
     put_str(f, r->trace);
@@ -729,6 +952,23 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
         if (level >= LV_BINNED)
             fprintf(f, ",\"bins_per_reduced_core\":%d", nbins);
     }
+    if (level >= LV_TRACKS) {
+        /* Which threads of the detailed cores were binned, and from how
+         * many merged events. */
+        fprintf(f, ",\"bins_per_binned_thread\":%d,\"binned_threads\":[",
+                tbins);
+        int firstb = 1;
+        for (int c = 0; c < r->cores; c++)
+            for (int k = 0; k < UNIT_COUNT; k++) {
+                if (!(binmask[c] >> k & 1))
+                    continue;
+                fprintf(f, "%s{\"core\":%d,\"unit\":\"%s\",\"merged_events\":%lu}",
+                        firstb ? "" : ",", c, unit_label(k),
+                        (unsigned long)ucount[(size_t)c * UNIT_COUNT + k]);
+                firstb = 0;
+            }
+        fputs("]", f);
+    }
     fprintf(f, ",\"cores_timeline_copied\":%d,\"cores_breakdown_only\":%d",
             ncopied, nsynth);
     fputs("},\n\"traceEvents\":[\n", f);
@@ -748,7 +988,9 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             meta(&s, "process_name", pc->chip, 0, 0, name, pc->chip);
         }
     }
-    write_all(&s, level, rep, seen, nbins);
+    if (!oom)
+        oom = !write_all(&s, level, rep, seen, nbins,
+                         level == LV_TRACKS ? binmask : NULL, tbins);
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
         for (int u = 0; u < UNIT_COUNT; u++) {
@@ -766,6 +1008,10 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
                 snprintf(name, sizeof name,
                          "core %d: critical path (units: see core %d, "
                          "identical)", c, rep[c]);
+            else if (level >= LV_TRACKS && (binmask[c] >> u & 1))
+                snprintf(name, sizeof name, "core %d: %s (binned: %d equal "
+                         "time bins to fit the event budget)", c,
+                         unit_label(u), tbins);
             else
                 snprintf(name, sizeof name, "core %d: %s", c, unit_label(u));
             meta(&s, "thread_name", pc->chip, c * UNIT_COUNT + u, 1, name,
@@ -784,13 +1030,17 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
     free(lanes);
     fputs("\n]}\n", f);
     tpu_status st = TPU_OK;
-    if (fflush(f) != 0 || ferror(f))
+    if (oom)
+        st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    else if (fflush(f) != 0 || ferror(f))
         st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s", path,
                       strerror(errno));
     else if (written)
         *written = s.n;
     free(rep);
     free(seen);
+    free(binmask);
+    free(ucount);
     free(cores);
     free(from);
     free(synth);

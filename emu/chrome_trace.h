@@ -25,10 +25,20 @@
  *   4. the reduced cores' critical paths are cut into equal time bins (the
  *      budget left after the representatives, shared equally, at least
  *      one bin), each one event named by its dominant category with the
- *      exact seconds of every category inside the bin in args.
+ *      exact seconds of every category inside the bin in args;
+ *   5. when the representatives alone exceed the budget: each reduced
+ *      core keeps one bin, and the representatives' threads share the
+ *      rest: the largest share L such that the threads fit when each
+ *      with more than L merged events is cut into L equal time bins (one
+ *      event per non-empty bin, from its first start to its last end
+ *      inside the bin, so a thread still nests; critical-path bins as in
+ *      4, unit bins named by the layer of the longest run of events, with
+ *      each category's seconds, count, bytes and FLOPs in args).
  * Every core always keeps a critical path covering its whole step; what
- * was reduced is written in the trace's "otherData" (and the budget is
- * exceeded rather than a core dropped).
+ * was reduced is written in the trace's "otherData".  The budget holds
+ * down to one event per kept thread (every core's critical path and each
+ * representative's units); below that it is exceeded, "over_budget",
+ * rather than a core dropped.
  */
 #ifndef EMU_CHROME_TRACE_H
 #define EMU_CHROME_TRACE_H
