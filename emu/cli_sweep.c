@@ -48,6 +48,7 @@
 
 #include "emu/chart.h"
 #include "emu/cli.h"
+#include "emu/font.h"
 #include "emu/graph.h"
 #include "emu/outfile.h"
 #include "emu/params.h"
@@ -1840,6 +1841,12 @@ typedef struct {
     double eps; /* examples per second */
 } ranked;
 
+/* " text" left-aligned in a column `cells` characters wide. */
+static void print_cell(const char *text, int cells)
+{
+    printf(" %s%*s", text, cells - font_text_cells(text), "");
+}
+
 static int ranked_cmp(const void *pa, const void *pb)
 {
     const ranked *a = pa, *b = pb;
@@ -1880,19 +1887,20 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
     qsort(rk, (size_t)n, sizeof *rk, ranked_cmp);
     printf("\nfastest first (examples per second; %lld of %lld runs fit):\n",
            n, nruns);
-    /* each swept column as wide as its name and its values (labels are
-     * under 96 bytes), so nothing is cut */
+    /* each swept column as wide as its name and its values in
+     * characters (a label is UTF-8: "ü" is two bytes and one column), so
+     * nothing is cut and the columns line up */
     int w[SWEEP_MAX_AXES];
     for (int a = 0; a < s->naxes; a++) {
-        w[a] = (int)strlen(s->ax[a].name);
+        w[a] = font_text_cells(s->ax[a].name);
         for (int v = 0; v < s->ax[a].n; v++)
-            if ((int)strlen(s->ax[a].v[v].label) > w[a])
-                w[a] = (int)strlen(s->ax[a].v[v].label);
+            if (font_text_cells(s->ax[a].v[v].label) > w[a])
+                w[a] = font_text_cells(s->ax[a].v[v].label);
     }
     printf("%-6s", "run");
     for (int a = 0; a < s->naxes; a++)
         if (s->ax[a].n > 1)
-            printf(" %-*s", w[a], s->ax[a].name);
+            print_cell(s->ax[a].name, w[a]);
     printf(" %10s %12s %10s %8s %9s\n", "step ms", "examples/s", "per core",
            "cores/r", "HBM GiB");
     for (long long k = 0; k < n && k < SWEEP_RANK_ROWS; k++) {
@@ -1903,7 +1911,7 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
         printf("%04lld  ", i);
         for (int a = 0; a < s->naxes; a++)
             if (s->ax[a].n > 1)
-                printf(" %-*s", w[a], s->ax[a].v[idx[a]].label);
+                print_cell(s->ax[a].v[idx[a]].label, w[a]);
         printf(" %10.3f %12.1f %10.2f %8d %9.2f\n", r->step_time_s * 1e3,
                rk[k].eps, rk[k].eps / (r->cores > 0 ? r->cores : 1),
                r->cores_per_replica, r->hbm_needed_bytes / 1073741824.0);

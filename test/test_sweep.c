@@ -402,6 +402,54 @@ void th_suite_sweep(th_ctx *t)
                   "status %d: %s%s", c.status, c.out, c.err);
     }
 
+    th_case(t, "the ranking's columns line up in characters, not bytes");
+    {
+        char ut[512], uw[512];
+        snprintf(ut, sizeof ut, "%s/uni-base.json", d);
+        write_text(ut,
+                   "{\"format\": \"tpuemu-trace/1\", \"name\": \"u\", "
+                   "\"system\": \"v3-8\", \"run\": {\"mode\": \"train\", "
+                   "\"global_batch\": 8}, \"graph\": {\"inputs\": [{\"name\": "
+                   "\"image\", \"shape\": [16, 16, 3]}], \"layers\": ["
+                   "{\"name\": \"ç1\", \"op\": \"conv\", \"in\": \"image\", "
+                   "\"filters\": 8, \"kernel\": [3, 3]}, {\"name\": \"c2\", "
+                   "\"op\": \"conv\", \"in\": \"ç1\", \"filters\": 8, "
+                   "\"kernel\": [3, 3]}]}}\n");
+        snprintf(uw, sizeof uw, "%s/uni.json", d);
+        write_sweep(uw, "uni-base.json",
+                    "\"grid\": {\"freeze\": [\"none\", \"ç1\", \"ç1,c2\"]}");
+        th_run(&c, "%s sweep %s --jobs 2 --out %s/uni-out", th_bin(), uw, d);
+        /* the column after the label: where "step ms" ends in the
+         * header, each row's number ends (in characters) */
+        const char *hd = strstr(c.out, "\nrun ");
+        int ok = c.status == 0 && hd != NULL, rows = 0, want = -1;
+        for (const char *ln = hd ? hd + 1 : NULL; ok && ln && *ln;) {
+            const char *nl = strchr(ln, '\n');
+            if (!nl || (rows > 0 && strncmp(ln, "000", 3) != 0))
+                break;
+            /* characters up to the end of the step time: 5th word from
+             * the end of a row, 7th of the header ("step ms", "per
+             * core" and "HBM GiB" are two words each) */
+            int chars = 0, fields = 0, nth = rows == 0 ? 7 : 5;
+            const char *q = nl;
+            while (q > ln && fields < nth) {
+                q--;
+                if (*q != ' ' && (q == ln || q[-1] == ' '))
+                    fields++;
+            }
+            while (q < nl && *q != ' ')
+                q++;
+            for (const char *r = ln; r < q; r++)
+                chars += ((unsigned char)*r & 0xC0) != 0x80;
+            if (want < 0)
+                want = chars;
+            ok &= chars == want;
+            rows++;
+            ln = nl + 1;
+        }
+        TH_CHECKF(t, ok && rows == 4, "%d rows: %s%s", rows, c.out, c.err);
+    }
+
     th_case(t, "a failing run: its status and log are named");
     write_text(fake, "#!/bin/sh\necho broken >&2\nexit 2\n");
     th_run(&c, "%s sweep %s --jobs 2 --bin %s --out %s", th_bin(), sw, fake,
