@@ -48,6 +48,9 @@ int cli_number(const char *s, double *out);
 void cli_fmt_gib2(char *a, char *b, size_t cap, double x, double y);
 /* v as the shortest %g text that reads back as exactly v. */
 void cli_fmt_num(char *buf, size_t cap, double v);
+/* Prints text (UTF-8) left-aligned in a column `cells` characters wide:
+ * a terminal table padded by bytes would shift at every "ü". */
+void cli_put_cell(const char *text, int cells);
 /* Option rule for every command: an option that takes a value is given
  * as "--name VALUE" or "--name=VALUE" (emu/main.c splits the second form
  * before any command parses), at most once (--set,

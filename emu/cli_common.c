@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "emu/cli.h"
+#include "emu/font.h"
 
 int cli_error(int code, const char *fmt, ...)
 {
@@ -233,4 +234,10 @@ int cli_freeze_same(const char *a, const char *b)
     if (!*a || !*b)
         return 0;
     return list_within(a, b) && list_within(b, a);
+}
+
+void cli_put_cell(const char *text, int cells)
+{
+    int pad = cells - font_text_cells(text);
+    printf("%s%*s", text, pad > 0 ? pad : 0, "");
 }

@@ -1841,12 +1841,6 @@ typedef struct {
     double eps; /* examples per second */
 } ranked;
 
-/* " text" left-aligned in a column `cells` characters wide. */
-static void print_cell(const char *text, int cells)
-{
-    printf(" %s%*s", text, cells - font_text_cells(text), "");
-}
-
 static int ranked_cmp(const void *pa, const void *pb)
 {
     const ranked *a = pa, *b = pb;
@@ -1900,7 +1894,10 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
     printf("%-6s", "run");
     for (int a = 0; a < s->naxes; a++)
         if (s->ax[a].n > 1)
-            print_cell(s->ax[a].name, w[a]);
+        {
+            putchar(' ');
+            cli_put_cell(s->ax[a].name, w[a]);
+        }
     printf(" %10s %12s %10s %8s %9s\n", "step ms", "examples/s", "per core",
            "cores/r", "HBM GiB");
     for (long long k = 0; k < n && k < SWEEP_RANK_ROWS; k++) {
@@ -1911,7 +1908,10 @@ static int print_ranking(const sweep *s, long long nruns, const run_out *res)
         printf("%04lld  ", i);
         for (int a = 0; a < s->naxes; a++)
             if (s->ax[a].n > 1)
-                print_cell(s->ax[a].v[idx[a]].label, w[a]);
+            {
+                putchar(' ');
+                cli_put_cell(s->ax[a].v[idx[a]].label, w[a]);
+            }
         printf(" %10.3f %12.1f %10.2f %8d %9.2f\n", r->step_time_s * 1e3,
                rk[k].eps, rk[k].eps / (r->cores > 0 ? r->cores : 1),
                r->cores_per_replica, r->hbm_needed_bytes / 1073741824.0);

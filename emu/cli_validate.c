@@ -302,7 +302,8 @@ int cli_validate(int argc, char **argv)
         cJSON_AddItemToArray(rows, row);
         cJSON_AddStringToObject(row, "file", path);
         if (graph_load(&g, path, &err) != TPU_OK) {
-            printf("%-32s %-8s error: %s\n", names[i], "-", err.msg);
+            cli_put_cell(names[i], 32);
+            printf(" %-8s error: %s\n", "-", err.msg);
             cli_fail(&err);
             cJSON_AddStringToObject(row, "error", err.msg);
             note_fail(&rc, err.code ? (int)err.code : 2);
@@ -328,8 +329,9 @@ int cli_validate(int argc, char **argv)
             }
             /* err.msg: "PATH: needs X GiB of HBM per core, vN core has
              * Y GiB (...)" */
-            printf("%-32s %-8s %12s %12s %9s  does not fit: %s\n", g.name,
-                   g.system, "-", pub, "-", err.msg);
+            cli_put_cell(g.name, 32);
+            printf(" %-8s %12s %12s %9s  does not fit: %s\n", g.system, "-",
+                   pub, "-", err.msg);
             cli_fail(&err);
             cJSON_AddBoolToObject(row, "fits", 0);
             cJSON_AddNumberToObject(row, "hbm_needed_bytes",
@@ -342,7 +344,8 @@ int cli_validate(int argc, char **argv)
             if (g.has_reference && g.reference_step_s > 0)
                 unfit++;
         } else if (st != TPU_OK) {
-            printf("%-32s %-8s error: %s\n", g.name, g.system, err.msg);
+            cli_put_cell(g.name, 32);
+            printf(" %-8s error: %s\n", g.system, err.msg);
             cli_fail(&err);
             cJSON_AddStringToObject(row, "error", err.msg);
             note_fail(&rc, (int)st);
@@ -365,8 +368,9 @@ int cli_validate(int argc, char **argv)
                 cJSON_AddNumberToObject(row, "error_pct", pe);
                 cJSON_AddStringToObject(row, "source", g.reference_source);
             }
-            printf("%-32s %-8s %12.5g %12s %9s  %s\n", g.name, g.system,
-                   r.step_time_s, pub, e,
+            cli_put_cell(g.name, 32);
+            printf(" %-8s %12.5g %12s %9s  %s\n", g.system, r.step_time_s,
+                   pub, e,
                    g.has_reference ? g.reference_source : "(no published "
                                                           "figure)");
             cJSON_AddBoolToObject(row, "fits", r.fits);
