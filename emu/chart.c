@@ -602,6 +602,28 @@ static int sec_label(const char *label)
     return (int)(n - 3);
 }
 
+/* How many series after i have a marker at the same pixel as series i's
+ * point (x, y) (y already scaled by ysc, s[k].y not). */
+static int covered_by_later(const frame *f, const chart_series *s,
+                            int nseries, int i, double x, double y,
+                            double ysc)
+{
+    int X = fx(f, x), Y = fy(f, y), n = 0;
+    for (int k = i + 1; k < nseries; k++) {
+        if (s[k].n > 40)
+            continue;
+        for (int j = 0; j < s[k].n; j++) {
+            double xk = s[k].x[j], yk = s[k].y[j] * ysc;
+            if (isfinite(xk) && isfinite(yk) && abs(fx(f, xk) - X) <= 2 &&
+                abs(fy(f, yk) - Y) <= 2) {
+                n++;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
 tpu_status chart_lines_png_to(outfile *o, const char *title,
                               const char *xlabel, const char *ylabel,
                               const chart_series *s, int nseries,
@@ -714,11 +736,19 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
                     thick_line(&im, px, py, X, Y, c);
             }
             if (s[i].n <= 40) {
+                /* Series that meet at a point (two systems with the same
+                 * step, or a sweep with one x value) would hide each
+                 * other's markers: each one grows by the markers drawn
+                 * over it later, so all show as nested rings. */
+                int r = 2 + 2 * covered_by_later(&f, s, nseries, i, x, y,
+                                                 ysc);
                 if (thin) {
-                    chart_line(&im, X - 3, Y - 3, X + 3, Y + 3, c);
-                    chart_line(&im, X - 3, Y + 3, X + 3, Y - 3, c);
+                    chart_line(&im, X - r - 1, Y - r - 1, X + r + 1,
+                               Y + r + 1, c);
+                    chart_line(&im, X - r - 1, Y + r + 1, X + r + 1,
+                               Y - r - 1, c);
                 } else {
-                    chart_fill(&im, X - 2, Y - 2, 5, 5, c);
+                    chart_fill(&im, X - r, Y - r, 2 * r + 1, 2 * r + 1, c);
                 }
             }
             px = X;

@@ -172,6 +172,26 @@ void th_suite_chart(th_ctx *t)
         free(p.rgb);
     }
 
+    th_case(t, "line chart: series that meet at a point all stay visible "
+               "(one x value, equal steps: probe round 6)");
+    {
+        double one_x[1] = {64}, same_y[1] = {0.25};
+        chart_series meet[3] = {{"v3-32", one_x, same_y, 1},
+                                {"v3-64", one_x, same_y, 1},
+                                {"v3-128", one_x, same_y, 1}};
+        st = chart_lines_png(path, "t", "system", "step time (s)", meet, 3,
+                             &err);
+        TH_CHECKF(t, st == TPU_OK, "%s", err.msg);
+        if (TH_CHECK(t, read_png(path, &p))) {
+            int a = count_color(&p, 90, 70, 810, 540, 0x0072B2);
+            int b = count_color(&p, 90, 70, 810, 540, 0xD55E00);
+            int c = count_color(&p, 90, 70, 810, 540, 0x009E73);
+            TH_CHECKF(t, a > 0 && b > 0 && c > 0,
+                      "marker pixels: %d %d %d", a, b, c);
+            free(p.rgb);
+        }
+    }
+
     th_case(t, "unwritable path fails cleanly and leaves no file");
     tsynth_result(&r, 8, 2, 2, 2, 1);
     st = chart_breakdown_png(&r, "/nonexistent-dir/x.png", &err);
