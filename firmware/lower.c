@@ -536,13 +536,14 @@ static mm_plan matmul_plan(const lc *c, double vmem, int64_t m, int64_t k,
     pl.kparts = 1;
     if (w_bytes > budget) {
         double chunk = budget / 2; /* double-buffered */
-        double per_col = w_bytes / (double)rup(n, cols);
+        double per_col = w_bytes / (double)rup(n, c->hw->lane_pad);
         int64_t fit = (int64_t)(chunk / per_col) / cols * cols;
         if (fit >= cols) {
             pl.n_chunk = fit < n ? fit : n;
         } else {
             pl.n_chunk = cols < n ? cols : n;
-            pl.kparts = (int64_t)ceil(per_col * (double)rup(pl.n_chunk, cols) /
+            pl.kparts = (int64_t)ceil(per_col *
+                                      (double)rup(pl.n_chunk, c->hw->lane_pad) /
                                       chunk);
             int64_t most = cdiv(k, rows); /* a part is one K tile at least */
             if (pl.kparts > most)
@@ -1232,17 +1233,23 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     /* Dense on a flat tensor: positions = 1. */
     if (L->op == GOP_DENSE && I->out.nsp > 0 && L->out.nsp > 0)
         nsp = 0; /* Keras Dense on the channel dim: a 1x1 conv */
-    /* K: taps folded into K (im2col) when it needs fewer 128-deep passes. */
+    /* K: each tap's features padded to the lanes (the layout's minor
+     * dimension: 128 on v2/v3, the performance guide's "features to 128"),
+     * or taps folded into K (im2col) when that needs fewer passes of the
+     * array's depth.  The padding is the layout's, not the array's: with a
+     * deeper array (--set mxu.rows=256) a 128-channel tap stays 128 deep
+     * and two taps share a pass (probe round 7: padding to the depth made
+     * a 256x256 array slower than 128x128 on a 3x3 convolution). */
+    int64_t lane = c->hw->lane_pad;
     int64_t k_taps = L->op == GOP_CONV_T ? cdiv(taps, sprod) : taps;
-    int64_t k_unfold = k_taps * rup(cin, rows);
-    int64_t k_fold = rup(k_taps * cin, rows);
-    int fold = k_fold < k_unfold && !conv_keeps_taps(c, L);
+    int64_t k_unfold = k_taps * rup(cin, lane);
+    int fold = cdiv(k_taps * cin, rows) < cdiv(k_unfold, rows) &&
+               !conv_keeps_taps(c, L);
     int64_t K = fold ? k_taps * cin : k_unfold;
     /* Weights as the MXU reads them: bf16, or for an f32 layer the fp32
      * values its three bf16 passes split (audit: an f32 convolution read
      * 2 bytes a weight). */
-    double w_bytes = (double)taps * (double)cin *
-                     (double)rup(cout, c->hw->mxu.cols) *
+    double w_bytes = (double)taps * (double)cin * (double)rup(cout, lane) *
                      (L->dtype_bytes == 4 ? 4 : 2);
     int64_t M = (int64_t)llround(m_out * conv_rows_scale(c, L));
     if (conv_keeps_taps(c, L)) {
@@ -1250,7 +1257,9 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         c->mem->small_batch_padded = c->B * conv_batch_scale(c);
     }
     double ktiles = (double)cdiv(K, rows);
-    double npad = (double)rup(cout, c->hw->mxu.cols);
+    /* output columns the vector unit and the accumulators hold: the
+     * lanes', not the array's (a wider array's extra columns are idle) */
+    double npad = (double)rup(cout, lane);
     double epi = npad * (ktiles - 1 + 3); /* K-slice sums, bias, BN stats */
     if (fold)
         epi += (double)K; /* im2col shuffle on the vector unit */
@@ -1297,16 +1306,15 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         if (conv_keeps_taps(c, L))
             Min = (int64_t)llround((double)Min * conv_batch_scale(c));
         int64_t Kdx = (L->op == GOP_CONV ? cdiv(taps, sprod) : taps) *
-                      rup(cout, rows);
+                      rup(cout, lane);
         if (L->op == GOP_DENSE)
-            Kdx = rup(cout, rows);
-        double ep = (double)rup(cin, c->hw->mxu.cols) *
-                    ((double)cdiv(Kdx, rows) + 1);
+            Kdx = rup(cout, lane);
+        double ep = (double)rup(cin, lane) * ((double)cdiv(Kdx, rows) + 1);
         c->fx = FX_DX;
         if (Min > 0)
             emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
                         in_nohalo / (double)Min, w_bytes,
-                        (double)rup(cin, c->hw->mxu.cols) * 4, ep, passes);
+                        (double)rup(cin, lane) * 4, ep, passes);
         c->fx = FX_NONE;
         c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     }

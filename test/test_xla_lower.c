@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emu/sim.h"
@@ -161,6 +162,36 @@ void th_suite_xla_lower(th_ctx *t)
             TH_CHECKF(t, on.k_max == 288, "64/core: K %lld",
                       (long long)on.k_max);
         }
+    }
+
+    th_case(t, "a deeper array keeps the lanes' padding: K = taps x 128 on "
+               "256 rows, and a 256x256 array is not slower (probe round 7)");
+    {
+        /* 4 examples per core, 3x3 on 128 channels: K = 9 x 128 whatever
+         * the array's depth (it padded to 9 x 256 before) */
+        trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 128, 128, 3);
+        tally deep;
+        if (TH_CHECKF(t,
+                      lower_tally(buf, "mxu.rows", "256", "c1", PHASE_FWD,
+                                  &deep, &e) == 0,
+                      "%s", e.msg))
+            TH_CHECKF(t, deep.k_max == 9 * 128, "K %lld",
+                      (long long)deep.k_max);
+        char path[512];
+        snprintf(path, sizeof path, "%s/deep-array.json", th_tmpdir());
+        FILE *f = fopen(path, "w");
+        if (TH_CHECK(t, f != NULL)) {
+            fputs(buf, f);
+            fclose(f);
+        }
+        th_cmd_result a, b;
+        th_run(&a, "%s run %s --quiet", th_bin(), path);
+        th_run(&b, "%s run %s --quiet --set mxu.rows=256 --set mxu.cols=256",
+               th_bin(), path);
+        double ta = atof(a.out), tb = atof(b.out);
+        TH_CHECKF(t, a.status == 0 && b.status == 0 && ta > 0 && tb > 0 &&
+                         tb < ta,
+                  "128x128 %g s, 256x256 %g s: %s%s", ta, tb, a.err, b.err);
     }
 
     th_case(t, "small batch: input and weight gradients are padded too");
