@@ -87,6 +87,11 @@ typedef struct {
     double small_batch, small_batch_padded;
     double hbm_remat_bytes;        /* activations that core recomputes in
                                       the backward pass to fit (xla.remat) */
+    /* What the largest core's need is made of (fw_memory): its weights,
+     * gradients and optimizer state, the activations it keeps for the
+     * backward pass, and the largest layer's workspace. */
+    double hbm_state_bytes, hbm_saved_bytes, hbm_workspace_bytes;
+    int hbm_need_core;             /* that core's index in its replica */
     double hbm_capacity_bytes;
     double step_time_s;            /* the slowest core's */
     double flops_per_step;         /* all cores, useful work */

@@ -255,8 +255,14 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         if (rc)
             goto fail_plan;
         if (mems[k].peak_bytes > need) {
-            need = mems[k].peak_bytes;
-            out->hbm_remat_bytes = mems[k].remat_bytes;
+            const fw_memory *m = &mems[k];
+            need = m->peak_bytes;
+            out->hbm_remat_bytes = m->remat_bytes;
+            out->hbm_state_bytes =
+                m->weights_bytes + m->grads_bytes + m->opt_bytes;
+            out->hbm_saved_bytes = m->saved_bytes;
+            out->hbm_workspace_bytes = m->workspace_bytes;
+            out->hbm_need_core = k;
         }
         if (mems[k].small_batch > 0) {
             out->small_batch = mems[k].small_batch;
