@@ -542,73 +542,6 @@ static int parse_strings(sweep *s, axis_kind kind, const char *name,
     return 0;
 }
 
-/* The first duplicate key at or under n, its JSON path in jp.  Sorting
- * keeps a file of a million keys from taking quadratic time. */
-typedef struct {
-    const char *key;
-    int idx;
-} key_at;
-
-static int key_cmp(const void *pa, const void *pb)
-{
-    const key_at *a = pa, *b = pb;
-    int c = strcmp(a->key, b->key);
-    return c ? c : (a->idx > b->idx) - (a->idx < b->idx);
-}
-
-static int find_dup(const cJSON *n, char *jp, size_t cap, int *oom)
-{
-    size_t len = strlen(jp);
-    if (cJSON_IsObject(n)) {
-        int cnt = cJSON_GetArraySize(n);
-        if (cnt > 1) {
-            key_at *k = malloc((size_t)cnt * sizeof *k);
-            if (!k) {
-                *oom = 1;
-                return 1;
-            }
-            int i = 0;
-            for (const cJSON *c = n->child; c; c = c->next, i++) {
-                k[i].key = c->string ? c->string : "";
-                k[i].idx = i;
-            }
-            qsort(k, (size_t)cnt, sizeof *k, key_cmp);
-            int first = -1;
-            const char *dk = NULL;
-            for (i = 1; i < cnt; i++)
-                if (strcmp(k[i].key, k[i - 1].key) == 0 &&
-                    (first < 0 || k[i].idx < first)) {
-                    first = k[i].idx;
-                    dk = k[i].key;
-                }
-            if (first >= 0) {
-                char q[80];
-                shown(q, sizeof q, dk);
-                snprintf(jp + len, cap - len, "%s%s", len ? "." : "", q);
-                free(k);
-                return 1;
-            }
-            free(k);
-        }
-    }
-    int i = 0;
-    for (const cJSON *c = n->child; c; c = c->next, i++) {
-        if (!cJSON_IsObject(c) && !cJSON_IsArray(c))
-            continue;
-        if (cJSON_IsObject(n)) {
-            char q[80];
-            shown(q, sizeof q, c->string ? c->string : "");
-            snprintf(jp + len, cap - len, "%s%s", len ? "." : "", q);
-        } else {
-            snprintf(jp + len, cap - len, "[%d]", i);
-        }
-        if (find_dup(c, jp, cap, oom))
-            return 1;
-        jp[len] = 0;
-    }
-    return 0;
-}
-
 /* The sweep file as JSON: the whole text one value, no duplicate keys. */
 static int read_doc(sweep *s, cJSON **out)
 {
@@ -644,7 +577,7 @@ static int read_doc(sweep *s, cJSON **out)
     free(text);
     char jp[512] = "";
     int oom = 0;
-    if (find_dup(doc, jp, sizeof jp, &oom)) {
+    if (rfile_json_find_dup(doc, jp, sizeof jp, shown, &oom)) {
         cJSON_Delete(doc);
         if (oom)
             return cli_error(4, "out of memory");

@@ -854,7 +854,26 @@ tpu_status report_parse(emu_result *r, const char *text, size_t len,
     }
     free(marked);
     rd c = {path, err};
-    tpu_status st = read_doc(&c, root, r);
+    tpu_status st = TPU_OK;
+    /* A repeated key reads as its first value here and as its last in
+     * Python's json or jq: a second "trace" would pass `check` against a
+     * report of another trace, a second "mxu" dodge the breakdown's sum
+     * check.  Refused at any depth, as traces and sweep files are; after
+     * the format (a file that is no report is told so first). */
+    const cJSON *fmt = cJSON_IsObject(root)
+                           ? cJSON_GetObjectItemCaseSensitive(root, "format")
+                           : NULL;
+    if (cJSON_IsString(fmt) &&
+        strcmp(fmt->valuestring, "tpuemu-report/1") == 0) {
+        char jp[512] = "";
+        int dup_oom = 0;
+        if (rfile_json_find_dup(root, jp, sizeof jp, NULL, &dup_oom))
+            st = dup_oom ? tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory",
+                                    path)
+                         : bad(&c, jp, "duplicate key");
+    }
+    if (!st)
+        st = read_doc(&c, root, r);
     cJSON_Delete(root);
     if (st)
         emu_result_free(r);

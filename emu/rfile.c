@@ -330,3 +330,135 @@ void rfile_json_error(const char *text, size_t len, size_t pos, char *buf,
         snprintf(buf, cap, "not valid JSON: syntax error at line %d, column "
                  "%d", line, col);
 }
+
+/* ---- duplicate keys ---------------------------------------------------- */
+
+typedef struct {
+    const char *key;
+    int idx;
+} rfile_key_at;
+
+static int rfile_key_cmp(const void *pa, const void *pb)
+{
+    const rfile_key_at *a = pa, *b = pb;
+    int c = strcmp(a->key, b->key);
+    return c ? c : (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* Below this many members a direct comparison is cheaper than sorting and
+ * needs no memory (every object of a trace but a broken one). */
+#define RFILE_DUP_SMALL 16
+
+int rfile_json_dup(const cJSON *obj)
+{
+    if (!cJSON_IsObject(obj))
+        return -1;
+    int cnt = cJSON_GetArraySize(obj);
+    if (cnt < 2)
+        return -1;
+    if (cnt <= RFILE_DUP_SMALL) {
+        int i = 0;
+        for (const cJSON *it = obj->child; it; it = it->next, i++)
+            for (const cJSON *o = obj->child; o != it; o = o->next)
+                if (strcmp(o->string ? o->string : "",
+                           it->string ? it->string : "") == 0)
+                    return i;
+        return -1;
+    }
+    rfile_key_at *k = malloc((size_t)cnt * sizeof *k);
+    if (!k)
+        return -2;
+    int i = 0;
+    for (const cJSON *c = obj->child; c && i < cnt; c = c->next, i++) {
+        k[i].key = c->string ? c->string : "";
+        k[i].idx = i;
+    }
+    qsort(k, (size_t)i, sizeof *k, rfile_key_cmp);
+    /* Sorted by key, then position: a member equal to its predecessor is
+     * a later occurrence; the earliest such is the first repeat. */
+    int first = -1;
+    for (int j = 1; j < i; j++)
+        if (strcmp(k[j].key, k[j - 1].key) == 0 &&
+            (first < 0 || k[j].idx < first))
+            first = k[j].idx;
+    free(k);
+    return first;
+}
+
+/* The default rfile_key_fn: a key from a file echoed in a message stays
+ * one line of valid UTF-8 (control bytes and stray bytes as \xNN). */
+static void rfile_key_shown(char *buf, size_t cap, const char *s)
+{
+    size_t n = 0;
+    if (cap == 0)
+        return;
+    for (const unsigned char *u = (const unsigned char *)s; *u;) {
+        char tmp[8];
+        size_t w = rfile_utf8_len(u), adv = w;
+        if (w == 0 || *u < 0x20 || *u == 0x7f) {
+            snprintf(tmp, sizeof tmp, "\\x%02x", *u);
+            w = 4;
+            adv = 1;
+        } else {
+            memcpy(tmp, u, w);
+        }
+        if (n + w + 4 > cap) {
+            if (cap >= 4) {
+                size_t m = n;
+                while (m + 4 > cap)
+                    m--;
+                /* never leave half a UTF-8 character before the dots */
+                if (m < n)
+                    while (m > 0 && ((unsigned char)buf[m] & 0xc0) == 0x80)
+                        m--;
+                n = m;
+                memcpy(buf + n, "...", 3);
+                n += 3;
+            }
+            break;
+        }
+        memcpy(buf + n, tmp, w);
+        n += w;
+        u += adv;
+    }
+    buf[n < cap ? n : cap - 1] = 0;
+}
+
+int rfile_json_find_dup(const cJSON *v, char *jp, size_t cap,
+                        rfile_key_fn quote, int *oom)
+{
+    size_t len = strlen(jp);
+    char q[80];
+    if (!quote)
+        quote = rfile_key_shown;
+    int d = rfile_json_dup(v);
+    if (d == -2) {
+        *oom = 1;
+        return 1;
+    }
+    if (d >= 0) {
+        const cJSON *c = v->child;
+        for (int i = 0; i < d; i++)
+            c = c->next;
+        quote(q, sizeof q, c->string ? c->string : "");
+        snprintf(jp + len, cap - len, "%s%s", len ? "." : "", q);
+        return 1;
+    }
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+        return 0;
+    int i = 0;
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        if (!cJSON_IsObject(c) && !cJSON_IsArray(c))
+            continue;
+        if (cJSON_IsObject(v)) {
+            quote(q, sizeof q, c->string ? c->string : "");
+            snprintf(jp + len, cap - len, "%s%s", len ? "." : "", q);
+        } else {
+            snprintf(jp + len, cap - len, "[%d]", i);
+        }
+        if (rfile_json_find_dup(c, jp, cap, quote, oom))
+            return 1;
+        jp[len] = 0;
+    }
+    return 0;
+}

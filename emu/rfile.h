@@ -66,4 +66,31 @@ void rfile_json_where(const char *text, size_t len, size_t pos, int *line,
 void rfile_json_error(const char *text, size_t len, size_t pos, char *buf,
                       size_t cap);
 
+/* Duplicate keys.  cJSON keeps both members of {"a": 1, "a": 2} and its
+ * lookups return the first, while Python's json, jq and most other tools
+ * take the last: a file with a repeated key would mean one thing to
+ * tpuemu and another to everything else, so the readers refuse it (trace,
+ * sweep file, report).  These are the one implementation they share. */
+struct cJSON;
+
+/* Position (from 0) among obj's members of the first member whose key an
+ * earlier member already has ({"a", "b", "a"}: 2); -1 when there is none
+ * or obj is not an object, -2 when out of memory.  Large objects are
+ * sorted, so a million keys do not take quadratic time. */
+int rfile_json_dup(const struct cJSON *obj);
+
+/* Writes key into buf (cap bytes) as it may appear in a one-line message. */
+typedef void (*rfile_key_fn)(char *buf, size_t cap, const char *key);
+
+/* The first duplicate key at or under v, depth first in document order,
+ * an object's own keys before its members': returns 1 with that key's
+ * JSON path in jp, which holds v's path on entry ("" at the top: members
+ * are appended as "key" there, as ".key" below, list entries as "[i]").
+ * Returns 0 with jp unchanged when there is none, and 1 with *oom set
+ * when out of memory.  quote writes each key into the path (at most 79
+ * bytes); NULL shows control bytes and bytes that are not UTF-8 as \xNN
+ * and cuts a long key with "...". */
+int rfile_json_find_dup(const struct cJSON *v, char *jp, size_t cap,
+                        rfile_key_fn quote, int *oom);
+
 #endif

@@ -137,7 +137,12 @@ static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
                              const char *const *allowed, const char *where)
 {
     char q[64], p[320], list[512];
-    for (const cJSON *it = obj->child; it; it = it->next) {
+    /* the first member repeating an earlier key (emu/rfile.h) */
+    int dup = rfile_json_dup(obj), i = 0;
+    if (dup == -2)
+        return tpu_fail(c->err, TPU_ERR_SYSTEM, "%s: out of memory",
+                        c->file);
+    for (const cJSON *it = obj->child; it; it = it->next, i++) {
         int known = 0;
         for (const char *const *a = allowed; *a; a++)
             if (strcmp(it->string, *a) == 0)
@@ -167,9 +172,8 @@ static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
             return trace_fail(c, p, "unknown key%s%s (expected one of: %s)",
                               where ? " for " : "", where ? where : "", list);
         }
-        for (const cJSON *o = obj->child; o != it; o = o->next)
-            if (strcmp(o->string, it->string) == 0)
-                return trace_fail(c, p, "duplicate key");
+        if (i == dup)
+            return trace_fail(c, p, "duplicate key");
     }
     return TPU_OK;
 }
