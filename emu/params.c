@@ -214,16 +214,15 @@ double tpu_core_peak_flops(const tpu_params *p)
 typedef enum { PK_DOUBLE, PK_INT, PK_HBM_PEAK, PK_GIB } pkind;
 
 typedef struct {
-    tpu_param_info info;
+    tpu_param_info info; /* key, unit, source, accepted range */
     pkind kind;
     size_t off;
-    double lo, hi; /* accepted range */
 } pentry;
 
 #define D(key, field, unit, lo, hi, src) \
-    {{key, unit, src}, PK_DOUBLE, offsetof(tpu_params, field), lo, hi}
+    {{key, unit, src, lo, hi}, PK_DOUBLE, offsetof(tpu_params, field)}
 #define I(key, field, unit, lo, hi, src) \
-    {{key, unit, src}, PK_INT, offsetof(tpu_params, field), lo, hi}
+    {{key, unit, src, lo, hi}, PK_INT, offsetof(tpu_params, field)}
 
 static const pentry table[] = {
     D("clock_hz", clock_hz, "Hz", 1e6, 1e11, "[U] CACM 2020"),
@@ -242,10 +241,10 @@ static const pentry table[] = {
       "[U] no public figure"),
     {{"hbm.bandwidth_gbs", "GB/s",
       "per core: 350 v2 / 450 v3, half the chip's 700/900 [C] IEEE Micro "
-      "2021"},
-     PK_HBM_PEAK, 0, 1, 1e6},
-    {{"hbm.capacity_gib", "GiB", "[C] Cloud TPU docs"},
-     PK_GIB, offsetof(tpu_params, hbm.capacity_bytes), 1.0 / 1024, 1e6},
+      "2021", 1, 1e6},
+     PK_HBM_PEAK, 0},
+    {{"hbm.capacity_gib", "GiB", "[C] Cloud TPU docs", 1.0 / 1024, 1e6},
+     PK_GIB, offsetof(tpu_params, hbm.capacity_bytes)},
     I("hbm.channels", hbm.channels, "", 1, 1024, "[U] 2 stacks x 8"),
     I("hbm.banks", hbm.banks, "", 1, 256, "[C] DRAMsim3/Ramulator HBM2"),
     I("hbm.bus_bytes", hbm.bus_bytes, "B", 1, 1024, "[C] JESD235 128-bit"),
@@ -303,6 +302,7 @@ static const pentry table[] = {
     I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),
 };
 #define NTABLE (sizeof table / sizeof table[0])
+_Static_assert(NTABLE <= 64, "tpu_params.set_mask holds one bit per key");
 
 const tpu_param_info *tpu_param_key(size_t i)
 {
@@ -313,6 +313,11 @@ const tpu_param_info *tpu_param_key(size_t i)
  * ("0.0009765625", where %g says "0.000976562"). */
 static void fmt_exact(char *buf, size_t cap, double v)
 {
+    /* whole numbers below a million in full: 900, not 9e+02 */
+    if (v == floor(v) && fabs(v) < 1e6) {
+        snprintf(buf, cap, "%.0f", v);
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, cap, "%.*g", prec, v);
         if (strtod(buf, NULL) == v)
@@ -320,18 +325,107 @@ static void fmt_exact(char *buf, size_t cap, double v)
     }
 }
 
+void tpu_param_range_text(const tpu_param_info *k, char *buf, size_t cap)
+{
+    char lo[32], hi[32];
+    fmt_exact(lo, sizeof lo, k->lo);
+    fmt_exact(hi, sizeof hi, k->hi);
+    snprintf(buf, cap, "[%s, %s]", lo, hi);
+}
+
+static size_t key_index(const char *key)
+{
+    size_t i = 0;
+    while (i < NTABLE && strcmp(table[i].info.key, key) != 0)
+        i++;
+    return i;
+}
+
 static const pentry *find(const char *key)
 {
-    for (size_t i = 0; i < NTABLE; i++)
-        if (strcmp(table[i].info.key, key) == 0)
-            return &table[i];
-    return NULL;
+    size_t i = key_index(key);
+    return i < NTABLE ? &table[i] : NULL;
 }
 
 const tpu_param_info *tpu_param_find(const char *key)
 {
     const pentry *e = key ? find(key) : NULL;
     return e ? &e->info : NULL;
+}
+
+static int is_set(const tpu_params *p, const char *key)
+{
+    size_t i = key_index(key);
+    return i < NTABLE && (p->set_mask >> i & 1u);
+}
+
+/* Keys whose value is spread over other keys' current values.  Applying
+ * them in command-line order made `--set hbm.bandwidth_gbs=450 --set
+ * hbm.channels=32` twice as fast as the other order (probe round 7), so a
+ * derived key is applied after the keys it is spread over, whatever the
+ * order, and refused together with the key it fixes (both would set the
+ * same quantity).  hbm.bandwidth_gbs is the only setter that reads other
+ * keys: ici.onchip_gbs's default is 2x ici.link_gbs, but setting either
+ * leaves the other alone. */
+typedef struct {
+    const char *key;      /* the derived key */
+    const char *over[2];  /* applied after these */
+    const char *fixes;    /* what it sets: not with it */
+    const char *formula;  /* the quantity both would determine */
+} pderived;
+
+static const pderived derived[] = {
+    /* [D] hbm_peak_bps: the peak is channels x bus width x pin rate */
+    {"hbm.bandwidth_gbs",
+     {"hbm.channels", "hbm.bus_bytes"},
+     "hbm.data_rate_gtps",
+     "hbm.bandwidth_gbs = hbm.channels x hbm.bus_bytes x hbm.data_rate_gtps"},
+};
+#define NDERIVED (sizeof derived / sizeof derived[0])
+
+/* The derived keys' values from the set ones, after every set. */
+static void rederive(tpu_params *p)
+{
+    if (is_set(p, "hbm.bandwidth_gbs"))
+        hbm_set_peak_gbs(&p->hbm, p->hbm_peak_gbs_set);
+}
+
+/* A parameter's current value as text, "(default)" when --set did not
+ * give it (error messages name every key a rule involves). */
+static void key_value(const tpu_params *p, const char *key, char *buf,
+                      size_t cap)
+{
+    double v = 0;
+    const pentry *e = find(key);
+    if (e && e->kind == PK_HBM_PEAK && is_set(p, key))
+        v = p->hbm_peak_gbs_set;
+    else
+        tpu_params_get(p, key, &v, NULL);
+    char num[32];
+    fmt_exact(num, sizeof num, v);
+    snprintf(buf, cap, "%s=%s%s", key, num, is_set(p, key) ? "" : " (default)");
+}
+
+/* Refuses setting key when it and a key already set over-determine one
+ * quantity. */
+static tpu_status check_conflict(const tpu_params *p, const char *key,
+                                 const char *value, tpu_error *err)
+{
+    for (size_t i = 0; i < NDERIVED; i++) {
+        const pderived *d = &derived[i];
+        const char *other = strcmp(key, d->key) == 0     ? d->fixes
+                            : strcmp(key, d->fixes) == 0 ? d->key
+                                                         : NULL;
+        if (!other || !is_set(p, other))
+            continue;
+        char ov[96];
+        key_value(p, other, ov, sizeof ov);
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--set %s=%s and --set %s: both fix one quantity "
+                        "(%s); set only one of %s and %s",
+                        key, value, ov, d->formula, d->key, d->fixes);
+    }
+    return TPU_OK;
 }
 
 tpu_status tpu_params_set(tpu_params *p, const char *key, const char *value,
@@ -351,35 +445,55 @@ tpu_status tpu_params_set(tpu_params *p, const char *key, const char *value,
     char *end = NULL;
     errno = 0;
     double v = strtod(value, &end);
-    if (!plain || *end || errno || !isfinite(v))
+    int erange = errno == ERANGE;
+    if (!plain || *end || (errno && !erange) || (!erange && !isfinite(v)))
         return tpu_fail(err, TPU_ERR_INPUT,
                         "--set %s=%s: expected a decimal number", key, value);
-    if (v < e->lo || v > e->hi) {
-        char lo[32], hi[32];
-        fmt_exact(lo, sizeof lo, e->lo);
-        fmt_exact(hi, sizeof hi, e->hi);
+    char range[80];
+    tpu_param_range_text(&e->info, range, sizeof range);
+    /* A number beyond a double: out of range like any other, as
+     * --tolerance takes 1e-400 as 0.  A value that underflows towards 0
+     * is taken as such when 0 (or the tiny value) is in range and the key
+     * is not an integer. */
+    if (erange && !isfinite(v))
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "--set %s=%s: out of range [%s, %s]", key, value, lo,
-                        hi);
-    }
+                        "--set %s=%s: out of range %s (too large for a "
+                        "double)", key, value, range);
+    if (erange && e->kind == PK_INT)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--set %s=%s: expected an integer", key, value);
+    if (erange && v < e->info.lo)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--set %s=%s: out of range %s (too close to 0 for a "
+                        "double: it reads as %g)", key, value, range, v);
+    if (v < e->info.lo || v > e->info.hi)
+        return tpu_fail(err, TPU_ERR_INPUT, "--set %s=%s: out of range %s",
+                        key, value, range);
+    if (v == 0)
+        v = 0; /* -0 and an underflow to -0 are 0 */
+    if (e->kind == PK_INT && v != floor(v))
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--set %s=%s: expected an integer", key, value);
+    tpu_status rc = check_conflict(p, key, value, err);
+    if (rc)
+        return rc;
     char *base = (char *)p;
     switch (e->kind) {
     case PK_DOUBLE:
         *(double *)(base + e->off) = v;
         break;
     case PK_INT:
-        if (v != floor(v))
-            return tpu_fail(err, TPU_ERR_INPUT,
-                            "--set %s=%s: expected an integer", key, value);
         *(int *)(base + e->off) = (int)v;
         break;
     case PK_GIB:
         *(double *)(base + e->off) = v * GIB;
         break;
     case PK_HBM_PEAK:
-        hbm_set_peak_gbs(&p->hbm, v);
+        p->hbm_peak_gbs_set = v;
         break;
     }
+    p->set_mask |= (uint64_t)1 << (size_t)(e - table);
+    rederive(p);
     return TPU_OK;
 }
 
@@ -405,4 +519,137 @@ tpu_status tpu_params_get(const tpu_params *p, const char *key, double *out,
         break;
     }
     return TPU_OK;
+}
+
+/* ---- rules between keys -------------------------------------------------
+ * What the HBM model needs of its parameters together (hbm/hbm.h: the
+ * address map takes channel, bank and column from address bits; a burst
+ * stays in one interleave unit, a unit in one row).  Each rule's --help
+ * line and its check sit side by side; hbm_check_params, which hbm_new
+ * relies on, runs after them as the model's own guard.  The messages name
+ * every key involved, so a rule broken by keys the user set does not
+ * blame one left at its default. */
+
+static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+static const char *const pow2_keys[] = {
+    "hbm.channels",  "hbm.banks",     "hbm.bus_bytes",
+    "hbm.burst_beats", "hbm.row_bytes", "hbm.interleave_bytes"};
+
+static int rule_pow2(const tpu_params *p, char *msg, size_t cap)
+{
+    for (size_t i = 0; i < sizeof pow2_keys / sizeof pow2_keys[0]; i++) {
+        double v = 0;
+        tpu_params_get(p, pow2_keys[i], &v, NULL);
+        if (!is_pow2((int)v)) {
+            char kv[96];
+            key_value(p, pow2_keys[i], kv, sizeof kv);
+            snprintf(msg, cap,
+                     "%s: not a power of two (the HBM address map takes it "
+                     "from address bits)", kv);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int rule_burst(const tpu_params *p, char *msg, size_t cap)
+{
+    const hbm_params *h = &p->hbm;
+    double burst = (double)h->bus_bytes * h->burst_beats;
+    if (burst <= h->interleave_bytes)
+        return 0;
+    char a[96], b[96], c[96];
+    key_value(p, "hbm.bus_bytes", a, sizeof a);
+    key_value(p, "hbm.burst_beats", b, sizeof b);
+    key_value(p, "hbm.interleave_bytes", c, sizeof c);
+    snprintf(msg, cap,
+             "one burst, %s x %s = %.0f B, is larger than %s (a burst stays "
+             "in one channel's interleave unit)", a, b, burst, c);
+    return 1;
+}
+
+static int rule_row(const tpu_params *p, char *msg, size_t cap)
+{
+    if (p->hbm.interleave_bytes <= p->hbm.row_bytes)
+        return 0;
+    char a[96], b[96];
+    key_value(p, "hbm.interleave_bytes", a, sizeof a);
+    key_value(p, "hbm.row_bytes", b, sizeof b);
+    snprintf(msg, cap,
+             "%s is larger than %s (an interleave unit stays in one bank "
+             "row)", a, b);
+    return 1;
+}
+
+static int rule_capacity(const tpu_params *p, char *msg, size_t cap)
+{
+    const hbm_params *h = &p->hbm;
+    double rows = (double)h->row_bytes * h->channels * h->banks;
+    if (h->capacity_bytes >= rows)
+        return 0;
+    char a[96], b[96], c[96], d[96];
+    key_value(p, "hbm.row_bytes", a, sizeof a);
+    key_value(p, "hbm.channels", b, sizeof b);
+    key_value(p, "hbm.banks", c, sizeof c);
+    key_value(p, "hbm.capacity_gib", d, sizeof d);
+    snprintf(msg, cap,
+             "one row per bank, %s x %s x %s = %.6g GiB, is more than %s",
+             a, b, c, rows / GIB, d);
+    return 1;
+}
+
+static int rule_refresh(const tpu_params *p, char *msg, size_t cap)
+{
+    if (p->hbm.t_rfc_ns < p->hbm.t_refi_ns)
+        return 0;
+    char a[96], b[96];
+    key_value(p, "hbm.t_rfc_ns", a, sizeof a);
+    key_value(p, "hbm.t_refi_ns", b, sizeof b);
+    snprintf(msg, cap,
+             "%s is not below %s (a refresh ends before the next is due)",
+             a, b);
+    return 1;
+}
+
+typedef struct {
+    const char *help; /* one line of tpuemu run --help */
+    int (*broken)(const tpu_params *p, char *msg, size_t cap);
+} prule;
+
+static const prule rules[] = {
+    {"hbm.channels, banks, bus_bytes, burst_beats, row_bytes and "
+     "interleave_bytes are powers of two", rule_pow2},
+    {"hbm.bus_bytes x hbm.burst_beats (one burst) <= hbm.interleave_bytes",
+     rule_burst},
+    {"hbm.interleave_bytes <= hbm.row_bytes", rule_row},
+    {"hbm.row_bytes x hbm.channels x hbm.banks <= hbm.capacity_gib (a row "
+     "per bank)", rule_capacity},
+    {"hbm.t_rfc_ns < hbm.t_refi_ns", rule_refresh},
+};
+#define NRULES (sizeof rules / sizeof rules[0])
+
+tpu_status tpu_params_check(const tpu_params *p, tpu_error *err)
+{
+    char msg[sizeof err->msg];
+    for (size_t i = 0; i < NRULES; i++)
+        if (rules[i].broken(p, msg, sizeof msg))
+            return tpu_fail(err, TPU_ERR_INPUT, "%s", msg);
+    return hbm_check_params(&p->hbm, err);
+}
+
+const char *tpu_param_rule(size_t i)
+{
+    /* The derived keys' order and conflicts, written once per entry of
+     * derived[] (static: the text outlives the call). */
+    static const char *const order[] = {
+        "hbm.bandwidth_gbs is applied after hbm.channels and hbm.bus_bytes, "
+        "in any order (it sets hbm.data_rate_gtps to bandwidth / (channels x "
+        "bus_bytes)); not with hbm.data_rate_gtps",
+    };
+    _Static_assert(sizeof order / sizeof order[0] == NDERIVED,
+                   "one help line per derived key");
+    if (i < NRULES)
+        return rules[i].help;
+    return i - NRULES < NDERIVED ? order[i - NRULES] : NULL;
 }

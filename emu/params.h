@@ -8,6 +8,7 @@
 #define EMU_PARAMS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "emu/status.h"
 #include "hbm/hbm.h"
@@ -57,6 +58,13 @@ typedef struct {
                                 that fits VMEM */
     hbm_params hbm;
     ici_params ici;
+    /* What tpu_params_set was given, so that the result does not depend on
+     * the order of the --set options: one bit per key of the table (in
+     * tpu_param_key order), and the HBM peak asked for, which is spread
+     * over hbm.channels x hbm.bus_bytes whenever either is set.  Zero
+     * after tpu_params_default. */
+    uint64_t set_mask;
+    double hbm_peak_gbs_set;
 } tpu_params;
 
 /* A pod slice as Cloud TPU names it. */
@@ -76,11 +84,12 @@ const tpu_system *tpu_systems(void);
 /* The chip data of generation gen (2 or 3). */
 void tpu_params_default(tpu_params *p, int gen);
 
-/* One settable parameter: name, unit, source. */
+/* One settable parameter: name, unit, source, accepted range. */
 typedef struct {
     const char *key;     /* "hbm.bandwidth_gbs" */
     const char *unit;
     const char *source;  /* where the default comes from */
+    double lo, hi;       /* tpu_params_set accepts lo <= value <= hi */
 } tpu_param_info;
 
 /* The i-th key accepted by tpu_params_set; NULL past the last. */
@@ -88,10 +97,29 @@ const tpu_param_info *tpu_param_key(size_t i);
 /* The key accepted by tpu_params_set under that name; NULL when unknown. */
 const tpu_param_info *tpu_param_find(const char *key);
 
+/* The key's range as tpu_params_set's messages print it: "[1, 4096]"
+ * (each bound the shortest text that reads back exactly). */
+void tpu_param_range_text(const tpu_param_info *k, char *buf, size_t cap);
+
 /* Overrides one parameter from text ("hbm.bandwidth_gbs", "1200").
- * TPU_ERR_INPUT with a message for an unknown key or a bad value. */
+ * TPU_ERR_INPUT with a message for an unknown key, a bad value, or a key
+ * that over-determines a quantity with one set before (hbm.bandwidth_gbs
+ * with hbm.data_rate_gtps), naming both.
+ *
+ * The result does not depend on the order of the calls: a derived key
+ * (hbm.bandwidth_gbs) is applied after the keys it is spread over
+ * (hbm.channels, hbm.bus_bytes) whichever came first, so bandwidth 450
+ * with channels 32 is 450 GB/s over 32 channels.  Cross-key rules are
+ * checked once all are set, by tpu_params_check. */
 tpu_status tpu_params_set(tpu_params *p, const char *key, const char *value,
                           tpu_error *err);
+/* The rules between keys, checked once every override is in:
+ * TPU_ERR_INPUT with a message naming every key involved, with its value,
+ * "(default)" for the ones not set.  Also runs hbm_check_params. */
+tpu_status tpu_params_check(const tpu_params *p, tpu_error *err);
+/* The i-th rule between keys, one line of text for --help (the same table
+ * tpu_params_check runs); NULL past the last. */
+const char *tpu_param_rule(size_t i);
 /* Reads a parameter's current value (for reports and docs). */
 tpu_status tpu_params_get(const tpu_params *p, const char *key, double *out,
                           tpu_error *err);
