@@ -545,8 +545,8 @@ static int rule_pow2(const tpu_params *p, char *msg, size_t cap)
             char kv[96];
             key_value(p, pow2_keys[i], kv, sizeof kv);
             snprintf(msg, cap,
-                     "%s: not a power of two (the HBM address map takes it "
-                     "from address bits)", kv);
+                     "%s: not a power of two; the HBM address map takes it "
+                     "from address bits", kv);
             return 1;
         }
     }
@@ -564,8 +564,8 @@ static int rule_burst(const tpu_params *p, char *msg, size_t cap)
     key_value(p, "hbm.burst_beats", b, sizeof b);
     key_value(p, "hbm.interleave_bytes", c, sizeof c);
     snprintf(msg, cap,
-             "one burst, %s x %s = %.0f B, is larger than %s (a burst stays "
-             "in one channel's interleave unit)", a, b, burst, c);
+             "one burst, %s x %s = %.0f B, is larger than %s: a burst stays "
+             "in one channel's interleave unit", a, b, burst, c);
     return 1;
 }
 
@@ -577,8 +577,8 @@ static int rule_row(const tpu_params *p, char *msg, size_t cap)
     key_value(p, "hbm.interleave_bytes", a, sizeof a);
     key_value(p, "hbm.row_bytes", b, sizeof b);
     snprintf(msg, cap,
-             "%s is larger than %s (an interleave unit stays in one bank "
-             "row)", a, b);
+             "%s is larger than %s: an interleave unit stays in one bank "
+             "row", a, b);
     return 1;
 }
 
@@ -607,7 +607,7 @@ static int rule_refresh(const tpu_params *p, char *msg, size_t cap)
     key_value(p, "hbm.t_rfc_ns", a, sizeof a);
     key_value(p, "hbm.t_refi_ns", b, sizeof b);
     snprintf(msg, cap,
-             "%s is not below %s (a refresh ends before the next is due)",
+             "%s is not below %s: a refresh ends before the next is due",
              a, b);
     return 1;
 }
