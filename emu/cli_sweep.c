@@ -796,8 +796,8 @@ static int axis_of(const sweep *s, axis_kind k)
 
 /* Every --set key is one of the table's and every value is accepted by
  * tpu_params_set for each generation the grid runs; then each grid
- * point's overrides together pass the HBM model's consistency check, as
- * they must in `run`. */
+ * point's overrides together are accepted by tpu_params_set and pass the
+ * rules between keys (tpu_params_check), as they must in `run`. */
 static int check_sets(const sweep *s)
 {
     int gens[2] = {0, 0};
@@ -850,13 +850,16 @@ static int check_sets(const sweep *s)
         tpu_error err = {0};
         tpu_params_default(&p, sy ? sy->gen : 3);
         int last = -1;
-        for (int a = 0; a < s->naxes; a++)
+        tpu_status st = TPU_OK;
+        /* a key that over-determines a quantity with another (hbm.bandwidth_gbs
+         * with hbm.data_rate_gtps) fails here, at the first grid point */
+        for (int a = 0; a < s->naxes && !st; a++)
             if (s->ax[a].kind == AX_SET) {
-                tpu_params_set(&p, s->ax[a].name, s->ax[a].v[idx[a]].arg,
-                               &err);
+                st = tpu_params_set(&p, s->ax[a].name,
+                                    s->ax[a].v[idx[a]].arg, &err);
                 last = a;
             }
-        if (hbm_check_params(&p.hbm, &err)) {
+        if (st || tpu_params_check(&p, &err)) {
             char msg[sizeof err.msg];
             shown(msg, sizeof msg, err.msg);
             return cli_error(2, "%s: %s[%d]: %s (run %04lld)", s->path,

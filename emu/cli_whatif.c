@@ -110,6 +110,34 @@ int cli_whatif_apply(const cli_whatif *w, graph *g, const char *path,
     return 0;
 }
 
+/* Words of text from column col on, lines broken before column `width`,
+ * continuation lines indented to column `indent`. */
+static void put_wrapped(FILE *f, const char *text, int col, int indent,
+                        int width)
+{
+    const char *w = text;
+    while (*w) {
+        while (*w == ' ')
+            w++;
+        int n = 0;
+        while (w[n] && w[n] != ' ')
+            n++;
+        if (!n)
+            break;
+        if (col > indent && col + 1 + n > width) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", n, w);
+        col += n;
+        w += n;
+    }
+    fputc('\n', f);
+}
+
 void cli_whatif_usage(FILE *f)
 {
     fputs("  --system NAME   slice (v2-2, v2-8 ... v2-512, v3-2, v3-8 ... "
@@ -120,12 +148,37 @@ void cli_whatif_usage(FILE *f)
           "                  comma-separated names, NAME* for a prefix "
           "('conv1,res2*');\n"
           "                  none: every layer trains\n"
-          "  --set K=V       override one hardware parameter (repeatable); "
-          "keys:\n",
+          "  --set K=V       override one hardware parameter (repeatable, once "
+          "per key, in any\n"
+          "                  order); keys, accepted range and unit, and where "
+          "the default comes from:\n",
           f);
+    /* Lines stay under 100 columns: the source wraps under itself. */
+    enum { WIDTH = 99, INDENT = 4 };
+    int kw = 0, rw = 0;
+    char r[96];
     for (size_t i = 0; tpu_param_key(i); i++) {
         const tpu_param_info *k = tpu_param_key(i);
-        fprintf(f, "                    %-26s %-7s %s\n", k->key, k->unit,
-                k->source);
+        tpu_param_range_text(k, r, sizeof r);
+        int kl = (int)strlen(k->key);
+        int rl = (int)(strlen(r) + 1 + strlen(k->unit));
+        kw = kl > kw ? kl : kw;
+        rw = rl > rw ? rl : rw;
+    }
+    for (size_t i = 0; tpu_param_key(i); i++) {
+        const tpu_param_info *k = tpu_param_key(i);
+        char ru[160];
+        tpu_param_range_text(k, r, sizeof r);
+        snprintf(ru, sizeof ru, "%s%s%s", r, *k->unit ? " " : "", k->unit);
+        fprintf(f, "%*s%-*s %-*s ", INDENT, "", kw, k->key, rw, ru);
+        int col = INDENT + kw + 1 + rw + 1;
+        put_wrapped(f, k->source, col, col, WIDTH);
+    }
+    fputs("                  Rules between keys, checked once every --set is "
+          "in (exit 2):\n",
+          f);
+    for (size_t i = 0; tpu_param_rule(i); i++) {
+        fputs("                  - ", f);
+        put_wrapped(f, tpu_param_rule(i), 20, 20, WIDTH);
     }
 }

@@ -99,7 +99,7 @@ static tpu_status sim_setup(const graph *g, const sim_opts *o,
         if (rc)
             return rc;
     }
-    if (hbm_check_params(&hw->hbm, err)) {
+    if (tpu_params_check(hw, err)) {
         err->code = TPU_ERR_INPUT;
         return TPU_ERR_INPUT;
     }
