@@ -21,6 +21,12 @@
 
 #define CHECK_MAX_GROUPS_SHOWN 8
 
+/* What an improvement beyond the tolerance asks for.  The project's own
+ * baselines/ are refreshed by `make rebaseline` (docs/CHECK.md). */
+#define CHECK_STALE                                                        \
+    "re-record the baseline so that it guards the new figures (tpuemu's " \
+    "baselines/: make rebaseline)"
+
 static const char usage_text[] =
     "usage: tpuemu check --baseline BASE.json NEW.json [--tolerance FRAC]\n"
     "\n"
@@ -42,10 +48,12 @@ static const char usage_text[] =
     "compared as numbers: 900 is 9e2), and so is a differing --freeze list\n"
     "(\"NEW sets --freeze LIST\", ...; entries compared as a set).\n"
     "\n"
-    "exit status: 0 no regression (one summary line, then the notes), 1\n"
-    "regression (a table of what got slower: step time, core groups,\n"
-    "categories), 2 a report is unreadable or the two describe different\n"
-    "runs.\n";
+    "exit status: 0 no regression (one summary line, then the notes; NEW\n"
+    "faster than BASE by more than FRAC says so, asks to re-record the\n"
+    "baseline -- `make rebaseline` for tpuemu's baselines/ -- and adds a\n"
+    "table of what got faster), 1 regression (a table of what got slower:\n"
+    "step time, core groups, categories), 2 a report is unreadable or the\n"
+    "two describe different runs.\n";
 
 /* Relative change; +inf when growing from zero. */
 static double rel(double base, double now)
@@ -147,14 +155,22 @@ static int pct_digits(double r, double tol)
     return 8;
 }
 
+/* From this percentage on a change is printed in e-notation: only an
+ * edited report gets there (a baseline scaled by 1e-300 is +1e302%), and
+ * %f would print 300 digits. */
+#define CHECK_PCT_EFORM 1e6
+
 /* A change as a percentage; one at the tolerance (at_tol) is printed as
- * the tolerance, so the figure never contradicts the verdict. */
+ * the tolerance, so the figure never contradicts the verdict.  At most 17
+ * characters ("+999999.99999999%", "+1.00e+302%"). */
 static void pct(char *buf, size_t cap, double r, int digits, double tol)
 {
     if (isinf(r))
         snprintf(buf, cap, "%s", r > 0 ? "from 0" : "to 0");
     else if (at_tol(r, tol) && tol > 0)
         snprintf(buf, cap, "%c%.*f%%", r < 0 ? '-' : '+', digits, 100 * tol);
+    else if (fabs(100 * r) >= CHECK_PCT_EFORM)
+        snprintf(buf, cap, "%+.2e%%", 100 * r);
     else
         snprintf(buf, cap, "%+.*f%%", digits, 100 * r);
 }
@@ -225,15 +241,137 @@ static void group_label(const emu_result *r, const int *group, int g,
     }
 }
 
+/* The table of `check`: rows are gathered first and printed with each
+ * column as wide as its widest entry, so a long core-group label or an
+ * extreme change widens its column rather than shifting the row or being
+ * cut (probe round 7 saw a change cut to 38 digits and no %). */
+#define CHECK_MAX_ROWS (1 + CHECK_MAX_GROUPS_SHOWN * (1 + CAT_COUNT))
+
+/* cells: what, base s, new s, change; then the mark, unpadded */
+typedef struct {
+    char cell[4][96];
+    const char *mark;
+} check_row;
+
+typedef struct {
+    check_row r[CHECK_MAX_ROWS];
+    int n;
+} check_table;
+
+static void add_text(check_table *t, const char *what, const char *base,
+                     const char *now, const char *change, const char *mark)
+{
+    if (t->n >= CHECK_MAX_ROWS)
+        return; /* cannot happen: at most CHECK_MAX_GROUPS_SHOWN groups */
+    check_row *w = &t->r[t->n++];
+    const char *v[4] = {what, base, now, change};
+    for (int k = 0; k < 4; k++)
+        snprintf(w->cell[k], sizeof w->cell[k], "%s", v[k]);
+    w->mark = mark;
+}
+
 /* tol snaps a change at the tolerance to it (pct); -1 for rows that are
  * not compared with the tolerance (categories). */
-static void row(const char *what, double base, double now, int digits,
-                double tol, const char *mark)
+static void add_row(check_table *t, const char *what, double base,
+                    double now, int digits, double tol, const char *mark)
 {
-    char p[40];
+    char b[32], n[32], p[40];
+    snprintf(b, sizeof b, "%.6g", base);
+    snprintf(n, sizeof n, "%.6g", now);
     pct(p, sizeof p, rel(base, now), digits, tol);
-    printf("%-24s %12.6g %12.6g %10s%s%s\n", what, base, now, p,
-           *mark ? "  " : "", mark);
+    add_text(t, what, b, n, p, mark);
+}
+
+static void print_table(const check_table *t)
+{
+    static const char *const head[4] = {"what", "base s", "new s", "change"};
+    static const int least[4] = {24, 12, 12, 10};
+    int w[4];
+    for (int k = 0; k < 4; k++) {
+        w[k] = least[k];
+        for (int i = 0; i < t->n; i++)
+            if ((int)strlen(t->r[i].cell[k]) > w[k])
+                w[k] = (int)strlen(t->r[i].cell[k]);
+    }
+    printf("\n%-*s %*s %*s %*s\n", w[0], head[0], w[1], head[1], w[2],
+           head[2], w[3], head[3]);
+    for (int i = 0; i < t->n; i++) {
+        const check_row *r = &t->r[i];
+        printf("%-*s %*s %*s %*s%s%s\n", w[0], r->cell[0], w[1], r->cell[1],
+               w[2], r->cell[2], w[3], r->cell[3], *r->mark ? "  " : "",
+               r->mark);
+    }
+}
+
+/* A core group's row and its categories'.  dir > 0: the group is slower
+ * (a regression table), dir < 0: faster (an improvement beyond the
+ * tolerance).  A category is marked when its change alone is a visible
+ * share of the core's step (a quarter of the tolerance): "grew" or
+ * "shrank"; if the group's change is spread thin, the category that moved
+ * most its way is named.  The same margin as the verdict's (CHECK_EPS)
+ * keeps "a quarter of the tolerance" independent of the magnitude of the
+ * times. */
+static void add_group(check_table *t, const char *label,
+                      const emu_core_result *bc, const emu_core_result *nc,
+                      double tol, int dir)
+{
+    add_row(t, label, bc->step_time_s, nc->step_time_s,
+            pct_digits(rel(bc->step_time_s, nc->step_time_s), tol), tol,
+            dir > 0 ? "SLOWER" : "FASTER");
+    int up = 0, down = 0, big_up = -1, big_down = -1;
+    double bu = 0, bd = 0;
+    for (int c = 0; c < CAT_COUNT; c++) {
+        double dd = nc->breakdown_s[c] - bc->breakdown_s[c];
+        if (dd > bu) {
+            bu = dd;
+            big_up = c;
+        }
+        if (-dd > bd) {
+            bd = -dd;
+            big_down = c;
+        }
+        up += dd > 0 && slower_rel(dd / bc->step_time_s, 0.25 * tol);
+        down += dd < 0 && slower_rel(-dd / bc->step_time_s, 0.25 * tol);
+    }
+    for (int c = 0; c < CAT_COUNT; c++) {
+        double dd = nc->breakdown_s[c] - bc->breakdown_s[c];
+        int grew = dd > 0 &&
+                   (slower_rel(dd / bc->step_time_s, 0.25 * tol) ||
+                    (dir > 0 && !up && c == big_up));
+        int shrank = dd < 0 &&
+                     (slower_rel(-dd / bc->step_time_s, 0.25 * tol) ||
+                      (dir < 0 && !down && c == big_down));
+        char what[40];
+        snprintf(what, sizeof what, "  %s", emu_cat_name((emu_cat)c));
+        add_row(t, what, bc->breakdown_s[c], nc->breakdown_s[c], 2, -1,
+                grew ? "grew" : shrank ? "shrank" : "");
+    }
+}
+
+/* The core groups that moved past the tolerance in one direction (dir as
+ * add_group), at most CHECK_MAX_GROUPS_SHOWN; how many more did, in
+ * *hidden. */
+static void add_groups(check_table *t, const emu_result *b,
+                       const emu_result *n, const int *group,
+                       const int *rep, int ngroups, double tol, int dir,
+                       int *hidden)
+{
+    int shown = 0;
+    *hidden = 0;
+    for (int g = 0; g < ngroups; g++) {
+        const emu_core_result *bc = &b->per_core[rep[g]];
+        const emu_core_result *nc = &n->per_core[rep[g]];
+        if (!slower_rel(dir * rel(bc->step_time_s, nc->step_time_s), tol))
+            continue;
+        if (shown >= CHECK_MAX_GROUPS_SHOWN) {
+            (*hidden)++;
+            continue;
+        }
+        shown++;
+        char label[80];
+        group_label(b, group, g, label, sizeof label);
+        add_group(t, label, bc, nc, tol, dir);
+    }
 }
 
 /* Two --set values mean the same when both are numbers and equal: the
@@ -336,9 +474,14 @@ static int compare_fit(const emu_result *b, const emu_result *n)
            "GiB and ran in %.6g s)\n",
            n->trace, n->system, need, has, need2, has2, b->step_time_s);
     print_notes(b, n);
-    printf("\n%-24s %12s %12s %10s\n", "what", "base s", "new s", "change");
-    printf("%-24s %12.6g %12s %10s  %s\n", "step time", b->step_time_s, "-",
-           "no fit", "DOES NOT FIT");
+    check_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return cli_error(4, "out of memory");
+    char bs[32];
+    snprintf(bs, sizeof bs, "%.6g", b->step_time_s);
+    add_text(t, "step time", bs, "-", "no fit", "DOES NOT FIT");
+    print_table(t);
+    free(t);
     return 1;
 }
 
@@ -370,8 +513,8 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         free(rep);
         return cli_error(4, "out of memory");
     }
-    int ngroups = 0, core_regressed = 0;
-    double worst_core = -INFINITY;
+    int ngroups = 0, core_regressed = 0, core_faster = 0;
+    double worst_core = -INFINITY, best_core = INFINITY;
     for (int i = 0; i < b->cores; i++) {
         const emu_core_result *bc = &b->per_core[i], *nc = &n->per_core[i];
         int g = -1;
@@ -389,88 +532,81 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         double r = rel(bc->step_time_s, nc->step_time_s);
         if (r > worst_core)
             worst_core = r;
+        if (r < best_core)
+            best_core = r;
+        if (slower_rel(-r, tol))
+            core_faster = 1;
     }
     int step_regressed = slower(b->step_time_s, n->step_time_s, tol);
     double step_rel = rel(b->step_time_s, n->step_time_s);
-    char p[40], q[40], tt[48];
+    /* Faster by more than the tolerance passes, but the baseline is then
+     * stale: a later slowdown back towards it would pass unseen. */
+    int step_faster = slower_rel(-step_rel, tol);
+    int rc = step_regressed || core_regressed;
+    char p[40], q[40], f[40], tt[48];
+    check_table *t = calloc(1, sizeof *t);
+    if (!t) {
+        free(group);
+        free(rep);
+        return cli_error(4, "out of memory");
+    }
+    int hidden = 0;
 
-    if (!step_regressed && !core_regressed) {
-        /* Digits enough that neither change reads as the tolerance. */
+    if (!rc) {
+        /* Digits enough that no change shown reads as the tolerance. */
         int d = pct_digits(step_rel, tol), dc = pct_digits(worst_core, tol);
         if (dc > d)
             d = dc;
+        if (core_faster && !step_faster &&
+            (dc = pct_digits(best_core, tol)) > d)
+            d = dc;
         pct(p, sizeof p, step_rel, d, tol);
         pct(q, sizeof q, worst_core, d, tol);
+        pct(f, sizeof f, best_core, d, tol);
         tol_text(tt, sizeof tt, tol, d);
         printf("ok: %s on %s: step time %.6g s -> %.6g s (%s; slowest-"
-               "changing core %s), within %s\n",
-               n->trace, n->system, b->step_time_s, n->step_time_s, p, q, tt);
+               "changing core %s",
+               n->trace, n->system, b->step_time_s, n->step_time_s, p, q);
+        if (step_faster)
+            printf("), faster than the baseline by more than %s: %s\n", tt,
+                   CHECK_STALE);
+        else if (core_faster)
+            printf("; fastest-changing core %s), within %s for the step "
+                   "time, but a core is faster than the baseline by more "
+                   "than %s: %s\n",
+                   f, tt, tt, CHECK_STALE);
+        else
+            printf("), within %s\n", tt);
         print_notes(b, n);
-        free(group);
-        free(rep);
-        return 0;
+        if (step_faster || core_faster) {
+            add_row(t, "step time", b->step_time_s, n->step_time_s, d, tol,
+                    step_faster ? "FASTER" : "");
+            add_groups(t, b, n, group, rep, ngroups, tol, -1, &hidden);
+            print_table(t);
+            if (hidden)
+                printf("... and %d more core group%s faster\n", hidden,
+                       hidden == 1 ? "" : "s");
+        }
+    } else {
+        int d = pct_digits(step_rel, tol);
+        pct(p, sizeof p, step_rel, d, tol);
+        tol_text(tt, sizeof tt, tol, d);
+        printf("REGRESSION: %s on %s: step time %.6g s -> %.6g s (%s), "
+               "tolerance %s\n",
+               n->trace, n->system, b->step_time_s, n->step_time_s, p, tt);
+        print_notes(b, n);
+        add_row(t, "step time", b->step_time_s, n->step_time_s, d, tol,
+                step_regressed ? "SLOWER" : "");
+        add_groups(t, b, n, group, rep, ngroups, tol, 1, &hidden);
+        print_table(t);
+        if (hidden)
+            printf("... and %d more core group%s slower\n", hidden,
+                   hidden == 1 ? "" : "s");
     }
-
-    int d = pct_digits(step_rel, tol);
-    pct(p, sizeof p, step_rel, d, tol);
-    tol_text(tt, sizeof tt, tol, d);
-    printf("REGRESSION: %s on %s: step time %.6g s -> %.6g s (%s), "
-           "tolerance %s\n",
-           n->trace, n->system, b->step_time_s, n->step_time_s, p, tt);
-    print_notes(b, n);
-    printf("\n%-24s %12s %12s %10s\n", "what", "base s", "new s", "change");
-    row("step time", b->step_time_s, n->step_time_s, d, tol,
-        step_regressed ? "SLOWER" : "");
-
-    int shown = 0, hidden = 0;
-    for (int g = 0; g < ngroups; g++) {
-        const emu_core_result *bc = &b->per_core[rep[g]];
-        const emu_core_result *nc = &n->per_core[rep[g]];
-        if (!slower(bc->step_time_s, nc->step_time_s, tol))
-            continue;
-        if (shown >= CHECK_MAX_GROUPS_SHOWN) {
-            hidden++;
-            continue;
-        }
-        shown++;
-        char label[80];
-        group_label(b, group, g, label, sizeof label);
-        row(label, bc->step_time_s, nc->step_time_s,
-            pct_digits(rel(bc->step_time_s, nc->step_time_s), tol), tol,
-            "SLOWER");
-        /* A category "grew" when its increase alone is a visible share of
-         * the core's step (a quarter of the tolerance); if the slowdown is
-         * spread thin, the largest increase is named.  The same margin
-         * as the verdict's (CHECK_EPS) keeps "a quarter of the tolerance"
-         * independent of the magnitude of the times. */
-        int marked = 0, biggest = -1;
-        double biggest_d = 0;
-        for (int c = 0; c < CAT_COUNT; c++) {
-            double dd = nc->breakdown_s[c] - bc->breakdown_s[c];
-            if (dd > biggest_d) {
-                biggest_d = dd;
-                biggest = c;
-            }
-            marked += dd > 0 &&
-                      slower_rel(dd / bc->step_time_s, 0.25 * tol);
-        }
-        for (int c = 0; c < CAT_COUNT; c++) {
-            double dd = nc->breakdown_s[c] - bc->breakdown_s[c];
-            int grew = dd > 0 &&
-                       (slower_rel(dd / bc->step_time_s, 0.25 * tol) ||
-                                  (!marked && c == biggest));
-            char what[40];
-            snprintf(what, sizeof what, "  %s", emu_cat_name((emu_cat)c));
-            row(what, bc->breakdown_s[c], nc->breakdown_s[c], 2, -1,
-                grew ? "grew" : "");
-        }
-    }
-    if (hidden)
-        printf("... and %d more core group%s slower\n", hidden,
-               hidden == 1 ? "" : "s");
+    free(t);
     free(group);
     free(rep);
-    return 1;
+    return rc;
 }
 
 int cli_check(int argc, char **argv)
