@@ -51,13 +51,21 @@ static tpu_status fill_header(const graph *g, const tpu_system *sys,
         r->overrides = calloc((size_t)o->n_sets, sizeof *r->overrides);
         if (!r->overrides)
             return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
-        r->n_overrides = o->n_sets;
-        for (int i = 0; i < o->n_sets; i++) {
-            snprintf(r->overrides[i].key, sizeof r->overrides[i].key, "%s",
-                     o->set_keys[i]);
-            snprintf(r->overrides[i].value, sizeof r->overrides[i].value,
-                     "%s", o->set_values[i]);
-        }
+        /* In the parameter table's order, not the command line's: the
+         * order of the --set options changes nothing (tpu_params_set), so
+         * neither does it change the report. */
+        int n = 0;
+        for (size_t k = 0; tpu_param_key(k); k++)
+            for (int i = 0; i < o->n_sets; i++)
+                if (strcmp(o->set_keys[i], tpu_param_key(k)->key) == 0) {
+                    snprintf(r->overrides[n].key, sizeof r->overrides[n].key,
+                             "%s", o->set_keys[i]);
+                    snprintf(r->overrides[n].value,
+                             sizeof r->overrides[n].value, "%s",
+                             o->set_values[i]);
+                    n++;
+                }
+        r->n_overrides = n;
     }
     r->n_layers = g->n_layers;
     r->layer_names = calloc((size_t)g->n_layers + 1, sizeof *r->layer_names);
