@@ -120,7 +120,9 @@ int cli_probe_hbm(int argc, char **argv)
         if (tpu_params_set(&p, key, eq + 1, &err) != TPU_OK)
             return cli_fail(&err);
     }
-    if (hbm_check_params(&p.hbm, &err) != TPU_OK)
+    /* the rules between keys, with messages naming every key involved,
+     * as run gives them */
+    if (tpu_params_check(&p, &err) != TPU_OK)
         return cli_fail(&err);
 
     hbm_xfer x = {0, (uint64_t)bytes, 1, (uint64_t)bytes, is_write};

@@ -173,6 +173,20 @@ static void print_table(const emu_result *r)
                traffic / 1e9, slow,
                100 * traffic / (r->core_hbm_bps * sc->step_time_s),
                r->core_hbm_bps / 1e9);
+    /* "does my model fit": what the need is made of, for the core that
+     * needs the most (as the exit-3 message says it when it does not) */
+    if (r->hbm_needed_bytes > 0 && r->hbm_capacity_bytes > 0) {
+        /* in GiB from 1 GiB up, else MiB, as the remat line below */
+        const double gib = 1073741824.0;
+        double u = r->hbm_needed_bytes >= gib ? gib : gib / 1024;
+        const char *un = u == gib ? "GiB" : "MiB";
+        printf("HBM need %.3g %s of %.4g GiB on core %d: "
+               "weights+gradients+optimizer %.3g, activations kept for "
+               "backward %.3g, workspace %.3g %s\n",
+               r->hbm_needed_bytes / u, un, r->hbm_capacity_bytes / gib,
+               r->hbm_need_core, r->hbm_state_bytes / u,
+               r->hbm_saved_bytes / u, r->hbm_workspace_bytes / u, un);
+    }
     if (r->hbm_remat_bytes > 0) {
         /* GiB from 1 GiB up, as the HBM column prints */
         double gib = r->hbm_remat_bytes / (1024.0 * 1024 * 1024);
@@ -186,9 +200,8 @@ static void print_table(const emu_result *r)
                r->small_batch);
         if (r->small_batch_padded > r->small_batch)
             printf(", padded to %.3g", r->small_batch_padded);
-        printf("; each tap's channels padded to the array's depth "
-               "(docs/FIRMWARE.md; --set xla.conv_pad=0 for the folded "
-               "alternative)\n");
+        printf("; each tap's channels padded to the lanes (docs/FIRMWARE.md; "
+               "--set xla.conv_pad=0 for the folded alternative)\n");
     }
     /* four decimals read well from 10 ms up; below, four significant
      * digits (0.0001 s said nothing of a 128 us step) */

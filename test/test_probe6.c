@@ -19,6 +19,7 @@
  *    execs its runs and quotes every printed word.
  */
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,29 @@ static void bandwidth_cases(th_ctx *t)
                          share <= 100.0,
                   "%s: exit %d, traffic %g GB, %g%%: %s", traces[i],
                   c.status, gb, share, c.out);
+    }
+    th_case(t, "a run that fits says what its HBM need is made of: the three "
+               "parts sum to the HBM column (probe round 6)");
+    for (size_t i = 0; i < sizeof traces / sizeof traces[0]; i++) {
+        th_cmd_result c;
+        th_run(&c, "%s run %s", th_bin(), traces[i]);
+        const char *h = strstr(c.out, "\nHBM need ");
+        double need = -1, cap = -1, st = -1, sv = -1, ws = -1;
+        char un[8] = "", un2[8] = "";
+        int core = -1;
+        int got = h ? sscanf(h + 10,
+                             "%lf %7s of %lf GiB on core %d: "
+                             "weights+gradients+optimizer %lf, activations "
+                             "kept for backward %lf, workspace %lf %7s",
+                             &need, un, &cap, &core, &st, &sv, &ws, un2)
+                    : 0;
+        /* three significant figures each: the parts sum to the need
+         * within their rounding */
+        TH_CHECKF(t, c.status == 0 && got == 8 && need > 0 && cap > 0 &&
+                         core >= 0 && strcmp(un, un2) == 0 &&
+                         fabs(st + sv + ws - need) <= 0.01 * need,
+                  "%s: exit %d, %d fields: %g %s of %g = %g + %g + %g: %s",
+                  traces[i], c.status, got, need, un, cap, st, sv, ws, c.out);
     }
     /* 20 GB/s instead of 450: ResNet-50's step waits on HBM almost all of
      * the time (92% measured), and still not above 100% */
