@@ -38,6 +38,8 @@
 
 #define ICI_MIN_PIECE 65536.0
 #define ICI_MAX_PIECES 16
+#define ICI_MIN_CHUNKS 2
+#define ICI_SPLIT 8
 
 typedef struct {
     double rem;      /* bytes still to send */
@@ -1064,18 +1066,33 @@ static void dep_done(ici *n, const ici_done *d, int after)
  *   other core sends its n pieces in that order, one after another.
  * ag_chain (last phase): every segment that arrives is passed on to the
  *   other core, in order.
+ * split: the on-chip leg's head and tail.  With an rs_chain the first
+ *   step's segment goes as `split` messages, each waiting only for its
+ *   part of the other core's piece, so the link starts after 1/split of
+ *   the piece instead of all of it; with an ag_chain the last step's
+ *   segment goes as `split` messages and each part is passed on to the
+ *   other core as it arrives, so the call ends 1/split of a segment's
+ *   on-chip time after the last arrival, not a whole one.  (The DMA
+ *   engines stream a message packet by packet; the parts are the fluid
+ *   model's stand-in for that.)  sub[cell] holds the first part's id
+ *   (the parts of one message are consecutive flows).
  * last_in[cell] receives the last arrival into each chip. */
 static void ring_phase(ici *n, const ici_grp *g, const ici_stream *s,
                        int which, double seg, const ici_done *entry,
-                       int *rs_chain, int *ag_chain, int *prev, int *cur,
-                       int *last_in)
+                       int *rs_chain, int *ag_chain, int split, int *sub,
+                       int *prev, int *cur, int *last_in)
 {
     int n1 = s->d1 == 0 ? g->na : g->nb, n2 = s->d1 == 0 ? g->nb : g->na;
     int nr = which == 1 ? n1 : n2, other = which == 1 ? n2 : n1;
     int ncell = n1 * n2;
+    TPU_ASSERT(split >= 1 && split <= ICI_SPLIT);
     for (int i = 0; i < ncell; i++)
         prev[i] = NOFLOW;
     for (int k = 0; k < nr; k++) {
+        /* parts of this step's message, and of the one that arrived at
+         * step k-1 (an all-gather's last) */
+        int m = (rs_chain && k == 0) || (ag_chain && k == nr - 2) ? split : 1;
+        int pm = ag_chain && k == nr - 1 ? split : 1;
         for (int o = 0; o < other; o++)
             for (int r = 0; r < nr; r++) {
                 int r1 = which == 1 ? r : o, r2 = which == 1 ? o : r;
@@ -1085,31 +1102,41 @@ static void ring_phase(ici *n, const ici_grp *g, const ici_stream *s,
                                     : r1 + n1 * ((r2 + n2 - 1) % n2);
                 int owner = cell_owner(g, cell, s->par);
                 int oth = cell_other(g, cell, s->par);
-                int c = NOFLOW;
-                if (rs_chain && oth >= 0) {
-                    c = add_flow(n, oth, owner, seg, s->dir);
-                    add_dep_sent(n, rs_chain[rk], c);
-                    rs_chain[rk] = c;
-                }
-                if (ag_chain && oth >= 0 && k > 0) {
+                int c[ICI_SPLIT];
+                for (int j = 0; j < m; j++)
+                    c[j] = NOFLOW;
+                if (rs_chain && oth >= 0)
+                    for (int j = 0; j < m; j++) {
+                        c[j] = add_flow(n, oth, owner, seg / m, s->dir);
+                        add_dep_sent(n, rs_chain[rk], c[j]);
+                        rs_chain[rk] = c[j];
+                    }
+                if (ag_chain && oth >= 0 && k > 0)
                     /* the segment that arrived at step k-1 */
-                    int a = add_flow(n, owner, oth, seg, s->dir);
-                    add_dep(n, prev[up], a);
-                    add_dep_sent(n, ag_chain[rk], a);
-                    ag_chain[rk] = a;
-                }
+                    for (int j = 0; j < pm; j++) {
+                        int a = add_flow(n, owner, oth, seg / pm, s->dir);
+                        add_dep(n, pm > 1 ? sub[up] + j : prev[up], a);
+                        add_dep_sent(n, ag_chain[rk], a);
+                        ag_chain[rk] = a;
+                    }
                 cur[rk] = NOFLOW;
                 if (k < nr - 1) {
                     int nxt = which == 1 ? stream_cell(g, s, r1 + 1, r2)
                                          : stream_cell(g, s, r1, r2 + 1);
-                    int f = add_flow(n, owner, cell_owner(g, nxt, s->par),
-                                     seg, s->dir);
-                    add_dep(n, c, f);
-                    if (k == 0) {
-                        dep_done(n, &entry[rk], f);
-                    } else {
-                        add_dep(n, prev[up], f);
-                        add_dep_sent(n, prev[rk], f);
+                    int dst = cell_owner(g, nxt, s->par);
+                    int f = NOFLOW;
+                    for (int j = 0; j < m; j++) {
+                        int before = j > 0 ? f : prev[rk];
+                        f = add_flow(n, owner, dst, seg / m, s->dir);
+                        TPU_ASSERT(j == 0 || f == sub[rk] + j);
+                        if (j == 0)
+                            sub[rk] = f;
+                        add_dep(n, c[j], f);
+                        if (k == 0)
+                            dep_done(n, &entry[rk], f);
+                        else
+                            add_dep(n, prev[up], f);
+                        add_dep_sent(n, before, f);
                     }
                     cur[rk] = f;
                 }
@@ -1156,24 +1183,32 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
     int ncell = g.na * g.nb;
     size_t sz = (size_t)ncell * sizeof(int);
     int *prev = malloc(sz), *cur = malloc(sz), *last = malloc(sz);
-    int *rs = malloc(sz), *ag = malloc(sz);
+    int *rs = malloc(sz), *ag = malloc(sz), *sub = malloc(sz);
+    int *own = malloc(sz);
     ici_done *done = malloc((size_t)ncell * sizeof(ici_done));
-    TPU_ASSERT(prev && cur && last && rs && ag && done);
+    TPU_ASSERT(prev && cur && last && rs && ag && sub && own && done);
     int two = 0;
     for (int i = 0; i < ncell; i++)
         two |= g.has[i] == 3;
     for (int si = 0; si < ns; si++) {
         const ici_stream *s = &st[si];
         int n1 = s->d1 == 0 ? g.na : g.nb, n2 = s->d1 == 0 ? g.nb : g.na;
-        /* With two cores a chip, the owner cannot start the ring before
-         * the other core's first piece is across; that fill costs 1/n1 of
-         * the on-chip transfer.  Short rings pipeline the stream in
-         * chunks to hide it: segments of ICI_MIN_PIECE and one shorter
-         * rest, at most ICI_MAX_PIECES per stream, then equal ones (a
-         * modelling choice, not hardware).  Fixed-size pieces keep the time
-         * monotone in the bytes: equal pieces cut finer at each threshold
-         * made a larger buffer up to 0.6% faster than a smaller one. */
+        /* With two cores a chip the on-chip leg moves half the buffer each
+         * way per phase: the other core's pieces before the reduce-scatter
+         * steps that need them, the reduced segments after the all-gather
+         * steps that bring them.  Between the two the chip only uses
+         * links (the d2 phases), so with one pass the on-chip path idles
+         * there and has to catch up at both ends.  The stream is cut into
+         * chunks that run the whole algorithm each, so one chunk's on-chip
+         * leg overlaps another's ring: segments of ICI_MIN_PIECE and one
+         * shorter rest, at most ICI_MAX_PIECES per stream (but at least
+         * ICI_MIN_CHUNKS chunks), then equal ones (a modelling choice, not
+         * hardware).  Fixed-size pieces keep the time monotone in the
+         * bytes: equal pieces cut finer at each threshold made a larger
+         * buffer up to 0.6% faster than a smaller one. */
         int chunks = 1, most = (ICI_MAX_PIECES + n1 - 1) / n1;
+        if (most < ICI_MIN_CHUNKS)
+            most = ICI_MIN_CHUNKS;
         double stream = bytes / ns, full = stream, rest = stream;
         if (two) {
             double piece = ICI_MIN_PIECE * n1;
@@ -1188,24 +1223,52 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
             }
         }
         for (int i = 0; i < ncell; i++)
-            rs[i] = ag[i] = NOFLOW;
+            rs[i] = own[i] = NOFLOW;
         for (int ch = 0; ch < chunks; ch++) {
         double q = ch == chunks - 1 ? rest : full;
         double seg1 = q / n1, seg2 = seg1 / n2;
-        for (int i = 0; i < ncell; i++)
+        /* head and tail of the on-chip leg in parts of ICI_MIN_PIECE or
+         * more (ring_phase) */
+        int split = 1;
+        if (two)
+            while (split < ICI_SPLIT && seg1 / (split + 1) >= ICI_MIN_PIECE)
+                split++;
+        /* The other core's pieces keep one queue across chunks (chunk c+1's
+         * are needed after chunk c's), but the passes after the all-gather
+         * start a queue per chunk: chained across chunks, chunk c+1's first
+         * pass (its own reduced segment, ready after the d2 phases) waited
+         * for chunk c's last, which waits for chunk c's last all-gather
+         * arrival; every chunk's on-chip leg then slid behind the previous
+         * one's ring and the last ones ran after the links had finished
+         * (v3-8, 256 MiB, no latency: 11.8% above the bound). */
+        for (int i = 0; i < ncell; i++) {
             done[i] = done_none();
+            ag[i] = NOFLOW;
+        }
         /* reduce-scatter along d1 (with the on-chip reduction folded in) */
-        ring_phase(n, &g, s, 1, seg1, done, rs, NULL, prev, cur, last);
+        ring_phase(n, &g, s, 1, seg1, done, rs, NULL, split, sub, prev, cur,
+                   last);
         for (int i = 0; i < ncell; i++) {
             done_add(&done[i], last[i]);
             done_add(&done[i], rs[i]);
+            /* The previous chunk's passes wait until this chunk's pieces
+             * have crossed: the pieces gate a ring, the passes only the
+             * end.  Where the on-chip path is what binds (four links a
+             * chip, ici.wrap=1 on v3-8: the path carries the buffer each
+             * way, the links 1.5/4 of it), the per-chunk queues would
+             * otherwise share it with the pieces and starve the next
+             * chunk's ring (256 MiB: 1.3385 x the link bound against the
+             * path's own 1.3333). */
+            add_dep_sent(n, rs[i], own[i]);
         }
         if (n2 > 1) {
             /* reduce-scatter along d2, then all-gather along d2 */
-            ring_phase(n, &g, s, 2, seg2, done, NULL, NULL, prev, cur, last);
+            ring_phase(n, &g, s, 2, seg2, done, NULL, NULL, 1, sub, prev, cur,
+                       last);
             for (int i = 0; i < ncell; i++)
                 done_add(&done[i], last[i]);
-            ring_phase(n, &g, s, 2, seg2, done, NULL, NULL, prev, cur, last);
+            ring_phase(n, &g, s, 2, seg2, done, NULL, NULL, 1, sub, prev, cur,
+                       last);
             for (int i = 0; i < ncell; i++)
                 done_add(&done[i], last[i]);
         }
@@ -1221,9 +1284,11 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
                 dep_done(n, &done[rk], a);
                 add_dep_sent(n, ag[rk], a);
                 ag[rk] = a;
+                own[rk] = a;
             }
         /* all-gather along d1 */
-        ring_phase(n, &g, s, 1, seg1, done, NULL, ag, prev, cur, last);
+        ring_phase(n, &g, s, 1, seg1, done, NULL, ag, split, sub, prev, cur,
+                   last);
         }
     }
     free(prev);
@@ -1231,6 +1296,8 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
     free(last);
     free(rs);
     free(ag);
+    free(sub);
+    free(own);
     free(done);
     grp_free(&g);
 }
