@@ -1201,13 +1201,22 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
          * there and has to catch up at both ends.  The stream is cut into
          * chunks that run the whole algorithm each, so one chunk's on-chip
          * leg overlaps another's ring: segments of ICI_MIN_PIECE and one
-         * shorter rest, at most ICI_MAX_PIECES per stream (but at least
-         * ICI_MIN_CHUNKS chunks), then equal ones (a modelling choice, not
-         * hardware).  Fixed-size pieces keep the time monotone in the
-         * bytes: equal pieces cut finer at each threshold made a larger
-         * buffer up to 0.6% faster than a smaller one. */
+         * shorter rest, at most ICI_MAX_PIECES per stream, then equal ones
+         * (a modelling choice, not hardware).  Fixed-size pieces keep the
+         * time monotone in the bytes: equal pieces cut finer at each
+         * threshold made a larger buffer up to 0.6% faster than a smaller
+         * one.  Two cases take at least ICI_MIN_CHUNKS chunks however long
+         * the ring.  Rectangles: the longer ring's streams were not cut
+         * while the shorter ring's were, and the two kinds went out of
+         * step (16x8: 1.23 x the bound at 256 MiB, no latency; 1.065 with
+         * both cut, the algorithm's own imbalance being 1.063).  Groups
+         * whose rings both close over wrap links: the on-chip path carries
+         * as much as the four links (bytes each way at 2 x a link against
+         * 2(n-1)/n x bytes over 4 links), so it has to work during the d2
+         * phases too (v3-2048: 1.031 -> 1.016).  Elsewhere a second chunk
+         * costs 4x the host time for 0.2%. */
         int chunks = 1, most = (ICI_MAX_PIECES + n1 - 1) / n1;
-        if (most < ICI_MIN_CHUNKS)
+        if (most < ICI_MIN_CHUNKS && (g.na != g.nb || (g.close[0] && g.close[1])))
             most = ICI_MIN_CHUNKS;
         double stream = bytes / ns, full = stream, rest = stream;
         if (two) {
