@@ -15,18 +15,9 @@ void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
 
 static cJSON *load_json(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
+    char *buf = th_slurp(path, NULL);
     if (!buf)
         return NULL;
-    buf[got] = 0;
     cJSON *j = cJSON_Parse(buf);
     free(buf);
     return j;

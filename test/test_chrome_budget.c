@@ -16,25 +16,6 @@
 void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
                    int layers, int identical);
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!buf)
-        return NULL;
-    buf[got] = 0;
-    if (len)
-        *len = got;
-    return buf;
-}
-
 static uint64_t fnv1a(const char *p, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -162,7 +143,7 @@ void th_suite_chrome_budget(th_ctx *t)
     TH_CHECKF(t, s == TPU_OK, "%s", err.msg);
     TH_CHECKF(t, written <= budget && written > budget / 2,
               "written %zu, budget %zu", written, budget);
-    char *txt = slurp(path, NULL);
+    char *txt = th_slurp(path, NULL);
     cJSON *doc = txt ? cJSON_Parse(txt) : NULL;
     if (TH_CHECK(t, doc != NULL)) {
         check_doc(t, doc, &r, &st);
@@ -201,7 +182,7 @@ void th_suite_chrome_budget(th_ctx *t)
         snprintf(p2, sizeof p2, "%s/binned2.json", th_tmpdir());
         s = chrome_trace_write_capped(&r, p2, budget, NULL, &err);
         size_t n1 = 0, n2 = 0;
-        char *a = slurp(path, &n1), *b = slurp(p2, &n2);
+        char *a = th_slurp(path, &n1), *b = th_slurp(p2, &n2);
         TH_CHECK(t, s == TPU_OK && a && b && n1 == n2 && !memcmp(a, b, n1));
         free(a);
         free(b);
@@ -216,7 +197,7 @@ void th_suite_chrome_budget(th_ctx *t)
             break;
     }
     s = chrome_trace_write_capped(&r, path, 67, &written, &err);
-    txt = s == TPU_OK ? slurp(path, NULL) : NULL;
+    txt = s == TPU_OK ? th_slurp(path, NULL) : NULL;
     doc = txt ? cJSON_Parse(txt) : NULL;
     if (TH_CHECKF(t, doc != NULL, "%s", err.msg)) {
         /* Below that floor every core is still kept, and the file says so. */
@@ -234,7 +215,7 @@ void th_suite_chrome_budget(th_ctx *t)
     tsynth_result(&r, 16, 4, 2, 300, 0);
     budget = 900;
     s = chrome_trace_write_capped(&r, path, budget, &written, &err);
-    txt = s == TPU_OK ? slurp(path, NULL) : NULL;
+    txt = s == TPU_OK ? th_slurp(path, NULL) : NULL;
     doc = txt ? cJSON_Parse(txt) : NULL;
     if (TH_CHECKF(t, doc != NULL && written <= budget, "written %zu: %s",
                   written, err.msg)) {
@@ -266,7 +247,7 @@ void th_suite_chrome_budget(th_ctx *t)
         tsynth_result(&r, gold[i].cores, 4, 2, gold[i].layers, gold[i].identical);
         s = chrome_trace_write_capped(&r, path, gold[i].budget, &written, &err);
         size_t n = 0;
-        txt = s == TPU_OK ? slurp(path, &n) : NULL;
+        txt = s == TPU_OK ? th_slurp(path, &n) : NULL;
         uint64_t h = txt ? fnv1a(txt, n) : 0;
         TH_CHECKF(t, h == gold[i].hash, "case %zu: hash 0x%016llx, %zu bytes, %zu events",
                   i, (unsigned long long)h, n, written);
