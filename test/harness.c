@@ -11,6 +11,7 @@
 
 #include <png.h>
 
+#include "emu/report.h"
 #include "firmware/lower.h"
 
 extern const th_suite th_suites[];
@@ -280,4 +281,69 @@ int th_sim_trace(const char *path, const char *const *keys,
     }
     graph_free(&g);
     return rc;
+}
+
+void th_result_make(emu_result *r, const char *trace, const char *system,
+                    int cores, int cores_per_replica, int64_t global_batch,
+                    const double *cat_even, const double *cat_odd)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->trace, sizeof r->trace, "%s", trace);
+    snprintf(r->system, sizeof r->system, "%s", system);
+    r->gen = 3;
+    r->chips = (cores + 1) / 2;
+    r->cores = cores;
+    r->global_batch = global_batch;
+    r->cores_per_replica = cores_per_replica;
+    r->replicas = cores / cores_per_replica;
+    r->train = 1;
+    r->fits = 1;
+    r->per_core = calloc((size_t)cores, sizeof *r->per_core);
+    if (!r->per_core)
+        return;
+    for (int i = 0; i < cores; i++) {
+        emu_core_result *c = &r->per_core[i];
+        const double *cat = (i % 2 && cat_odd) ? cat_odd : cat_even;
+        c->core = i;
+        c->chip = i / 2;
+        c->replica = i / cores_per_replica;
+        c->shard = i % cores_per_replica;
+        for (int k = 0; k < CAT_COUNT; k++)
+            c->breakdown_s[k] = cat[k];
+    }
+    th_result_retime(r);
+}
+
+void th_result_retime(emu_result *r)
+{
+    r->step_time_s = 0;
+    for (int i = 0; i < r->cores; i++) {
+        emu_core_result *c = &r->per_core[i];
+        c->step_time_s = 0;
+        for (int k = 0; k < CAT_COUNT; k++)
+            c->step_time_s += c->breakdown_s[k];
+        if (c->step_time_s > r->step_time_s)
+            r->step_time_s = c->step_time_s;
+    }
+}
+
+void th_result_overrides(emu_result *r, int n, const char *const kv[][2])
+{
+    free(r->overrides);
+    r->n_overrides = n;
+    r->overrides = n ? calloc((size_t)n, sizeof *r->overrides) : NULL;
+    for (int i = 0; i < n && r->overrides; i++) {
+        snprintf(r->overrides[i].key, sizeof r->overrides[i].key, "%s",
+                 kv[i][0]);
+        snprintf(r->overrides[i].value, sizeof r->overrides[i].value, "%s",
+                 kv[i][1]);
+    }
+}
+
+void th_result_save(th_ctx *t, const emu_result *r, const char *name,
+                    char *path, size_t cap)
+{
+    tpu_error err = {0};
+    snprintf(path, cap, "%s/%s", th_tmpdir(), name);
+    TH_CHECKF(t, report_write(r, path, &err) == TPU_OK, "%s", err.msg);
 }

@@ -70,6 +70,31 @@ void th_put(const char *path, const char *text);
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);
 
+/* A hand-built result for the report, check and chart tests, so each test
+ * knows exactly what the file must say: `cores` cores two per chip,
+ * cores_per_replica cores per replica (core i: replica i / cpr, shard
+ * i % cpr), training, fitting; even cores' breakdown cat_even, odd cores'
+ * cat_odd (NULL: cat_even); step times from th_result_retime.  Free it
+ * with emu_result_free. */
+void th_result_make(emu_result *r, const char *trace, const char *system,
+                    int cores, int cores_per_replica, int64_t global_batch,
+                    const double *cat_even, const double *cat_odd);
+/* Every core's step time the sum of its breakdown; the result's the
+ * slowest core's (after a test changed a breakdown). */
+void th_result_retime(emu_result *r);
+/* Replaces r's overrides with n key/value pairs. */
+void th_result_overrides(emu_result *r, int n, const char *const kv[][2]);
+/* Writes r as a report to th_tmpdir()/name (its path in path[cap]). */
+void th_result_save(th_ctx *t, const emu_result *r, const char *name,
+                    char *path, size_t cap);
+
+/* A synthetic timeline (test/test_chart_synth.c) for the chart, Chrome
+ * trace and viewer tests: per core, `layers` MXU + vector spans, an
+ * all-reduce and idle up to the slowest core; identical = 0 makes cores
+ * differ. */
+void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
+                   int layers, int identical);
+
 /* Loads the trace at path and simulates it with n `--set` overrides
  * (keys[i]=vals[i]) and, when functional, its values; when prog is not
  * NULL, also lowers core 0's program into it (fw_program_free it).  The

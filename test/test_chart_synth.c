@@ -4,10 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/result.h"
-
-void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
-                   int layers, int identical);
+#include "test/harness.h"
 
 /* Core c runs `layers` layers; each layer is an MXU span then a vector span
  * on the critical path (with matching MXU/VPU unit events, and a DMA event
@@ -17,31 +14,19 @@ void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
 void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
                    int layers, int identical)
 {
-    memset(r, 0, sizeof *r);
-    strcpy(r->trace, "synthetic-test");
-    strcpy(r->system, "v3-test");
-    r->gen = 3;
-    r->cores = cores;
-    r->chips = (cores + 1) / 2;
+    static const double none[CAT_COUNT];
+    th_result_make(r, "synthetic-test", "v3-test", cores, 1, cores, none,
+                   NULL);
     r->dim_x = dim_x;
     r->dim_y = dim_y;
-    r->global_batch = cores;
-    r->cores_per_replica = 1;
-    r->replicas = cores;
-    r->train = 1;
-    r->fits = 1;
     r->n_layers = layers;
     r->layer_names = calloc((size_t)layers, sizeof *r->layer_names);
     for (int l = 0; l < layers; l++)
         snprintf(r->layer_names[l], 64, "conv%d", l);
     r->link_busy_s = calloc((size_t)r->chips * 4, sizeof(double));
-    r->per_core = calloc((size_t)cores, sizeof *r->per_core);
     double slowest = 0;
     for (int c = 0; c < cores; c++) {
         emu_core_result *pc = &r->per_core[c];
-        pc->core = c;
-        pc->chip = c / 2;
-        pc->replica = c;
         pc->events = calloc((size_t)layers * 5 + 3, sizeof(emu_event));
         double t = 0, mx = 1e-3 * (identical ? 1 : 1 + (c / 8) * 0.01);
         size_t k = 0;

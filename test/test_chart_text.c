@@ -12,9 +12,6 @@
 #include "emu/font.h"
 #include "test/harness.h"
 
-void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
-                   int layers, int identical);
-
 typedef struct {
     int w, h;
     unsigned char *rgb;

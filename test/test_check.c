@@ -14,62 +14,19 @@
  * table's core grouping has something to group. */
 static void make_result(emu_result *r, const char *trace, const char *system)
 {
-    memset(r, 0, sizeof *r);
-    snprintf(r->trace, sizeof r->trace, "%s", trace);
-    snprintf(r->system, sizeof r->system, "%s", system);
-    r->gen = 3;
-    r->chips = 4;
-    r->cores = 8;
-    r->global_batch = 64;
-    r->cores_per_replica = 2;
-    r->replicas = 4;
-    r->train = 1;
-    r->fits = 1;
-    r->per_core = calloc(8, sizeof *r->per_core);
     static const double cat[2][CAT_COUNT] = {
         {0.50, 0.20, 0.10, 0.01, 0.05, 0.04},
         {0.50, 0.20, 0.10, 0.01, 0.05, 0.03}};
-    for (int i = 0; i < 8; i++) {
-        emu_core_result *c = &r->per_core[i];
-        c->core = i;
-        c->chip = i / 2;
-        c->replica = i / 2;
-        c->shard = i % 2;
-        for (int k = 0; k < CAT_COUNT; k++) {
-            c->breakdown_s[k] = cat[i % 2][k];
-            c->step_time_s += cat[i % 2][k];
-        }
-        if (c->step_time_s > r->step_time_s)
-            r->step_time_s = c->step_time_s;
-    }
+    th_result_make(r, trace, system, 8, 2, 64, cat[0], cat[1]);
 }
 
 static void grow(emu_result *r, int core_parity, emu_cat cat, double frac)
 {
-    r->step_time_s = 0;
-    for (int i = 0; i < r->cores; i++) {
-        emu_core_result *c = &r->per_core[i];
-        if (core_parity < 0 || i % 2 == core_parity) {
-            double d = c->breakdown_s[cat] * frac;
-            c->breakdown_s[cat] += d;
-            c->step_time_s += d;
-        }
-        if (c->step_time_s > r->step_time_s)
-            r->step_time_s = c->step_time_s;
-    }
-}
-
-
-static void set_overrides(emu_result *r, int n, const char *const kv[][2])
-{
-    r->n_overrides = n;
-    r->overrides = calloc((size_t)n, sizeof *r->overrides);
-    for (int i = 0; i < n; i++) {
-        snprintf(r->overrides[i].key, sizeof r->overrides[i].key, "%s",
-                 kv[i][0]);
-        snprintf(r->overrides[i].value, sizeof r->overrides[i].value, "%s",
-                 kv[i][1]);
-    }
+    for (int i = 0; i < r->cores; i++)
+        if (core_parity < 0 || i % 2 == core_parity)
+            r->per_core[i].breakdown_s[cat] +=
+                r->per_core[i].breakdown_s[cat] * frac;
+    th_result_retime(r);
 }
 
 /* A does-not-fit report as run --report leaves it: zero times. */
@@ -106,38 +63,12 @@ static const char *line_with(const char *out, const char *what, char *buf,
 /* v3-2048 (2048 one-core replicas), every even core slower by frac. */
 static void make_big(emu_result *r, double frac)
 {
-    memset(r, 0, sizeof *r);
-    snprintf(r->trace, sizeof r->trace, "big");
-    snprintf(r->system, sizeof r->system, "v3-2048");
-    r->gen = 3;
-    r->chips = 1024;
-    r->cores = 2048;
-    r->global_batch = 2048;
-    r->cores_per_replica = 1;
-    r->replicas = 2048;
-    r->train = 1;
-    r->fits = 1;
-    r->per_core = calloc(2048, sizeof *r->per_core);
-    for (int i = 0; i < 2048; i++) {
-        emu_core_result *c = &r->per_core[i];
-        c->core = i;
-        c->chip = i / 2;
-        c->replica = i;
-        c->breakdown_s[CAT_MXU] = 0.5 * (i % 2 == 0 ? 1 + frac : 1);
-        c->breakdown_s[CAT_VECTOR] = 0.1;
-        c->step_time_s = c->breakdown_s[CAT_MXU] + 0.1;
-        if (c->step_time_s > r->step_time_s)
-            r->step_time_s = c->step_time_s;
-    }
+    const double even[CAT_COUNT] = {[CAT_MXU] = 0.5 * (1 + frac),
+                                    [CAT_VECTOR] = 0.1};
+    const double odd[CAT_COUNT] = {[CAT_MXU] = 0.5, [CAT_VECTOR] = 0.1};
+    th_result_make(r, "big", "v3-2048", 2048, 1, 2048, even, odd);
 }
 
-static void save(th_ctx *t, const emu_result *r, const char *name, char *path,
-                 size_t cap)
-{
-    tpu_error err = {0};
-    snprintf(path, cap, "%s/%s", th_tmpdir(), name);
-    TH_CHECKF(t, report_write(r, path, &err) == TPU_OK, "%s", err.msg);
-}
 
 void th_suite_check(th_ctx *t)
 {
@@ -146,27 +77,27 @@ void th_suite_check(th_ctx *t)
     th_cmd_result c;
 
     make_result(&r, "tiny", "v3-8");
-    save(t, &r, "base.json", base, sizeof base);
-    save(t, &r, "same.json", same, sizeof same);
+    th_result_save(t, &r, "base.json", base, sizeof base);
+    th_result_save(t, &r, "same.json", same, sizeof same);
     emu_result_free(&r);
 
     make_result(&r, "tiny", "v3-8");
     grow(&r, -1, CAT_MXU, 0.10); /* +0.05 s on 0.91: +5.5% */
-    save(t, &r, "slow.json", slow, sizeof slow);
+    th_result_save(t, &r, "slow.json", slow, sizeof slow);
     emu_result_free(&r);
 
     make_result(&r, "tiny", "v3-8");
     grow(&r, -1, CAT_VECTOR, 0.05); /* +0.01 s: +1.1%, within 2% */
-    save(t, &r, "bit.json", bit, sizeof bit);
+    th_result_save(t, &r, "bit.json", bit, sizeof bit);
     emu_result_free(&r);
 
     make_result(&r, "tiny", "v3-8");
     grow(&r, 1, CAT_HBM_STALL, 0.5); /* only odd cores: +5.6% on them */
-    save(t, &r, "odd.json", odd, sizeof odd);
+    th_result_save(t, &r, "odd.json", odd, sizeof odd);
     emu_result_free(&r);
 
     make_result(&r, "other", "v3-8");
-    save(t, &r, "other.json", other, sizeof other);
+    th_result_save(t, &r, "other.json", other, sizeof other);
     emu_result_free(&r);
 
     th_case(t, "identical reports: exit 0 with a one-line OK");
@@ -237,7 +168,7 @@ void th_suite_check(th_ctx *t)
         char nofit[512], line[512];
         make_result(&r, "tiny", "v3-8");
         unfit(&r, 20.5, 16);
-        save(t, &r, "nofit.json", nofit, sizeof nofit);
+        th_result_save(t, &r, "nofit.json", nofit, sizeof nofit);
         emu_result_free(&r);
         th_run(&c, "%s check --baseline %s %s", th_bin(), nofit, base);
         TH_CHECKF(t, c.status == 0, "status %d: %s%s", c.status, c.out,
@@ -275,10 +206,10 @@ void th_suite_check(th_ctx *t)
     {
         char bb[512], bs[512], line[512];
         make_big(&r, 0);
-        save(t, &r, "big-base.json", bb, sizeof bb);
+        th_result_save(t, &r, "big-base.json", bb, sizeof bb);
         emu_result_free(&r);
         make_big(&r, 0.05);
-        save(t, &r, "big-slow.json", bs, sizeof bs);
+        th_result_save(t, &r, "big-slow.json", bs, sizeof bs);
         emu_result_free(&r);
         th_run(&c, "%s check --baseline %s %s", th_bin(), bb, bs);
         TH_CHECKF(t, c.status == 1, "status %d: %s%s", c.status, c.out,
@@ -300,14 +231,14 @@ void th_suite_check(th_ctx *t)
                                             {"clock_hz", "700e6"},
                                             {"ici.link_gbs", "31"}};
         make_result(&r, "tiny", "v3-8");
-        set_overrides(&r, 3, kb);
-        save(t, &r, "ov-base.json", ob, sizeof ob);
+        th_result_overrides(&r, 3, kb);
+        th_result_save(t, &r, "ov-base.json", ob, sizeof ob);
         emu_result_free(&r);
         make_result(&r, "tiny", "v3-8");
-        set_overrides(&r, 3, kn);
-        save(t, &r, "ov-same.json", os, sizeof os);
+        th_result_overrides(&r, 3, kn);
+        th_result_save(t, &r, "ov-same.json", os, sizeof os);
         grow(&r, -1, CAT_MXU, 0.10);
-        save(t, &r, "ov-slow.json", on, sizeof on);
+        th_result_save(t, &r, "ov-slow.json", on, sizeof on);
         emu_result_free(&r);
         for (int k = 0; k < 2; k++) {
             th_run(&c, "%s check --baseline %s %s", th_bin(), ob,
@@ -330,10 +261,10 @@ void th_suite_check(th_ctx *t)
     {
         char b1[512], b2[512];
         make_result(&r, "tiny", "v3-8");
-        save(t, &r, "p-base.json", b1, sizeof b1);
+        th_result_save(t, &r, "p-base.json", b1, sizeof b1);
         /* +2.004% of the step, all in mxu */
         grow(&r, -1, CAT_MXU, 0.02004 * 0.90 / 0.50);
-        save(t, &r, "p-slow.json", b2, sizeof b2);
+        th_result_save(t, &r, "p-slow.json", b2, sizeof b2);
         emu_result_free(&r);
         th_run(&c, "%s check --baseline %s %s", th_bin(), b1, b2);
         double shown = 0, tolshown = 0;

@@ -21,38 +21,18 @@ static void make_flat(emu_result *r, int n, const char *system, double scale,
                       double odd)
 {
     static const double cat[CAT_COUNT] = {0.5, 0.2, 0.1, 0.01, 0.05, 0.04};
-    memset(r, 0, sizeof *r);
-    snprintf(r->trace, sizeof r->trace, "flat");
-    snprintf(r->system, sizeof r->system, "%s", system);
-    r->gen = 3;
-    r->chips = n / 2;
-    r->cores = n;
-    r->global_batch = n;
-    r->cores_per_replica = 1;
-    r->replicas = n;
-    r->train = 1;
-    r->fits = 1;
-    r->per_core = calloc((size_t)n, sizeof *r->per_core);
-    for (int i = 0; i < n; i++) {
-        emu_core_result *c = &r->per_core[i];
-        c->core = i;
-        c->chip = i / 2;
-        c->replica = i;
-        for (int k = 0; k < CAT_COUNT; k++) {
-            c->breakdown_s[k] = cat[k] * scale * (i % 2 ? odd : 1);
-            c->step_time_s += c->breakdown_s[k];
-        }
-        if (c->step_time_s > r->step_time_s)
-            r->step_time_s = c->step_time_s;
+    double even_s[CAT_COUNT], odd_s[CAT_COUNT];
+    for (int k = 0; k < CAT_COUNT; k++) {
+        even_s[k] = cat[k] * scale;
+        odd_s[k] = cat[k] * scale * odd;
     }
+    th_result_make(r, "flat", system, n, 1, n, even_s, odd_s);
 }
 
 static void save(th_ctx *t, emu_result *r, const char *name, char *path,
                  size_t cap)
 {
-    tpu_error err = {0};
-    snprintf(path, cap, "%s/%s", th_tmpdir(), name);
-    TH_CHECKF(t, report_write(r, path, &err) == TPU_OK, "%s", err.msg);
+    th_result_save(t, r, name, path, cap);
     emu_result_free(r);
 }
 

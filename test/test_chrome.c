@@ -10,9 +10,6 @@
 #include "emu/chrome_trace.h"
 #include "test/harness.h"
 
-void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
-                   int layers, int identical);
-
 static cJSON *load_json(const char *path)
 {
     char *buf = th_slurp(path, NULL);

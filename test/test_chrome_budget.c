@@ -13,9 +13,6 @@
 #include "emu/chrome_trace.h"
 #include "test/harness.h"
 
-void tsynth_result(emu_result *r, int cores, int dim_x, int dim_y,
-                   int layers, int identical);
-
 static uint64_t fnv1a(const char *p, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ull;

@@ -19,37 +19,16 @@
 /* Eight identical cores on v3-8, every one stepping in step_s (all mxu). */
 static void make_flat(emu_result *r, double step_s)
 {
-    memset(r, 0, sizeof *r);
-    snprintf(r->trace, sizeof r->trace, "flat");
-    snprintf(r->system, sizeof r->system, "v3-8");
-    r->gen = 3;
-    r->chips = 4;
-    r->cores = 8;
-    r->global_batch = 8;
-    r->cores_per_replica = 1;
-    r->replicas = 8;
-    r->train = 1;
-    r->fits = 1;
-    r->step_time_s = step_s;
-    r->per_core = calloc(8, sizeof *r->per_core);
-    for (int i = 0; i < 8; i++) {
-        emu_core_result *c = &r->per_core[i];
-        c->core = i;
-        c->chip = i / 2;
-        c->replica = i;
-        c->breakdown_s[CAT_MXU] = step_s;
-        c->step_time_s = step_s;
-    }
+    const double cat[CAT_COUNT] = {[CAT_MXU] = step_s};
+    th_result_make(r, "flat", "v3-8", 8, 1, 8, cat, NULL);
 }
 
 static void save_flat(th_ctx *t, double step_s, const char *name, char *path,
                       size_t cap)
 {
     emu_result r;
-    tpu_error err = {0};
     make_flat(&r, step_s);
-    snprintf(path, cap, "%s/%s", th_tmpdir(), name);
-    TH_CHECKF(t, report_write(&r, path, &err) == TPU_OK, "%s", err.msg);
+    th_result_save(t, &r, name, path, cap);
     emu_result_free(&r);
 }
 
@@ -58,19 +37,10 @@ static void save_whatif(th_ctx *t, const char *name, char *path, size_t cap,
                         const char *const kv[][2], int n, const char *freeze)
 {
     emu_result r;
-    tpu_error err = {0};
     make_flat(&r, 1e-3);
-    r.n_overrides = n;
-    r.overrides = n ? calloc((size_t)n, sizeof *r.overrides) : NULL;
-    for (int i = 0; i < n; i++) {
-        snprintf(r.overrides[i].key, sizeof r.overrides[i].key, "%s",
-                 kv[i][0]);
-        snprintf(r.overrides[i].value, sizeof r.overrides[i].value, "%s",
-                 kv[i][1]);
-    }
+    th_result_overrides(&r, n, kv);
     snprintf(r.freeze, sizeof r.freeze, "%s", freeze ? freeze : "");
-    snprintf(path, cap, "%s/%s", th_tmpdir(), name);
-    TH_CHECKF(t, report_write(&r, path, &err) == TPU_OK, "%s", err.msg);
+    th_result_save(t, &r, name, path, cap);
     emu_result_free(&r);
 }
 

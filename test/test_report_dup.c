@@ -16,36 +16,13 @@
 #include "emu/rfile.h"
 #include "test/harness.h"
 
-/* Two cores, one override, one layer: every kind of object a report has. */
+/* Eight cores and one override: every kind of object a report has. */
 static void make_result(emu_result *r)
 {
-    memset(r, 0, sizeof *r);
-    snprintf(r->trace, sizeof r->trace, "tiny");
-    snprintf(r->system, sizeof r->system, "v3-8");
-    r->gen = 3;
-    r->chips = 4;
-    r->cores = 8;
-    r->global_batch = 8;
-    r->cores_per_replica = 1;
-    r->replicas = 8;
-    r->train = 1;
-    r->fits = 1;
-    r->per_core = calloc(8, sizeof *r->per_core);
-    for (int i = 0; i < 8; i++) {
-        emu_core_result *c = &r->per_core[i];
-        c->core = i;
-        c->chip = i / 2;
-        c->replica = i;
-        c->breakdown_s[CAT_MXU] = 0.5;
-        c->breakdown_s[CAT_VECTOR] = 0.25;
-        c->step_time_s = 0.75;
-    }
-    r->step_time_s = 0.75;
-    r->n_overrides = 1;
-    r->overrides = calloc(1, sizeof *r->overrides);
-    snprintf(r->overrides[0].key, sizeof r->overrides[0].key,
-             "hbm.bandwidth_gbs");
-    snprintf(r->overrides[0].value, sizeof r->overrides[0].value, "900");
+    static const double cat[CAT_COUNT] = {[CAT_MXU] = 0.5, [CAT_VECTOR] = 0.25};
+    static const char *const kv[1][2] = {{"hbm.bandwidth_gbs", "900"}};
+    th_result_make(r, "tiny", "v3-8", 8, 1, 8, cat, NULL);
+    th_result_overrides(r, 1, kv);
 }
 
 /* text with ins inserted right after the first occurrence of at (malloc'd). */
