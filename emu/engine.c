@@ -396,14 +396,15 @@ static void net_stats(eng *e)
     ici_reset(e->net);
 }
 
-/* Duration of a halo exchange: the flows of every replica at once. */
+/* Duration of a halo exchange: the flows of every replica at once; -1
+ * when the host is out of memory (a zero would be a wrong figure). */
 static int64_t halo_ps(eng *e, int dim)
 {
     const plan *p = e->in->p;
     int nf = 0;
     ici_flow *f = malloc(sizeof *f * (size_t)p->cores * 2 + 1);
     if (!f)
-        return 0;
+        return -1;
     /* Each executed core's instruction names what it receives; replicas
      * mirror replica 0. */
     for (int ci = 0; ci < e->ncores_sim; ci++) {
@@ -437,6 +438,8 @@ static int64_t halo_ps(eng *e, int dim)
     return (int64_t)llround(t * PS);
 }
 
+/* Duration of an all-reduce (or all-gather) of bytes per core over each
+ * replica's group or all cores; -1 when the host is out of memory. */
 static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
                                   int gather)
 {
@@ -445,7 +448,7 @@ static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
     if (group_all) {
         int *cores = malloc(sizeof(int) * (size_t)p->cores);
         if (!cores)
-            return 0;
+            return -1;
         for (int k = 0; k < p->cores; k++)
             cores[k] = k;
         t = ici_allreduce(e->net, cores, p->cores, (double)bytes, 0.0);
@@ -508,6 +511,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
     default:
         break;
     }
+    if (dur < 0)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (collective)");
     /* Start: when the group's last member arrives.  Executed cores form
      * whole replicas, so the group of a core is its replica (or all). */
     int64_t *st = malloc(sizeof(int64_t) * (size_t)e->ncores_sim);
