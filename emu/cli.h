@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "emu/graph.h"
+#include "emu/result.h"
 #include "emu/sim.h"
 #include "emu/status.h"
 
@@ -32,6 +33,9 @@ int cli_error(int code, const char *fmt, ...)
     ;
 /* Prints e's message the same way and returns its code. */
 int cli_fail(const tpu_error *e);
+/* Text as it may appear in a one-line message: control bytes as \xNN, at
+ * most cap-1 bytes, "..." when cut (cli_error writes its message so). */
+void cli_shown(char *buf, size_t cap, const char *text);
 
 /* Parses a whole decimal integer in [lo, hi] given to option opt; on
  * failure prints a clear error and returns 2 (usage), else 0. */
@@ -48,6 +52,13 @@ int cli_number(const char *s, double *out);
 void cli_fmt_gib2(char *a, char *b, size_t cap, double x, double y);
 /* v as the shortest %g text that reads back as exactly v. */
 void cli_fmt_num(char *buf, size_t cap, double v);
+/* The index of the core with the longest step time in r (the first of
+ * equals; 0 when r has no cores): the one a table's figures are for. */
+int cli_slowest_core(const emu_result *r);
+/* doc as indented JSON text ending in a newline (free it); NULL when out
+ * of memory. */
+struct cJSON;
+char *cli_json_text(const struct cJSON *doc);
 /* Prints text (UTF-8) left-aligned in a column `cells` characters wide:
  * a terminal table padded by bytes would shift at every "ü". */
 void cli_put_cell(const char *text, int cells);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "emu/cli.h"
 #include "emu/font.h"
 
@@ -16,16 +18,37 @@ int cli_error(int code, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     /* One line whatever the message quotes (a path or key given with a
-     * newline in it): control characters are written as \xNN. */
-    fputs("tpuemu: error: ", stderr);
-    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
-        if (*p < 0x20 || *p == 0x7f)
-            fprintf(stderr, "\\x%02x", *p);
-        else
-            fputc(*p, stderr);
-    }
-    fputc('\n', stderr);
+     * newline in it): room for every byte as \xNN, so nothing is cut. */
+    char line[4 * sizeof msg + 4];
+    cli_shown(line, sizeof line, msg);
+    fprintf(stderr, "tpuemu: error: %s\n", line);
     return code;
+}
+
+void cli_shown(char *buf, size_t cap, const char *text)
+{
+    size_t n = 0;
+    for (; *text; text++) {
+        unsigned char c = (unsigned char)*text;
+        char tmp[8];
+        if (c < 0x20 || c == 0x7f)
+            snprintf(tmp, sizeof tmp, "\\x%02x", c);
+        else
+            snprintf(tmp, sizeof tmp, "%c", c);
+        size_t w = strlen(tmp);
+        if (n + w + 4 > cap) {
+            if (cap >= 4) {
+                while (n + 4 > cap)
+                    n--;
+                memcpy(buf + n, "...", 3);
+                n += 3;
+            }
+            break;
+        }
+        memcpy(buf + n, tmp, w);
+        n += w;
+    }
+    buf[cap ? (n < cap ? n : cap - 1) : 0] = 0;
 }
 
 int cli_fail(const tpu_error *e)
@@ -240,4 +263,28 @@ void cli_put_cell(const char *text, int cells)
 {
     int pad = cells - font_text_cells(text);
     printf("%s%*s", text, pad > 0 ? pad : 0, "");
+}
+
+int cli_slowest_core(const emu_result *r)
+{
+    int w = 0;
+    for (int k = 1; k < r->cores; k++)
+        if (r->per_core[k].step_time_s > r->per_core[w].step_time_s)
+            w = k;
+    return w;
+}
+
+char *cli_json_text(const struct cJSON *doc)
+{
+    char *text = cJSON_Print(doc);
+    if (!text)
+        return NULL;
+    size_t len = strlen(text);
+    char *q = realloc(text, len + 2);
+    if (!q) {
+        free(text);
+        return NULL;
+    }
+    memcpy(q + len, "\n", 2);
+    return q;
 }
