@@ -1,0 +1,186 @@
+/* The pieces of `tpuemu sweep` (emu/cli_sweep*.c), shared among its files
+ * only; the command's entry point is cli_sweep (emu/cli.h).
+ *
+ *   cli_sweep.c        the command: options, the output directory, the
+ *                      order of the steps
+ *   cli_sweep_file.c   the sweep file: JSON, top-level shape, the axes
+ *   cli_sweep_grid.c   the grid: "partition_dims": "all", the
+ *                      partitionings' traces, every grid point checked as
+ *                      `run` checks it
+ *   cli_sweep_run.c    command lines, running them N at a time, reading
+ *                      back their reports
+ *   cli_sweep_csv.c    results.csv
+ *   cli_sweep_chart.c  step_time.png
+ *   cli_sweep_rank.c   the fastest-first table
+ *
+ * A grid is the Cartesian product of its axes (partition_dims, system,
+ * batch, freeze, then the --set keys in file order), the last axis
+ * varying fastest; run i is the i-th point in that order. */
+#ifndef EMU_CLI_SWEEP_H
+#define EMU_CLI_SWEEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "emu/graph.h"
+#include "emu/result.h"
+
+/* Axes in all: partition_dims, system, batch and one per --set key. */
+#define SWEEP_MAX_AXES 16
+#define SWEEP_MAX_VALUES 1024
+/* Runs in one grid (the product of the axis lengths): a sweep is a study
+ * of a few dimensions, and each run is a process with its own report;
+ * a larger grid is more likely a typo than a plan, and is refused before
+ * anything starts. */
+#define SWEEP_MAX_RUNS 4096
+#define SWEEP_FILE_MAX (16L << 20)
+#define SWEEP_MAX_SERIES 12
+#define SWEEP_MAX_ARGS (16 + 2 * SWEEP_MAX_AXES)
+/* How many dropped splits "all" names one by one before it counts the
+ * rest. */
+#define SWEEP_ALL_SHOW_DROPPED 4
+/* "partition_dims": "all" splits into at most this many cores per
+ * replica: the 2-16 of spatial partitioning's published runs. */
+#define SWEEP_ALL_MAX_CPR 16
+/* Same bound as `run --batch`. */
+#define SWEEP_MAX_BATCH ((double)((int64_t)1 << 40))
+/* Output paths are "OUT/..." with OUT cut at this many bytes. */
+#define SWEEP_OUT_MAX 900
+
+typedef enum { AX_PD, AX_SYSTEM, AX_BATCH, AX_SET, AX_FREEZE } sweep_kind;
+
+typedef struct {
+    char label[96];   /* CSV and chart text: "1x4x2x1", "v3-64", "450" */
+    char arg[96];     /* the command-line value */
+    double x;         /* numeric position on the chart */
+    cJSON *pd;        /* AX_PD: the full input_partition_dims value (owned) */
+    int cpr;          /* AX_PD: cores per replica */
+    char trace[2048]; /* AX_PD: the variant trace's path */
+    char batch[32];   /* AX_SYSTEM with scale_batch: its --batch value */
+} sweep_val;
+
+typedef struct {
+    sweep_kind kind;
+    char name[64];    /* CSV column: partition_dims, system, batch, KEY */
+    char jpath[96];   /* where it is in the sweep file: grid.set.KEY */
+    int n;
+    sweep_val *v;
+} sweep_axis;
+
+typedef struct {
+    const char *path; /* the sweep file, for messages */
+    char name[128];
+    char trace[2048]; /* resolved base trace path (absolute once the output
+                         directory is checked: commands run from anywhere) */
+    char x[64];       /* x axis name ("" = first with > 1 value) */
+    int scale_batch;  /* the global batch scales with the slice's cores */
+    int naxes;
+    sweep_axis ax[SWEEP_MAX_AXES];
+    cJSON *base;      /* the base trace's JSON, for variants */
+    graph g;          /* the base trace as the library reads it */
+    int have_g;
+} sweep;
+
+/* What one run came to. */
+typedef struct {
+    int status;        /* exit status, -1 signal, -2 not run */
+    int sig;           /* the signal that ended it (status -1) */
+    int have;          /* report read */
+    emu_result r;
+} sweep_run;
+
+/* What the runs came to, for the summary line and the exit status. */
+typedef struct {
+    int nofit, failed;
+    int first_fail;        /* exit status of the first failed run, or 0 */
+    long long fail_run;    /* that run, or -1 */
+    char fail_why[600];    /* what happened to it */
+} sweep_tally;
+
+/* The argv of one run (pointers into the sweep, the buffers here and the
+ * binary's path). */
+typedef struct {
+    char *argv[SWEEP_MAX_ARGS];
+    char setbuf[SWEEP_MAX_AXES][192];
+    char report[1100];
+    int argc;
+} sweep_cmd;
+
+/* ---- cli_sweep_file.c: the sweep file and the axes -------------------- */
+
+/* Reads, checks and expands the sweep file at path into s (sweep_free it
+ * whatever the result): 0, or the exit status with one error printed. */
+int sweep_parse(sweep *s, const char *path);
+void sweep_free(sweep *s);
+/* Prints "SWEEP.json: jpath: what" as the error; returns 2. */
+int sweep_bad(const sweep *s, const char *jpath, const char *what);
+int sweep_has_ctrl(const char *str);
+/* Shortest of %.15g/%.16g/%.17g that reads back exactly: "450", "0.1". */
+void sweep_num_text(char *buf, size_t cap, double v);
+long long sweep_count_runs(const sweep *s);
+/* Axis value indices of run i into idx[naxes]: last axis fastest. */
+void sweep_run_index(const sweep *s, long long i, int *idx);
+/* The axis of kind k, or -1. */
+int sweep_axis_of(const sweep *s, sweep_kind k);
+/* The value of run i on axis a (a >= 0). */
+const sweep_val *sweep_val_of(const sweep *s, int a, const int *idx);
+/* The global batch a run on system `sys` gets when no batch axis sets it:
+ * the base trace's, or with scale_batch the base trace's examples per
+ * core times the slice's cores.  0 when that is not a whole number. */
+int64_t sweep_batch_for(const sweep *s, const char *sys);
+/* "OUT/rest" into buf (OUT cut at SWEEP_OUT_MAX bytes). */
+void sweep_out_path(char *buf, size_t cap, const char *out, const char *rest);
+
+/* Values and messages the batch and system axes share with "all"
+ * (cli_sweep_grid.c checks them before choosing splits). */
+int sweep_batch_ok(const cJSON *e);
+extern const char sweep_bad_batch_msg[];
+extern const char sweep_bad_system_msg[];
+
+/* ---- cli_sweep_grid.c: partitionings and grid points ------------------ */
+
+/* "partition_dims": "all" as the list of splits it stands for (*out,
+ * cJSON_Delete it). */
+int sweep_expand_all(sweep *s, const cJSON *grid, cJSON **out);
+/* The full input_partition_dims for simple dims d of rank `rank` (the
+ * first input's split), each other input keeping the base trace's
+ * choice; NULL with a message in why when out of memory. */
+cJSON *sweep_pd_from_simple(const sweep *s, const cJSON *d, int rank,
+                            char *why, size_t cap);
+/* Every --set value accepted, alone and with the other keys of its grid
+ * point, as `run --set` accepts them. */
+int sweep_check_sets(const sweep *s);
+/* Every (partitioning, system, batch) of the grid accepted as `run`
+ * accepts it. */
+int sweep_check_points(const sweep *s);
+/* Where partitioning v's trace goes: OUT/traces/STEM-pdLABEL.json. */
+void sweep_variant_path(const sweep *s, const sweep_val *v, const char *out,
+                        char *buf, size_t cap);
+/* Writes every partitioning's trace (and sets its path in the axis). */
+int sweep_write_variants(sweep *s, const char *out);
+
+/* ---- cli_sweep_run.c: the runs ---------------------------------------- */
+
+void sweep_build_cmd(const sweep *s, const char *bin, const char *out,
+                     long long i, sweep_cmd *c);
+/* The commands one line each to stdout (print_only) or OUT/commands.txt. */
+int sweep_write_commands(const sweep *s, const char *bin, const char *out,
+                         int print_only);
+/* Runs every command, `jobs` at a time, then reads their reports back
+ * into res[nruns] and counts what they came to in *t.  0, or 4 (out of
+ * memory, error printed). */
+int sweep_run_all(const sweep *s, const char *bin, const char *out,
+                  long long jobs, sweep_run *res, sweep_tally *t);
+
+/* ---- cli_sweep_csv.c, cli_sweep_chart.c, cli_sweep_rank.c ------------- */
+
+int sweep_write_csv(const sweep *s, const char *out, long long nruns,
+                    const sweep_run *res);
+int sweep_chart(const sweep *s, const char *out, long long nruns,
+                const sweep_run *res);
+int sweep_print_ranking(const sweep *s, long long nruns,
+                        const sweep_run *res);
+
+#endif
