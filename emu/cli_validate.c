@@ -158,6 +158,24 @@ static void note_fail(int *rc, int code)
         *rc = code;
 }
 
+/* VALIDATE_DEFAULT_DIR in the directory `up` levels above the binary's
+ * own (0: its own) into dir; 0 when there is no such directory (or the
+ * binary's path is unknown). */
+static int beside_binary(int up, char *dir, size_t cap)
+{
+    char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[el > 0 ? el : 0] = '\0';
+    for (int k = 0; k <= up; k++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash || slash == exe)
+            return 0;
+        *slash = '\0';
+    }
+    snprintf(dir, cap, "%s/%s", exe, VALIDATE_DEFAULT_DIR);
+    return 1;
+}
+
 /* The default reference directory: ./traces/reference, else the one next
  * to the binary (the directory of /proc/self/exe, then its parent and
  * grandparent).  On success *dir_out is malloc'd; on failure an error
@@ -166,53 +184,294 @@ static int find_default_dir(char **dir_out, char ***names, int *n)
 {
     char tried[2048] = "";
     size_t tl = 0;
-    char exe[4096];
-    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[el > 0 ? el : 0] = '\0';
     for (int k = -1; k < 3; k++) {
         char dir[4096 + 32];
-        if (k < 0) {
+        if (k < 0)
             snprintf(dir, sizeof dir, "%s", VALIDATE_DEFAULT_DIR);
-        } else {
-            /* Strip k + 1 trailing components off the binary's path. */
-            char *slash = NULL;
-            for (int up = 0; up <= k; up++) {
-                slash = strrchr(exe, '/');
-                if (!slash || slash == exe)
-                    break;
-                *slash = '\0';
-            }
-            if (!slash || slash == exe || !exe[0])
-                break;
-            snprintf(dir, sizeof dir, "%s/%s", exe, VALIDATE_DEFAULT_DIR);
-            /* Restore for the next k (components were cut in place). */
-            el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-            exe[el > 0 ? el : 0] = '\0';
-        }
+        else if (!beside_binary(k, dir, sizeof dir))
+            break;
         int errnum = 0;
         *names = list_json(dir, n, &errnum);
         if (*n >= 0) {
-            *dir_out = malloc(strlen(dir) + 1);
-            if (!*dir_out) {
-                for (int i = 0; i < *n; i++)
-                    free((*names)[i]);
-                free(*names);
-                return cli_error(4, "out of memory");
-            }
-            memcpy(*dir_out, dir, strlen(dir) + 1);
-            return 0;
+            *dir_out = strdup(dir);
+            if (*dir_out)
+                return 0;
+            for (int i = 0; i < *n; i++)
+                free((*names)[i]);
+            free(*names);
+            return cli_error(4, "out of memory");
         }
         if (tl < sizeof tried)
             tl += (size_t)snprintf(tried + tl, sizeof tried - tl, "%s%s (%s)",
                                    tl ? ", " : "", dir, strerror(errnum));
     }
-    if (el <= 0 && tl < sizeof tried)
+    char exe[8];
+    if (readlink("/proc/self/exe", exe, sizeof exe) <= 0 && tl < sizeof tried)
         snprintf(tried + tl, sizeof tried - tl,
                  "; the binary's own directory is unknown "
                  "(/proc/self/exe unreadable)");
     return cli_error(2, "cannot find the reference traces directory: tried "
                         "%s; give it with --dir",
                      tried);
+}
+
+/* The traces to validate: their directory and sorted file names. */
+typedef struct {
+    const char *dir;
+    char *found; /* the directory when looked up (owned), else NULL */
+    char **names;
+    int n;
+} vfiles;
+
+static void vfiles_free(vfiles *f)
+{
+    for (int i = 0; i < f->n; i++)
+        free(f->names[i]);
+    free(f->names);
+    free(f->found);
+}
+
+/* The *.json files of --dir, or of the default directory; at least
+ * one. */
+static int find_traces(const char *dir, vfiles *f)
+{
+    memset(f, 0, sizeof *f);
+    if (dir) {
+        int errnum = 0;
+        f->names = list_json(dir, &f->n, &errnum);
+        if (f->n < 0)
+            return cli_error(2, "%s: cannot read the traces directory: %s",
+                             dir, strerror(errnum));
+        f->dir = dir;
+    } else {
+        int rc = find_default_dir(&f->found, &f->names, &f->n);
+        if (rc) {
+            f->names = NULL; /* freed there, or never found */
+            f->n = 0;
+            return rc;
+        }
+        f->dir = f->found;
+    }
+    if (f->n == 0)
+        return cli_error(2, "%s: no *.json traces", f->dir);
+    return 0;
+}
+
+/* A --report path is refused before the (long) runs, and is never one of
+ * the inputs. */
+static int check_report_path(const char *out, const vfiles *f)
+{
+    tpu_error oerr = {0};
+    if (outfile_check(out, &oerr))
+        return cli_fail(&oerr);
+    for (int i = 0; i < f->n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", f->dir, f->names[i]);
+        if (outfile_same(out, path))
+            return cli_error(2, "--report %s: is the input trace %s; "
+                                "refusing to overwrite it", out, path);
+    }
+    return 0;
+}
+
+/* The table as it is built: the JSON report, the rows with a published
+ * figure, and the exit status so far. */
+typedef struct {
+    cJSON *doc, *rows;
+    vrow *ordered; /* traces with a prediction and a published time */
+    int counted;   /* ... how many */
+    int unfit;     /* traces with a published time that do not fit */
+    double sum_abs;
+    int rc;
+} vtable;
+
+/* A row that says what went wrong instead of figures. */
+static void row_error(vtable *t, cJSON *row, const char *name,
+                      const char *system, const tpu_error *err, int code)
+{
+    cli_put_cell(name, 32);
+    printf(" %-8s error: %s\n", system, err->msg);
+    cli_fail(err);
+    cJSON_AddStringToObject(row, "error", err->msg);
+    note_fail(&t->rc, code);
+}
+
+static int has_published(const graph *g)
+{
+    return g->has_reference && g->reference_step_s > 0;
+}
+
+/* A trace that does not fit is not timed: a step the memory model says
+ * cannot run has no prediction to compare (the published configuration
+ * ran, so it is a finding about the model).  It is counted as left out
+ * only where it had a figure to miss. */
+static void row_nofit(vtable *t, cJSON *row, const graph *g,
+                      const emu_result *r, const tpu_error *err)
+{
+    char pub[32] = "-";
+    if (has_published(g)) {
+        snprintf(pub, sizeof pub, "%.5g", g->reference_step_s);
+        cJSON_AddNumberToObject(row, "published_s", g->reference_step_s);
+        t->unfit++;
+    }
+    /* err->msg: "PATH: needs X GiB of HBM per core, vN core has Y GiB
+     * (...)" */
+    cli_put_cell(g->name, 32);
+    printf(" %-8s %12s %12s %9s  does not fit: %s\n", g->system, "-", pub,
+           "-", err->msg);
+    cli_fail(err);
+    cJSON_AddBoolToObject(row, "fits", 0);
+    cJSON_AddNumberToObject(row, "hbm_needed_bytes", r->hbm_needed_bytes);
+    cJSON_AddNumberToObject(row, "hbm_capacity_bytes", r->hbm_capacity_bytes);
+    cJSON_AddStringToObject(row, "error", err->msg);
+    note_fail(&t->rc, TPU_ERR_NOFIT);
+}
+
+/* A prediction against its published figure: the error into the mean and
+ * the pairs; pe and pub as the table prints them. */
+static void compare_published(vtable *t, cJSON *row, const graph *g,
+                              const emu_result *r, char *pub, char *e,
+                              size_t cap)
+{
+    double pe = 100 * (r->step_time_s - g->reference_step_s) /
+                g->reference_step_s;
+    snprintf(pub, cap, "%.5g", g->reference_step_s);
+    snprintf(e, cap, "%+.1f", pe);
+    t->sum_abs += fabs(pe);
+    vrow *v = &t->ordered[t->counted++];
+    snprintf(v->name, sizeof v->name, "%s (%s)", g->name, g->system);
+    v->pred = r->step_time_s;
+    v->pub = g->reference_step_s;
+    cJSON_AddNumberToObject(row, "published_s", g->reference_step_s);
+    cJSON_AddNumberToObject(row, "error_pct", pe);
+    cJSON_AddStringToObject(row, "source", g->reference_source);
+}
+
+/* Where the slowest core's time goes: the first thing to look at when a
+ * prediction misses. */
+static void add_breakdown(cJSON *row, const emu_result *r)
+{
+    if (r->cores <= 0)
+        return;
+    const emu_core_result *w = &r->per_core[cli_slowest_core(r)];
+    cJSON *bd = cJSON_AddObjectToObject(row, "breakdown_s");
+    for (int c = 0; c < CAT_COUNT; c++)
+        cJSON_AddNumberToObject(bd, emu_cat_name((emu_cat)c),
+                                w->breakdown_s[c]);
+    cJSON_AddNumberToObject(row, "slowest_core", w->core);
+}
+
+static void row_ok(vtable *t, cJSON *row, const graph *g, const emu_result *r)
+{
+    char pub[32] = "-", e[32] = "-";
+    cJSON_AddNumberToObject(row, "predicted_s", r->step_time_s);
+    if (has_published(g))
+        compare_published(t, row, g, r, pub, e, sizeof pub);
+    cli_put_cell(g->name, 32);
+    printf(" %-8s %12.5g %12s %9s  %s\n", g->system, r->step_time_s, pub, e,
+           g->has_reference ? g->reference_source
+                            : "(no published figure)");
+    cJSON_AddBoolToObject(row, "fits", r->fits);
+    add_breakdown(row, r);
+    cJSON_AddNumberToObject(row, "flops_per_step", r->flops_per_step);
+}
+
+/* One trace through graph_load + sim_run with its own system and batch:
+ * its row printed and added to the report. */
+static void validate_one(vtable *t, const char *path, const char *file)
+{
+    graph g;
+    tpu_error err = {0};
+    cJSON *row = cJSON_CreateObject();
+    cJSON_AddItemToArray(t->rows, row);
+    cJSON_AddStringToObject(row, "file", path);
+    if (graph_load(&g, path, &err) != TPU_OK) {
+        row_error(t, row, file, "-", &err, err.code ? (int)err.code : 2);
+        return;
+    }
+    cJSON_AddStringToObject(row, "name", g.name);
+    cJSON_AddStringToObject(row, "system", g.system);
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace_path = path; /* messages name the file, as run's do */
+    emu_result r;
+    memset(&r, 0, sizeof r);
+    tpu_status st = sim_run(&g, &o, &r, &err);
+    if (st == TPU_ERR_NOFIT)
+        row_nofit(t, row, &g, &r, &err);
+    else if (st != TPU_OK)
+        row_error(t, row, g.name, g.system, &err, (int)st);
+    else
+        row_ok(t, row, &g, &r);
+    fflush(stdout);
+    emu_result_free(&r);
+    graph_free(&g);
+}
+
+/* The last line: the mean absolute error over the traces that have a
+ * published figure and ran. */
+static void print_mean(const vtable *t)
+{
+    if (t->counted == 0) {
+        printf("mean absolute error: n/a (no trace ran with a published "
+               "figure)\n");
+        cJSON_AddNullToObject(t->doc, "mean_abs_error_pct");
+        return;
+    }
+    char left[80] = "";
+    if (t->unfit)
+        snprintf(left, sizeof left, " (%d trace%s with a published figure "
+                                    "that do%s not fit left out)",
+                 t->unfit, t->unfit == 1 ? "" : "s",
+                 t->unfit == 1 ? "es" : "");
+    printf("mean absolute error: %.1f%%%s\n", t->sum_abs / t->counted, left);
+    cJSON_AddNumberToObject(t->doc, "mean_abs_error_pct",
+                            t->sum_abs / t->counted);
+}
+
+/* The table as JSON into out; rc is the status so far, which an error
+ * here does not replace. */
+static int write_report(const char *out, const cJSON *doc, int rc)
+{
+    char *text = cli_json_text(doc);
+    if (!text)
+        return rc ? rc : cli_error(4, "out of memory");
+    tpu_error err = {0};
+    if (tpu_write_atomic(out, text, strlen(text), &err) != TPU_OK) {
+        int code = cli_fail(&err);
+        rc = rc ? rc : code;
+    }
+    free(text);
+    return rc;
+}
+
+/* Every trace of f, then the pairs and the mean; the exit status. */
+static int run_table(const vfiles *f, const char *out)
+{
+    vtable t = {0};
+    t.doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(t.doc, "format", "tpuemu-validation/1");
+    t.rows = cJSON_AddArrayToObject(t.doc, "traces");
+    printf("%-32s %-8s %12s %12s %9s  %s\n", "name", "system", "predicted s",
+           "published s", "error %", "source");
+    fflush(stdout);
+    t.ordered = calloc((size_t)f->n, sizeof *t.ordered);
+    if (!t.ordered) {
+        cJSON_Delete(t.doc);
+        return cli_error(4, "out of memory");
+    }
+    for (int i = 0; i < f->n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", f->dir, f->names[i]);
+        validate_one(&t, path, f->names[i]);
+    }
+    check_order(t.ordered, t.counted, t.doc);
+    free(t.ordered);
+    print_mean(&t);
+    if (out)
+        t.rc = write_report(out, t.doc, t.rc);
+    cJSON_Delete(t.doc);
+    return t.rc;
 }
 
 int cli_validate(int argc, char **argv)
@@ -224,10 +483,8 @@ int cli_validate(int argc, char **argv)
     const char *out = NULL, *dir = NULL;
     for (int i = 1; i < argc; i++) {
         int r;
-        if ((r = cli_take(argc, argv, &i, "--report", &out)) != 0) {
-            if (r < 0)
-                return 2;
-        } else if ((r = cli_take(argc, argv, &i, "--dir", &dir)) != 0) {
+        if ((r = cli_take(argc, argv, &i, "--report", &out)) != 0 ||
+            (r = cli_take(argc, argv, &i, "--dir", &dir)) != 0) {
             if (r < 0)
                 return 2;
         } else {
@@ -236,207 +493,12 @@ int cli_validate(int argc, char **argv)
                              argv[i]);
         }
     }
-    int n, errnum = 0;
-    char **names = NULL, *found = NULL;
-    if (dir) {
-        names = list_json(dir, &n, &errnum);
-        if (n < 0)
-            return cli_error(2, "%s: cannot read the traces directory: %s",
-                             dir, strerror(errnum));
-    } else {
-        int rc = find_default_dir(&found, &names, &n);
-        if (rc)
-            return rc;
-        dir = found;
-    }
-    if (n == 0) {
-        free(names);
-        int rc = cli_error(2, "%s: no *.json traces", dir);
-        free(found);
-        return rc;
-    }
-    if (out) {
-        /* Refused before the (long) runs, and never one of the inputs. */
-        tpu_error oerr = {0};
-        int bad = outfile_check(out, &oerr) ? cli_fail(&oerr) : 0;
-        for (int i = 0; i < n && !bad; i++) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-            if (outfile_same(out, path))
-                bad = cli_error(2, "--report %s: is the input trace %s; "
-                                   "refusing to overwrite it", out, path);
-        }
-        if (bad) {
-            for (int i = 0; i < n; i++)
-                free(names[i]);
-            free(names);
-            free(found);
-            return bad;
-        }
-    }
-
-    cJSON *doc = cJSON_CreateObject();
-    cJSON_AddStringToObject(doc, "format", "tpuemu-validation/1");
-    cJSON *rows = cJSON_AddArrayToObject(doc, "traces");
-
-    printf("%-32s %-8s %12s %12s %9s  %s\n", "name", "system", "predicted s",
-           "published s", "error %", "source");
-    fflush(stdout);
-    int rc = 0, counted = 0, unfit = 0;
-    double sum_abs = 0;
-    vrow *ordered = calloc((size_t)n, sizeof *ordered);
-    if (!ordered) {
-        for (int i = 0; i < n; i++)
-            free(names[i]);
-        free(names);
-        free(found);
-        cJSON_Delete(doc);
-        return cli_error(4, "out of memory");
-    }
-    for (int i = 0; i < n; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        graph g;
-        tpu_error err = {0};
-        cJSON *row = cJSON_CreateObject();
-        cJSON_AddItemToArray(rows, row);
-        cJSON_AddStringToObject(row, "file", path);
-        if (graph_load(&g, path, &err) != TPU_OK) {
-            cli_put_cell(names[i], 32);
-            printf(" %-8s error: %s\n", "-", err.msg);
-            cli_fail(&err);
-            cJSON_AddStringToObject(row, "error", err.msg);
-            note_fail(&rc, err.code ? (int)err.code : 2);
-            continue;
-        }
-        cJSON_AddStringToObject(row, "name", g.name);
-        cJSON_AddStringToObject(row, "system", g.system);
-        sim_opts o;
-        sim_opts_default(&o);
-        o.trace_path = path; /* messages name the file, as run's do */
-        /* A trace that does not fit is not timed: a step the memory model
-         * says cannot run has no prediction to compare (the published
-         * configuration ran, so it is a finding about the model). */
-        emu_result r;
-        memset(&r, 0, sizeof r);
-        tpu_status st = sim_run(&g, &o, &r, &err);
-        if (st == TPU_ERR_NOFIT) {
-            char pub[32] = "-";
-            if (g.has_reference && g.reference_step_s > 0) {
-                snprintf(pub, sizeof pub, "%.5g", g.reference_step_s);
-                cJSON_AddNumberToObject(row, "published_s",
-                                        g.reference_step_s);
-            }
-            /* err.msg: "PATH: needs X GiB of HBM per core, vN core has
-             * Y GiB (...)" */
-            cli_put_cell(g.name, 32);
-            printf(" %-8s %12s %12s %9s  does not fit: %s\n", g.system, "-",
-                   pub, "-", err.msg);
-            cli_fail(&err);
-            cJSON_AddBoolToObject(row, "fits", 0);
-            cJSON_AddNumberToObject(row, "hbm_needed_bytes",
-                                    r.hbm_needed_bytes);
-            cJSON_AddNumberToObject(row, "hbm_capacity_bytes",
-                                    r.hbm_capacity_bytes);
-            cJSON_AddStringToObject(row, "error", err.msg);
-            note_fail(&rc, (int)st);
-            /* counted as left out only where it had a figure to miss */
-            if (g.has_reference && g.reference_step_s > 0)
-                unfit++;
-        } else if (st != TPU_OK) {
-            cli_put_cell(g.name, 32);
-            printf(" %-8s error: %s\n", g.system, err.msg);
-            cli_fail(&err);
-            cJSON_AddStringToObject(row, "error", err.msg);
-            note_fail(&rc, (int)st);
-        } else {
-            char pub[32] = "-", e[32] = "-";
-            cJSON_AddNumberToObject(row, "predicted_s", r.step_time_s);
-            if (g.has_reference && g.reference_step_s > 0) {
-                double pe = 100 * (r.step_time_s - g.reference_step_s) /
-                            g.reference_step_s;
-                snprintf(pub, sizeof pub, "%.5g", g.reference_step_s);
-                snprintf(e, sizeof e, "%+.1f", pe);
-                sum_abs += fabs(pe);
-                snprintf(ordered[counted].name, sizeof ordered[counted].name,
-                         "%s (%s)", g.name, g.system);
-                ordered[counted].pred = r.step_time_s;
-                ordered[counted].pub = g.reference_step_s;
-                counted++;
-                cJSON_AddNumberToObject(row, "published_s",
-                                        g.reference_step_s);
-                cJSON_AddNumberToObject(row, "error_pct", pe);
-                cJSON_AddStringToObject(row, "source", g.reference_source);
-            }
-            cli_put_cell(g.name, 32);
-            printf(" %-8s %12.5g %12s %9s  %s\n", g.system, r.step_time_s,
-                   pub, e,
-                   g.has_reference ? g.reference_source : "(no published "
-                                                          "figure)");
-            cJSON_AddBoolToObject(row, "fits", r.fits);
-            /* Where the slowest core's time goes: the first thing to look
-             * at when a prediction misses. */
-            int worst = 0;
-            for (int k = 1; k < r.cores; k++)
-                if (r.per_core[k].step_time_s >
-                    r.per_core[worst].step_time_s)
-                    worst = k;
-            if (r.cores > 0) {
-                cJSON *bd = cJSON_AddObjectToObject(row, "breakdown_s");
-                for (int c = 0; c < CAT_COUNT; c++)
-                    cJSON_AddNumberToObject(bd, emu_cat_name((emu_cat)c),
-                                            r.per_core[worst]
-                                                .breakdown_s[c]);
-                cJSON_AddNumberToObject(row, "slowest_core",
-                                        r.per_core[worst].core);
-            }
-            cJSON_AddNumberToObject(row, "flops_per_step", r.flops_per_step);
-        }
-        fflush(stdout);
-        emu_result_free(&r);
-        graph_free(&g);
-    }
-    check_order(ordered, counted, doc);
-    free(ordered);
-    if (counted > 0) {
-        char left[80] = "";
-        if (unfit)
-            snprintf(left, sizeof left, " (%d trace%s with a published figure "
-                                        "that do%s not fit left out)",
-                     unfit, unfit == 1 ? "" : "s", unfit == 1 ? "es" : "");
-        printf("mean absolute error: %.1f%%%s\n", sum_abs / counted, left);
-        cJSON_AddNumberToObject(doc, "mean_abs_error_pct", sum_abs / counted);
-    } else {
-        printf("mean absolute error: n/a (no trace ran with a published "
-               "figure)\n");
-        cJSON_AddNullToObject(doc, "mean_abs_error_pct");
-    }
-    for (int i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-    free(found);
-    if (out) {
-        char *text = cJSON_Print(doc);
-        tpu_error err = {0};
-        if (!text) {
-            if (!rc)
-                rc = cli_error(4, "out of memory");
-        } else {
-            size_t len = strlen(text);
-            char *nl = realloc(text, len + 2);
-            if (nl) {
-                text = nl;
-                memcpy(text + len, "\n", 2);
-                len++;
-            }
-            if (tpu_write_atomic(out, text, len, &err) != TPU_OK) {
-                int code = cli_fail(&err);
-                if (!rc)
-                    rc = code;
-            }
-            free(text);
-        }
-    }
-    cJSON_Delete(doc);
+    vfiles f;
+    int rc = find_traces(dir, &f);
+    if (!rc && out)
+        rc = check_report_path(out, &f);
+    if (!rc)
+        rc = run_table(&f, out);
+    vfiles_free(&f);
     return rc;
 }
