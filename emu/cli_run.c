@@ -107,7 +107,9 @@ static int same_figures(const emu_core_result *a, const emu_core_result *b)
     return 1;
 }
 
-static void print_table(const emu_result *r)
+/* What ran: trace, slice, mode, batch, replicas; overrides and frozen
+ * layers. */
+static void print_heading(const emu_result *r)
 {
     printf("%s on %s: %d chips, %d cores, %s, global batch %lld, %d "
            "replica%s x %d core%s\n",
@@ -120,32 +122,44 @@ static void print_table(const emu_result *r)
                r->overrides[i].value);
     if (r->freeze[0])
         printf("freeze: %s\n", r->freeze);
+}
+
+/* The row label of core c and the n cores alike it (the last of them
+ * `last`): "5", "0-7", "0 +7 alike". */
+static void group_label(char *buf, size_t cap, int c, int n, int last)
+{
+    if (n == 1)
+        snprintf(buf, cap, "%d", c);
+    else if (last - c + 1 == n)
+        snprintf(buf, cap, "%d-%d", c, last);
+    else
+        snprintf(buf, cap, "%d +%d alike", c, n - 1);
+}
+
+/* One row per shard position; the replicas that mirror it are named with
+ * it when their figures are identical. */
+static void print_cores(const emu_result *r)
+{
     printf("\n%-13s %10s", "cores", "step ms");
     for (int k = 0; k < CAT_COUNT; k++)
         printf(" %9s", emu_cat_name((emu_cat)k));
     printf(" %8s %9s\n", "mxu util", "HBM GiB");
-    /* One row per shard position; the replicas that mirror it are named
-     * with it when their figures are identical. */
     int *done = calloc((size_t)r->cores, sizeof(int));
     for (int c = 0; c < r->cores; c++) {
         if (done && done[c])
             continue;
         const emu_core_result *a = &r->per_core[c];
         int n = 0, last = c;
-        for (int d = c; d < r->cores; d++)
-            if ((!done || !done[d]) && same_figures(a, &r->per_core[d])) {
-                if (done)
-                    done[d] = 1;
-                n++;
-                last = d;
-            }
+        for (int d = c; d < r->cores; d++) {
+            if ((done && done[d]) || !same_figures(a, &r->per_core[d]))
+                continue;
+            if (done)
+                done[d] = 1;
+            n++;
+            last = d;
+        }
         char label[32];
-        if (n == 1)
-            snprintf(label, sizeof label, "%d", c);
-        else if (last - c + 1 == n)
-            snprintf(label, sizeof label, "%d-%d", c, last);
-        else
-            snprintf(label, sizeof label, "%d +%d alike", c, n - 1);
+        group_label(label, sizeof label, c, n, last);
         printf("%-13s %10.3f", label, a->step_time_s * 1e3);
         for (int k = 0; k < CAT_COUNT; k++)
             printf(" %9.3f", a->breakdown_s[k] * 1e3);
@@ -153,18 +167,19 @@ static void print_table(const emu_result *r)
                a->hbm_peak_bytes / (1024.0 * 1024 * 1024));
     }
     free(done);
-    int slow = 0;
-    for (int c = 1; c < r->cores; c++)
-        if (r->per_core[c].step_time_s > r->per_core[slow].step_time_s)
-            slow = c;
+}
+
+/* FLOPs against the slice's peak, and the profiler's memory-bandwidth
+ * utilisation for the slowest core: near 100% the step is bound by HBM,
+ * not by the MXU. */
+static void print_rates(const emu_result *r, int slow)
+{
     printf("\nFLOPs per step %.4g (%.1f%% of the slice's peak over the step)\n",
            r->flops_per_step,
            r->step_time_s > 0
                ? 100 * r->flops_per_step /
                      (r->step_time_s * r->cores * r->core_peak_flops)
                : 0);
-    /* The profiler's memory-bandwidth utilisation, for the slowest core:
-     * near 100% the step is bound by HBM, not by the MXU. */
     const emu_core_result *sc = &r->per_core[slow];
     double traffic = sc->hbm_read_bytes + sc->hbm_write_bytes;
     if (r->core_hbm_bps > 0 && sc->step_time_s > 0)
@@ -173,8 +188,13 @@ static void print_table(const emu_result *r)
                traffic / 1e9, slow,
                100 * traffic / (r->core_hbm_bps * sc->step_time_s),
                r->core_hbm_bps / 1e9);
-    /* "does my model fit": what the need is made of, for the core that
-     * needs the most (as the exit-3 message says it when it does not) */
+}
+
+/* "does my model fit": what the need is made of, for the core that needs
+ * the most (as the exit-3 message says it when it does not); what
+ * recomputation and the small-batch layout did to make it fit. */
+static void print_memory(const emu_result *r)
+{
     if (r->hbm_needed_bytes > 0 && r->hbm_capacity_bytes > 0) {
         /* in GiB from 1 GiB up, else MiB, as the remat line below */
         const double gib = 1073741824.0;
@@ -203,6 +223,15 @@ static void print_table(const emu_result *r)
         printf("; each tap's channels padded to the lanes (docs/FIRMWARE.md; "
                "--set xla.conv_pad=0 for the folded alternative)\n");
     }
+}
+
+static void print_table(const emu_result *r)
+{
+    int slow = cli_slowest_core(r);
+    print_heading(r);
+    print_cores(r);
+    print_rates(r, slow);
+    print_memory(r);
     /* four decimals read well from 10 ms up; below, four significant
      * digits (0.0001 s said nothing of a 128 us step) */
     if (r->step_time_s >= 0.01 || r->step_time_s <= 0)
@@ -270,12 +299,15 @@ static tpu_status write_loss_png(const emu_result *r, const char *trace,
 }
 
 enum { OUT_REPORT, OUT_CHROME, OUT_PNG, OUT_NPY, OUT_LOSS, N_OUTS };
+/* The output options, in the order of their outputs. */
+static const char *const out_flag[N_OUTS] = {
+    "--report", "--chrome-trace", "--png", "--output-npy", "--loss-png"};
 
 /* Refuses, before anything runs, an output that is the input trace, two
  * outputs naming one file, and a path outfile_check refuses. */
-static int check_outputs(const char *trace, const char *const *flag,
-                         const char *const *path)
+static int check_outputs(const char *trace, const char *const *path)
 {
+    const char *const *flag = out_flag;
     for (int i = 0; i < N_OUTS; i++) {
         if (!path[i])
             continue;
@@ -354,189 +386,252 @@ static tpu_status write_outputs(const emu_result *r, const char *trace,
     return outfile_commit_all(os, n, err);
 }
 
+/* The command line. */
+typedef struct {
+    const char *trace;
+    const char *path[N_OUTS]; /* each output, NULL when not asked for */
+    const char *fx_only;      /* the first option that needs --functional */
+    int quiet;
+    cli_whatif w;
+    sim_opts o;
+} run_args;
+
+/* The --functional options at argv[*i]: 1 taken, 0 not one of them, -1
+ * bad (error printed). */
+static int take_functional(run_args *ra, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    sim_opts *o = &ra->o;
+    if (strcmp(a, "--functional") == 0) {
+        o->functional = 1;
+    } else if (strcmp(a, "--seed") == 0) {
+        int64_t s;
+        ra->fx_only = ra->fx_only ? ra->fx_only : "--seed";
+        if (!(v = cli_value(argc, argv, i)) ||
+            cli_int("--seed", v, 0, INT64_MAX, &s))
+            return -1;
+        o->seed = (uint64_t)s;
+    } else if (strcmp(a, "--steps") == 0) {
+        int64_t n;
+        if (!(v = cli_value(argc, argv, i)) ||
+            cli_int("--steps", v, 1, 1000000, &n))
+            return -1;
+        o->steps = (int)n;
+    } else if (strcmp(a, "--lr") == 0) {
+        ra->fx_only = ra->fx_only ? ra->fx_only : "--lr";
+        if (!(v = cli_value(argc, argv, i)) ||
+            cli_double("--lr", v, 0, 1e6, &o->learning_rate))
+            return -1;
+    } else if (strcmp(a, "--host-mem-gib") == 0) {
+        double gb;
+        ra->fx_only = ra->fx_only ? ra->fx_only : "--host-mem-gib";
+        if (!(v = cli_value(argc, argv, i)) ||
+            cli_double("--host-mem-gib", v, 1e-6, 1e9, &gb))
+            return -1;
+        o->host_mem_limit = gb * 1024.0 * 1024.0 * 1024.0;
+    } else if (strcmp(a, "--mxu-model") == 0) {
+        if (!(v = cli_value(argc, argv, i)))
+            return -1;
+        if (strcmp(v, "pe") != 0 && strcmp(v, "fast") != 0) {
+            cli_error(2, "--mxu-model %s: expected pe or fast", v);
+            return -1;
+        }
+        o->pe_model = strcmp(v, "pe") == 0;
+    } else if (strcmp(a, "--output-layer") == 0) {
+        if (!(o->output_layer = cli_value(argc, argv, i)))
+            return -1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Argument argv[*i] (advancing *i past its value); 0, or 2 with the error
+ * printed. */
+static int take_arg(run_args *ra, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    int took = cli_whatif_take(&ra->w, argc, argv, i);
+    if (!took)
+        took = take_functional(ra, argc, argv, i);
+    for (int k = 0; !took && k < N_OUTS; k++)
+        if (strcmp(a, out_flag[k]) == 0)
+            took = (ra->path[k] = cli_value(argc, argv, i)) ? 1 : -1;
+    if (took)
+        return took < 0 ? 2 : 0;
+    if (strcmp(a, "--no-dedup") == 0)
+        ra->o.no_dedup = 1;
+    else if (strcmp(a, "--quiet") == 0)
+        ra->quiet = 1;
+    else if (a[0] == '-' && a[1])
+        return cli_error(2, "run: unknown option %s (see tpuemu run --help)",
+                         a);
+    else if (!ra->trace)
+        ra->trace = a;
+    else
+        return cli_error(2, "run: more than one trace (%s, %s)", ra->trace,
+                         a);
+    return 0;
+}
+
+/* The options together: a trace, the functional ones only with
+ * --functional, the what-if ones consistent. */
+static int check_args(const run_args *ra)
+{
+    const sim_opts *o = &ra->o;
+    if (!ra->trace)
+        return cli_error(2, "run: no trace given (usage: tpuemu run "
+                            "TRACE.json [OPTIONS]; see tpuemu run --help)");
+    if (!o->functional && (ra->path[OUT_NPY] || ra->path[OUT_LOSS] ||
+                           o->steps != 1 || o->output_layer || o->pe_model))
+        return cli_error(2, "run: --steps, --output-npy, --output-layer and "
+                            "--loss-png need --functional");
+    if (!o->functional && ra->fx_only)
+        return cli_error(2, "run: %s sets the values of a --functional run "
+                            "and means nothing without it",
+                         ra->fx_only);
+    return cli_whatif_check(&ra->w) ? 2 : 0;
+}
+
+static int parse_args(run_args *ra, int argc, char **argv)
+{
+    memset(ra, 0, sizeof *ra);
+    cli_whatif_init(&ra->w);
+    sim_opts_default(&ra->o);
+    for (int i = 1; i < argc; i++) {
+        int rc = take_arg(ra, argc, argv, &i);
+        if (rc)
+            return rc;
+    }
+    return check_args(ra);
+}
+
+/* The trace loaded, the what-if options applied, and one step simulated
+ * into *r (emu_result_free it), its status in *st with the error in err;
+ * or the exit status, error printed, when it fails before the
+ * simulation (*r untouched). */
+static int simulate(run_args *ra, emu_result *r, tpu_status *st,
+                    tpu_error *err)
+{
+    progress_t prog = {now_s(), 0, 0};
+    if (isatty(2)) {
+        ra->o.progress = on_progress;
+        ra->o.progress_ctx = &prog;
+    }
+    graph g;
+    if (graph_load(&g, ra->trace, err))
+        return cli_fail(err);
+    int code = cli_whatif_apply(&ra->w, &g, ra->trace, &ra->o);
+    if (!code && (ra->path[OUT_LOSS] || ra->o.steps > 1) && !g.train)
+        code = cli_error(2, "run: --steps and --loss-png need a training "
+                            "trace (%s is run.mode \"infer\")", ra->trace);
+    if (code) {
+        graph_free(&g);
+        return code;
+    }
+    *st = sim_run(&g, &ra->o, r, err);
+    if (prog.shown)
+        fprintf(stderr, "\r%40s\r", "");
+    graph_free(&g);
+    return 0;
+}
+
+/* A run that does not fit still leaves a report (fits: false, no
+ * timing), so a performance gate sees the change as a regression rather
+ * than a crash of the run.  0, or 3 with the error printed when the
+ * report could not be written. */
+static int write_nofit_report(emu_result *r, const char *report,
+                              const tpu_error *err)
+{
+    if (r->per_core || r->cores <= 0)
+        return 0;
+    r->per_core = calloc((size_t)r->cores, sizeof *r->per_core);
+    for (int c = 0; r->per_core && c < r->cores; c++) {
+        r->per_core[c].core = c;
+        r->per_core[c].chip = c / 2;
+        r->per_core[c].hbm_peak_bytes = r->hbm_needed_bytes;
+    }
+    tpu_error werr = {0};
+    if (r->per_core && report_write(r, report, &werr))
+        /* One line, one status: the step does not fit (3), and the
+         * report that would say so could not be written. */
+        return cli_error(3, "%s (and the report was not written: %s)",
+                         err->msg, werr.msg);
+    return 0;
+}
+
+/* No timing, nothing to draw or compute: says which requested files are
+ * missing rather than leave the user to find out. */
+static void note_unwritten(const run_args *ra)
+{
+    char names[1024] = "";
+    size_t len = 0;
+    for (int i = 0; i < N_OUTS; i++)
+        if (i != OUT_REPORT && ra->path[i] && len < sizeof names) {
+            int nw = snprintf(names + len, sizeof names - len, "%s%s %s",
+                              len ? ", " : "", out_flag[i], ra->path[i]);
+            if (nw > 0)
+                len += (size_t)nw;
+        }
+    if (names[0])
+        fprintf(stderr,
+                "tpuemu: not written, a step that does not fit has no "
+                "timing: %s%s\n",
+                names,
+                ra->path[OUT_REPORT] ? " (the --report was, with fits: false)"
+                                     : "");
+}
+
+/* The simulation failed with err: for a step that does not fit, the
+ * report that says so and the note on the other outputs. */
+static int sim_failed(const run_args *ra, emu_result *r, tpu_status st,
+                      const tpu_error *err)
+{
+    if (st == TPU_ERR_NOFIT && ra->path[OUT_REPORT]) {
+        int code = write_nofit_report(r, ra->path[OUT_REPORT], err);
+        if (code)
+            return code;
+    }
+    int code = cli_fail(err);
+    if (st == TPU_ERR_NOFIT)
+        note_unwritten(ra);
+    return code;
+}
+
 int cli_run(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
         print_usage(stdout);
         return 0;
     }
-    const char *trace = NULL, *report = NULL, *chrome = NULL, *png = NULL;
-    const char *npy = NULL, *loss_png = NULL, *fx_only = NULL;
-    cli_whatif w;
-    cli_whatif_init(&w);
-    int quiet = 0, took;
-    sim_opts o;
-    sim_opts_default(&o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if ((took = cli_whatif_take(&w, argc, argv, &i)) != 0) {
-            if (took < 0)
-                return 2;
-        } else if (strcmp(a, "--report") == 0) {
-            if (!(report = cli_value(argc, argv, &i)))
-                return 2;
-        } else if (strcmp(a, "--chrome-trace") == 0) {
-            if (!(chrome = cli_value(argc, argv, &i)))
-                return 2;
-        } else if (strcmp(a, "--png") == 0) {
-            if (!(png = cli_value(argc, argv, &i)))
-                return 2;
-        } else if (strcmp(a, "--functional") == 0) {
-            o.functional = 1;
-        } else if (strcmp(a, "--seed") == 0) {
-            int64_t s;
-            fx_only = fx_only ? fx_only : "--seed";
-            if (!(v = cli_value(argc, argv, &i)) ||
-                cli_int("--seed", v, 0, INT64_MAX, &s))
-                return 2;
-            o.seed = (uint64_t)s;
-        } else if (strcmp(a, "--steps") == 0) {
-            int64_t n;
-            if (!(v = cli_value(argc, argv, &i)) ||
-                cli_int("--steps", v, 1, 1000000, &n))
-                return 2;
-            o.steps = (int)n;
-        } else if (strcmp(a, "--lr") == 0) {
-            fx_only = fx_only ? fx_only : "--lr";
-            if (!(v = cli_value(argc, argv, &i)) ||
-                cli_double("--lr", v, 0, 1e6, &o.learning_rate))
-                return 2;
-        } else if (strcmp(a, "--host-mem-gib") == 0) {
-            fx_only = fx_only ? fx_only : "--host-mem-gib";
-            double gb;
-            if (!(v = cli_value(argc, argv, &i)) ||
-                cli_double("--host-mem-gib", v, 1e-6, 1e9, &gb))
-                return 2;
-            o.host_mem_limit = gb * 1024.0 * 1024.0 * 1024.0;
-        } else if (strcmp(a, "--output-npy") == 0) {
-            if (!(npy = cli_value(argc, argv, &i)))
-                return 2;
-        } else if (strcmp(a, "--mxu-model") == 0) {
-            if (!(v = cli_value(argc, argv, &i)))
-                return 2;
-            if (strcmp(v, "pe") != 0 && strcmp(v, "fast") != 0)
-                return cli_error(2, "--mxu-model %s: expected pe or fast", v);
-            o.pe_model = strcmp(v, "pe") == 0;
-        } else if (strcmp(a, "--output-layer") == 0) {
-            if (!(o.output_layer = cli_value(argc, argv, &i)))
-                return 2;
-        } else if (strcmp(a, "--loss-png") == 0) {
-            if (!(loss_png = cli_value(argc, argv, &i)))
-                return 2;
-        } else if (strcmp(a, "--no-dedup") == 0) {
-            o.no_dedup = 1;
-        } else if (strcmp(a, "--quiet") == 0) {
-            quiet = 1;
-        } else if (a[0] == '-' && a[1]) {
-            return cli_error(2, "run: unknown option %s (see tpuemu run --help)",
-                             a);
-        } else if (!trace) {
-            trace = a;
-        } else {
-            return cli_error(2, "run: more than one trace (%s, %s)", trace, a);
-        }
-    }
-    if (!trace)
-        return cli_error(2, "run: no trace given (usage: tpuemu run "
-                            "TRACE.json [OPTIONS]; see tpuemu run --help)");
-    if (!o.functional &&
-        (npy || loss_png || o.steps != 1 || o.output_layer || o.pe_model))
-        return cli_error(2, "run: --steps, --output-npy, --output-layer and "
-                            "--loss-png need --functional");
-    if (!o.functional && fx_only)
-        return cli_error(2, "run: %s sets the values of a --functional run "
-                            "and means nothing without it",
-                         fx_only);
-    if (cli_whatif_check(&w))
-        return 2;
-    if (o.functional && o.host_mem_limit <= 0)
-        o.host_mem_limit = host_mem_default();
-    o.trace_path = trace;
-    o.record_timeline = chrome != NULL;
-    progress_t prog = {now_s(), 0, 0};
-    if (isatty(2)) {
-        o.progress = on_progress;
-        o.progress_ctx = &prog;
-    }
-
-    /* Every output checked before the (possibly long) simulation. */
-    const char *out_flag[N_OUTS] = {"--report", "--chrome-trace", "--png",
-                                    "--output-npy", "--loss-png"};
-    const char *out_path[N_OUTS] = {report, chrome, png, npy, loss_png};
-    int code = check_outputs(trace, out_flag, out_path);
+    run_args ra;
+    int code = parse_args(&ra, argc, argv);
     if (code)
         return code;
-
-    tpu_error err = {0};
-    graph g;
-    if (graph_load(&g, trace, &err))
-        return cli_fail(&err);
-    if ((code = cli_whatif_apply(&w, &g, trace, &o)) != 0) {
-        graph_free(&g);
+    if (ra.o.functional && ra.o.host_mem_limit <= 0)
+        ra.o.host_mem_limit = host_mem_default();
+    ra.o.trace_path = ra.trace;
+    ra.o.record_timeline = ra.path[OUT_CHROME] != NULL;
+    /* Every output checked before the (possibly long) simulation. */
+    if ((code = check_outputs(ra.trace, ra.path)) != 0)
         return code;
-    }
-    if ((loss_png || o.steps > 1) && !g.train) {
-        graph_free(&g);
-        return cli_error(2, "run: --steps and --loss-png need a training trace "
-                            "(%s is run.mode \"infer\")", trace);
-    }
+    tpu_error err = {0};
+    tpu_status st = TPU_OK;
     emu_result r;
-    tpu_status rc = sim_run(&g, &o, &r, &err);
-    if (prog.shown)
-        fprintf(stderr, "\r%40s\r", "");
-    graph_free(&g);
-    if (rc == TPU_ERR_NOFIT && report && !r.per_core && r.cores > 0) {
-        /* A run that does not fit still leaves a report (fits: false, no
-         * timing), so a performance gate sees the change as a regression
-         * rather than a crash of the run. */
-        r.per_core = calloc((size_t)r.cores, sizeof *r.per_core);
-        for (int c = 0; r.per_core && c < r.cores; c++) {
-            r.per_core[c].core = c;
-            r.per_core[c].chip = c / 2;
-            r.per_core[c].hbm_peak_bytes = r.hbm_needed_bytes;
-        }
-        tpu_error werr = {0};
-        if (r.per_core && report_write(&r, report, &werr)) {
-            /* One line, one status: the step does not fit (3), and the
-             * report that would say so could not be written. */
-            code = cli_error(3, "%s (and the report was not written: %s)",
-                             err.msg, werr.msg);
-            emu_result_free(&r);
-            return code;
-        }
-    }
-    if (rc) {
-        code = cli_fail(&err);
-        if (rc == TPU_ERR_NOFIT) {
-            /* No timing, nothing to draw or compute: say which requested
-             * files are missing rather than leave the user to find out. */
-            char names[1024] = "";
-            size_t len = 0;
-            for (int i = 0; i < N_OUTS; i++)
-                if (i != OUT_REPORT && out_path[i] && len < sizeof names) {
-                    int nw = snprintf(names + len, sizeof names - len,
-                                     "%s%s %s", len ? ", " : "", out_flag[i],
-                                     out_path[i]);
-                    if (nw > 0)
-                        len += (size_t)nw;
-                }
-            if (names[0])
-                fprintf(stderr,
-                        "tpuemu: not written, a step that does not fit has "
-                        "no timing: %s%s\n",
-                        names,
-                        report ? " (the --report was, with fits: false)" : "");
-        }
+    if ((code = simulate(&ra, &r, &st, &err)) != 0)
+        return code;
+    if (st) {
+        code = sim_failed(&ra, &r, st, &err);
         emu_result_free(&r);
         return code;
     }
     /* outputs first: a run that exits 2 on a full disk prints no result */
-    code = write_outputs(&r, trace, out_path, &err) ? cli_fail(&err) : 0;
-    if (!code && quiet)
+    code = write_outputs(&r, ra.trace, ra.path, &err) ? cli_fail(&err) : 0;
+    if (!code && ra.quiet)
         printf("%.9g\n", r.step_time_s);
     else if (!code)
         print_table(&r);
-    if (!code && r.has_values && !quiet)
+    if (!code && r.has_values && !ra.quiet)
         print_values(&r);
     emu_result_free(&r);
     return code;
