@@ -369,203 +369,270 @@ tpu_status chart_breakdown_png(const emu_result *r, const char *path,
     return st;
 }
 
-tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
-                                 int H, tpu_error *err)
+/* The bars of a breakdown chart: per bar the mean breakdown, min/max
+ * step time, member count and first core; over all cores the category
+ * sums and the longest step. */
+typedef struct {
+    int nb, mode;        /* chart_bars */
+    int *core_bar;
+    double (*mean)[CAT_COUNT];
+    double *tmin, *tmax;
+    int *cnt, *first;
+    double catsum[CAT_COUNT];
+    double top;
+} bar_set;
+
+static void bars_free(bar_set *b)
 {
-    if (!r || !r->per_core || r->cores <= 0)
-        return tpu_fail(err, TPU_ERR_INPUT, "chart: no per-core results");
+    free(b->mean);
+    free(b->tmin);
+    free(b->tmax);
+    free(b->cnt);
+    free(b->first);
+    free(b->core_bar);
+}
+
+/* r's cores grouped into bars (chart_bars) and summed per bar. */
+static tpu_status bars_make(const emu_result *r, bar_set *b, tpu_error *err)
+{
+    memset(b, 0, sizeof *b);
     int n = r->cores;
-    int *core_bar = malloc(sizeof(int) * n);
-    if (!core_bar)
+    b->core_bar = malloc(sizeof(int) * n);
+    if (!b->core_bar)
         return tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
-    int mode = 0, nb = chart_bars(r, core_bar, &mode);
-    if (nb <= 0) {
-        free(core_bar);
+    b->nb = chart_bars(r, b->core_bar, &b->mode);
+    if (b->nb <= 0)
         return tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
-    }
-    /* Per bar: mean breakdown, min/max step time, member count, first core. */
-    double(*mean)[CAT_COUNT] = calloc((size_t)nb, sizeof *mean);
-    double *tmin = malloc(sizeof(double) * nb), *tmax = malloc(sizeof(double) * nb);
-    int *cnt = calloc((size_t)nb, sizeof(int)), *first = malloc(sizeof(int) * nb),
-        *last = malloc(sizeof(int) * nb);
-    chart_image im = {0};
-    tpu_status st = TPU_OK;
-    if (!mean || !tmin || !tmax || !cnt || !first || !last) {
-        st = tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
-        goto done;
-    }
-    double catsum[CAT_COUNT] = {0}, top = 0;
+    int nb = b->nb;
+    b->mean = calloc((size_t)nb, sizeof *b->mean);
+    b->tmin = malloc(sizeof(double) * nb);
+    b->tmax = malloc(sizeof(double) * nb);
+    b->cnt = calloc((size_t)nb, sizeof(int));
+    b->first = malloc(sizeof(int) * nb);
+    if (!b->mean || !b->tmin || !b->tmax || !b->cnt || !b->first)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "chart: out of memory");
     for (int c = 0; c < n; c++) {
         const emu_core_result *pc = &r->per_core[c];
-        int b = core_bar[c];
-        if (!cnt[b]) {
-            first[b] = c;
-            tmin[b] = tmax[b] = pc->step_time_s;
+        int k = b->core_bar[c];
+        if (!b->cnt[k]) {
+            b->first[k] = c;
+            b->tmin[k] = b->tmax[k] = pc->step_time_s;
         }
-        last[b] = c;
-        cnt[b]++;
-        tmin[b] = fmin(tmin[b], pc->step_time_s);
-        tmax[b] = fmax(tmax[b], pc->step_time_s);
-        for (int k = 0; k < CAT_COUNT; k++) {
-            mean[b][k] += pc->breakdown_s[k];
-            catsum[k] += pc->breakdown_s[k];
+        b->cnt[k]++;
+        b->tmin[k] = fmin(b->tmin[k], pc->step_time_s);
+        b->tmax[k] = fmax(b->tmax[k], pc->step_time_s);
+        for (int j = 0; j < CAT_COUNT; j++) {
+            b->mean[k][j] += pc->breakdown_s[j];
+            b->catsum[j] += pc->breakdown_s[j];
         }
-        top = fmax(top, pc->step_time_s);
+        b->top = fmax(b->top, pc->step_time_s);
     }
-    for (int b = 0; b < nb; b++)
-        for (int k = 0; k < CAT_COUNT; k++)
-            mean[b][k] /= cnt[b] ? cnt[b] : 1;
-    top = fmax(top, r->step_time_s);
-    if (!(top > 0) || !isfinite(top))
-        top = 1e-3;
+    for (int k = 0; k < nb; k++)
+        for (int j = 0; j < CAT_COUNT; j++)
+            b->mean[k][j] /= b->cnt[k] ? b->cnt[k] : 1;
+    b->top = fmax(b->top, r->step_time_s);
+    if (!(b->top > 0) || !isfinite(b->top))
+        b->top = 1e-3;
+    return TPU_OK;
+}
 
-    if (W < 500 || H < 300) {
-        st = tpu_fail(err, TPU_ERR_INPUT, "chart: image too small");
-        goto done;
-    }
-    if ((st = chart_image_init(&im, W, H, BG, err)) != TPU_OK)
-        goto done;
-
-    /* Title: what, where, how long. */
+/* Title: what, where, how long; and a note on how cores became bars.
+ * Returns the x axis's name. */
+static const char *breakdown_titles(chart_image *im, const emu_result *r,
+                                    const bar_set *b)
+{
+    int W = im->w;
     char buf[512], tbuf[64];
     fmt_time(tbuf, sizeof tbuf, r->step_time_s);
-    snprintf(buf, sizeof buf, "Step time per core: %s", r->trace[0] ? r->trace : "(unnamed trace)");
+    snprintf(buf, sizeof buf, "Step time per core: %s",
+             r->trace[0] ? r->trace : "(unnamed trace)");
     int ts = font_text_width(buf, 2) <= W - 40 ? 2 : 1;
-    text_fit(&im, 20, 14, buf, W - 40, ts, INK);
+    text_fit(im, 20, 14, buf, W - 40, ts, INK);
     snprintf(buf, sizeof buf,
              "%s, %d cores on %d chips, global batch %lld - step time %s "
              "(slowest core)%s",
              r->system[0] ? r->system : "?", r->cores, r->chips,
              (long long)r->global_batch, tbuf,
              r->fits ? "" : " - DOES NOT FIT in HBM");
-    text_fit(&im, 20, 14 + FONT_H * ts + 6, buf, W - 40, 1, MUTED);
+    text_fit(im, 20, 14 + FONT_H * ts + 6, buf, W - 40, 1, MUTED);
     const char *xname = "core";
-    if (mode == 1) {
+    if (b->mode == 1) {
         snprintf(buf, sizeof buf,
                  "%d cores drawn as %d bar%s: each bar is a group of cores with "
                  "identical breakdowns (x count under the bar)",
-                 n, nb, nb == 1 ? "" : "s");
+                 r->cores, b->nb, b->nb == 1 ? "" : "s");
         xname = "group of identical cores (first core, x count)";
-    } else if (mode == 2) {
+    } else if (b->mode == 2) {
         snprintf(buf, sizeof buf,
                  "%d cores drawn as %d bins of %d consecutive cores: bar = mean "
                  "breakdown, black whisker = min..max step time in the bin",
-                 n, nb, cnt[0]);
+                 r->cores, b->nb, b->cnt[0]);
         xname = "first core of bin";
-    } else
+    } else {
         buf[0] = 0;
+    }
     if (buf[0])
-        text_fit(&im, 20, 14 + FONT_H * ts + 6 + FONT_H + 4, buf, W - 40, 1,
+        text_fit(im, 20, 14 + FONT_H * ts + 6 + FONT_H + 4, buf, W - 40, 1,
                  0xA03000);
+    return xname;
+}
 
-    /* Axis, whiskers, step line and legend in the unit the step reads
-     * best in (the sweep charts' and the viewer's rule): a 89 us step is
-     * drawn in us, not as 0.02 .. 0.08 ms. */
-    const char *un;
-    double sc = chart_time_unit(top, &un);
-    char ylab[32];
-    snprintf(ylab, sizeof ylab, "step time (%s)", un);
-    frame f = {90, 110, W - 200, H - 70, 0, (double)nb, 0, top * sc * 1.08};
-    y_axis(&im, &f, ylab);
-
-    /* Bars. */
-    double slot = (double)(f.x1 - f.x0) / nb;
+/* Stacked bars of mean breakdowns (sc: seconds to the axis unit), with a
+ * min..max whisker on bins of cores whose step times differ. */
+static void breakdown_bars(chart_image *im, const frame *f, const bar_set *b,
+                           double sc)
+{
+    double slot = (double)(f->x1 - f->x0) / b->nb;
     int bw = (int)(slot * 0.8);
     if (bw < 1)
         bw = 1;
     if (bw > 120)
         bw = 120;
-    for (int b = 0; b < nb; b++) {
-        int cx = f.x0 + (int)((b + 0.5) * slot);
+    for (int k = 0; k < b->nb; k++) {
+        int cx = f->x0 + (int)((k + 0.5) * slot);
         int bx = cx - bw / 2;
         double acc = 0;
-        for (int k = 0; k < CAT_COUNT; k++) {
-            double v = mean[b][k] * sc;
+        for (int j = 0; j < CAT_COUNT; j++) {
+            double v = b->mean[k][j] * sc;
             if (!(v > 0))
                 continue;
-            int ya = fy(&f, acc), yb = fy(&f, acc + v);
-            chart_fill(&im, bx, yb, bw, ya - yb, cat_colors[k]);
+            int ya = fy(f, acc), yb = fy(f, acc + v);
+            chart_fill(im, bx, yb, bw, ya - yb, cat_colors[j]);
             acc += v;
         }
-        if (mode == 2 && tmax[b] > tmin[b]) {
-            int ya = fy(&f, tmin[b] * sc), yb = fy(&f, tmax[b] * sc);
-            chart_line(&im, cx, ya, cx, yb, INK);
-            chart_line(&im, cx - 2, yb, cx + 2, yb, INK);
-            chart_line(&im, cx - 2, ya, cx + 2, ya, INK);
+        if (b->mode == 2 && b->tmax[k] > b->tmin[k]) {
+            int ya = fy(f, b->tmin[k] * sc), yb = fy(f, b->tmax[k] * sc);
+            chart_line(im, cx, ya, cx, yb, INK);
+            chart_line(im, cx - 2, yb, cx + 2, yb, INK);
+            chart_line(im, cx - 2, ya, cx + 2, ya, INK);
         }
     }
-    /* x labels: as many as fit without overlap. */
+}
+
+/* Bar k's label: its first core, and with groups its count. */
+static void bar_label(char *buf, size_t cap, const bar_set *b, int k)
+{
+    if (b->mode == 1)
+        snprintf(buf, cap, "%d x%d", b->first[k], b->cnt[k]);
+    else
+        snprintf(buf, cap, "%d", b->first[k]);
+}
+
+/* x labels, as many as fit without overlap, and the axis's name. */
+static void breakdown_x_axis(chart_image *im, const frame *f, const bar_set *b,
+                             const char *xname)
+{
+    char buf[64];
+    double slot = (double)(f->x1 - f->x0) / b->nb;
     int maxw = 0;
-    for (int b = 0; b < nb; b++) {
-        if (mode == 1)
-            snprintf(buf, sizeof buf, "%d x%d", first[b], cnt[b]);
-        else
-            snprintf(buf, sizeof buf, "%d", first[b]);
+    for (int k = 0; k < b->nb; k++) {
+        bar_label(buf, sizeof buf, b, k);
         int tw = font_text_width(buf, 1);
         maxw = tw > maxw ? tw : maxw;
     }
     int every = 1;
     while (every * slot < maxw + 6)
         every++;
-    for (int b = 0; b < nb; b += every) {
-        if (mode == 1)
-            snprintf(buf, sizeof buf, "%d x%d", first[b], cnt[b]);
-        else
-            snprintf(buf, sizeof buf, "%d", first[b]);
-        int cx = f.x0 + (int)((b + 0.5) * slot);
-        chart_line(&im, cx, f.y1, cx, f.y1 + 3, INK);
-        chart_text(&im, cx - font_text_width(buf, 1) / 2, f.y1 + 6, buf, 1,
+    for (int k = 0; k < b->nb; k += every) {
+        bar_label(buf, sizeof buf, b, k);
+        int cx = f->x0 + (int)((k + 0.5) * slot);
+        chart_line(im, cx, f->y1, cx, f->y1 + 3, INK);
+        chart_text(im, cx - font_text_width(buf, 1) / 2, f->y1 + 6, buf, 1,
                    INK);
     }
-    chart_text(&im, (f.x0 + f.x1 - font_text_width(xname, 1)) / 2,
-               f.y1 + 8 + FONT_H + 6, xname, 1, INK);
+    chart_text(im, (f->x0 + f->x1 - font_text_width(xname, 1)) / 2,
+               f->y1 + 8 + FONT_H + 6, xname, 1, INK);
+}
 
-    /* The step time (slowest core) as a dashed line. */
-    int ys = fy(&f, r->step_time_s * sc);
-    for (int x = f.x0; x < f.x1; x += 8)
-        chart_line(&im, x, ys, x + 3 < f.x1 ? x + 3 : f.x1, ys, 0xC00000);
-    axes_box(&im, &f);
+/* A red dashed line from x0 to x1 at y: the step time. */
+static void dashed_line(chart_image *im, int x0, int x1, int y)
+{
+    for (int x = x0; x < x1; x += 8)
+        chart_line(im, x, y, x + 3 < x1 ? x + 3 : x1, y, 0xC00000);
+}
 
-    /* Legend: category, colour, mean over cores, in the y axis's unit
-     * with three significant figures.  When the chart is too short for two
-     * lines per entry (a 400 px window), one line each. */
-    int lx = f.x1 + 20, ly = f.y0;
-    int need = 2 * FONT_H + 12 + CAT_COUNT * (2 * FONT_H + 10) + 6 + 2 * FONT_H + 2;
-    int compact = ly + need > H - 4;
-    chart_text(&im, lx, ly, "category", 1, INK);
-    chart_text(&im, lx, ly + FONT_H + 2, "(mean per core)", 1, MUTED);
+/* Legend: category, colour, mean over cores, in the y axis's unit (sc,
+ * un) with three significant figures.  When the chart is too short for
+ * two lines per entry (a 400 px window), one line each. */
+static void breakdown_legend(chart_image *im, const frame *f,
+                             const bar_set *b, int ncores, double sc,
+                             const char *un)
+{
+    int lx = f->x1 + 20, ly = f->y0;
+    int need = 2 * FONT_H + 12 + CAT_COUNT * (2 * FONT_H + 10) + 6 +
+               2 * FONT_H + 2;
+    int compact = ly + need > im->h - 4;
+    char tbuf[64];
+    chart_text(im, lx, ly, "category", 1, INK);
+    chart_text(im, lx, ly + FONT_H + 2, "(mean per core)", 1, MUTED);
     ly += 2 * FONT_H + 12;
     for (int k = CAT_COUNT - 1; k >= 0; k--) {
         const char *cn = emu_cat_name((emu_cat)k);
-        chart_fill(&im, lx, ly, 14, 14, cat_colors[k]);
-        chart_text(&im, lx + 20, ly, cn, 1, INK);
-        chart_fmt_sig(tbuf, sizeof tbuf, catsum[k] / n * sc, 3);
+        chart_fill(im, lx, ly, 14, 14, cat_colors[k]);
+        chart_text(im, lx + 20, ly, cn, 1, INK);
+        chart_fmt_sig(tbuf, sizeof tbuf, b->catsum[k] / ncores * sc, 3);
         snprintf(tbuf + strlen(tbuf), sizeof tbuf - strlen(tbuf), " %s", un);
         if (compact) {
-            chart_text(&im, lx + 20 + font_text_width(cn, 1) + 6, ly, tbuf, 1, MUTED);
+            chart_text(im, lx + 20 + font_text_width(cn, 1) + 6, ly, tbuf, 1,
+                       MUTED);
             ly += FONT_H + 6;
         } else {
-            chart_text(&im, lx + 20, ly + FONT_H + 1, tbuf, 1, MUTED);
+            chart_text(im, lx + 20, ly + FONT_H + 1, tbuf, 1, MUTED);
             ly += 2 * FONT_H + 10;
         }
     }
     ly += 6;
-    for (int x = lx; x < lx + 14; x += 8)
-        chart_line(&im, x, ly + 6, x + 3, ly + 6, 0xC00000);
-    chart_text(&im, lx + 20, ly, "step time", 1, INK);
-    chart_text(&im, lx + 20, ly + FONT_H + 1, "(slowest core)", 1, MUTED);
+    dashed_line(im, lx, lx + 14, ly + 6);
+    chart_text(im, lx + 20, ly, "step time", 1, INK);
+    chart_text(im, lx + 20, ly + FONT_H + 1, "(slowest core)", 1, MUTED);
+}
 
-    *out = im;
-    im.rgb = NULL;
-done:
+/* The whole chart into im (W x H, initialised here). */
+static tpu_status breakdown_draw(const emu_result *r, const bar_set *b,
+                                 chart_image *im, int W, int H,
+                                 tpu_error *err)
+{
+    if (W < 500 || H < 300)
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: image too small");
+    tpu_status st = chart_image_init(im, W, H, BG, err);
+    if (st != TPU_OK)
+        return st;
+    const char *xname = breakdown_titles(im, r, b);
+    /* Axis, whiskers, step line and legend in the unit the step reads
+     * best in (the sweep charts' and the viewer's rule): a 89 us step is
+     * drawn in us, not as 0.02 .. 0.08 ms. */
+    const char *un;
+    double sc = chart_time_unit(b->top, &un);
+    char ylab[32];
+    snprintf(ylab, sizeof ylab, "step time (%s)", un);
+    frame f = {90, 110, W - 200, H - 70, 0, (double)b->nb, 0,
+               b->top * sc * 1.08};
+    y_axis(im, &f, ylab);
+    breakdown_bars(im, &f, b, sc);
+    breakdown_x_axis(im, &f, b, xname);
+    /* The step time (slowest core) as a dashed line. */
+    dashed_line(im, f.x0, f.x1, fy(&f, r->step_time_s * sc));
+    axes_box(im, &f);
+    breakdown_legend(im, &f, b, r->cores, sc, un);
+    return TPU_OK;
+}
+
+tpu_status chart_breakdown_image(const emu_result *r, chart_image *out, int W,
+                                 int H, tpu_error *err)
+{
+    if (!r || !r->per_core || r->cores <= 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: no per-core results");
+    bar_set b;
+    chart_image im = {0};
+    tpu_status st = bars_make(r, &b, err);
+    if (st == TPU_OK)
+        st = breakdown_draw(r, &b, &im, W, H, err);
+    if (st == TPU_OK) {
+        *out = im;
+        im.rgb = NULL;
+    }
     chart_image_free(&im);
-    free(mean);
-    free(tmin);
-    free(tmax);
-    free(cnt);
-    free(first);
-    free(last);
-    free(core_bar);
+    bars_free(&b);
     return st;
 }
 
@@ -624,18 +691,21 @@ static int covered_by_later(const frame *f, const chart_series *s,
     return n;
 }
 
-tpu_status chart_lines_png_to(outfile *o, const char *title,
-                              const char *xlabel, const char *ylabel,
-                              const chart_series *s, int nseries,
-                              tpu_error *err)
+/* The span of a line chart's data, and whether every x is whole. */
+typedef struct {
+    double xmin, xmax, ymin, ymax;
+    int xint;
+} span;
+
+/* The span of the series' points.  A point without a value (a sweep's
+ * run that did not fit) still holds its place on the x axis: the axis
+ * spans every swept value, not only the drawn ones.  Counts (cores per
+ * replica, batch, system size, steps) get whole ticks: a tick at 4.5
+ * cores is no configuration. */
+static tpu_status data_span(const chart_series *s, int nseries,
+                            const char *path, span *sp, tpu_error *err)
 {
-    const char *path = o ? o->name : NULL;
-    if (!path || (nseries > 0 && !s) || nseries < 0)
-        return tpu_fail(err, TPU_ERR_INPUT, "chart: bad line chart arguments");
-    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    /* Counts (cores per replica, batch, system size, steps) get whole
-     * ticks: a tick at 4.5 cores is no configuration. */
-    int xint = 1;
+    *sp = (span){INFINITY, -INFINITY, INFINITY, -INFINITY, 1};
     for (int i = 0; i < nseries; i++)
         for (int j = 0; j < s[i].n; j++) {
             if (!s[i].x || !s[i].y)
@@ -644,76 +714,162 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
             double x = s[i].x[j], y = s[i].y[j];
             if (!isfinite(x))
                 continue;
-            /* a point without a value (a sweep's run that did not fit)
-             * still holds its place on the x axis: the axis spans every
-             * swept value, not only the drawn ones */
-            xint &= x == floor(x) && fabs(x) < 9007199254740992.0;
-            xmin = fmin(xmin, x);
-            xmax = fmax(xmax, x);
+            sp->xint &= x == floor(x) && fabs(x) < 9007199254740992.0;
+            sp->xmin = fmin(sp->xmin, x);
+            sp->xmax = fmax(sp->xmax, x);
             if (!isfinite(y))
                 continue;
-            ymin = fmin(ymin, y);
-            ymax = fmax(ymax, y);
+            sp->ymin = fmin(sp->ymin, y);
+            sp->ymax = fmax(sp->ymax, y);
         }
-    if (!isfinite(ymin))
+    if (!isfinite(sp->ymin))
         return tpu_fail(err, TPU_ERR_INPUT, "%s: no finite points to plot",
                         path);
-    if (xmax == xmin) {
-        xmin -= 0.5;
-        xmax += 0.5;
+    return TPU_OK;
+}
+
+/* The axes' ranges from the data's span: a lone x widened, positive data
+ * from zero (a 15% difference looks like 15%, not like a factor), seconds
+ * (a y label ending in "(s)") in the unit their range reads best in, the
+ * label rewritten in ylab to say which; the y scale in *ysc. */
+static void plot_range(span *sp, const char **ylabel, char *ylab,
+                       size_t cap, double *ysc)
+{
+    if (sp->xmax == sp->xmin) {
+        sp->xmin -= 0.5;
+        sp->xmax += 0.5;
     }
-    /* Positive data (step times, losses) starts the y axis at zero, so a
-     * 15% difference looks like 15%, not like a factor. */
-    if (ymin > 0)
-        ymin = 0;
-    /* A y label ending in "(s)" says the values are seconds: they are
-     * shown in the unit their range reads best in, the label saying
-     * which. */
-    double ysc = 1;
-    char ylab[256];
-    int yl = sec_label(ylabel);
+    if (sp->ymin > 0)
+        sp->ymin = 0;
+    *ysc = 1;
+    int yl = sec_label(*ylabel);
     if (yl >= 0) {
         const char *un;
-        ysc = chart_time_unit(fmax(fabs(ymax), fabs(ymin)), &un);
-        snprintf(ylab, sizeof ylab, "%.*s(%s)", yl, ylabel, un);
-        ylabel = ylab;
-        ymin *= ysc;
-        ymax *= ysc;
+        *ysc = chart_time_unit(fmax(fabs(sp->ymax), fabs(sp->ymin)), &un);
+        snprintf(ylab, cap, "%.*s(%s)", yl, *ylabel, un);
+        *ylabel = ylab;
+        sp->ymin *= *ysc;
+        sp->ymax *= *ysc;
     }
-    if (ymax == ymin) {
-        ymin -= fabs(ymin) * 0.1 + 0.5;
-        ymax += fabs(ymax) * 0.1 + 0.5;
+    if (sp->ymax == sp->ymin) {
+        sp->ymin -= fabs(sp->ymin) * 0.1 + 0.5;
+        sp->ymax += fabs(sp->ymax) * 0.1 + 0.5;
     }
-    double pad = (ymax - ymin) * 0.06;
-    ymax += pad;
-    if (ymin != 0)
-        ymin -= pad;
+    double pad = (sp->ymax - sp->ymin) * 0.06;
+    sp->ymax += pad;
+    if (sp->ymin != 0)
+        sp->ymin -= pad;
+}
 
+/* x ticks (whole numbers only when xint) and the x label. */
+static void x_axis(chart_image *im, const frame *f, int xint,
+                   const char *xlabel)
+{
+    double step = nice_step(f->xmax - f->xmin, 8);
+    if (xint && step < 1)
+        step = 1;
+    char buf[64];
+    for (double v = ceil(f->xmin / step) * step; v <= f->xmax + step * 1e-6;
+         v += step) {
+        int x = fx(f, v);
+        chart_line(im, x, f->y1, x, f->y1 + 3, INK);
+        fmt_tick(buf, sizeof buf, v, step);
+        chart_text(im, x - font_text_width(buf, 1) / 2, f->y1 + 6, buf, 1,
+                   INK);
+    }
+    if (xlabel) {
+        int xw = font_text_width(xlabel, 1), pw = f->x1 - f->x0;
+        text_fit(im, xw < pw ? (f->x0 + f->x1 - xw) / 2 : f->x0,
+                 f->y1 + 8 + FONT_H + 6, xlabel, pw, 1, INK);
+    }
+}
+
+/* A point's marker of half-size r: a filled square, or an x for a thin
+ * series. */
+static void marker(chart_image *im, int X, int Y, int r, int thin,
+                   uint32_t c)
+{
+    if (thin) {
+        chart_line(im, X - r - 1, Y - r - 1, X + r + 1, Y + r + 1, c);
+        chart_line(im, X - r - 1, Y + r + 1, X + r + 1, Y - r - 1, c);
+    } else {
+        chart_fill(im, X - r, Y - r, 2 * r + 1, 2 * r + 1, c);
+    }
+}
+
+/* Series i: its points joined (a gap at a point without a value) and,
+ * for up to 40 points, marked. */
+static void draw_series(chart_image *im, const frame *f,
+                        const chart_series *s, int nseries, int i, int thin,
+                        uint32_t c, double ysc)
+{
+    int px = 0, py = 0, have = 0;
+    for (int j = 0; j < s[i].n; j++) {
+        double x = s[i].x[j], y = s[i].y[j] * ysc;
+        if (!isfinite(x) || !isfinite(y)) {
+            have = 0;
+            continue;
+        }
+        int X = fx(f, x), Y = fy(f, y);
+        if (have && thin)
+            chart_line(im, px, py, X, Y, c);
+        else if (have)
+            thick_line(im, px, py, X, Y, c);
+        /* Series that meet at a point (two systems with the same step,
+         * or a sweep with one x value) would hide each other's markers:
+         * each one grows by the markers drawn over it later, so all show
+         * as nested rings. */
+        if (s[i].n <= 40)
+            marker(im, X, Y,
+                   2 + 2 * covered_by_later(f, s, nseries, i, x, y, ysc),
+                   thin, c);
+        px = X;
+        py = Y;
+        have = 1;
+    }
+}
+
+/* Series i's legend entry: its line style and name. */
+static void legend_entry(chart_image *im, const frame *f, int i, int thin,
+                         uint32_t c, const char *name)
+{
+    int ly = f->y0 + i * (FONT_H + 8);
+    if (thin) {
+        chart_line(im, f->x1 + 20, ly + 6, f->x1 + 38, ly + 6, c);
+        chart_line(im, f->x1 + 26, ly + 3, f->x1 + 32, ly + 9, c);
+        chart_line(im, f->x1 + 26, ly + 9, f->x1 + 32, ly + 3, c);
+    } else {
+        chart_fill(im, f->x1 + 20, ly + 5, 18, 3, c);
+    }
+    text_fit(im, f->x1 + 44, ly, name ? name : "", im->w - (f->x1 + 44) - 6,
+             1, INK);
+}
+
+tpu_status chart_lines_png_to(outfile *o, const char *title,
+                              const char *xlabel, const char *ylabel,
+                              const chart_series *s, int nseries,
+                              tpu_error *err)
+{
+    const char *path = o ? o->name : NULL;
+    if (!path || (nseries > 0 && !s) || nseries < 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "chart: bad line chart arguments");
+    span sp;
+    tpu_status st = data_span(s, nseries, path, &sp, err);
+    if (st != TPU_OK)
+        return st;
+    char ylab[256];
+    double ysc;
+    plot_range(&sp, &ylabel, ylab, sizeof ylab, &ysc);
     const int W = 1000, H = 600;
     chart_image im;
-    tpu_status st = chart_image_init(&im, W, H, BG, err);
-    if (st != TPU_OK)
+    if ((st = chart_image_init(&im, W, H, BG, err)) != TPU_OK)
         return st;
     const char *t = title ? title : "";
     int ts = font_text_width(t, 2) <= W - 40 ? 2 : 1;
     text_fit(&im, 20, 14, t, W - 40, ts, INK);
-    frame f = {90, 70, W - 190, H - 60, xmin, xmax, ymin, ymax};
+    frame f = {90, 70, W - 190, H - 60, sp.xmin, sp.xmax, sp.ymin, sp.ymax};
     y_axis(&im, &f, ylabel);
-    double step = nice_step(xmax - xmin, 8);
-    if (xint && step < 1)
-        step = 1;
-    char buf[64];
-    for (double v = ceil(xmin / step) * step; v <= xmax + step * 1e-6; v += step) {
-        int x = fx(&f, v);
-        chart_line(&im, x, f.y1, x, f.y1 + 3, INK);
-        fmt_tick(buf, sizeof buf, v, step);
-        chart_text(&im, x - font_text_width(buf, 1) / 2, f.y1 + 6, buf, 1, INK);
-    }
-    if (xlabel) {
-        int xw = font_text_width(xlabel, 1), pw = f.x1 - f.x0;
-        text_fit(&im, xw < pw ? (f.x0 + f.x1 - xw) / 2 : f.x0,
-                 f.y1 + 8 + FONT_H + 6, xlabel, pw, 1, INK);
-    }
+    x_axis(&im, &f, sp.xint, xlabel);
     axes_box(&im, &f);
     int nc = (int)(sizeof series_colors / sizeof series_colors[0]);
     for (int i = 0; i < nseries; i++) {
@@ -721,50 +877,8 @@ tpu_status chart_lines_png_to(outfile *o, const char *title,
         /* Past the palette's 8 colours a series keeps its colour's
          * neighbour apart by style: a thin line and x markers. */
         int thin = (i / nc) % 2;
-        int px = 0, py = 0, have = 0;
-        for (int j = 0; j < s[i].n; j++) {
-            double x = s[i].x[j], y = s[i].y[j] * ysc;
-            if (!isfinite(x) || !isfinite(y)) {
-                have = 0;
-                continue;
-            }
-            int X = fx(&f, x), Y = fy(&f, y);
-            if (have) {
-                if (thin)
-                    chart_line(&im, px, py, X, Y, c);
-                else
-                    thick_line(&im, px, py, X, Y, c);
-            }
-            if (s[i].n <= 40) {
-                /* Series that meet at a point (two systems with the same
-                 * step, or a sweep with one x value) would hide each
-                 * other's markers: each one grows by the markers drawn
-                 * over it later, so all show as nested rings. */
-                int r = 2 + 2 * covered_by_later(&f, s, nseries, i, x, y,
-                                                 ysc);
-                if (thin) {
-                    chart_line(&im, X - r - 1, Y - r - 1, X + r + 1,
-                               Y + r + 1, c);
-                    chart_line(&im, X - r - 1, Y + r + 1, X + r + 1,
-                               Y - r - 1, c);
-                } else {
-                    chart_fill(&im, X - r, Y - r, 2 * r + 1, 2 * r + 1, c);
-                }
-            }
-            px = X;
-            py = Y;
-            have = 1;
-        }
-        int ly = f.y0 + i * (FONT_H + 8);
-        if (thin) {
-            chart_line(&im, f.x1 + 20, ly + 6, f.x1 + 38, ly + 6, c);
-            chart_line(&im, f.x1 + 26, ly + 3, f.x1 + 32, ly + 9, c);
-            chart_line(&im, f.x1 + 26, ly + 9, f.x1 + 32, ly + 3, c);
-        } else {
-            chart_fill(&im, f.x1 + 20, ly + 5, 18, 3, c);
-        }
-        text_fit(&im, f.x1 + 44, ly, s[i].name ? s[i].name : "",
-                 W - (f.x1 + 44) - 6, 1, INK);
+        draw_series(&im, &f, s, nseries, i, thin, c, ysc);
+        legend_entry(&im, &f, i, thin, c, s[i].name);
     }
     st = chart_png_put(o, im.rgb, im.w, im.h, 3, err);
     chart_image_free(&im);
