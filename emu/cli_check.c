@@ -27,6 +27,11 @@
     "re-record the baseline so that it guards the new figures (tpuemu's " \
     "baselines/: make rebaseline)"
 
+/* The same, when NEW sets what BASE does not (a what-if comparison). */
+#define CHECK_WHATIF                                                       \
+    "NEW is a what-if of BASE (the notes say what differs), so keep the "  \
+    "baseline"
+
 static const char usage_text[] =
     "usage: tpuemu check --baseline BASE.json NEW.json [--tolerance FRAC]\n"
     "\n"
@@ -53,7 +58,10 @@ static const char usage_text[] =
     "baseline -- `make rebaseline` for tpuemu's baselines/ -- and adds a\n"
     "table of what got faster), 1 regression (a table of what got slower:\n"
     "step time, core groups, categories), 2 a report is unreadable or the\n"
-    "two describe different runs.\n";
+    "two describe different runs (trace, system, core count, or a training\n"
+    "step against an inference step).  When NEW sets an override or a\n"
+    "--freeze list BASE does not, a gain is the what-if's answer and the\n"
+    "baseline is kept; layers[] naming different layers is noted.\n";
 
 /* Relative change; +inf when growing from zero. */
 static double rel(double base, double now)
@@ -395,6 +403,85 @@ static const emu_override *find_override(const emu_result *r,
     return NULL;
 }
 
+static int cmp_name(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* The layer names of one report, sorted (NULL when it lists none or the
+ * host is out of memory: then no note is printed). */
+static const char **sorted_names(const emu_result *r)
+{
+    if (r->n_layers <= 0 || !r->layer_names)
+        return NULL;
+    const char **v = malloc((size_t)r->n_layers * sizeof *v);
+    if (!v)
+        return NULL;
+    for (int i = 0; i < r->n_layers; i++)
+        v[i] = r->layer_names[i];
+    qsort(v, (size_t)r->n_layers, sizeof *v, cmp_name);
+    return v;
+}
+
+/* Reports of the same trace name whose layers[] name different layers are
+ * of different graphs (a layer added, removed or renamed): the comparison
+ * is then of two models, which the summary line alone would not say. */
+static void print_layer_note(const emu_result *b, const emu_result *n)
+{
+    const char **vb = sorted_names(b), **vn = sorted_names(n);
+    if (vb && vn) {
+        int i = 0, j = 0, only_b = 0, only_n = 0;
+        const char *first_b = NULL, *first_n = NULL;
+        while (i < b->n_layers || j < n->n_layers) {
+            int c = i == b->n_layers   ? 1
+                    : j == n->n_layers ? -1
+                                       : strcmp(vb[i], vn[j]);
+            if (c < 0) {
+                if (!only_b++)
+                    first_b = vb[i];
+                i++;
+            } else if (c > 0) {
+                if (!only_n++)
+                    first_n = vn[j];
+                j++;
+            } else {
+                i++;
+                j++;
+            }
+        }
+        if (only_b || only_n) {
+            printf("note: the layers differ:");
+            if (only_b)
+                printf(" %d only in BASE (%s%s)", only_b, first_b,
+                       only_b > 1 ? ", ..." : "");
+            if (only_b && only_n)
+                printf(",");
+            if (only_n)
+                printf(" %d only in NEW (%s%s)", only_n, first_n,
+                       only_n > 1 ? ", ..." : "");
+            printf(": the reports are of different graphs\n");
+        }
+    }
+    free((void *)vb);
+    free((void *)vn);
+}
+
+/* 1 when NEW is a what-if of BASE: an override or the --freeze list
+ * differs, so a change of the step time is the what-if's answer, not a
+ * reason to re-record the baseline. */
+static int is_whatif(const emu_result *b, const emu_result *n)
+{
+    for (int i = 0; i < b->n_overrides; i++) {
+        const emu_override *m = find_override(n, b->overrides[i].key);
+        if (!m || !same_value(b->overrides[i].value, m->value))
+            return 1;
+    }
+    for (int i = 0; i < n->n_overrides; i++)
+        if (!find_override(b, n->overrides[i].key))
+            return 1;
+    return !cli_freeze_same(b->freeze, n->freeze);
+}
+
 /* How the two runs differ besides the build: batch, partitioning and
  * every --set override one has and the other has not (or has with
  * another value), so a what-if comparison says what it compares. */
@@ -437,6 +524,7 @@ static void print_notes(const emu_result *b, const emu_result *n)
             printf("note: --freeze: BASE %s, NEW %s\n", b->freeze,
                    n->freeze);
     }
+    print_layer_note(b, n);
 }
 
 /* Exit status and output when one report or both did not fit (no step
@@ -503,6 +591,12 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         return cli_error(2, "%s: cores: %d, but the baseline %s has %d: "
                             "different core counts",
                          npath, n->cores, bpath, b->cores);
+    if (b->train != n->train)
+        return cli_error(2, "%s: mode: %s, but the baseline %s is %s: "
+                            "reports of different modes (a training step "
+                            "and an inference step)",
+                         npath, n->train ? "train" : "infer", bpath,
+                         b->train ? "train" : "infer");
     if (!b->fits || !n->fits)
         return compare_fit(b, n);
 
@@ -567,14 +661,17 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         printf("ok: %s on %s: step time %.6g s -> %.6g s (%s; slowest-"
                "changing core %s",
                n->trace, n->system, b->step_time_s, n->step_time_s, p, q);
+        /* A what-if's gain is its answer: re-recording the baseline then
+         * would bake the hypothetical hardware into the gate. */
+        const char *advice = is_whatif(b, n) ? CHECK_WHATIF : CHECK_STALE;
         if (step_faster)
             printf("), faster than the baseline by more than %s: %s\n", tt,
-                   CHECK_STALE);
+                   advice);
         else if (core_faster)
             printf("; fastest-changing core %s), within %s for the step "
                    "time, but a core is faster than the baseline by more "
                    "than %s: %s\n",
-                   f, tt, tt, CHECK_STALE);
+                   f, tt, tt, advice);
         else
             printf("), within %s\n", tt);
         print_notes(b, n);

@@ -1,4 +1,6 @@
 /* tpuemu — command dispatch.  Each command lives in emu/cli_NAME.c. */
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,12 @@ static const char *const flags[] = {
     "--demo", "--demo-2048", "--functional", "--help", "--no-dedup",
     "--print-commands", "--quiet", "--version", "--write", NULL};
 
+/* "-j2" is "-j 2", as make and GNU parallel spell it. */
+static int glued_jobs(const char *a)
+{
+    return a[0] == '-' && a[1] == 'j' && isdigit((unsigned char)a[2]);
+}
+
 static int listed(const char *const *list, const char *a, size_t len)
 {
     for (; *list; list++)
@@ -94,6 +102,11 @@ static char **split_eq(int argc, char **argv, char ***names, const char **bad)
             *names = NULL;
             return NULL;
         }
+        if (i > 0 && glued_jobs(a)) {
+            out[n++] = (char *)"-j";
+            out[n++] = (char *)(a + 2);
+            continue;
+        }
         if (i > 0 && a[0] == '-' && a[1] == '-' && eq && listed(valued, a, len)) {
             char *name = malloc(len + 1);
             if (!name) {
@@ -122,6 +135,20 @@ static int count_args(char **v)
     return n;
 }
 
+/* Standard output is the data a script keeps (mxu and probe JSON, lower's
+ * listing, the sweep's command lines for a scheduler): a write there that
+ * failed (a full disk, a closed pipe end) must not end in success.  A
+ * command that already failed keeps its own status. */
+static int finish(int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    int e = errno;
+    cli_error(2, "standard output: %s", e ? strerror(e) : "write failed");
+    return rc ? rc : 2;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -130,14 +157,14 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
-        return 0;
+        return finish(0);
     }
     if (strcmp(argv[1], "--version") == 0) {
         if (argc > 2)
             return cli_error(2, "--version takes nothing after it, got '%s'",
                              argv[2]);
         printf("tpuemu %s\n", TPUEMU_VERSION);
-        return 0;
+        return finish(0);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) {
@@ -153,7 +180,7 @@ int main(int argc, char **argv)
                 return cli_error(4, "out of host memory");
             int rc = commands[i].fn(count_args(args), args);
             free_args(args, names);
-            return rc;
+            return finish(rc);
         }
     return cli_error(2, "unknown command '%s' (try tpuemu --help)", argv[1]);
 }

@@ -227,6 +227,31 @@ tpu_status outfile_check(const char *path, tpu_error *err)
     return TPU_OK;
 }
 
+/* Blocks the signals that end a command from outside (outfile.h,
+ * Interruptions); o->holds when this call changed the mask. */
+static void hold_signals(outfile *o)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &set, &o->saved) != 0)
+        return;
+    o->holds = !sigismember(&o->saved, SIGINT) ||
+               !sigismember(&o->saved, SIGTERM) ||
+               !sigismember(&o->saved, SIGHUP);
+}
+
+static void release_signals(outfile *o)
+{
+    if (o->holds) {
+        o->holds = 0;
+        /* A signal held meanwhile is delivered here, the temporary gone. */
+        (void)sigprocmask(SIG_SETMASK, &o->saved, NULL);
+    }
+}
+
 tpu_status outfile_open(outfile *o, const char *path, tpu_error *err)
 {
     memset(o, 0, sizeof *o);
@@ -239,6 +264,7 @@ tpu_status outfile_open(outfile *o, const char *path, tpu_error *err)
         outfile_discard(o);
         return oom(err, path);
     }
+    hold_signals(o); /* before the temporary exists; discard releases */
     int fd = make_tmp(o->target, mode, &o->tmp, path, err);
     if (fd < 0) {
         outfile_discard(o);
@@ -290,6 +316,7 @@ tpu_status outfile_commit(outfile *o, tpu_error *err)
     }
     free(o->tmp);
     o->tmp = NULL;
+    release_signals(o);
     return TPU_OK;
 }
 
@@ -302,13 +329,31 @@ void outfile_discard(outfile *o)
     free(o->tmp);
     free(o->target);
     free(o->name);
-    memset(o, 0, sizeof *o);
+    o->tmp = o->target = o->name = NULL;
+    o->f = NULL;
+    o->existed = 0;
+    release_signals(o);
+}
+
+void outfile_discard_all(outfile *os, int n)
+{
+    for (int j = n - 1; j >= 0; j--)
+        outfile_discard(&os[j]);
 }
 
 tpu_status outfile_commit_all(outfile *os, int n, tpu_error *err)
 {
     tpu_status rc = TPU_OK;
     int k = 0;
+    /* The signals stay held until every output is in place or taken back:
+     * the outfile that holds them hands the hold over to this call. */
+    outfile hold = {0};
+    for (int j = 0; j < n; j++)
+        if (os[j].holds) {
+            hold.holds = 1;
+            hold.saved = os[j].saved;
+            os[j].holds = 0;
+        }
     for (k = 0; k < n; k++)
         if ((rc = outfile_close(&os[k], err)))
             break;
@@ -321,8 +366,8 @@ tpu_status outfile_commit_all(outfile *os, int n, tpu_error *err)
             /* Earlier ones are committed (tmp NULL): take back the new. */
             if (j < k && !os[j].tmp && !os[j].existed && os[j].target)
                 unlink(os[j].target);
-    for (int j = 0; j < n; j++)
-        outfile_discard(&os[j]);
+    outfile_discard_all(os, n);
+    release_signals(&hold);
     return rc;
 }
 

@@ -22,10 +22,20 @@
  *
  * Several outputs of one command are all-or-nothing: open and fill each
  * (outfile_open ... outfile_close), then outfile_commit_all; any failure
- * before the commit discards every temporary. */
+ * before the commit discards every temporary (outfile_discard_all).
+ *
+ * Interruptions: while a temporary exists, SIGINT, SIGTERM and SIGHUP are
+ * held (blocked, not lost); the outfile that blocked them unblocks them
+ * once its temporary is renamed or removed, and a signal that arrived in
+ * between is delivered then.  So Ctrl-C or a CI timeout during a write
+ * ends the command with every output whole or absent and no temporary
+ * left; only SIGKILL can leave one.  Outfiles opened together must be
+ * released in reverse order (outfile_commit_all and outfile_discard_all
+ * do), so the first, which holds the signals, goes last. */
 #ifndef EMU_OUTFILE_H
 #define EMU_OUTFILE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -37,6 +47,8 @@ typedef struct {
     char *tmp;    /* the temporary while staged, else NULL */
     FILE *f;      /* open between outfile_open and outfile_close */
     int existed;  /* the target existed before (a rollback keeps it) */
+    int holds;    /* this outfile blocked the signals; `saved` restores */
+    sigset_t saved;
 } outfile;
 
 /* Refuses a path that cannot be an output (see above) without leaving
@@ -54,6 +66,9 @@ tpu_status outfile_commit(outfile *o, tpu_error *err);
 /* Closes and removes the temporary, frees o; safe on a zeroed outfile
  * and after a commit (then it only frees). */
 void outfile_discard(outfile *o);
+
+/* Discards n outfiles, the last opened first (see Interruptions). */
+void outfile_discard_all(outfile *os, int n);
 
 /* Renames n staged outputs into place.  When rename k fails, outputs
  * 0..k-1 that did not exist before are removed again and every remaining

@@ -92,6 +92,16 @@ void view_text(view_app *a, int x, int y, const char *s, int scale,
     }
 }
 
+/* HBM bytes as the CLI prints them: GiB from 1 GiB up, MiB below. */
+static void fmt_bytes(char *buf, size_t cap, double b)
+{
+    const double gib = 1024.0 * 1024 * 1024;
+    if (b >= gib)
+        snprintf(buf, cap, "%.3g GiB", b / gib);
+    else
+        snprintf(buf, cap, "%.3g MiB", b / (1024.0 * 1024));
+}
+
 static void fmt_t(char *buf, size_t cap, double s)
 {
     double a = fabs(s);
@@ -1336,7 +1346,9 @@ static void draw_header(view_app *a)
     }
     int room = x - 20;
     fmt_t(tb, sizeof tb, a->r.step_time_s);
-    snprintf(buf, sizeof buf, "%s on %s - step %s", a->r.trace, a->r.system, tb);
+    snprintf(buf, sizeof buf, "%s on %s - %s%s", a->r.trace, a->r.system,
+             a->r.fits ? "step " : "does not fit: no step timed",
+             a->r.fits ? tb : "");
     text_fit(a, 10, 5, buf, room, 0xFFFFFF);
     double mxu = 0;
     for (int c = 0; c < a->r.cores; c++)
@@ -1354,9 +1366,11 @@ static void draw_header(view_app *a)
     int fl = 0;
     if (!a->r.fits)
         fl += snprintf(flags + fl, sizeof flags - (size_t)fl, " DOES NOT FIT");
-    if (a->r.hbm_remat_bytes > 0)
-        snprintf(flags + fl, sizeof flags - (size_t)fl, " (remat %.3g MiB)",
-                 a->r.hbm_remat_bytes / (1024.0 * 1024));
+    if (a->r.hbm_remat_bytes > 0) {
+        char rm[32];
+        fmt_bytes(rm, sizeof rm, a->r.hbm_remat_bytes);
+        snprintf(flags + fl, sizeof flags - (size_t)fl, " (remat %s)", rm);
+    }
     hb[0] = hb2[0] = 0;
     if (a->r.hbm_capacity_bytes > 0) {
         snprintf(hb, sizeof hb, "  HBM %.3g %s of %.0f GiB/core%s", need, big ? "GiB" : "MiB",
@@ -1366,7 +1380,9 @@ static void draw_header(view_app *a)
         snprintf(hb, sizeof hb, " %s", flags);
         snprintf(hb2, sizeof hb2, " %s", flags);
     }
-    snprintf(mx, sizeof mx, "  MXU %.1f%%", 100 * mxu);
+    mx[0] = 0;
+    if (a->r.fits) /* a step that was not timed used no MXU */
+        snprintf(mx, sizeof mx, "  MXU %.1f%%", 100 * mxu);
     whatif_text(&a->r, wi, sizeof wi);
     const char *sep = wi[0] ? "  " : "";
     int nchar = room / FONT_W;
@@ -1386,10 +1402,39 @@ static void draw_header(view_app *a)
     text_fit(a, 10, 21, buf, room, 0xB0BEC5);
 }
 
+/* A report of a step that does not fit has no timed step: its timeline and
+ * bars would be an empty 0-1 ms chart.  Say what the run found instead. */
+static void draw_nofit(view_app *a)
+{
+    char need[32], has[32], line[256];
+    fmt_bytes(need, sizeof need, a->r.hbm_needed_bytes);
+    fmt_bytes(has, sizeof has, a->r.hbm_capacity_bytes);
+    int x = 20, y = VIEW_HEADER + 24, room = a->W - 40;
+    snprintf(line, sizeof line, "The step does not fit: a core needs %s of HBM "
+             "and has %s.", need, has);
+    text_fit(a, x, y, line, room, C_INK);
+    if (a->r.hbm_remat_bytes > 0) {
+        char rm[32];
+        fmt_bytes(rm, sizeof rm, a->r.hbm_remat_bytes);
+        snprintf(line, sizeof line, "(after recomputing %s of activations "
+                 "in the backward pass)", rm);
+        text_fit(a, x, y + 18, line, room, C_INK);
+        y += 18;
+    }
+    text_fit(a, x, y + 36, "No step was timed, so there is no timeline or "
+             "breakdown to draw.", room, C_MUTED);
+    text_fit(a, x, y + 54, "tpuemu run on the trace says what the need is "
+             "made of; a larger slice or more", room, C_MUTED);
+    text_fit(a, x, y + 72, "ways of spatial partitioning (tpuemu sweep) "
+             "splits it.", room, C_MUTED);
+}
+
 void view_draw(view_app *a)
 {
     fill(a, 0, 0, a->W, a->H, C_BG);
-    if (a->panel == VIEW_TIMELINE)
+    if (!a->r.fits && a->panel != VIEW_TORUS)
+        draw_nofit(a);
+    else if (a->panel == VIEW_TIMELINE)
         draw_timeline(a);
     else if (a->panel == VIEW_TORUS)
         draw_torus(a);

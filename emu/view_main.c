@@ -523,11 +523,38 @@ int cli_view(int argc, char **argv)
     /* Headless screenshots: with no display, SDL's dummy driver still
      * gives a window with a software framebuffer to render into. */
     int headless = !getenv("DISPLAY") && !getenv("WAYLAND_DISPLAY");
-    if (shot && headless && !getenv("SDL_VIDEODRIVER"))
+    int chosen = getenv("SDL_VIDEODRIVER") != NULL;
+    if (shot && headless && !chosen)
         setenv("SDL_VIDEODRIVER", "dummy", 1);
+    /* A window nobody can see would wait for input forever (a CI job that
+     * calls view by mistake hangs to its time limit): refuse up front. */
+    if (!shot && !script && headless && !chosen) {
+        rc = cli_error(4, "view: no display (DISPLAY and WAYLAND_DISPLAY are "
+                          "unset): use --screenshot OUT.png, or run it under "
+                          "xvfb-run");
+        view_unindex(a);
+        emu_result_free(&a->r);
+        return rc;
+    }
+    /* SIGINT and SIGTERM keep their meaning: SDL would turn them into a
+     * quit event and the killed viewer would exit 0. */
+    SDL_SetHint(SDL_HINT_NO_SIGNAL_HANDLERS, "1");
     if (SDL_Init(SDL_INIT_VIDEO) != 0) {
         rc = cli_error(4, "view: cannot start SDL video: %s%s", SDL_GetError(),
                        headless ? " (no display: use --screenshot)" : "");
+        view_unindex(a);
+        emu_result_free(&a->r);
+        return rc;
+    }
+    /* When the display cannot be reached SDL falls back to a driver that
+     * draws into memory: fine for a screenshot or a script, a hang else. */
+    const char *drv = SDL_GetCurrentVideoDriver();
+    if (!shot && !script && drv &&
+        (strcmp(drv, "offscreen") == 0 || strcmp(drv, "dummy") == 0)) {
+        rc = cli_error(4, "view: SDL's '%s' video driver shows no window "
+                          "(is the display reachable?): use --screenshot "
+                          "OUT.png, or run it under xvfb-run", drv);
+        SDL_Quit();
         view_unindex(a);
         emu_result_free(&a->r);
         return rc;
