@@ -63,6 +63,68 @@ int cli_whatif_take(cli_whatif *w, int argc, char **argv, int *i)
     return 0;
 }
 
+/* Edits (insert, delete, substitute) between a and b, at most 63 chars
+ * each compared (keys are shorter). */
+static int edit_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63)
+        la = 63;
+    if (lb > 63)
+        lb = 63;
+    int row[64];
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The keys a mistyped one most likely meant: those that contain it (or
+ * its part after the dot), else those within a few edits; "" when none
+ * is close, then the caller lists every key. */
+static void close_keys(const char *key, char *out, size_t cap)
+{
+    const char *tail = strrchr(key, '.');
+    tail = tail ? tail + 1 : key;
+    int best = 1 << 30;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = 0;
+        out[0] = 0;
+        for (size_t k = 0; tpu_param_key(k); k++) {
+            const char *name = tpu_param_key(k)->key;
+            int d = edit_distance(key, name);
+            int hit = strlen(tail) >= 3 && strstr(name, tail) != NULL;
+            if (pass == 0) {
+                if (!hit && d < best)
+                    best = d;
+                continue;
+            }
+            int limit = (int)strlen(key) / 3 > 2 ? (int)strlen(key) / 3 : 2;
+            if (!hit && !(d == best && d <= limit))
+                continue;
+            int w = snprintf(out + n, cap - n, "%s%s", n ? " or " : "", name);
+            if (w < 0 || (size_t)w >= cap - n) {
+                out[n] = 0;
+                return;
+            }
+            n += (size_t)w;
+        }
+    }
+}
+
 int cli_whatif_check(const cli_whatif *w)
 {
     for (int i = 0; i < w->n_sets; i++) {
@@ -72,6 +134,21 @@ int cli_whatif_check(const cli_whatif *w)
             return 2;
         if (tpu_param_find(w->keys[i]))
             continue;
+        if (strstr(w->keys[i], "cores_per_chip") ||
+            strstr(w->keys[i], "cores"))
+            return cli_error(2, "--set %s: unknown parameter: a chip's 2 "
+                                "cores are fixed (TPU v2 and v3); for more "
+                                "compute per chip set mxus_per_core, "
+                                "mxu.rows/cols or clock_hz (every key: "
+                                "tpuemu run --help)",
+                             w->keys[i]);
+        char near[256];
+        close_keys(w->keys[i], near, sizeof near);
+        if (near[0])
+            return cli_error(2, "--set %s: unknown parameter; did you mean "
+                                "%s? (every key with its range: tpuemu run "
+                                "--help)",
+                             w->keys[i], near);
         size_t need = 1;
         for (size_t k = 0; tpu_param_key(k); k++)
             need += strlen(tpu_param_key(k)->key) + 2;
@@ -151,7 +228,11 @@ void cli_whatif_usage(FILE *f)
           "  --set K=V       override one hardware parameter (repeatable, once "
           "per key, in any\n"
           "                  order); keys, accepted range and unit, and where "
-          "the default comes from:\n",
+          "the default comes from\n"
+          "                  ([C] a published figure, [D] derived from "
+          "published ones, [U] unconfirmed:\n"
+          "                  no public figure, the what-ifs most worth "
+          "trying):\n",
           f);
     /* Lines stay under 100 columns: the source wraps under itself. */
     enum { WIDTH = 99, INDENT = 4 };
@@ -181,4 +262,9 @@ void cli_whatif_usage(FILE *f)
         fputs("                  - ", f);
         put_wrapped(f, tpu_param_rule(i), 20, 20, WIDTH);
     }
+    fputs("                  Not keys: 2 cores per chip and the slice's torus "
+          "(--system picks both);\n"
+          "                  more compute per chip is mxus_per_core, "
+          "mxu.rows/cols or clock_hz.\n",
+          f);
 }

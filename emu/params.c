@@ -275,7 +275,8 @@ static const pentry table[] = {
     D("ici.link_gbs", ici.link_gbs, "GB/s", 0.001, 1e6, "[U] CACM 2020"),
     D("ici.hop_latency_s", ici.hop_latency_s, "s", 0, 1, "[U]"),
     D("ici.onchip_gbs", ici.onchip_gbs, "GB/s", 0.001, 1e6,
-      "[U] IEEE Micro 2021: 2x a link"),
+      "[U] IEEE Micro 2021: 2x a link (the default link: does not follow "
+      "ici.link_gbs)"),
     D("ici.onchip_latency_s", ici.onchip_latency_s, "s", 0, 1, "[U]"),
     I("xla.halo_copy", xla_halo_copy, "0/1", 0, 1,
       "[U] XLA ExchangeHalo concatenate"),

@@ -10,6 +10,9 @@
  *  - `check` refuses a training report against an inference report, notes
  *    layers[] that name different layers, and does not ask to re-record
  *    the baseline when NEW is a what-if (an override BASE lacks);
+ *  - `--set` of an unknown key suggests the keys it most likely meant
+ *    (the whole list of 46 was one 1,000-character line), and says that
+ *    cores per chip is fixed; run --help explains [C]/[D]/[U];
  *  - SIGTERM during an output's write leaves no temporary: the signal is
  *    held while a temporary exists and delivered once every output of the
  *    command is in place (emu/outfile.h, Interruptions).
@@ -250,8 +253,36 @@ static void signal_cases(th_ctx *t)
     sigaction(SIGTERM, &old, NULL);
 }
 
+static void set_cases(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    static const char *const cases[][2] = {
+        {"hbm.bandwidth", "did you mean hbm.bandwidth_gbs?"},
+        {"ici.link", "did you mean ici.link_gbs?"},
+        {"hbm.trcd_ns", "did you mean hbm.t_rcd_ns?"},
+        {"cores_per_chip", "a chip's 2 cores are fixed"},
+        {"nokey", "(known: clock_hz, "},
+    };
+    th_case(t, "--set of an unknown key names the keys it most likely meant");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        th_run(c, "%s run %s --set %s=4", th_bin(), TINY, cases[i][0]);
+        TH_CHECKF(t, c->status == 2 && strstr(c->err, cases[i][1]),
+                  "%s: status %d, stderr %s", cases[i][0], c->status, c->err);
+    }
+    th_case(t, "run --help explains the [C]/[D]/[U] source tags");
+    th_run(c, "%s run --help", th_bin());
+    TH_CHECKF(t, strstr(c->out, "[C] a published figure") &&
+                     strstr(c->out, "[U] unconfirmed") &&
+                     strstr(c->out, "does not follow ici.link_gbs"),
+              "help: %.300s", c->out);
+    free(c);
+}
+
 void th_suite_probe8(th_ctx *t)
 {
+    set_cases(t);
     stdout_cases(t);
     view_cases(t);
     check_cases(t);
