@@ -75,13 +75,41 @@ static int set_result(view_app *a, emu_result *r)
 /* The file is read once, as the trace and report readers read it (a
  * FIFO with a timeout, no devices: docs/TRACE.md), and parsed as a report
  * when its start names the report format. */
-static int looks_like_report(const char *text, size_t len)
+/* 1 when the first 4 KiB of text contain what. */
+static int head_has(const char *text, size_t len, const char *what)
 {
     char head[4097];
     size_t n = len < 4096 ? len : 4096;
     memcpy(head, text, n);
     head[n] = 0;
-    return strstr(head, "tpuemu-report/") != NULL;
+    return strstr(head, what) != NULL;
+}
+
+static int looks_like_report(const char *text, size_t len)
+{
+    return head_has(text, len, "tpuemu-report/");
+}
+
+/* Files a user may hand view that are neither a trace nor a report: the
+ * other outputs of tpuemu, named for what they are (the trace reader's
+ * message would be a JSON syntax error or an unknown key). */
+static int other_output(const char *text, size_t len, const char *path)
+{
+    size_t i = 0;
+    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                       text[i] == '\r'))
+        i++;
+    if (i < len && text[i] != '{')
+        return cli_error(2, "%s: not a JSON object: view reads a trace or a "
+                            "tpuemu report (a sweep's results.csv is drawn in "
+                            "its step_time.png)",
+                         path);
+    if (head_has(text, len, "tpuemu-validation/"))
+        return cli_error(2, "%s: format: a validate report (its table is "
+                            "what tpuemu validate prints): view reads a "
+                            "trace or a run report (run --report)",
+                         path);
+    return 0;
 }
 
 static int load_file(view_app *a, const char *path, const cli_whatif *w)
@@ -95,6 +123,11 @@ static int load_file(view_app *a, const char *path, const cli_whatif *w)
                     &err);
     if (st != TPU_OK)
         return cli_fail(&err);
+    int other = other_output(text, len, path);
+    if (other) {
+        free(text);
+        return other;
+    }
     if (looks_like_report(text, len)) {
         if (w->first) {
             free(text);

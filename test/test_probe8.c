@@ -7,6 +7,7 @@
  *  - `-j2` is `-j 2`, as make and GNU parallel spell it;
  *  - `view` with no display and no --screenshot exits 4 at once (it fell
  *    back to SDL's offscreen driver and waited for input forever);
+ *    and names a sweep's CSV or a validate report for what it is;
  *  - `check` refuses a training report against an inference report, notes
  *    layers[] that name different layers, and does not ask to re-record
  *    the baseline when NEW is a what-if (an override BASE lacks);
@@ -86,6 +87,21 @@ static void view_cases(th_ctx *t)
            TINY);
     TH_CHECKF(t, c->status == 4 && strstr(c->err, "'dummy'"),
               "status %d, stderr %s", c->status, c->err);
+
+    th_case(t, "view of a sweep's CSV or a validate report says what they are");
+    char csv[512];
+    snprintf(csv, sizeof csv, "%s/p8-results.csv", th_tmpdir());
+    th_put(csv, "point,system,step_time_s\n0,v3-8,0.5\n");
+    th_run(c, "%s view %s --screenshot %s/p8-x.png", th_bin(), csv,
+           th_tmpdir());
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "step_time.png"),
+              "csv: status %d, stderr %s", c->status, c->err);
+    snprintf(csv, sizeof csv, "%s/p8-val.json", th_tmpdir());
+    th_put(csv, "{\"format\": \"tpuemu-validation/1\", \"traces\": []}");
+    th_run(c, "%s view %s --screenshot %s/p8-x.png", th_bin(), csv,
+           th_tmpdir());
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "a validate report"),
+              "validation: status %d, stderr %s", c->status, c->err);
 
     th_case(t, "view --screenshot with no display still works");
     th_run(c, "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER "
