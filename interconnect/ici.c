@@ -25,6 +25,7 @@
  */
 #include "interconnect/ici.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,22 +42,52 @@
 #define ICI_MIN_CHUNKS 2
 #define ICI_SPLIT 8
 
+/* A flow: 32 bytes, a full-pod all-reduce builds 1.8 million.  Its
+ * latency (hops x hop latency, or the on-chip latency) is computed when
+ * it arrives; its rate and bytes left while it runs live in the active
+ * arrays. */
 typedef struct {
-    double rem;      /* bytes still to send */
-    double rate;     /* current fair share, B/s */
-    double lat;      /* added to the time the last byte leaves */
+    double rem;      /* bytes to send */
     double ready;    /* latest arrival among its predecessors */
     int r0, nr;      /* route: resources in n->route[r0 .. r0+nr) */
-    int s0, ns;      /* successors in n->succ[s0 .. s0+ns) */
+    int head;        /* successors: list n->edge[head], NOFLOW ends */
     int deps;        /* predecessors not yet arrived */
 } ici_fl;
 
+/* A dependency: flow `to2 >> 1` waits for the arrival (to2 even) or the
+ * last byte sent (odd) of the flow whose list it is in. */
+typedef struct {
+    int to2, next;
+} ici_edge;
+
+/* The flows that become ready at time t, ids[pos .. n) in increasing
+ * order. */
 typedef struct {
     double t;
-    int id;
-} ici_ev;
+    int *ids;
+    int n, cap, pos;
+} ici_bucket;
 
 
+
+/* A connected component of the active flows and their resources, solved
+ * alone: (own share, share) of its rounds in n->shpool[off .. off+2 nsh),
+ * one of its resources, and whether a share was not positive. */
+typedef struct {
+    int off, nsh, rep, bad, alive;
+    int ser;         /* serial number: ids are reused, serials are not */
+} ici_comp;
+
+/* A sorted table of distinct shares and how many rounds have each. */
+typedef struct {
+    double v;
+    int cnt;
+} ici_shv;
+
+typedef struct {
+    ici_shv *e;
+    int n, cap;
+} ici_tab;
 
 typedef struct {
     int kind;        /* 0 all-reduce groups, 1 permute */
@@ -92,15 +123,23 @@ struct ici {
     int nfl, capfl;
     int *route;
     int nroute, caproute;
-    int *epred, *esucc; /* edges, before CSR */
+    ici_edge *edge;
     int nedge, capedge;
-    int *succ;
 
     /* run scratch */
-    ici_ev *heap;
-    int nheap, capheap;
-    int *active, *act2;
-    int capact;
+    ici_bucket *bk;
+    int nbk, capbk;
+    int *hash, hcap;    /* time bits -> bucket, open addressing */
+    int *bh, nbh, capbh; /* heap of non-empty buckets by time */
+    /* the active flows in start order (dense: id, bytes left, rate,
+     * finish time) */
+    int *aid, *fin, *bfl;
+    int *fslot, *fmark; /* per flow: slot while active, visit stamp */
+    double *arem, *arate, *atf, *crate;
+    int nact, capact;
+    int nbusy;          /* resources with an active flow */
+    int invalid;        /* components forgotten (comps_reset) */
+    long nglobal;       /* solves over all flows (components not apart) */
     int *res_cnt;       /* per resource: unfrozen flows through it */
     double *res_cap;    /* per resource: capacity left */
     int *res_start;     /* CSR of active flows per touched resource */
@@ -110,7 +149,24 @@ struct ici {
     int *touched;
     int ntouched;
     unsigned char *frozen;
-    int capfrozen, capsucc;
+    int capfrozen;
+    /* per resource: active flows through it in start order, component,
+     * dirty (a flow started or finished on it) */
+    int **rl, *rl_len, *rl_cap;
+    int *res_comp, *res_ser, *res_mark, *dirty, *bres;
+    int ser;
+    unsigned char *res_isdirty;
+    int ndirty, stamp;
+    ici_comp *comp;
+    int ncomp, capcomp, *comp_free, nfree, capfree, nbad;
+    double *shpool;
+    int nshpool, capshpool, shlive;
+    ici_tab g, own;     /* rounds' shares, and their own shares */
+    double *chg, *chg2, *oldsh;
+    int nchg, capchg, capchg2, capoldsh;
+    long nredo;
+    double *cshares;
+    int capcsh;
 
     /* per-call statistics deltas */
     double *acc_res, *acc_core;
@@ -176,12 +232,24 @@ ici *ici_new(const ici_params *p, int dim_x, int dim_y, int full_pod)
     n->res_len = calloc(r, sizeof(int));
 
     n->touched = calloc(r, sizeof(int));
+    n->rl = calloc(r, sizeof(int *));
+    n->rl_len = calloc(r, sizeof(int));
+    n->rl_cap = calloc(r, sizeof(int));
+    n->res_comp = calloc(r, sizeof(int));
+    n->res_ser = calloc(r, sizeof(int));
+    n->res_mark = calloc(r, sizeof(int));
+    n->dirty = calloc(2 * r, sizeof(int));
+    n->bres = calloc(r, sizeof(int));
+    n->res_isdirty = calloc(r, 1);
     n->acc_res = calloc(r, sizeof(double));
     n->acc_core = calloc(c, sizeof(double));
     n->acc_res_list = calloc(r, sizeof(int));
     n->acc_core_list = calloc(c, sizeof(int));
     if (!n->stat_res || !n->stat_core || !n->res_cnt || !n->res_cap ||
-        !n->res_start || !n->res_len ||  !n->touched || !n->acc_res || !n->acc_core ||
+        !n->res_start || !n->res_len || !n->touched || !n->acc_res ||
+        !n->acc_core || !n->rl || !n->rl_len || !n->rl_cap || !n->res_comp ||
+        !n->res_ser ||
+        !n->res_mark || !n->dirty || !n->bres || !n->res_isdirty ||
         !n->acc_res_list || !n->acc_core_list) {
         ici_free(n);
         return NULL;
@@ -210,12 +278,43 @@ void ici_free(ici *n)
     free(n->stat_core);
     free(n->fl);
     free(n->route);
-    free(n->epred);
-    free(n->esucc);
-    free(n->succ);
-    free(n->heap);
-    free(n->active);
-    free(n->act2);
+    free(n->edge);
+    if (n->bk)
+        for (int i = 0; i < n->capbk; i++)
+            free(n->bk[i].ids);
+    free(n->bk);
+    free(n->hash);
+    free(n->bh);
+    free(n->aid);
+    free(n->fin);
+    free(n->bfl);
+    free(n->fslot);
+    free(n->fmark);
+    free(n->arem);
+    free(n->arate);
+    free(n->atf);
+    free(n->crate);
+    if (n->rl)
+        for (int i = 0; i < n->nres; i++)
+            free(n->rl[i]);
+    free(n->rl);
+    free(n->rl_len);
+    free(n->rl_cap);
+    free(n->res_comp);
+    free(n->res_ser);
+    free(n->res_mark);
+    free(n->dirty);
+    free(n->bres);
+    free(n->res_isdirty);
+    free(n->comp);
+    free(n->comp_free);
+    free(n->shpool);
+    free(n->g.e);
+    free(n->own.e);
+    free(n->chg);
+    free(n->chg2);
+    free(n->oldsh);
+    free(n->cshares);
     free(n->res_cnt);
     free(n->res_cap);
     free(n->res_start);
@@ -353,6 +452,7 @@ static int add_flow(ici *n, int src, int dst, double bytes, int pref)
     int id = n->nfl++;
     ici_fl *f = &n->fl[id];
     memset(f, 0, sizeof *f);
+    f->head = NOFLOW;
     f->rem = bytes > 0 ? bytes : 0;
     f->r0 = n->nroute;
     int a = src / 2, b = dst / 2;
@@ -362,10 +462,8 @@ static int add_flow(ici *n, int src, int dst, double bytes, int pref)
         n->route = grow(n->route, &n->caproute, n->nroute + 1, sizeof(int));
         n->route[n->nroute++] = 4 * n->nchips + 2 * a + (src & 1);
         f->nr = 1;
-        f->lat = n->p.onchip_latency_s;
     } else {
         f->nr = route_chips(n, a, b, pref);
-        f->lat = f->nr * n->p.hop_latency_s;
     }
     if (f->rem > 0 && f->nr > 0) {
         for (int i = 0; i < f->nr; i++)
@@ -381,16 +479,13 @@ static void add_dep_kind(ici *n, int before, int after, int sent)
 {
     if (before == NOFLOW || after == NOFLOW)
         return;
-    if (n->nedge + 1 > n->capedge) {
-        int c = n->capedge;
-        n->epred = grow(n->epred, &c, n->nedge + 1, sizeof(int));
-        c = n->capedge;
-        n->esucc = grow(n->esucc, &c, n->nedge + 1, sizeof(int));
-        n->capedge = c;
-    }
-    n->epred[n->nedge] = before;
-    n->esucc[n->nedge] = 2 * after + sent;
-    n->nedge++;
+    /* A flow's successors are visited in no particular order: arrive
+     * takes the latest of its predecessors and the event queue orders by
+     * (time, id) whatever the order of pushes. */
+    n->edge = grow(n->edge, &n->capedge, n->nedge + 1, sizeof(ici_edge));
+    n->edge[n->nedge].to2 = 2 * after + sent;
+    n->edge[n->nedge].next = n->fl[before].head;
+    n->fl[before].head = n->nedge++;
     n->fl[after].deps++;
 }
 
@@ -406,56 +501,251 @@ static void add_dep_sent(ici *n, int before, int after)
 
 /* ---- the fluid simulation ----------------------------------------------- */
 
-static int ev_less(const ici_ev *a, const ici_ev *b)
+/* The ready queue: flows in (time, id) order, the order fill's start
+ * order and so every rate depends on.  Many flows become ready at the
+ * same instant (a step ends on every chip at once), so the queue keeps
+ * one bucket per distinct time, found by hashing the time's bits, with
+ * its ids in increasing order (they mostly arrive so), and a small heap
+ * of the buckets' times: a pop is O(1) instead of a sift through a heap
+ * of every ready flow (16 k on v3-2048, a fifth of its host time). */
+
+static uint64_t dbits(double t)
 {
-    return a->t < b->t || (a->t == b->t && a->id < b->id);
+    uint64_t u;
+    if (t == 0)
+        t = 0; /* -0 and +0 are one time, as the comparisons see them */
+    memcpy(&u, &t, sizeof u);
+    return u;
 }
 
-static void heap_push(ici *n, double t, int id)
+static int bk_less(const ici *n, int a, int b)
 {
-    n->heap = grow(n->heap, &n->capheap, n->nheap + 1, sizeof(ici_ev));
-    int i = n->nheap++;
-    ici_ev e = {t, id};
+    return n->bk[a].t < n->bk[b].t;
+}
+
+static void bh_push(ici *n, int b)
+{
+    n->bh = grow(n->bh, &n->capbh, n->nbh + 1, sizeof(int));
+    int i = n->nbh++;
     while (i > 0) {
-        int parent = (i - 1) / 2;
-        if (!ev_less(&e, &n->heap[parent]))
+        int p = (i - 1) / 2;
+        if (!bk_less(n, b, n->bh[p]))
             break;
-        n->heap[i] = n->heap[parent];
-        i = parent;
+        n->bh[i] = n->bh[p];
+        i = p;
     }
-    n->heap[i] = e;
+    n->bh[i] = b;
 }
 
-static ici_ev heap_pop(ici *n)
+static void bh_pop(ici *n)
 {
-    ici_ev top = n->heap[0];
-    ici_ev last = n->heap[--n->nheap];
-    int i = 0;
+    int last = n->bh[--n->nbh], i = 0;
     for (;;) {
         int c = 2 * i + 1;
-        if (c >= n->nheap)
+        if (c >= n->nbh)
             break;
-        if (c + 1 < n->nheap && ev_less(&n->heap[c + 1], &n->heap[c]))
+        if (c + 1 < n->nbh && bk_less(n, n->bh[c + 1], n->bh[c]))
             c++;
-        if (!ev_less(&n->heap[c], &last))
+        if (!bk_less(n, n->bh[c], last))
             break;
-        n->heap[i] = n->heap[c];
+        n->bh[i] = n->bh[c];
         i = c;
     }
-    if (n->nheap > 0)
-        n->heap[i] = last;
-    return top;
+    if (n->nbh > 0)
+        n->bh[i] = last;
+}
+
+static void q_clear(ici *n)
+{
+    for (int i = 0; i < n->nbk; i++)
+        n->bk[i].n = n->bk[i].pos = 0;
+    n->nbk = n->nbh = 0;
+    if (n->hcap > 0)
+        memset(n->hash, 0xff, (size_t)n->hcap * sizeof(int));
+}
+
+static void q_rehash(ici *n, int cap)
+{
+    if (cap != n->hcap) {
+        free(n->hash);
+        n->hash = malloc((size_t)cap * sizeof(int));
+        TPU_ASSERT(n->hash != NULL);
+        n->hcap = cap;
+    }
+    memset(n->hash, 0xff, (size_t)cap * sizeof(int));
+    for (int b = 0; b < n->nbk; b++) {
+        uint64_t h = dbits(n->bk[b].t) * 0x9E3779B97F4A7C15ULL;
+        int i = (int)(h >> 40) & (cap - 1);
+        while (n->hash[i] >= 0)
+            i = (i + 1) & (cap - 1);
+        n->hash[i] = b;
+    }
+}
+
+/* Keeps only the non-empty buckets (a later flow ready at the time of an
+ * emptied one gets a new bucket, which orders it the same), their heap
+ * positions unchanged; the others' id arrays are kept for reuse. */
+static void q_compact(ici *n)
+{
+    ici_bucket *nb = malloc((size_t)n->capbk * sizeof(ici_bucket));
+    TPU_ASSERT(nb != NULL);
+    unsigned char *used = calloc((size_t)n->capbk, 1);
+    TPU_ASSERT(used != NULL);
+    for (int j = 0; j < n->nbh; j++) {
+        nb[j] = n->bk[n->bh[j]];
+        used[n->bh[j]] = 1;
+        n->bh[j] = j;
+    }
+    int w = n->nbh;
+    for (int b = 0; b < n->capbk; b++)
+        if (!used[b]) {
+            nb[w] = n->bk[b];
+            nb[w].n = nb[w].pos = 0;
+            w++;
+        }
+    free(used);
+    free(n->bk);
+    n->bk = nb;
+    n->nbk = n->nbh;
+    q_rehash(n, n->hcap);
+}
+
+/* The bucket of time t, created (empty) when there is none. */
+static int q_bucket(ici *n, double t)
+{
+    if (n->nbk == n->capbk && 2 * n->nbh < n->capbk)
+        q_compact(n);
+    if (2 * (n->nbk + 1) > n->hcap) {
+        q_rehash(n, n->hcap ? 2 * n->hcap : 1024);
+    }
+    uint64_t u = dbits(t), h = u * 0x9E3779B97F4A7C15ULL;
+    int i = (int)(h >> 40) & (n->hcap - 1);
+    while (n->hash[i] >= 0) {
+        int b = n->hash[i];
+        if (dbits(n->bk[b].t) == u)
+            return b;
+        i = (i + 1) & (n->hcap - 1);
+    }
+    if (n->nbk == n->capbk) {
+        int c = n->capbk ? 2 * n->capbk : 256;
+        ici_bucket *nb = realloc(n->bk, (size_t)c * sizeof(ici_bucket));
+        TPU_ASSERT(nb != NULL);
+        memset(nb + n->capbk, 0, (size_t)(c - n->capbk) * sizeof(ici_bucket));
+        n->bk = nb;
+        n->capbk = c;
+    }
+    int b = n->nbk++;
+    n->bk[b].t = t;
+    n->bk[b].n = n->bk[b].pos = 0;
+    n->hash[i] = b;
+    return b;
+}
+
+static void q_push(ici *n, double t, int id)
+{
+    int b = q_bucket(n, t);
+    ici_bucket *k = &n->bk[b];
+    if (k->n == k->pos) {
+        /* empty: (back) in the heap of times */
+        k->n = k->pos = 0;
+        bh_push(n, b);
+    }
+    if (k->n == k->cap) {
+        int c = k->cap ? 2 * k->cap : 8;
+        int *ids = realloc(k->ids, (size_t)c * sizeof(int));
+        TPU_ASSERT(ids != NULL);
+        k->ids = ids;
+        k->cap = c;
+    }
+    int i = k->n++;
+    while (i > k->pos && k->ids[i - 1] > id) {
+        k->ids[i] = k->ids[i - 1];
+        i--;
+    }
+    k->ids[i] = id;
+}
+
+static int q_empty(const ici *n) { return n->nbh == 0; }
+
+static double q_top_t(const ici *n) { return n->bk[n->bh[0]].t; }
+
+static int q_pop(ici *n)
+{
+    ici_bucket *k = &n->bk[n->bh[0]];
+    int id = k->ids[k->pos++];
+    if (k->pos == k->n)
+        bh_pop(n);
+    return id;
+}
+
+/* A sorted table of distinct doubles, each with how many entries have
+ * it. */
+static int tab_find(const ici_tab *tb, double v)
+{
+    int lo = 0, hi = tb->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (tb->e[mid].v < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Adds d (+1 or -1) to v's count; returns 1 when v appeared or
+ * vanished. */
+static int tab_add(ici_tab *tb, double v, int d)
+{
+    int lo = tab_find(tb, v);
+    if (lo < tb->n && tb->e[lo].v == v) {
+        tb->e[lo].cnt += d;
+        TPU_ASSERT(tb->e[lo].cnt >= 0);
+        if (tb->e[lo].cnt > 0)
+            return 0;
+        memmove(tb->e + lo, tb->e + lo + 1,
+                (size_t)(tb->n - lo - 1) * sizeof(ici_shv));
+        tb->n--;
+        return 1;
+    }
+    TPU_ASSERT(d > 0);
+    tb->e = grow(tb->e, &tb->cap, tb->n + 1, sizeof(ici_shv));
+    memmove(tb->e + lo + 1, tb->e + lo, (size_t)(tb->n - lo) * sizeof(ici_shv));
+    tb->e[lo].v = v;
+    tb->e[lo].cnt = d;
+    tb->n++;
+    return 1;
+}
+
+/* The share a round whose own share is l gets among other components,
+ * after a round at prev: the first round of the solve over all flows that
+ * reaches it, which is the smallest share s of the table g above prev
+ * with s < l <= s (1 + 1e-12) (fill's tolerance), or l itself. */
+static double snap_share(const ici_tab *g, double prev, double l)
+{
+    for (int i = tab_find(g, prev); i < g->n && g->e[i].v < l; i++) {
+        double s = g->e[i].v;
+        if (s > prev && !(l > s * (1 + 1e-12)))
+            return s;
+    }
+    return l;
 }
 
 /* Max-min fair rates by progressive filling: raise every unfrozen flow's
  * rate together until some resource is full; the flows through it keep
- * that rate; repeat with the capacity that is left. */
-static void fair_rates(ici *n, const int *act, int nact)
+ * that rate; repeat with the capacity that is left.  ids[0..m) in the
+ * order the flows started; rate[i] receives flow ids[i]'s share.  With
+ * snap, one connected component solved alone, each round's share is
+ * snapped (snap_share) to the rounds of the others, and sh receives
+ * (own share, share) per round; returns the number of rounds, or -1 when
+ * a share is not positive (snapping not done). */
+static int fill(ici *n, const int *ids, int m, double *rate, double *sh,
+                const ici_tab *snap)
 {
     n->ntouched = 0;
-    int nlist = 0;
-    for (int i = 0; i < nact; i++) {
-        const ici_fl *f = &n->fl[act[i]];
+    int nlist = 0, nsh = 0;
+    for (int i = 0; i < m; i++) {
+        const ici_fl *f = &n->fl[ids[i]];
         for (int h = 0; h < f->nr; h++) {
             int r = n->route[f->r0 + h];
             if (n->res_cnt[r]++ == 0) {
@@ -473,16 +763,17 @@ static void fair_rates(ici *n, const int *act, int nact)
         n->res_len[r] = 0;
         acc += n->res_cnt[r];
     }
-    for (int i = 0; i < nact; i++) {
-        const ici_fl *f = &n->fl[act[i]];
+    for (int i = 0; i < m; i++) {
+        const ici_fl *f = &n->fl[ids[i]];
         for (int h = 0; h < f->nr; h++) {
             int r = n->route[f->r0 + h];
             n->res_list[n->res_start[r] + n->res_len[r]++] = i;
         }
     }
-    n->frozen = grow(n->frozen, &n->capfrozen, nact, 1);
-    memset(n->frozen, 0, (size_t)(unsigned)nact);
-    int left = nact;
+    n->frozen = grow(n->frozen, &n->capfrozen, m, 1);
+    memset(n->frozen, 0, (size_t)(unsigned)m);
+    int left = m, bad = 0;
+    double prev = 0;
     while (left > 0) {
         double share = INFINITY;
         for (int k = 0; k < n->ntouched; k++) {
@@ -496,6 +787,16 @@ static void fair_rates(ici *n, const int *act, int nact)
         TPU_ASSERT(share < INFINITY);
         if (share < 0)
             share = 0;
+        if (snap) {
+            sh[2 * nsh] = share;
+            if (share > 0 && !bad)
+                share = snap_share(snap, prev, share);
+            else
+                bad = 1;
+            sh[2 * nsh + 1] = share;
+            prev = share;
+        }
+        nsh++;
         /* Resources within rounding of the bottleneck freeze together:
          * symmetric collectives then need one round, not one per link. */
         double lim = share * (1 + 1e-12);
@@ -511,8 +812,8 @@ static void fair_rates(ici *n, const int *act, int nact)
                     continue;
                 n->frozen[i] = 1;
                 left--;
-                ici_fl *f = &n->fl[act[i]];
-                f->rate = share;
+                const ici_fl *f = &n->fl[ids[i]];
+                rate[i] = share;
                 for (int h = 0; h < f->nr; h++) {
                     int q = n->route[f->r0 + h];
                     n->res_cap[q] -= share;
@@ -523,6 +824,375 @@ static void fair_rates(ici *n, const int *act, int nact)
     }
     for (int k = 0; k < n->ntouched; k++)
         n->res_cnt[n->touched[k]] = 0;
+    return bad ? -1 : nsh;
+}
+
+/* Incremental rates.  Max-min fairness decomposes over the connected
+ * components of the flow-resource graph, and only the components a start
+ * or a finish touched change.  The solve over all active flows (fill over
+ * them in start order) runs its rounds in increasing share; a component
+ * takes part in a round when its own smallest share is within fill's
+ * 1e-12 tolerance above the round's, and its resources are visited in the
+ * same relative order either way.  So each component is solved alone with
+ * each round's share snapped to the smallest round share of the others
+ * that would reach it (41e9 B/s where its own is 41e9 + 8e-6 by rounding,
+ * v3-256), and gives the very doubles the solve over all gives.  The
+ * rounds' shares of all components are kept in a table (g), their own
+ * shares in another (own); when a share appears in or vanishes from g,
+ * the components with an own share within the tolerance above it are
+ * solved again, until nothing changes.  A share that is not positive
+ * falls back to the solve over all flows, as does a chain of re-solves
+ * that does not settle. */
+
+static void res_dirty(ici *n, int r)
+{
+    if (n->res_isdirty[r])
+        return;
+    n->res_isdirty[r] = 1;
+    n->dirty[n->ndirty++] = r;
+}
+
+static void changed_add(ici *n, double v)
+{
+    n->chg = grow(n->chg, &n->capchg, n->nchg + 1, sizeof(double));
+    n->chg[n->nchg++] = v;
+}
+
+/* The live component of resource r, or -1 (a resource keeps the id of a
+ * component that has ended until it is solved again, and ids are
+ * reused). */
+static int comp_of(const ici *n, int r)
+{
+    int c = n->res_comp[r];
+    return c >= 0 && n->comp[c].alive && n->comp[c].ser == n->res_ser[r] ? c
+                                                                        : -1;
+}
+
+static void comp_kill(ici *n, int c)
+{
+    if (c < 0 || !n->comp[c].alive)
+        return;
+    ici_comp *k = &n->comp[c];
+    for (int i = 0; i < k->nsh; i++) {
+        double own = n->shpool[k->off + 2 * i],
+               s = n->shpool[k->off + 2 * i + 1];
+        tab_add(&n->own, own, -1);
+        if (own == s && tab_add(&n->g, s, -1))
+            changed_add(n, s);
+    }
+    n->shlive -= k->nsh;
+    n->nbad -= k->bad;
+    k->alive = 0;
+    n->comp_free = grow(n->comp_free, &n->capfree, n->nfree + 1, sizeof(int));
+    n->comp_free[n->nfree++] = c;
+}
+
+static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
+{
+    int c;
+    if (n->nfree > 0) {
+        c = n->comp_free[--n->nfree];
+    } else {
+        n->comp = grow(n->comp, &n->capcomp, n->ncomp + 1, sizeof(ici_comp));
+        c = n->ncomp++;
+        n->comp[c].alive = 0;
+    }
+    /* the pool keeps only live components' shares when it would grow */
+    if (n->nshpool + 2 * nsh > n->capshpool && n->nshpool > 4 * n->shlive) {
+        double *pool = malloc((size_t)n->capshpool * sizeof(double));
+        TPU_ASSERT(pool != NULL);
+        int w = 0;
+        for (int i = 0; i < n->ncomp; i++) {
+            ici_comp *k = &n->comp[i];
+            if (!k->alive)
+                continue;
+            memcpy(pool + w, n->shpool + k->off,
+                   (size_t)(2 * k->nsh) * sizeof(double));
+            k->off = w;
+            w += 2 * k->nsh;
+        }
+        free(n->shpool);
+        n->shpool = pool;
+        n->nshpool = w;
+    }
+    n->shpool = grow(n->shpool, &n->capshpool, n->nshpool + 2 * nsh,
+                     sizeof(double));
+    ici_comp *k = &n->comp[c];
+    k->off = n->nshpool;
+    k->nsh = nsh;
+    k->rep = rep;
+    k->bad = bad;
+    k->alive = 1;
+    k->ser = ++n->ser;
+    memcpy(n->shpool + k->off, sh, (size_t)(2 * nsh) * sizeof(double));
+    n->nshpool += 2 * nsh;
+    n->shlive += nsh;
+    n->nbad += bad;
+    for (int i = 0; i < nsh; i++) {
+        double own = sh[2 * i], s = sh[2 * i + 1];
+        tab_add(&n->own, own, 1);
+        if (own == s && tab_add(&n->g, s, 1))
+            changed_add(n, s);
+    }
+    return c;
+}
+
+/* Flow id starts: it joins the active set (last) and its resources'
+ * lists. */
+static void act_start(ici *n, int id)
+{
+    ici_fl *f = &n->fl[id];
+    int s = n->nact++;
+    n->aid[s] = id;
+    n->arem[s] = f->rem;
+    n->arate[s] = 0;
+    n->fslot[id] = s;
+    for (int h = 0; h < f->nr; h++) {
+        int r = n->route[f->r0 + h];
+        if (n->rl_len[r] == n->rl_cap[r]) {
+            int c = n->rl_cap[r] ? 2 * n->rl_cap[r] : 4;
+            int *l = realloc(n->rl[r], (size_t)c * sizeof(int));
+            TPU_ASSERT(l != NULL);
+            n->rl[r] = l;
+            n->rl_cap[r] = c;
+        }
+        if (n->rl_len[r] == 0)
+            n->nbusy++;
+        n->rl[r][n->rl_len[r]++] = id;
+        res_dirty(n, r);
+    }
+}
+
+static void act_finish(ici *n, int id)
+{
+    const ici_fl *f = &n->fl[id];
+    for (int h = 0; h < f->nr; h++) {
+        int r = n->route[f->r0 + h];
+        int *l = n->rl[r], len = n->rl_len[r], j = 0;
+        while (j < len && l[j] != id)
+            j++;
+        TPU_ASSERT(j < len);
+        memmove(l + j, l + j + 1, (size_t)(len - j - 1) * sizeof(int));
+        n->rl_len[r] = len - 1;
+        if (len == 1)
+            n->nbusy--;
+        res_dirty(n, r);
+    }
+}
+
+static void tf_set(ici *n, int s, double t)
+{
+    n->atf[s] = t + n->arem[s] / n->arate[s];
+}
+
+static int cmp_int_(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts ids[0..m) by start order, which is the order of their slots in
+ * the active arrays. */
+static void sort_start(ici *n, int *ids, int m)
+{
+    if (m <= 32) {
+        for (int i = 1; i < m; i++) {
+            int v = ids[i], sv = n->fslot[v], k = i;
+            while (k > 0 && n->fslot[ids[k - 1]] > sv) {
+                ids[k] = ids[k - 1];
+                k--;
+            }
+            ids[k] = v;
+        }
+        return;
+    }
+    for (int i = 0; i < m; i++)
+        ids[i] = n->fslot[ids[i]];
+    qsort(ids, (size_t)m, sizeof(int), cmp_int_);
+    for (int i = 0; i < m; i++)
+        ids[i] = n->aid[ids[i]];
+}
+
+/* Solves the component of resource r0 (not yet visited under stamp), whose
+ * previous component has been killed, alone; its flows are appended to
+ * n->bfl from *nsolved on and take their rate. */
+static void solve_comp(ici *n, int r0, int stamp, double t)
+{
+    int nres = 0, m = 0;
+    n->res_mark[r0] = stamp;
+    n->res_comp[r0] = -1;
+    if (n->rl_len[r0] == 0)
+        return;
+    n->bres[nres++] = r0;
+    int *fl = n->bfl;
+    for (int i = 0; i < nres; i++) {
+        int q = n->bres[i];
+        for (int j = 0; j < n->rl_len[q]; j++) {
+            int id = n->rl[q][j];
+            const ici_fl *f = &n->fl[id];
+            if (n->fmark[id] == stamp)
+                continue;
+            n->fmark[id] = stamp;
+            fl[m++] = id;
+            for (int h = 0; h < f->nr; h++) {
+                int q2 = n->route[f->r0 + h];
+                if (n->res_mark[q2] == stamp)
+                    continue;
+                n->res_mark[q2] = stamp;
+                comp_kill(n, comp_of(n, q2));
+                n->bres[nres++] = q2;
+            }
+        }
+    }
+    sort_start(n, fl, m);
+    n->cshares = grow(n->cshares, &n->capcsh, 2 * m, sizeof(double));
+    int nsh = fill(n, fl, m, n->crate, n->cshares, &n->g);
+    int bad = nsh < 0;
+    if (bad)
+        nsh = 0;
+    int c = comp_new(n, n->cshares, nsh, bad, r0);
+    for (int i = 0; i < nres; i++)
+    {
+        n->res_comp[n->bres[i]] = c;
+        n->res_ser[n->bres[i]] = n->comp[c].ser;
+    }
+    for (int i = 0; i < m; i++) {
+        int s = n->fslot[fl[i]];
+        n->arate[s] = n->crate[i];
+        tf_set(n, s, t);
+    }
+}
+
+/* A visit stamp for res_mark and fmark, never 0 (their initial value);
+ * the marks are cleared before the counter would overflow. */
+static int next_stamp(ici *n)
+{
+    if (n->stamp == INT_MAX) {
+        memset(n->res_mark, 0, (size_t)n->nres * sizeof(int));
+        memset(n->fmark, 0, (size_t)n->capact * sizeof(int));
+        n->stamp = 0;
+    }
+    return ++n->stamp;
+}
+
+/* Kills component c and solves it again (its structure is unchanged: a
+ * share of g it depends on came or went); when its shares come out the
+ * same, the appearances and vanishings of the two steps cancel. */
+static void comp_redo(ici *n, int c, double t)
+{
+    ici_comp *k = &n->comp[c];
+    int nsh = k->nsh, r0 = k->rep, mark = n->nchg;
+    n->oldsh = grow(n->oldsh, &n->capoldsh, 2 * nsh + 1, sizeof(double));
+    memcpy(n->oldsh, n->shpool + k->off, (size_t)(2 * nsh) * sizeof(double));
+    comp_kill(n, c);
+    solve_comp(n, r0, next_stamp(n), t);
+    int c2 = comp_of(n, r0);
+    TPU_ASSERT(c2 >= 0);
+    const ici_comp *k2 = &n->comp[c2];
+    if (k2->nsh == nsh && !k2->bad &&
+        memcmp(n->shpool + k2->off, n->oldsh,
+               (size_t)(2 * nsh) * sizeof(double)) == 0)
+        n->nchg = mark;
+}
+
+/* Forgets every component: the next update that is not a solve over all
+ * flows solves them all again. */
+static void comps_reset(ici *n)
+{
+    for (int c = 0; c < n->ncomp; c++)
+        n->comp[c].alive = 0;
+    n->ncomp = n->nfree = n->nshpool = n->shlive = n->nbad = 0;
+    n->g.n = n->own.n = 0;
+    n->invalid = 1;
+}
+
+static void fill_all(ici *n, double t)
+{
+    n->cshares = grow(n->cshares, &n->capcsh, n->nact, sizeof(double));
+    fill(n, n->aid, n->nact, n->arate, n->cshares, NULL);
+    n->nglobal++;
+    for (int s = 0; s < n->nact; s++)
+        tf_set(n, s, t);
+}
+
+/* New rates after starts and finishes at time t (see above); each flow
+ * whose rate may have changed gets its finish time t + rem / rate
+ * again. */
+static void rates_update(ici *n, double t)
+{
+    /* Where most resources changed (a symmetric collective's step ends on
+     * every chip at once) the components would all be solved again one by
+     * one: the solve over all flows is cheaper, and the components are
+     * forgotten until an update touches few again. */
+    if (2 * n->ndirty > n->nbusy) {
+        for (int i = 0; i < n->ndirty; i++)
+            n->res_isdirty[n->dirty[i]] = 0;
+        n->ndirty = 0;
+        if (!n->invalid)
+            comps_reset(n);
+        fill_all(n, t);
+        return;
+    }
+    if (n->invalid) {
+        n->invalid = 0;
+        for (int r = 0; r < n->nres; r++)
+            if (n->rl_len[r] > 0)
+                res_dirty(n, r);
+    }
+    int stamp = next_stamp(n);
+    n->nchg = 0;
+    for (int di = 0; di < n->ndirty; di++) {
+        int r0 = n->dirty[di];
+        n->res_isdirty[r0] = 0;
+        if (n->res_mark[r0] == stamp)
+            continue;
+        comp_kill(n, comp_of(n, r0));
+        solve_comp(n, r0, stamp, t);
+    }
+    n->ndirty = 0;
+    /* shares that appeared in or vanished from g: the components with an
+     * own share within the tolerance above one are solved again */
+    int rounds = 0, settled = 1;
+    while (n->nchg > 0 && n->nbad == 0) {
+        if (++rounds > 64) {
+            settled = 0;
+            break;
+        }
+        int nv = n->nchg, hit = 0;
+        n->chg2 = grow(n->chg2, &n->capchg2, nv, sizeof(double));
+        memcpy(n->chg2, n->chg, (size_t)nv * sizeof(double));
+        n->nchg = 0;
+        for (int i = 0; i < nv && !hit; i++) {
+            double v = n->chg2[i], hi = v * (1 + 1e-12);
+            int j = tab_find(&n->own, v);
+            if (j < n->own.n && n->own.e[j].v == v)
+                j++;
+            hit = j < n->own.n && !(n->own.e[j].v > hi);
+        }
+        if (!hit)
+            continue;
+        for (int c = 0; c < n->ncomp; c++) {
+            ici_comp *k = &n->comp[c];
+            if (!k->alive)
+                continue;
+            int redo = 0;
+            for (int j = 0; j < k->nsh && !redo; j++) {
+                double own = n->shpool[k->off + 2 * j];
+                for (int i = 0; i < nv && !redo; i++) {
+                    double v = n->chg2[i];
+                    redo = own > v && !(own > v * (1 + 1e-12));
+                }
+            }
+            if (redo) {
+                comp_redo(n, c, t);
+                n->nredo++;
+            }
+        }
+    }
+    if (n->nbad > 0 || !settled) {
+        comps_reset(n);
+        fill_all(n, t);
+    }
 }
 
 /* Arrival of flow id at time t: successors whose last predecessor this
@@ -530,17 +1200,22 @@ static void fair_rates(ici *n, const int *act, int nact)
 static void arrive(ici *n, int id, double t, double *t_end)
 {
     const ici_fl *f = &n->fl[id];
-    double arr = t + f->lat;
+    /* the same doubles add_flow stored before: hops x hop latency, the
+     * on-chip latency, or 0 (a core to itself) */
+    double lat = f->nr == 0 ? 0
+                 : n->route[f->r0] >= 4 * n->nchips ? n->p.onchip_latency_s
+                                                    : f->nr * n->p.hop_latency_s;
+    double arr = t + lat;
     if (arr > *t_end)
         *t_end = arr;
-    for (int k = 0; k < f->ns; k++) {
-        int v = n->succ[f->s0 + k], id2 = v >> 1;
+    for (int k = f->head; k != NOFLOW; k = n->edge[k].next) {
+        int v = n->edge[k].to2, id2 = v >> 1;
         double when = (v & 1) ? t : arr;
         ici_fl *s = &n->fl[id2];
         if (when > s->ready)
             s->ready = when;
         if (--s->deps == 0)
-            heap_push(n, s->ready, id2);
+            q_push(n, s->ready, id2);
     }
 }
 
@@ -551,90 +1226,96 @@ static double dag_run(ici *n)
     int nf = n->nfl;
     if (nf == 0)
         return 0;
-    /* successors in CSR form, in edge order (deterministic) */
-    int cap = 0;
-    int *cnt = NULL;
-    cnt = grow(cnt, &cap, nf + 1, sizeof(int));
-    memset(cnt, 0, (size_t)(nf + 1) * sizeof(int));
-    for (int e = 0; e < n->nedge; e++)
-        cnt[n->epred[e]]++;
-    int acc = 0;
-    for (int i = 0; i < nf; i++) {
-        n->fl[i].s0 = acc;
-        n->fl[i].ns = 0;
-        acc += cnt[i];
-    }
-    free(cnt);
-    n->succ = grow(n->succ, &n->capsucc, n->nedge + 1, sizeof(int));
-    for (int e = 0; e < n->nedge; e++) {
-        ici_fl *p = &n->fl[n->epred[e]];
-        n->succ[p->s0 + p->ns++] = n->esucc[e];
-    }
-
-    n->nheap = 0;
+    q_clear(n);
     for (int i = 0; i < nf; i++)
         if (n->fl[i].deps == 0)
-            heap_push(n, 0.0, i);
+            q_push(n, 0.0, i);
     int capa = n->capact;
-    n->active = grow(n->active, &capa, nf, sizeof(int));
+    n->aid = grow(n->aid, &capa, nf, sizeof(int));
     capa = n->capact;
-    n->act2 = grow(n->act2, &capa, nf, sizeof(int));
+    n->fin = grow(n->fin, &capa, nf, sizeof(int));
+    capa = n->capact;
+    n->bfl = grow(n->bfl, &capa, nf, sizeof(int));
+    capa = n->capact;
+    n->fslot = grow(n->fslot, &capa, nf, sizeof(int));
+    capa = n->capact;
+    n->fmark = grow(n->fmark, &capa, nf, sizeof(int));
+    memset(n->fmark, 0, (size_t)nf * sizeof(int));
+    size_t dsz = sizeof(double);
+    capa = n->capact;
+    n->arem = grow(n->arem, &capa, nf, dsz);
+    capa = n->capact;
+    n->arate = grow(n->arate, &capa, nf, dsz);
+    capa = n->capact;
+    n->atf = grow(n->atf, &capa, nf, dsz);
+    capa = n->capact;
+    n->crate = grow(n->crate, &capa, nf, dsz);
     n->capact = capa;
-    int nact = 0;
+    n->nact = 0;
+    comps_reset(n);
+    n->invalid = 0;
+    n->nbusy = 0;
+    /* the previous call's last finishes left resources marked dirty */
+    for (int i = 0; i < n->ndirty; i++)
+        n->res_isdirty[n->dirty[i]] = 0;
+    n->ndirty = 0;
+    for (int r = 0; r < n->nres; r++) {
+        n->res_comp[r] = -1;
+        n->rl_len[r] = 0;
+    }
     double t = 0, t_end = 0;
     int done = 0;
     while (done < nf) {
         /* start everything ready by now */
-        int changed = 0;
-        while (n->nheap > 0 && n->heap[0].t <= t + ICI_TOL_T) {
-            ici_ev e = heap_pop(n);
-            ici_fl *f = &n->fl[e.id];
+        while (!q_empty(n) && q_top_t(n) <= t + ICI_TOL_T) {
+            int id = q_pop(n);
+            const ici_fl *f = &n->fl[id];
             if (f->nr == 0 || f->rem <= 0) {
                 done++;
-                arrive(n, e.id, t, &t_end);
+                arrive(n, id, t, &t_end);
             } else {
-                n->active[nact++] = e.id;
-                changed = 1;
+                act_start(n, id);
             }
         }
-        if (changed)
-            fair_rates(n, n->active, nact);
+        int nact = n->nact;
         if (nact == 0) {
-            if (n->nheap == 0)
+            if (q_empty(n))
                 break;
-            t = n->heap[0].t;
+            t = q_top_t(n);
             continue;
         }
+        if (n->ndirty > 0)
+            rates_update(n, t);
         double tn = INFINITY;
-        for (int i = 0; i < nact; i++) {
-            const ici_fl *f = &n->fl[n->active[i]];
-            double tf = t + f->rem / f->rate;
-            if (tf < tn)
-                tn = tf;
-        }
-        if (n->nheap > 0 && n->heap[0].t < tn)
-            tn = n->heap[0].t;
+        for (int i = 0; i < nact; i++)
+            if (n->atf[i] < tn)
+                tn = n->atf[i];
+        if (!q_empty(n) && q_top_t(n) < tn)
+            tn = q_top_t(n);
         double dt = tn - t;
         t = tn;
         int keep = 0, finished = 0;
         for (int i = 0; i < nact; i++) {
-            int id = n->active[i];
-            ici_fl *f = &n->fl[id];
-            f->rem -= f->rate * dt;
-            if (f->rem <= f->rate * ICI_TOL_T) {
-                f->rem = 0;
-                n->act2[finished++] = id;
+            int id = n->aid[i];
+            double rate = n->arate[i];
+            double rem = n->arem[i] - rate * dt;
+            if (rem <= rate * ICI_TOL_T) {
+                n->fin[finished++] = id;
+                act_finish(n, id);
             } else {
-                n->active[keep++] = id;
+                n->aid[keep] = id;
+                n->arem[keep] = rem;
+                n->arate[keep] = rate;
+                n->atf[keep] = t + rem / rate;
+                n->fslot[id] = keep;
+                keep++;
             }
         }
-        nact = keep;
+        n->nact = keep;
         for (int i = 0; i < finished; i++) {
             done++;
-            arrive(n, n->act2[i], t, &t_end);
+            arrive(n, n->fin[i], t, &t_end);
         }
-        if (finished > 0 && nact > 0)
-            fair_rates(n, n->active, nact);
     }
     TPU_ASSERT(done == nf); /* a cycle in the DAG would stop short */
     return t_end;
