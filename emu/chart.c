@@ -449,9 +449,10 @@ static const char *breakdown_titles(chart_image *im, const emu_result *r,
     int ts = font_text_width(buf, 2) <= W - 40 ? 2 : 1;
     text_fit(im, 20, 14, buf, W - 40, ts, INK);
     snprintf(buf, sizeof buf,
-             "%s, %d cores on %d chips, global batch %lld - step time %s "
+             "%s, %d core%s on %d chip%s, global batch %lld - step time %s "
              "(slowest core)%s",
-             r->system[0] ? r->system : "?", r->cores, r->chips,
+             r->system[0] ? r->system : "?", r->cores,
+             r->cores == 1 ? "" : "s", r->chips, r->chips == 1 ? "" : "s",
              (long long)r->global_batch, tbuf,
              r->fits ? "" : " - DOES NOT FIT in HBM");
     text_fit(im, 20, 14 + FONT_H * ts + 6, buf, W - 40, 1, MUTED);

@@ -53,7 +53,10 @@ static void print_usage(FILE *f)
           "  --host-mem-gib G  functional: refuse runs needing more host\n"
           "                  memory (default: half of MemAvailable)\n"
           "  --no-dedup      execute every core and every loop iteration\n"
-          "                  (slow; for checking the engine's shortcuts)\n"
+          "                  (slow; for checking the engine's shortcuts):\n"
+          "                  the same figures up to rounding (the sums run in\n"
+          "                  another order, so a report's layers[].time_s may\n"
+          "                  differ in the last digits)\n"
           "  --quiet         print only the slowest core's step time (s, 9\n"
           "                  significant digits)\n"
           "\n"
@@ -111,9 +114,10 @@ static int same_figures(const emu_core_result *a, const emu_core_result *b)
  * layers. */
 static void print_heading(const emu_result *r)
 {
-    printf("%s on %s: %d chips, %d cores, %s, global batch %lld, %d "
+    printf("%s on %s: %d chip%s, %d core%s, %s, global batch %lld, %d "
            "replica%s x %d core%s\n",
-           r->trace, r->system, r->chips, r->cores,
+           r->trace, r->system, r->chips, r->chips == 1 ? "" : "s", r->cores,
+           r->cores == 1 ? "" : "s",
            r->train ? "training step" : "inference step",
            (long long)r->global_batch, r->replicas, r->replicas == 1 ? "" : "s",
            r->cores_per_replica, r->cores_per_replica == 1 ? "" : "s");
@@ -379,8 +383,8 @@ static tpu_status write_outputs(const emu_result *r, const char *trace,
         }
     }
     if (st) {
-        for (int k = 0; k < n; k++)
-            outfile_discard(&os[k]);
+        /* the last opened first: os[0] holds the signals (outfile.h) */
+        outfile_discard_all(os, n);
         return st;
     }
     return outfile_commit_all(os, n, err);

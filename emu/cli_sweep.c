@@ -51,6 +51,7 @@
 static const char usage_text[] =
     "usage: tpuemu sweep SWEEP.json [--jobs|-j N] [--print-commands] [--out DIR]\n"
     "                    [--bin TPUEMU]\n"
+    "       tpuemu sweep SWEEP.json --gather [--out DIR] [--bin TPUEMU]\n"
     "\n"
     "Expands the grid of SWEEP.json (partition_dims x system x batch x\n"
     "freeze x --set values) into independent `tpuemu run` processes and\n"
@@ -68,16 +69,24 @@ static const char usage_text[] =
     "--print-commands writes the traces and prints one command line per run\n"
     "instead of running them (for GNU parallel, make -j, a Slurm array),\n"
     "every path in it absolute.\n"
+    "--gather, after the printed commands ran elsewhere, runs nothing: it\n"
+    "reads DIR/reports and writes results.csv, the chart and the ranking as\n"
+    "the sweep would have; a missing or unreadable report (or one another\n"
+    "command wrote) is a failed run, named on stderr with its command line.\n"
     "--bin runs another tpuemu build (default: this one).\n"
+    "SIGINT, SIGTERM or SIGHUP to the sweep stops the runs under way (the\n"
+    "signal is passed on), writes no results.csv or chart, and the sweep\n"
+    "dies of the same signal (exit status 128+N in a shell).\n"
     "\n"
     "exit status: 0 every run finished (a run that does not fit counts as\n"
-    "finished, fits=0), 2 bad sweep file or --bin, otherwise the exit status\n"
-    "of the first failed run (its log is named).\n";
+    "finished, fits=0), 2 bad sweep file or --bin, an output directory that\n"
+    "cannot be written, or (--gather) a run without a readable report,\n"
+    "otherwise the exit status of the first failed run (its log is named).\n";
 
 /* The command line. */
 typedef struct {
     const char *file, *out, *bin; /* NULL: not given */
-    int print_only;
+    int print_only, gather;
     int64_t jobs;                 /* 0: not given */
     const char *jobs_as, *jobs_was; /* how --jobs was given, for a repeat */
 } sweep_opts;
@@ -116,6 +125,10 @@ static int take_option(sweep_opts *o, int argc, char **argv, int *i)
         o->print_only = 1;
         return 0;
     }
+    if (strcmp(a, "--gather") == 0) {
+        o->gather = 1;
+        return 0;
+    }
     if (a[0] == '-' && a[1]) {
         char q[80];
         cli_shown(q, sizeof q, a);
@@ -143,6 +156,11 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
     if (sweep_has_ctrl(o->file))
         return cli_error(2, "sweep: the sweep file's name has control "
                             "characters");
+    if (o->gather && o->print_only)
+        return cli_error(2, "sweep: --gather reads the reports the printed "
+                            "commands wrote; it takes no --print-commands");
+    if (o->gather && o->jobs_as)
+        return cli_error(2, "sweep: %s: --gather runs nothing", o->jobs_as);
     if (o->jobs == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->jobs = n > 0 ? n : 1;
@@ -304,16 +322,23 @@ static int check_clobber(const sweep *s, const char *out, const char *bin,
     return 0;
 }
 
-static int mkdir_p(const char *dir)
+/* dir and its missing parents; on a failure, the directory that could
+ * not be made in failed[cap] (errno set). */
+static int mkdir_p(const char *dir, char *failed, size_t cap)
 {
     char tmp[1024];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
+    snprintf(failed, cap, "%s", dir);
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
         return -1;
+    }
     for (char *p = tmp + 1; *p; p++)
         if (*p == '/') {
             *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+                snprintf(failed, cap, "%s", tmp);
                 return -1;
+            }
             *p = '/';
         }
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
@@ -321,17 +346,20 @@ static int mkdir_p(const char *dir)
     return 0;
 }
 
-/* OUT/traces, OUT/reports and OUT/logs. */
+/* OUT/traces, OUT/reports and OUT/logs.  A directory that cannot be made
+ * (a read-only file system, no permission, a full disk) is an output path
+ * that cannot be written: bad usage, exit 2, as for run --report; only
+ * running out of memory is the machine's failure. */
 static int make_dirs(const char *out)
 {
     static const char *const dirs[] = {"traces", "reports", "logs"};
     for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
-        char sub[1100];
+        char sub[1100], failed[1100];
         sweep_out_path(sub, sizeof sub, out, dirs[d]);
-        if (mkdir_p(sub) != 0) {
+        if (mkdir_p(sub, failed, sizeof failed) != 0) {
             int e = errno;
-            return cli_error(e == ENOTDIR || e == EEXIST ? 2 : 4,
-                             "%s: cannot create: %s", sub, strerror(e));
+            return cli_error(e == ENOMEM ? 4 : 2, "%s: cannot create: %s",
+                             failed, strerror(e));
         }
     }
     return 0;
@@ -372,44 +400,111 @@ static void remove_stale(const char *out)
     unlink(p);
 }
 
-/* Runs the grid and gathers the results: CSV, chart, ranking, the
- * summary line, and the first failed run's exit status and log. */
+/* A stop signal came (sweep_caught) and the runs under way have ended:
+ * no results.csv or chart stands for a sweep that did not finish (those
+ * of a finished gather stay), and the command dies of the signal. */
+static void die_stopped(const char *out, const sweep_tally *t,
+                        long long nruns, int gather, int complete, int sig)
+{
+    const char *name = sweep_sig_name(sig);
+    char q[1000];
+    cli_shown(q, sizeof q, out);
+    if (complete)
+        cli_error(128 + sig, "sweep: %s after results.csv and the chart were "
+                             "written", name);
+    else if (gather)
+        cli_error(128 + sig, "sweep --gather: %s: results.csv and the chart "
+                             "not written", name);
+    else
+        cli_error(128 + sig, "sweep: %s: %lld of %lld runs had finished "
+                             "(their reports are in %s/reports); results.csv "
+                             "and the chart not written",
+                  name, t->finished, nruns, q);
+    if (!complete)
+        remove_stale(out);
+    sweep_die(sig);
+}
+
+/* The summary line, and the exit status of the first failure (its log,
+ * or with --gather the reports that are missing). */
+static int summarize(const char *out, long long nruns, const sweep_tally *t,
+                     int gather, int rc)
+{
+    printf("%lld runs: %lld done, %d do not fit, %d %s\n", nruns,
+           nruns - t->nofit - t->failed, t->nofit, t->failed,
+           gather ? "without a readable report" : "failed");
+    fflush(stdout);
+    if (rc || t->fail_run < 0)
+        return rc;
+    if (gather)
+        return cli_error(t->first_fail, "sweep --gather: %d of %lld runs "
+                                        "have no readable report (the first, "
+                                        "run %04lld: %s): run their commands "
+                                        "(above) and gather again",
+                         t->failed, nruns, t->fail_run, t->fail_why);
+    char q[1000];
+    cli_shown(q, sizeof q, out);
+    return cli_error(t->first_fail, "sweep: run %04lld %s: see "
+                                    "%s/logs/%04lld.log",
+                     t->fail_run, t->fail_why, q, t->fail_run);
+}
+
+/* Runs the grid (or with --gather only reads its reports) and gathers
+ * the results: CSV, chart, ranking, the summary line, and the first
+ * failed run's exit status and log.  A stop signal from the start of the
+ * runs until the chart is in place ends it all (die_stopped). */
 static int run_and_gather(const sweep *s, const char *bin, const char *out,
-                          long long jobs)
+                          long long jobs, int gather)
 {
     long long nruns = sweep_count_runs(s);
     sweep_run *res = calloc((size_t)nruns, sizeof *res);
     if (!res)
         return cli_error(4, "out of memory");
     sweep_tally t;
-    int rc = sweep_run_all(s, bin, out, jobs, res, &t);
-    if (rc) {
-        free(res);
-        return rc;
-    }
-    rc = sweep_write_csv(s, out, nruns, res);
-    if (!rc)
+    sweep_sigs sg;
+    sweep_catch_signals(&sg);
+    int rc = gather ? sweep_read_reports(s, bin, out, res, &t)
+                    : sweep_run_all(s, bin, out, jobs, res, &t);
+    int ran = rc == 0;
+    /* outfile holds a signal while a temporary exists: one that came
+     * during a write is seen here, the file whole */
+    if (!rc && !sweep_caught())
+        rc = sweep_write_csv(s, out, nruns, res);
+    if (!rc && !sweep_caught())
         rc = sweep_chart(s, out, nruns, res);
-    if (!rc)
+    int complete = !rc && !sweep_caught();
+    sweep_release_signals(&sg);
+    int sig = sweep_caught();
+    if (!rc && !sig)
         rc = sweep_print_ranking(s, nruns, res);
-    printf("%lld runs: %lld done, %d do not fit, %d failed\n", nruns,
-           nruns - t.nofit - t.failed, t.nofit, t.failed);
-    fflush(stdout);
-    if (t.fail_run >= 0 && !rc) {
-        char q[1000];
-        cli_shown(q, sizeof q, out);
-        rc = cli_error(t.first_fail, "sweep: run %04lld %s: see "
-                                     "%s/logs/%04lld.log",
-                       t.fail_run, t.fail_why, q, t.fail_run);
-    }
     for (long long i = 0; i < nruns; i++)
         emu_result_free(&res[i].r);
     free(res);
-    return rc;
+    if (sig)
+        die_stopped(out, &t, nruns, gather, complete, sig);
+    return ran ? summarize(out, nruns, &t, gather, rc) : rc;
+}
+
+/* --gather: the directory the printed commands wrote into. */
+static int check_gather_dir(const char *out)
+{
+    char p[1100];
+    struct stat st;
+    sweep_out_path(p, sizeof p, out, "reports");
+    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        char q[1000];
+        cli_shown(q, sizeof q, p);
+        return cli_error(2, "sweep --gather: %s: %s (run the commands of "
+                            "--print-commands with the same --out first)",
+                         q, stat(p, &st) != 0 ? strerror(errno)
+                                              : "not a directory");
+    }
+    return 0;
 }
 
 /* Everything after the options: the sweep checked, the output directory
- * prepared, then the commands printed or run. */
+ * prepared, then the commands printed or run, or (--gather) their
+ * reports read. */
 static int sweep_main(sweep *s, const sweep_opts *o, char *bin,
                       size_t bin_cap)
 {
@@ -417,6 +512,13 @@ static int sweep_main(sweep *s, const sweep_opts *o, char *bin,
     int rc = sweep_parse(s, o->file);
     if (!rc)
         rc = settle_paths(s, o, out, sizeof out, bin, bin_cap);
+    if (!rc && o->gather)
+        rc = check_gather_dir(out);
+    if (!rc && o->gather) {
+        sweep_variant_paths(s, out); /* the commands name them */
+        remove_stale(out);
+        return run_and_gather(s, bin, out, o->jobs, 1);
+    }
     /* Only now, with everything checked, does anything get written. */
     if (!rc)
         rc = make_dirs(out);
@@ -427,7 +529,7 @@ static int sweep_main(sweep *s, const sweep_opts *o, char *bin,
     if (rc || o->print_only)
         return rc;
     remove_stale(out);
-    return run_and_gather(s, bin, out, o->jobs);
+    return run_and_gather(s, bin, out, o->jobs, 0);
 }
 
 int cli_sweep(int argc, char **argv)

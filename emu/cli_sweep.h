@@ -19,6 +19,7 @@
 #ifndef EMU_CLI_SWEEP_H
 #define EMU_CLI_SWEEP_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,7 +86,8 @@ typedef struct {
 
 /* What one run came to. */
 typedef struct {
-    int status;        /* exit status, -1 signal, -2 not run */
+    int status;        /* exit status, -1 signal, -2 not run, -3 unknown
+                          (--gather: no report it could read) */
     int sig;           /* the signal that ended it (status -1) */
     int have;          /* report read */
     emu_result r;
@@ -97,7 +99,15 @@ typedef struct {
     int first_fail;        /* exit status of the first failed run, or 0 */
     long long fail_run;    /* that run, or -1 */
     char fail_why[600];    /* what happened to it */
+    long long finished;    /* runs that ended before a stop signal */
 } sweep_tally;
+
+/* The handlers of the stop signals (SIGINT, SIGTERM, SIGHUP) before
+ * sweep_catch_signals, to put back. */
+typedef struct {
+    struct sigaction old[3];
+    int installed[3];
+} sweep_sigs;
 
 /* The argv of one run (pointers into the sweep, the buffers here and the
  * binary's path). */
@@ -158,10 +168,27 @@ int sweep_check_points(const sweep *s);
 /* Where partitioning v's trace goes: OUT/traces/STEM-pdLABEL.json. */
 void sweep_variant_path(const sweep *s, const sweep_val *v, const char *out,
                         char *buf, size_t cap);
+/* Sets every partitioning's trace path in the axis (--gather: the traces
+ * the printed commands read). */
+void sweep_variant_paths(sweep *s, const char *out);
 /* Writes every partitioning's trace (and sets its path in the axis). */
 int sweep_write_variants(sweep *s, const char *out);
 
 /* ---- cli_sweep_run.c: the runs ---------------------------------------- */
+
+/* From here until sweep_release_signals, a stop signal (SIGINT, SIGTERM,
+ * SIGHUP; one ignored at start stays ignored) is only recorded:
+ * sweep_run_all passes it on to the runs under way and stops starting
+ * new ones; the command then dies of it (sweep_die). */
+void sweep_catch_signals(sweep_sigs *g);
+void sweep_release_signals(sweep_sigs *g);
+/* The first stop signal recorded, 0 when none. */
+int sweep_caught(void);
+/* "SIGTERM", ... */
+const char *sweep_sig_name(int sig);
+/* Ends the process by sig's default action (exit status 128 + sig in a
+ * shell), stdout flushed. */
+void sweep_die(int sig);
 
 void sweep_build_cmd(const sweep *s, const char *bin, const char *out,
                      long long i, sweep_cmd *c);
@@ -169,10 +196,21 @@ void sweep_build_cmd(const sweep *s, const char *bin, const char *out,
 int sweep_write_commands(const sweep *s, const char *bin, const char *out,
                          int print_only);
 /* Runs every command, `jobs` at a time, then reads their reports back
- * into res[nruns] and counts what they came to in *t.  0, or 4 (out of
- * memory, error printed). */
+ * into res[nruns] and counts what they came to in *t.  After a stop
+ * signal (sweep_caught), only the runs under way are waited for and
+ * nothing is read back.  0, or 4 (out of memory, error printed). */
 int sweep_run_all(const sweep *s, const char *bin, const char *out,
                   long long jobs, sweep_run *res, sweep_tally *t);
+
+/* --gather: reads every run's report from OUT/reports into res[nruns] as
+ * sweep_run_all would have (exit 0, or 3 for a report that does not
+ * fit); a missing or unreadable report, or one that another command
+ * wrote (trace, system, batch, split, --set or --freeze differ), is a
+ * run with status -3, named on stderr with its command line (the first
+ * SWEEP_GATHER_SHOW), and counted in t as a failure of exit status 2.
+ * 0, or 4 (out of memory, error printed). */
+int sweep_read_reports(const sweep *s, const char *bin, const char *out,
+                       sweep_run *res, sweep_tally *t);
 
 /* ---- cli_sweep_csv.c, cli_sweep_chart.c, cli_sweep_rank.c ------------- */
 

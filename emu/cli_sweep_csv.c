@@ -104,7 +104,10 @@ static void csv_row(FILE *f, const sweep *s, long long i, const sweep_run *o)
         fputc(',', f);
         csv_field(f, sweep_val_of(s, a, idx)->label);
     }
-    fprintf(f, ",%d", o->status);
+    if (o->status == -3)
+        fputc(',', f); /* --gather without its report: exit not known */
+    else
+        fprintf(f, ",%d", o->status);
     if (o->have) {
         csv_result(f, o);
     } else {

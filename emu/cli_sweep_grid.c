@@ -500,9 +500,12 @@ int sweep_check_sets(const sweep *s)
 
 /* ---- partitionings -------------------------------------------------------- */
 
-/* The base trace with partitioning v: the new run section, the name
- * suffixed, no reference (the published figure belongs to the base
- * partitioning only).  NULL when out of memory. */
+/* The base trace with partitioning v: the new run section, no reference
+ * (the published figure belongs to the base partitioning only).  The name
+ * stays the trace's own (only the file name says the split): a run of a
+ * variant is a run of that trace, so `check` compares its report with a
+ * plain `run` of the same trace, another split being a note, not another
+ * trace.  NULL when out of memory. */
 static cJSON *make_variant(const sweep *s, const sweep_val *v)
 {
     cJSON *t = cJSON_Duplicate(s->base, 1);
@@ -519,13 +522,6 @@ static cJSON *make_variant(const sweep *s, const sweep_val *v)
     }
     cJSON_AddItemToObject(run, "input_partition_dims", pd);
     cJSON_DeleteItemFromObjectCaseSensitive(t, "reference");
-    const cJSON *tn = cJSON_GetObjectItemCaseSensitive(s->base, "name");
-    if (cJSON_IsString(tn)) {
-        char nm[256];
-        snprintf(nm, sizeof nm, "%.120s-pd%s", tn->valuestring, v->label);
-        cJSON_ReplaceItemInObjectCaseSensitive(t, "name",
-                                               cJSON_CreateString(nm));
-    }
     return t;
 }
 
@@ -706,6 +702,14 @@ void sweep_variant_path(const sweep *s, const sweep_val *v, const char *out,
         stem = 200;
     snprintf(buf, cap, "%.*s/traces/%.*s-pd%s.json", SWEEP_OUT_MAX, out,
              (int)stem, base, v->label);
+}
+
+void sweep_variant_paths(sweep *s, const char *out)
+{
+    int apd = sweep_axis_of(s, AX_PD);
+    for (int i = 0; apd >= 0 && i < s->ax[apd].n; i++)
+        sweep_variant_path(s, &s->ax[apd].v[i], out, s->ax[apd].v[i].trace,
+                           sizeof s->ax[apd].v[i].trace);
 }
 
 int sweep_write_variants(sweep *s, const char *out)

@@ -192,6 +192,45 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
     return rc;
 }
 
+/* v bytes in unit u ("%.1f", no unit name) when that reads above 0.0 or
+ * v is 0; NULL then.  Else the unit that fits, named: "19.5 KiB" rather
+ * than "0.0" on a core of a few MiB (probe round 8). */
+static const char *nofit_part(char *buf, size_t cap, double v, double u)
+{
+    if (v <= 0 || v / u >= 0.05) {
+        snprintf(buf, cap, "%.1f", v / u);
+        return NULL;
+    }
+    if (v >= 0.05 * GIB / 1024)
+        snprintf(buf, cap, "%.1f MiB", v / (GIB / 1024));
+    else if (v >= 0.05 * 1024)
+        snprintf(buf, cap, "%.1f KiB", v / 1024);
+    else
+        snprintf(buf, cap, "%.0f B", v);
+    return buf;
+}
+
+/* The three parts of the need: "A, ... B, ... C UNIT" in the line's unit,
+ * or every part with its own unit when one of them needs a smaller one
+ * (a bare number would then read in the wrong unit). */
+static void nofit_parts(char *buf, size_t cap, const fw_memory *m, double u,
+                        const char *un)
+{
+    double v[3] = {m->weights_bytes + m->grads_bytes + m->opt_bytes,
+                   m->saved_bytes, m->workspace_bytes};
+    char t[3][32];
+    int own = 0;
+    for (int i = 0; i < 3; i++)
+        own |= nofit_part(t[i], sizeof t[i], v[i], u) != NULL;
+    for (int i = 0; own && i < 3; i++)
+        if (strchr(t[i], ' ') == NULL) /* in the line's unit: name it */
+            snprintf(t[i] + strlen(t[i]), sizeof t[i] - strlen(t[i]), " %s",
+                     un);
+    snprintf(buf, cap, "weights+gradients+optimizer %s, activations kept "
+                       "for backward %s, workspace %s%s%s",
+             t[0], t[1], t[2], own ? "" : " ", own ? "" : un);
+}
+
 /* TPU_ERR_NOFIT with the figures of the core m that needs the most. */
 static tpu_status nofit_fail(tpu_error *err, const char *path,
                              const tpu_system *sys, const tpu_params *hw,
@@ -200,12 +239,16 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
     /* GiB for real chips; MiB when --set shrinks HBM to test a trace */
     double u = hw->hbm.capacity_bytes >= GIB ? GIB : GIB / 1024;
     const char *un = u == GIB ? "GiB" : "MiB";
-    char remat[160] = "";
-    if (m->remat_layers > 0)
+    char remat[160] = "", rb[32], parts[256];
+    if (m->remat_layers > 0) {
+        if (!nofit_part(rb, sizeof rb, m->remat_bytes, u))
+            snprintf(rb + strlen(rb), sizeof rb - strlen(rb), " %s", un);
         snprintf(remat, sizeof remat,
-                 ", after recomputing %d activations (%.1f %s) in the "
+                 ", after recomputing %d activation%s (%s) in the "
                  "backward pass",
-                 m->remat_layers, m->remat_bytes / u, un);
+                 m->remat_layers, m->remat_layers == 1 ? "" : "s", rb);
+    }
+    nofit_parts(parts, sizeof parts, m, u, un);
     /* as many decimals as it takes for the need to read above the
      * capacity (probe round 6: "needs 16.0 GiB ... has 16 GiB") */
     double need = m->peak_bytes / u, cap = hw->hbm.capacity_bytes / u;
@@ -214,12 +257,9 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
         d++;
     return tpu_fail(err, TPU_ERR_NOFIT,
                     "%s: needs %.*f %s of HBM per core, v%d core has %.6g "
-                    "%s (weights+gradients+optimizer %.1f, activations "
-                    "kept for backward %.1f, workspace %.1f %s%s; %lld "
-                    "example%s per replica, %d core%s per replica)",
-                    path, d, need, un, sys->gen, cap, un,
-                    (m->weights_bytes + m->grads_bytes + m->opt_bytes) / u,
-                    m->saved_bytes / u, m->workspace_bytes / u, un, remat,
+                    "%s (%s%s; %lld example%s per replica, %d core%s per "
+                    "replica)",
+                    path, d, need, un, sys->gen, cap, un, parts, remat,
                     (long long)p->batch, p->batch == 1 ? "" : "s", p->cpr,
                     p->cpr == 1 ? "" : "s");
 }
