@@ -158,146 +158,179 @@ static void sb_kv_int(sbuf *b, const char *k, long long v, const char *sep)
     sb_str(b, sep);
 }
 
+/* k: "s" with s escaped as a JSON string. */
+static void sb_kv_jstr(sbuf *b, const char *k, const char *s, const char *sep)
+{
+    sb_key(b, k);
+    sb_jstr(b, s);
+    sb_str(b, sep);
+}
+
+/* k: raw, for the words true, false and the quoted mode. */
+static void sb_kv_raw(sbuf *b, const char *k, const char *raw, const char *sep)
+{
+    sb_key(b, k);
+    sb_str(b, raw);
+    sb_str(b, sep);
+}
+
+/* The separator after element i of n, none after the last. */
+static void sb_sep(sbuf *b, int i, int n, const char *sep)
+{
+    if (i + 1 < n)
+        sb_str(b, sep);
+}
+
 static void sb_breakdown(sbuf *b, const double *cat)
 {
     sb_put(b, "{", 1);
     for (int c = 0; c < CAT_COUNT; c++) {
         sb_key(b, emu_cat_name((emu_cat)c));
         sb_num(b, cat[c]);
-        if (c + 1 < CAT_COUNT)
-            sb_put(b, ", ", 2);
+        sb_sep(b, c, CAT_COUNT, ", ");
     }
     sb_put(b, "}", 1);
 }
 
 /* ---- writing --------------------------------------------------------- */
 
+/* Between top-level keys: one key per line. */
+#define TOP ",\n  "
+
+/* The SPEC.md keys in SPEC.md order; the extra keys (hbm_remat_bytes,
+ * flops_per_step, freeze) sit next to the ones they qualify. */
+static void put_run(sbuf *b, const emu_result *r)
+{
+    sb_str(b, "  \"format\": \"tpuemu-report/1\"" TOP);
+    sb_kv_jstr(b, "trace", r->trace, TOP);
+    sb_kv_jstr(b, "system", r->system, TOP);
+    sb_kv_int(b, "gen", r->gen, TOP);
+    sb_kv_int(b, "chips", r->chips, TOP);
+    sb_kv_int(b, "cores", r->cores, TOP);
+    sb_kv_int(b, "dim_x", r->dim_x, TOP);
+    sb_kv_int(b, "dim_y", r->dim_y, TOP);
+    sb_kv_raw(b, "mode", r->train ? "\"train\"" : "\"infer\"", TOP);
+    sb_kv_int(b, "global_batch", (long long)r->global_batch, TOP);
+    sb_kv_int(b, "num_cores_per_replica", r->cores_per_replica, TOP);
+    sb_kv_int(b, "replicas", r->replicas, TOP);
+    sb_kv_raw(b, "fits", r->fits ? "true" : "false", TOP);
+    sb_kv_num(b, "hbm_needed_bytes", r->hbm_needed_bytes, TOP);
+    if (r->hbm_remat_bytes > 0)
+        sb_kv_num(b, "hbm_remat_bytes", r->hbm_remat_bytes, TOP);
+    sb_kv_num(b, "hbm_capacity_bytes", r->hbm_capacity_bytes, TOP);
+    sb_kv_num(b, "step_time_s", r->step_time_s, TOP);
+    sb_kv_num(b, "flops_per_step", r->flops_per_step, TOP);
+
+    sb_key(b, "overrides");
+    sb_put(b, "{", 1);
+    for (int i = 0; i < r->n_overrides; i++) {
+        sb_kv_jstr(b, r->overrides[i].key, r->overrides[i].value, "");
+        sb_sep(b, i, r->n_overrides, ", ");
+    }
+    sb_str(b, "}" TOP);
+    /* Only with --freeze: every other report stays byte for byte as it
+     * was (baselines/). */
+    if (r->freeze[0])
+        sb_kv_jstr(b, "freeze", r->freeze, TOP);
+}
+
+/* One core a line, so a baseline diff shows which core moved. */
+static void put_core(sbuf *b, const emu_core_result *c)
+{
+    sb_str(b, "\n    {");
+    sb_kv_int(b, "core", c->core, ", ");
+    sb_kv_int(b, "chip", c->chip, ", ");
+    sb_kv_int(b, "replica", c->replica, ", ");
+    sb_kv_int(b, "shard", c->shard, ", ");
+    sb_kv_num(b, "step_time_s", c->step_time_s, ", ");
+    sb_key(b, "breakdown_s");
+    sb_breakdown(b, c->breakdown_s);
+    sb_str(b, ", ");
+    sb_kv_num(b, "mxu_utilization", c->mxu_utilization, ", ");
+    sb_kv_num(b, "hbm_peak_bytes", c->hbm_peak_bytes, ", ");
+    sb_kv_num(b, "hbm_read_bytes", c->hbm_read_bytes, ", ");
+    sb_kv_num(b, "hbm_write_bytes", c->hbm_write_bytes, ", ");
+    sb_kv_num(b, "ici_bytes_sent", c->ici_bytes_sent, ", ");
+    sb_kv_num(b, "flops", c->flops, "}");
+}
+
+static void put_per_core(sbuf *b, const emu_result *r)
+{
+    sb_key(b, "per_core");
+    sb_str(b, "[");
+    for (int i = 0; i < r->cores && r->per_core; i++) {
+        put_core(b, &r->per_core[i]);
+        sb_sep(b, i, r->cores, ",");
+    }
+    sb_str(b, r->cores > 0 && r->per_core ? "\n  ]" : "]");
+}
+
+/* --functional: the loss, the output's checksum, and the loss curve when
+ * more than one step ran. */
+static void put_values(sbuf *b, const emu_result *r)
+{
+    sb_str(b, TOP);
+    sb_kv_num(b, "loss", r->loss, TOP);
+    sb_key(b, "output_checksum");
+    sb_printf(b, "\"%016llx\"", (unsigned long long)r->output_checksum);
+    if (r->n_losses <= 1)
+        return;
+    sb_str(b, TOP);
+    sb_key(b, "losses");
+    sb_str(b, "[");
+    for (int i = 0; i < r->n_losses; i++) {
+        sb_num(b, r->losses[i]);
+        sb_sep(b, i, r->n_losses, ", ");
+    }
+    sb_str(b, "]");
+}
+
+/* Core 0's critical path per layer, one layer a line: where the time
+ * goes, for docs/VALIDATION.md and the viewer. */
+static void put_layers(sbuf *b, const emu_result *r)
+{
+    sb_str(b, TOP);
+    sb_key(b, "layers");
+    sb_str(b, "[");
+    for (int l = 0; l < r->n_layers; l++) {
+        sb_str(b, "\n    {");
+        sb_kv_jstr(b, "name", r->layer_names[l], ", ");
+        sb_key(b, "time_s");
+        sb_breakdown(b, r->layer_time_s + (size_t)l * CAT_COUNT);
+        sb_str(b, l + 1 < r->n_layers ? "}," : "}");
+    }
+    sb_str(b, "\n  ]");
+}
+
+/* One chip's four links (+x, -x, +y, -y) a line. */
+static void put_links(sbuf *b, const emu_result *r)
+{
+    sb_str(b, TOP);
+    sb_key(b, "link_busy_s");
+    sb_str(b, "[");
+    for (int ch = 0; ch < r->chips; ch++) {
+        sb_str(b, "\n    [");
+        for (int d = 0; d < 4; d++) {
+            sb_num(b, r->link_busy_s[(size_t)ch * 4 + (size_t)d]);
+            sb_sep(b, d, 4, ", ");
+        }
+        sb_str(b, ch + 1 < r->chips ? "]," : "]");
+    }
+    sb_str(b, "\n  ]");
+}
+
 char *report_to_json(const emu_result *r)
 {
     sbuf b = {0};
     sb_str(&b, "{\n");
-    /* The SPEC.md keys in SPEC.md order; the extra keys sit next to the
-     * ones they qualify. */
-    sb_str(&b, "  \"format\": \"tpuemu-report/1\",\n  ");
-    sb_key(&b, "trace");
-    sb_jstr(&b, r->trace);
-    sb_str(&b, ",\n  ");
-    sb_key(&b, "system");
-    sb_jstr(&b, r->system);
-    sb_str(&b, ",\n  ");
-    sb_kv_int(&b, "gen", r->gen, ",\n  ");
-    sb_kv_int(&b, "chips", r->chips, ",\n  ");
-    sb_kv_int(&b, "cores", r->cores, ",\n  ");
-    sb_kv_int(&b, "dim_x", r->dim_x, ",\n  ");
-    sb_kv_int(&b, "dim_y", r->dim_y, ",\n  ");
-    sb_key(&b, "mode");
-    sb_str(&b, r->train ? "\"train\"" : "\"infer\"");
-    sb_str(&b, ",\n  ");
-    sb_kv_int(&b, "global_batch", (long long)r->global_batch, ",\n  ");
-    sb_kv_int(&b, "num_cores_per_replica", r->cores_per_replica, ",\n  ");
-    sb_kv_int(&b, "replicas", r->replicas, ",\n  ");
-    sb_key(&b, "fits");
-    sb_str(&b, r->fits ? "true" : "false");
-    sb_str(&b, ",\n  ");
-    sb_kv_num(&b, "hbm_needed_bytes", r->hbm_needed_bytes, ",\n  ");
-    if (r->hbm_remat_bytes > 0)
-        sb_kv_num(&b, "hbm_remat_bytes", r->hbm_remat_bytes, ",\n  ");
-    sb_kv_num(&b, "hbm_capacity_bytes", r->hbm_capacity_bytes, ",\n  ");
-    sb_kv_num(&b, "step_time_s", r->step_time_s, ",\n  ");
-    sb_kv_num(&b, "flops_per_step", r->flops_per_step, ",\n  ");
-
-    sb_key(&b, "overrides");
-    sb_put(&b, "{", 1);
-    for (int i = 0; i < r->n_overrides; i++) {
-        sb_key(&b, r->overrides[i].key);
-        sb_jstr(&b, r->overrides[i].value);
-        if (i + 1 < r->n_overrides)
-            sb_put(&b, ", ", 2);
-    }
-    sb_str(&b, "},\n  ");
-    /* Only with --freeze: every other report stays byte for byte as it
-     * was (baselines/). */
-    if (r->freeze[0]) {
-        sb_key(&b, "freeze");
-        sb_jstr(&b, r->freeze);
-        sb_str(&b, ",\n  ");
-    }
-
-    sb_key(&b, "per_core");
-    sb_str(&b, "[");
-    for (int i = 0; i < r->cores && r->per_core; i++) {
-        const emu_core_result *c = &r->per_core[i];
-        sb_str(&b, "\n    {");
-        sb_kv_int(&b, "core", c->core, ", ");
-        sb_kv_int(&b, "chip", c->chip, ", ");
-        sb_kv_int(&b, "replica", c->replica, ", ");
-        sb_kv_int(&b, "shard", c->shard, ", ");
-        sb_kv_num(&b, "step_time_s", c->step_time_s, ", ");
-        sb_key(&b, "breakdown_s");
-        sb_breakdown(&b, c->breakdown_s);
-        sb_str(&b, ", ");
-        sb_kv_num(&b, "mxu_utilization", c->mxu_utilization, ", ");
-        sb_kv_num(&b, "hbm_peak_bytes", c->hbm_peak_bytes, ", ");
-        sb_kv_num(&b, "hbm_read_bytes", c->hbm_read_bytes, ", ");
-        sb_kv_num(&b, "hbm_write_bytes", c->hbm_write_bytes, ", ");
-        sb_kv_num(&b, "ici_bytes_sent", c->ici_bytes_sent, ", ");
-        sb_kv_num(&b, "flops", c->flops, "}");
-        if (i + 1 < r->cores)
-            sb_put(&b, ",", 1);
-    }
-    sb_str(&b, r->cores > 0 && r->per_core ? "\n  ]" : "]");
-
-    if (r->has_values) {
-        sb_str(&b, ",\n  ");
-        sb_kv_num(&b, "loss", r->loss, ",\n  ");
-        sb_key(&b, "output_checksum");
-        sb_printf(&b, "\"%016llx\"", (unsigned long long)r->output_checksum);
-        if (r->n_losses > 1) {
-            sb_str(&b, ",\n  ");
-            sb_key(&b, "losses");
-            sb_str(&b, "[");
-            for (int i = 0; i < r->n_losses; i++) {
-                sb_num(&b, r->losses[i]);
-                if (i + 1 < r->n_losses)
-                    sb_str(&b, ", ");
-            }
-            sb_str(&b, "]");
-        }
-    }
-
-    if (r->n_layers > 0 && r->layer_names && r->layer_time_s) {
-        /* Core 0's critical path per layer: where the time goes, for
-         * docs/VALIDATION.md and the viewer. */
-        sb_str(&b, ",\n  ");
-        sb_key(&b, "layers");
-        sb_str(&b, "[");
-        for (int l = 0; l < r->n_layers; l++) {
-            sb_str(&b, "\n    {");
-            sb_key(&b, "name");
-            sb_jstr(&b, r->layer_names[l]);
-            sb_str(&b, ", ");
-            sb_key(&b, "time_s");
-            sb_breakdown(&b, r->layer_time_s + (size_t)l * CAT_COUNT);
-            sb_str(&b, l + 1 < r->n_layers ? "}," : "}");
-        }
-        sb_str(&b, "\n  ]");
-    }
-
-    if (r->link_busy_s && r->chips > 0) {
-        sb_str(&b, ",\n  ");
-        sb_key(&b, "link_busy_s");
-        sb_str(&b, "[");
-        for (int ch = 0; ch < r->chips; ch++) {
-            sb_str(&b, "\n    [");
-            for (int d = 0; d < 4; d++) {
-                sb_num(&b, r->link_busy_s[(size_t)ch * 4 + (size_t)d]);
-                if (d < 3)
-                    sb_put(&b, ", ", 2);
-            }
-            sb_str(&b, ch + 1 < r->chips ? "]," : "]");
-        }
-        sb_str(&b, "\n  ]");
-    }
+    put_run(&b, r);
+    put_per_core(&b, r);
+    if (r->has_values)
+        put_values(&b, r);
+    if (r->n_layers > 0 && r->layer_names && r->layer_time_s)
+        put_layers(&b, r);
+    if (r->link_busy_s && r->chips > 0)
+        put_links(&b, r);
     sb_str(&b, "\n}\n");
     if (b.oom) {
         free(b.p);
@@ -383,20 +416,50 @@ static const char *found(char *buf, size_t n, const cJSON *v)
     return buf;
 }
 
+#define TRY(x)                 \
+    do {                       \
+        tpu_status st_ = (x);  \
+        if (st_)               \
+            return st_;        \
+    } while (0)
+
+/* The JSON path of key inside base ("per_core[3]" + "chip"); a top-level
+ * key (base NULL) is named bare. */
+static const char *jp_key(char *buf, size_t n, const char *base,
+                          const char *key)
+{
+    if (base)
+        snprintf(buf, n, "%s.%s", base, key);
+    else
+        snprintf(buf, n, "%s", key);
+    return buf;
+}
+
+/* *v = o's member key, NULL when absent, which is refused ("missing") only
+ * when required; jp receives its path for the caller's messages. */
+static tpu_status member(rd *c, const cJSON *o, const char *base,
+                         const char *key, int required, const cJSON **v,
+                         char *jp, size_t n)
+{
+    *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    jp_key(jp, n, base, key);
+    if (!*v && required)
+        return bad(c, jp, "missing");
+    return TPU_OK;
+}
+
 /* A finite number >= 0 (every time, byte count and rate in a report).
  * null -- the writer's form of a non-finite value -- only where null_ok,
- * read as NaN. */
-static tpu_status get_num(rd *c, const cJSON *o, const char *key,
-                          const char *jpath, int required, int null_ok,
+ * read as NaN.  *out untouched when absent. */
+static tpu_status get_num(rd *c, const cJSON *o, const char *base,
+                          const char *key, int required, int null_ok,
                           double *out)
 {
-    char f[64];
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) {
-        if (required)
-            return bad(c, jpath, "missing");
+    char jp[160], f[64];
+    const cJSON *v;
+    TRY(member(c, o, base, key, required, &v, jp, sizeof jp));
+    if (!v)
         return TPU_OK;
-    }
     if (cJSON_IsNull(v) && null_ok) {
         *out = NAN;
         return TPU_OK;
@@ -404,26 +467,25 @@ static tpu_status get_num(rd *c, const cJSON *o, const char *key,
     /* cJSON reads 1e400 as inf */
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
         v->valuedouble < 0)
-        return badf(c, jpath, "expected a finite number >= 0, %s",
+        return badf(c, jp, "expected a finite number >= 0, %s",
                     found(f, sizeof f, v));
     *out = v->valuedouble;
     return TPU_OK;
 }
 
-static tpu_status get_int(rd *c, const cJSON *o, const char *key,
-                          const char *jpath, int required, double lo,
+/* An integer in [lo, hi]; *out untouched when absent. */
+static tpu_status get_int(rd *c, const cJSON *o, const char *base,
+                          const char *key, int required, double lo,
                           double hi, int64_t *out)
 {
-    char f[64];
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) {
-        if (required)
-            return bad(c, jpath, "missing");
+    char jp[160], f[64];
+    const cJSON *v;
+    TRY(member(c, o, base, key, required, &v, jp, sizeof jp));
+    if (!v)
         return TPU_OK;
-    }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
         v->valuedouble < lo || v->valuedouble > hi)
-        return badf(c, jpath, "expected an integer from %.0f to %.0f, %s",
+        return badf(c, jp, "expected an integer from %.0f to %.0f, %s",
                     lo, hi, found(f, sizeof f, v));
     *out = (int64_t)v->valuedouble;
     return TPU_OK;
@@ -442,126 +504,120 @@ static tpu_status check_text(rd *c, const char *s, const char *jpath,
     return TPU_OK;
 }
 
-static tpu_status get_str(rd *c, const cJSON *o, const char *key,
-                          const char *jpath, int required, char *dst,
+/* A string as check_text accepts it, copied to dst; untouched when
+ * absent. */
+static tpu_status get_str(rd *c, const cJSON *o, const char *base,
+                          const char *key, int required, char *dst,
                           size_t cap)
 {
-    char f[64];
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) {
-        if (required)
-            return bad(c, jpath, "missing");
+    char jp[160], f[64];
+    const cJSON *v;
+    TRY(member(c, o, base, key, required, &v, jp, sizeof jp));
+    if (!v)
         return TPU_OK;
-    }
     if (!cJSON_IsString(v) || !v->valuestring)
-        return badf(c, jpath, "expected a string, %s", found(f, sizeof f, v));
-    {
-        tpu_status st = check_text(c, v->valuestring, jpath, cap);
-        if (st)
-            return st;
-    }
+        return badf(c, jp, "expected a string, %s", found(f, sizeof f, v));
+    TRY(check_text(c, v->valuestring, jp, cap));
     memcpy(dst, v->valuestring, strlen(v->valuestring) + 1);
     return TPU_OK;
 }
 
-static tpu_status get_breakdown(rd *c, const cJSON *o, const char *jpath,
-                                double *cat)
+/* A required object of one time per category (emu_cat_name's keys). */
+static tpu_status get_breakdown(rd *c, const cJSON *o, const char *base,
+                                const char *key, double *cat)
 {
-    char f[64];
-    if (!cJSON_IsObject(o))
-        return badf(c, jpath, "expected an object, %s", found(f, sizeof f, o));
-    char sub[160];
-    for (int k = 0; k < CAT_COUNT; k++) {
-        const char *name = emu_cat_name((emu_cat)k);
-        snprintf(sub, sizeof sub, "%s.%s", jpath, name);
-        tpu_status st = get_num(c, o, name, sub, 1, 0, &cat[k]);
-        if (st)
-            return st;
-    }
+    char jp[160], f[64];
+    const cJSON *v;
+    TRY(member(c, o, base, key, 1, &v, jp, sizeof jp));
+    if (!cJSON_IsObject(v))
+        return badf(c, jp, "expected an object, %s", found(f, sizeof f, v));
+    for (int k = 0; k < CAT_COUNT; k++)
+        TRY(get_num(c, v, jp, emu_cat_name((emu_cat)k), 1, 0, &cat[k]));
     return TPU_OK;
 }
 
-#define TRY(x)                 \
-    do {                       \
-        tpu_status st_ = (x);  \
-        if (st_)               \
-            return st_;        \
-    } while (0)
+/* SPEC: the categories are exclusive and sum to the core's step time;
+ * the engine's do to the picosecond (printed exactly), so more than a
+ * part in a million is an edited or foreign report that `check` would
+ * compare category by category without noticing. */
+static tpu_status check_core_sum(rd *c, const emu_core_result *k,
+                                 const char *jp)
+{
+    char sub[160];
+    double sum = 0;
+    for (int j = 0; j < CAT_COUNT; j++)
+        sum += k->breakdown_s[j];
+    if (fabs(sum - k->step_time_s) > 1e-6 * k->step_time_s + 1e-12)
+        return badf(c, jp_key(sub, sizeof sub, jp, "breakdown_s"),
+                    "sums to %.9g s, not the core's step_time_s %.9g "
+                    "(the categories are exclusive and sum to it)",
+                    sum, k->step_time_s);
+    return TPU_OK;
+}
+
+/* The per-core figures after the breakdown: the first five are SPEC keys,
+ * flops is ours (optional). */
+static tpu_status read_core_figures(rd *c, const cJSON *o, const char *jp,
+                                    emu_core_result *k)
+{
+    static const char *const key[] = {"mxu_utilization", "hbm_peak_bytes",
+                                      "hbm_read_bytes", "hbm_write_bytes",
+                                      "ici_bytes_sent", "flops"};
+    double *dst[] = {&k->mxu_utilization, &k->hbm_peak_bytes,
+                     &k->hbm_read_bytes, &k->hbm_write_bytes,
+                     &k->ici_bytes_sent, &k->flops};
+    char sub[160];
+    for (size_t j = 0; j < sizeof key / sizeof key[0]; j++)
+        TRY(get_num(c, o, jp, key[j], j < 5, 0, dst[j]));
+    /* a fraction of the MXUs' peak over the step (probe round 5 gave 1e300) */
+    if (k->mxu_utilization > 1 + 1e-9)
+        return badf(c, jp_key(sub, sizeof sub, jp, "mxu_utilization"),
+                    "%.9g is above 1 (a fraction of the MXUs' peak)",
+                    k->mxu_utilization);
+    return TPU_OK;
+}
 
 /* per_core[i] goes to r->per_core[its core index], so the array is in core
  * order whatever the file's order; seen[] catches a core given twice. */
 static tpu_status read_core(rd *c, const cJSON *o, int i, emu_result *r,
                             unsigned char *seen)
 {
-    char jp[64], sub[128], f[64];
+    char jp[64], sub[160], f[64];
     int cpr = r->cores_per_replica;
     snprintf(jp, sizeof jp, "per_core[%d]", i);
     if (!cJSON_IsObject(o))
         return badf(c, jp, "expected an object, %s", found(f, sizeof f, o));
     int64_t v = i;
-    snprintf(sub, sizeof sub, "%s.core", jp);
-    TRY(get_int(c, o, "core", sub, 1, 0, r->cores - 1, &v));
+    TRY(get_int(c, o, jp, "core", 1, 0, r->cores - 1, &v));
     if (seen[v])
-        return badf(c, sub, "core %lld appears twice", (long long)v);
+        return badf(c, jp_key(sub, sizeof sub, jp, "core"),
+                    "core %lld appears twice", (long long)v);
     seen[v] = 1;
     emu_core_result *k = &r->per_core[v];
     k->core = (int)v;
     v = 0;
-    snprintf(sub, sizeof sub, "%s.chip", jp);
-    TRY(get_int(c, o, "chip", sub, 1, 0, r->chips - 1, &v));
+    TRY(get_int(c, o, jp, "chip", 1, 0, r->chips - 1, &v));
     k->chip = (int)v;
     /* Reports with only the SPEC keys: cores are numbered replica-major
      * (DESIGN.md), so replica and shard follow from the core index. */
     v = k->core / cpr;
-    snprintf(sub, sizeof sub, "%s.replica", jp);
-    TRY(get_int(c, o, "replica", sub, 0, 0, r->replicas - 1, &v));
+    TRY(get_int(c, o, jp, "replica", 0, 0, r->replicas - 1, &v));
     k->replica = (int)v;
     v = k->core % cpr;
-    snprintf(sub, sizeof sub, "%s.shard", jp);
-    TRY(get_int(c, o, "shard", sub, 0, 0, cpr - 1, &v));
+    TRY(get_int(c, o, jp, "shard", 0, 0, cpr - 1, &v));
     k->shard = (int)v;
-    snprintf(sub, sizeof sub, "%s.step_time_s", jp);
-    TRY(get_num(c, o, "step_time_s", sub, 1, 0, &k->step_time_s));
+    TRY(get_num(c, o, jp, "step_time_s", 1, 0, &k->step_time_s));
     if (r->fits && !(k->step_time_s > 0))
-        return bad(c, sub, "0, but the step ran (fits is true): a core's "
-                           "step takes time");
-    snprintf(sub, sizeof sub, "%s.breakdown_s", jp);
-    const cJSON *bd = cJSON_GetObjectItemCaseSensitive(o, "breakdown_s");
-    if (!bd)
-        return bad(c, sub, "missing");
-    TRY(get_breakdown(c, bd, sub, k->breakdown_s));
-    /* SPEC: the categories are exclusive and sum to the core's step time;
-     * the engine's do to the picosecond (printed exactly), so more than a
-     * part in a million is an edited or foreign report that `check` would
-     * compare category by category without noticing. */
-    double sum = 0;
-    for (int j = 0; j < CAT_COUNT; j++)
-        sum += k->breakdown_s[j];
-    if (fabs(sum - k->step_time_s) > 1e-6 * k->step_time_s + 1e-12)
-        return badf(c, sub, "sums to %.9g s, not the core's step_time_s %.9g "
-                    "(the categories are exclusive and sum to it)",
-                    sum, k->step_time_s);
-    static const char *const opt[] = {"mxu_utilization", "hbm_peak_bytes",
-                                      "hbm_read_bytes", "hbm_write_bytes",
-                                      "ici_bytes_sent", "flops"};
-    double *dst[] = {&k->mxu_utilization, &k->hbm_peak_bytes,
-                     &k->hbm_read_bytes, &k->hbm_write_bytes,
-                     &k->ici_bytes_sent, &k->flops};
-    for (size_t j = 0; j < sizeof opt / sizeof opt[0]; j++) {
-        snprintf(sub, sizeof sub, "%s.%s", jp, opt[j]);
-        /* The first five are SPEC keys; flops is ours. */
-        TRY(get_num(c, o, opt[j], sub, j < 5, 0, dst[j]));
-    }
-    /* a fraction of the MXUs' peak over the step (probe round 5 gave 1e300) */
-    if (k->mxu_utilization > 1 + 1e-9) {
-        snprintf(sub, sizeof sub, "%s.mxu_utilization", jp);
-        return badf(c, sub, "%.9g is above 1 (a fraction of the MXUs' peak)",
-                    k->mxu_utilization);
-    }
-    return TPU_OK;
+        return bad(c, jp_key(sub, sizeof sub, jp, "step_time_s"),
+                   "0, but the step ran (fits is true): a core's step takes "
+                   "time");
+    TRY(get_breakdown(c, o, jp, "breakdown_s", k->breakdown_s));
+    TRY(check_core_sum(c, k, jp));
+    return read_core_figures(c, o, jp, k);
 }
 
-static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
+/* The top level is an object whose format is ours. */
+static tpu_status read_format(rd *c, const cJSON *root)
 {
     char f[64];
     if (!cJSON_IsObject(root))
@@ -572,112 +628,136 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
         return bad(c, "format", "missing (not a tpuemu report?)");
     if (strcmp(fmt->valuestring, "tpuemu-report/1") != 0)
         return bad(c, "format", "expected \"tpuemu-report/1\"");
-    TRY(get_str(c, root, "trace", "trace", 1, r->trace, sizeof r->trace));
-    TRY(get_str(c, root, "system", "system", 1, r->system,
-                sizeof r->system));
+    return TPU_OK;
+}
+
+/* What ran where: trace, a known slice, its generation, cores, chips and
+ * torus dimensions, and the mode. */
+static tpu_status read_slice(rd *c, const cJSON *root, emu_result *r)
+{
+    TRY(get_str(c, root, NULL, "trace", 1, r->trace, sizeof r->trace));
+    TRY(get_str(c, root, NULL, "system", 1, r->system, sizeof r->system));
     const tpu_system *sys = tpu_system_find(r->system);
     if (!sys)
         return badf(c, "system", "unknown slice '%s' (SPEC.md: v2-8 ... "
                                  "v2-512, v3-8 ... v3-2048)",
                     r->system);
     int64_t v = sys->gen;
-    TRY(get_int(c, root, "gen", "gen", 0, sys->gen, sys->gen, &v));
+    TRY(get_int(c, root, NULL, "gen", 0, sys->gen, sys->gen, &v));
     r->gen = (int)v;
-    TRY(get_int(c, root, "cores", "cores", 1, 1, REPORT_MAX_CORES, &v));
+    TRY(get_int(c, root, NULL, "cores", 1, 1, REPORT_MAX_CORES, &v));
     r->cores = (int)v;
-    TRY(get_int(c, root, "chips", "chips", 1, 1, r->cores, &v));
+    TRY(get_int(c, root, NULL, "chips", 1, 1, r->cores, &v));
     r->chips = (int)v;
     v = 0;
-    TRY(get_int(c, root, "dim_x", "dim_x", 0, 0, REPORT_MAX_CORES, &v));
+    TRY(get_int(c, root, NULL, "dim_x", 0, 0, REPORT_MAX_CORES, &v));
     r->dim_x = (int)v;
     v = 0;
-    TRY(get_int(c, root, "dim_y", "dim_y", 0, 0, REPORT_MAX_CORES, &v));
+    TRY(get_int(c, root, NULL, "dim_y", 0, 0, REPORT_MAX_CORES, &v));
     r->dim_y = (int)v;
     r->train = 1;
     const cJSON *mode = cJSON_GetObjectItemCaseSensitive(root, "mode");
-    if (mode) {
-        if (!cJSON_IsString(mode) || (strcmp(mode->valuestring, "train") &&
-                                      strcmp(mode->valuestring, "infer")))
-            return bad(c, "mode", "expected \"train\" or \"infer\"");
-        r->train = strcmp(mode->valuestring, "train") == 0;
-    }
-    TRY(get_int(c, root, "global_batch", "global_batch", 1, 1, 9e15, &v));
+    if (!mode)
+        return TPU_OK;
+    if (!cJSON_IsString(mode) || (strcmp(mode->valuestring, "train") &&
+                                  strcmp(mode->valuestring, "infer")))
+        return bad(c, "mode", "expected \"train\" or \"infer\"");
+    r->train = strcmp(mode->valuestring, "train") == 0;
+    return TPU_OK;
+}
+
+/* The batch and how it is spread: replicas x cores per replica must be
+ * the report's cores. */
+static tpu_status read_batch(rd *c, const cJSON *root, emu_result *r)
+{
+    int64_t v = 0;
+    TRY(get_int(c, root, NULL, "global_batch", 1, 1, 9e15, &v));
     r->global_batch = v;
-    TRY(get_int(c, root, "num_cores_per_replica", "num_cores_per_replica",
-                1, 1, r->cores, &v));
+    TRY(get_int(c, root, NULL, "num_cores_per_replica", 1, 1, r->cores, &v));
     r->cores_per_replica = (int)v;
     if (r->cores % r->cores_per_replica != 0)
         return badf(c, "num_cores_per_replica", "%d does not divide the "
                                                 "report's %d cores",
                     r->cores_per_replica, r->cores);
-    TRY(get_int(c, root, "replicas", "replicas", 1, 1, REPORT_MAX_CORES,
-                &v));
+    TRY(get_int(c, root, NULL, "replicas", 1, 1, REPORT_MAX_CORES, &v));
     r->replicas = (int)v;
     if ((int64_t)r->replicas * r->cores_per_replica != r->cores)
         return badf(c, "replicas", "%d replicas of %d cores are not the "
                                    "report's %d cores",
                     r->replicas, r->cores_per_replica, r->cores);
+    return TPU_OK;
+}
+
+/* Whether the step fitted, what it needed, and the whole step's time and
+ * work. */
+static tpu_status read_step(rd *c, const cJSON *root, emu_result *r)
+{
     const cJSON *fits = cJSON_GetObjectItemCaseSensitive(root, "fits");
     if (!cJSON_IsBool(fits))
         return bad(c, "fits", fits ? "expected true or false" : "missing");
     r->fits = cJSON_IsTrue(fits);
-    TRY(get_num(c, root, "hbm_needed_bytes", "hbm_needed_bytes", 0, 0,
+    TRY(get_num(c, root, NULL, "hbm_needed_bytes", 0, 0,
                 &r->hbm_needed_bytes));
-    TRY(get_num(c, root, "hbm_remat_bytes", "hbm_remat_bytes", 0, 0,
+    TRY(get_num(c, root, NULL, "hbm_remat_bytes", 0, 0,
                 &r->hbm_remat_bytes));
-    TRY(get_num(c, root, "hbm_capacity_bytes", "hbm_capacity_bytes", 0, 0,
+    TRY(get_num(c, root, NULL, "hbm_capacity_bytes", 0, 0,
                 &r->hbm_capacity_bytes));
-    TRY(get_num(c, root, "step_time_s", "step_time_s", 1, 0,
-                &r->step_time_s));
+    TRY(get_num(c, root, NULL, "step_time_s", 1, 0, &r->step_time_s));
     /* A step that does not fit is not timed: fits false, zero times. */
     if (r->fits && !(r->step_time_s > 0))
         return bad(c, "step_time_s", "0, but the step ran (fits is true): "
                                      "a step takes time");
-    TRY(get_num(c, root, "flops_per_step", "flops_per_step", 1, 0,
-                &r->flops_per_step));
+    return get_num(c, root, NULL, "flops_per_step", 1, 0, &r->flops_per_step);
+}
 
-    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overrides");
-    if (ov) {
-        if (!cJSON_IsObject(ov))
-            return bad(c, "overrides", "expected an object");
-        int n = cJSON_GetArraySize(ov);
-        if (n > REPORT_MAX_OVERRIDES)
-            return bad(c, "overrides", "too many entries");
-        if (n > 0) {
-            r->overrides = calloc((size_t)n, sizeof *r->overrides);
-            if (!r->overrides)
-                return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
-        }
-        const cJSON *e;
-        int i = 0;
-        cJSON_ArrayForEach(e, ov)
-        {
-            char jp[128];
-            snprintf(jp, sizeof jp, "overrides[%d]", i);
-            TRY(check_text(c, e->string, jp, sizeof r->overrides[i].key));
-            snprintf(jp, sizeof jp, "overrides.%s", e->string);
-            memcpy(r->overrides[i].key, e->string, strlen(e->string) + 1);
-            /* Values are written as strings (the --set text as given); a
-             * hand-written report may use a number. */
-            if (cJSON_IsString(e)) {
-                TRY(check_text(c, e->valuestring, jp,
-                               sizeof r->overrides[i].value));
-                memcpy(r->overrides[i].value, e->valuestring,
-                       strlen(e->valuestring) + 1);
-            } else if (cJSON_IsNumber(e) && isfinite(e->valuedouble)) {
-                snprintf(r->overrides[i].value, sizeof r->overrides[i].value,
-                         "%.17g", e->valuedouble);
-            } else {
-                return bad(c, jp, "expected a short string or a number");
-            }
-            r->n_overrides = ++i;
-        }
+/* One --set override: the key as given, and its value, written as the
+ * --set text (a hand-written report may use a number). */
+static tpu_status read_override(rd *c, const cJSON *e, int i,
+                                emu_override *o)
+{
+    char jp[128];
+    snprintf(jp, sizeof jp, "overrides[%d]", i);
+    TRY(check_text(c, e->string, jp, sizeof o->key));
+    snprintf(jp, sizeof jp, "overrides.%s", e->string);
+    memcpy(o->key, e->string, strlen(e->string) + 1);
+    if (cJSON_IsString(e)) {
+        TRY(check_text(c, e->valuestring, jp, sizeof o->value));
+        memcpy(o->value, e->valuestring, strlen(e->valuestring) + 1);
+    } else if (cJSON_IsNumber(e) && isfinite(e->valuedouble)) {
+        snprintf(o->value, sizeof o->value, "%.17g", e->valuedouble);
+    } else {
+        return bad(c, jp, "expected a short string or a number");
     }
+    return TPU_OK;
+}
 
-    /* The --freeze list of the run (optional): a string as given, no
-     * control characters. */
-    TRY(get_str(c, root, "freeze", "freeze", 0, r->freeze, sizeof r->freeze));
+static tpu_status read_overrides(rd *c, const cJSON *root, emu_result *r)
+{
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overrides");
+    if (!ov)
+        return TPU_OK;
+    if (!cJSON_IsObject(ov))
+        return bad(c, "overrides", "expected an object");
+    int n = cJSON_GetArraySize(ov);
+    if (n > REPORT_MAX_OVERRIDES)
+        return bad(c, "overrides", "too many entries");
+    if (n > 0) {
+        r->overrides = calloc((size_t)n, sizeof *r->overrides);
+        if (!r->overrides)
+            return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
+    }
+    const cJSON *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, ov)
+    {
+        TRY(read_override(c, e, i, &r->overrides[i]));
+        r->n_overrides = ++i;
+    }
+    return TPU_OK;
+}
 
+static tpu_status read_per_core(rd *c, const cJSON *root, emu_result *r)
+{
     const cJSON *pc = cJSON_GetObjectItemCaseSensitive(root, "per_core");
     if (!cJSON_IsArray(pc))
         return bad(c, "per_core", pc ? "expected an array" : "missing");
@@ -693,18 +773,21 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     }
     const cJSON *e;
     int i = 0;
-    double slowest = 0;
+    tpu_status st = TPU_OK;
     cJSON_ArrayForEach(e, pc)
     {
-        tpu_status st = read_core(c, e, i, r, seen);
-        if (st) {
-            free(seen);
-            return st;
-        }
-        i++;
+        if ((st = read_core(c, e, i++, r, seen)))
+            break;
     }
     free(seen);
-    for (i = 0; i < r->cores; i++)
+    return st;
+}
+
+/* What the whole-step figures must agree with per core. */
+static tpu_status check_totals(rd *c, const emu_result *r)
+{
+    double slowest = 0;
+    for (int i = 0; i < r->cores; i++)
         if (r->per_core[i].step_time_s > slowest)
             slowest = r->per_core[i].step_time_s;
     /* SPEC: the step time is the slowest core's (the writer prints both
@@ -717,115 +800,150 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     /* hbm_needed_bytes is the largest core's peak, and a step that fits
      * needs no more than the capacity the report names (probe round 5: an
      * edited report claimed both).  Either field may be absent (0). */
-    if (r->hbm_needed_bytes > 0)
-        for (i = 0; i < r->cores; i++)
-            if (r->per_core[i].hbm_peak_bytes >
-                r->hbm_needed_bytes * (1 + 1e-9)) {
-                char sub[64];
-                snprintf(sub, sizeof sub, "per_core[%d].hbm_peak_bytes", i);
-                return badf(c, sub, "%.17g is above hbm_needed_bytes "
-                                    "(%.17g), the largest core's peak",
-                            r->per_core[i].hbm_peak_bytes,
-                            r->hbm_needed_bytes);
-            }
+    for (int i = 0; r->hbm_needed_bytes > 0 && i < r->cores; i++) {
+        const emu_core_result *k = &r->per_core[i];
+        if (k->hbm_peak_bytes > r->hbm_needed_bytes * (1 + 1e-9)) {
+            char sub[64];
+            snprintf(sub, sizeof sub, "per_core[%d].hbm_peak_bytes", i);
+            return badf(c, sub, "%.17g is above hbm_needed_bytes "
+                                "(%.17g), the largest core's peak",
+                        k->hbm_peak_bytes, r->hbm_needed_bytes);
+        }
+    }
     if (r->fits && r->hbm_capacity_bytes > 0 &&
         r->hbm_needed_bytes > r->hbm_capacity_bytes * (1 + 1e-9))
         return badf(c, "fits", "true, but hbm_needed_bytes (%.17g) is above "
                                "hbm_capacity_bytes (%.17g)",
                     r->hbm_needed_bytes, r->hbm_capacity_bytes);
+    return TPU_OK;
+}
 
+/* --functional's figures: the output's checksum and the loss. */
+static tpu_status read_values(rd *c, const cJSON *root, emu_result *r)
+{
+    char f[64];
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(root,
                                                        "output_checksum");
-    if (cs) {
-        char *end = NULL;
-        if (!cJSON_IsString(cs) || strlen(cs->valuestring) != 16)
-            return bad(c, "output_checksum", "expected 16 hex digits");
-        unsigned long long x = strtoull(cs->valuestring, &end, 16);
-        if (*end || cs->valuestring[0] == '-' || cs->valuestring[0] == '+' ||
-            cs->valuestring[0] == ' ')
-            return bad(c, "output_checksum", "expected 16 hex digits");
-        r->has_values = 1;
-        r->output_checksum = x;
-        /* a diverged run's loss is NaN, written as null */
-        const cJSON *lv = cJSON_GetObjectItemCaseSensitive(root, "loss");
-        if (lv && cJSON_IsNull(lv))
-            r->loss = NAN;
-        else if (lv && cJSON_IsNumber(lv))
-            r->loss = lv->valuedouble;
-        else if (lv)
-            return badf(c, "loss", "expected a number or null, %s",
-                        found(f, sizeof f, lv));
-    }
+    if (!cs)
+        return TPU_OK;
+    char *end = NULL;
+    if (!cJSON_IsString(cs) || strlen(cs->valuestring) != 16)
+        return bad(c, "output_checksum", "expected 16 hex digits");
+    unsigned long long x = strtoull(cs->valuestring, &end, 16);
+    if (*end || cs->valuestring[0] == '-' || cs->valuestring[0] == '+' ||
+        cs->valuestring[0] == ' ')
+        return bad(c, "output_checksum", "expected 16 hex digits");
+    r->has_values = 1;
+    r->output_checksum = x;
+    /* a diverged run's loss is NaN, written as null */
+    const cJSON *lv = cJSON_GetObjectItemCaseSensitive(root, "loss");
+    if (lv && cJSON_IsNull(lv))
+        r->loss = NAN;
+    else if (lv && cJSON_IsNumber(lv))
+        r->loss = lv->valuedouble;
+    else if (lv)
+        return badf(c, "loss", "expected a number or null, %s",
+                    found(f, sizeof f, lv));
+    return TPU_OK;
+}
 
+static tpu_status read_layers(rd *c, const cJSON *root, emu_result *r)
+{
     const cJSON *ly = cJSON_GetObjectItemCaseSensitive(root, "layers");
-    if (ly) {
-        if (!cJSON_IsArray(ly))
-            return bad(c, "layers", "expected an array");
-        int n = cJSON_GetArraySize(ly);
-        if (n > REPORT_MAX_LAYERS)
-            return badf(c, "layers", "%d entries, more than the limit of %d",
-                        n, REPORT_MAX_LAYERS);
-        if (n > 0) {
-            r->layer_names = calloc((size_t)n, sizeof *r->layer_names);
-            r->layer_time_s = calloc((size_t)n * CAT_COUNT, sizeof(double));
-            if (!r->layer_names || !r->layer_time_s)
-                return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
-            r->n_layers = n;
-        }
-        i = 0;
-        cJSON_ArrayForEach(e, ly)
-        {
-            char jp[64], sub[96];
-            snprintf(jp, sizeof jp, "layers[%d]", i);
-            if (!cJSON_IsObject(e))
-                return bad(c, jp, "expected an object");
-            snprintf(sub, sizeof sub, "%s.name", jp);
-            TRY(get_str(c, e, "name", sub, 1, r->layer_names[i],
-                        sizeof r->layer_names[i]));
-            snprintf(sub, sizeof sub, "%s.time_s", jp);
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "time_s");
-            if (!t)
-                return bad(c, sub, "missing");
-            TRY(get_breakdown(c, t, sub,
-                              r->layer_time_s + (size_t)i * CAT_COUNT));
-            i++;
-        }
-    }
-
-    const cJSON *lk = cJSON_GetObjectItemCaseSensitive(root, "link_busy_s");
-    if (lk) {
-        if (!cJSON_IsArray(lk) || cJSON_GetArraySize(lk) != r->chips)
-            return bad(c, "link_busy_s", "expected one entry per chip");
-        r->link_busy_s = calloc((size_t)r->chips * 4, sizeof(double));
-        if (!r->link_busy_s)
+    if (!ly)
+        return TPU_OK;
+    if (!cJSON_IsArray(ly))
+        return bad(c, "layers", "expected an array");
+    int n = cJSON_GetArraySize(ly);
+    if (n > REPORT_MAX_LAYERS)
+        return badf(c, "layers", "%d entries, more than the limit of %d", n,
+                    REPORT_MAX_LAYERS);
+    if (n > 0) {
+        r->layer_names = calloc((size_t)n, sizeof *r->layer_names);
+        r->layer_time_s = calloc((size_t)n * CAT_COUNT, sizeof(double));
+        if (!r->layer_names || !r->layer_time_s)
             return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
-        i = 0;
-        cJSON_ArrayForEach(e, lk)
-        {
-            char jp[64];
-            snprintf(jp, sizeof jp, "link_busy_s[%d]", i);
-            if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 4)
-                return bad(c, jp, "expected 4 numbers (+x, -x, +y, -y)");
-            const cJSON *x;
-            int d = 0;
-            cJSON_ArrayForEach(x, e)
-            {
-                /* null: a link that does not exist (no wrap-around) */
-                if (cJSON_IsNull(x))
-                    r->link_busy_s[(size_t)i * 4 + (size_t)d] = NAN;
-                else if (cJSON_IsNumber(x) && isfinite(x->valuedouble) &&
-                         x->valuedouble >= 0)
-                    r->link_busy_s[(size_t)i * 4 + (size_t)d] = x->valuedouble;
-                else
-                    return badf(c, jp, "expected 4 numbers >= 0 or null "
-                                       "(+x, -x, +y, -y), %s",
-                                found(f, sizeof f, x));
-                d++;
-            }
-            i++;
-        }
+        r->n_layers = n;
+    }
+    const cJSON *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, ly)
+    {
+        char jp[64];
+        snprintf(jp, sizeof jp, "layers[%d]", i);
+        if (!cJSON_IsObject(e))
+            return bad(c, jp, "expected an object");
+        TRY(get_str(c, e, jp, "name", 1, r->layer_names[i],
+                    sizeof r->layer_names[i]));
+        TRY(get_breakdown(c, e, jp, "time_s",
+                          r->layer_time_s + (size_t)i * CAT_COUNT));
+        i++;
     }
     return TPU_OK;
+}
+
+/* One chip's busy time on its four links; null for a link that does not
+ * exist (no wrap-around). */
+static tpu_status read_link_row(rd *c, const cJSON *e, int i, double *busy)
+{
+    char jp[64], f[64];
+    snprintf(jp, sizeof jp, "link_busy_s[%d]", i);
+    if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 4)
+        return bad(c, jp, "expected 4 numbers (+x, -x, +y, -y)");
+    const cJSON *x;
+    int d = 0;
+    cJSON_ArrayForEach(x, e)
+    {
+        if (cJSON_IsNull(x))
+            busy[d] = NAN;
+        else if (cJSON_IsNumber(x) && isfinite(x->valuedouble) &&
+                 x->valuedouble >= 0)
+            busy[d] = x->valuedouble;
+        else
+            return badf(c, jp, "expected 4 numbers >= 0 or null "
+                               "(+x, -x, +y, -y), %s",
+                        found(f, sizeof f, x));
+        d++;
+    }
+    return TPU_OK;
+}
+
+static tpu_status read_links(rd *c, const cJSON *root, emu_result *r)
+{
+    const cJSON *lk = cJSON_GetObjectItemCaseSensitive(root, "link_busy_s");
+    if (!lk)
+        return TPU_OK;
+    if (!cJSON_IsArray(lk) || cJSON_GetArraySize(lk) != r->chips)
+        return bad(c, "link_busy_s", "expected one entry per chip");
+    r->link_busy_s = calloc((size_t)r->chips * 4, sizeof(double));
+    if (!r->link_busy_s)
+        return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
+    const cJSON *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, lk)
+    {
+        TRY(read_link_row(c, e, i, r->link_busy_s + (size_t)i * 4));
+        i++;
+    }
+    return TPU_OK;
+}
+
+/* The sections in file order; each refusal names the first bad path. */
+static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
+{
+    TRY(read_format(c, root));
+    TRY(read_slice(c, root, r));
+    TRY(read_batch(c, root, r));
+    TRY(read_step(c, root, r));
+    TRY(read_overrides(c, root, r));
+    /* The --freeze list of the run (optional): a string as given, no
+     * control characters. */
+    TRY(get_str(c, root, NULL, "freeze", 0, r->freeze, sizeof r->freeze));
+    TRY(read_per_core(c, root, r));
+    TRY(check_totals(c, r));
+    TRY(read_values(c, root, r));
+    TRY(read_layers(c, root, r));
+    return read_links(c, root, r);
 }
 
 /* Reports are small (a few MB for a 100,000-layer trace); the cap keeps a
