@@ -253,9 +253,6 @@ static tpu_status check_share(const graph *g, const glayer *L,
     return TPU_OK;
 }
 
-static tpu_status infer_layer(graph *g, int i, const char **key,
-                              tpu_error *err);
-
 /* A conv's or conv_transpose's kernel (+ bias): its own, or none when it
  * shares an earlier layer's (which must then look the same). */
 static tpu_status conv_weights(const graph *g, glayer *L, const glayer *src,
@@ -332,17 +329,168 @@ tpu_status graph_finish(graph *g, tpu_error *err)
     return TPU_OK;
 }
 
-tpu_status graph_infer_layer(graph *g, int i, const char **key,
-                             tpu_error *err)
+/* A flat shape of c features (flatten, global_avgpool, loss). */
+static void set_flat(gshape *s, int64_t c)
 {
-    tpu_status st = infer_layer(g, i, key, err);
-    g->layers[i].needs_grad = 0;
-    if (st)
+    s->nsp = 0;
+    memset(s->sp, 0, sizeof s->sp);
+    s->c = c;
+}
+
+/* "[H,W,C]" for a shape mismatch message. */
+static const char *shape_text(char *buf, size_t cap, const gshape *s)
+{
+    size_t n = 0;
+    buf[n++] = '[';
+    for (int d = 0; d < s->nsp; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%lld,", (long long)s->sp[d]);
+    snprintf(buf + n, cap - n, "%lld]", (long long)s->c);
+    return buf;
+}
+
+/* A windowed op's output along every spatial dimension (window_dim); key
+ * names the list (kernel or window).  Pooling has no dilation. */
+static tpu_status window_dims(glayer *L, const glayer *src, const char *what,
+                              int undilated, const char **key,
+                              tpu_error *err)
+{
+    tpu_status st;
+    if ((st = need_spatial(L, src, key, err)))
         return st;
-    derive_needs_grad(g, i);
+    for (int d = 0; d < src->out.nsp; d++) {
+        *key = what;
+        if (undilated)
+            L->dilation[d] = 1;
+        if ((st = window_dim(L, &src->out, d, what, err)))
+            return st;
+    }
     return TPU_OK;
 }
 
+static tpu_status infer_conv(const graph *g, glayer *L, const glayer *src,
+                             const char **key, tpu_error *err)
+{
+    tpu_status st;
+    int nsp = src->out.nsp;
+    if ((st = window_dims(L, src, "kernel", 0, key, err)))
+        return st;
+    L->out.c = L->filters;
+    *key = "filters";
+    if ((st = check_shape(&L->out, err)))
+        return st;
+    L->macs = (double)gshape_elems(&L->out) * kernel_volume(L, nsp) *
+              (double)src->out.c;
+    return conv_weights(g, L, src, nsp, key, err);
+}
+
+/* One dimension of a transposed convolution: the output extent and the
+ * padding of the equivalent stride-1 convolution over the dilated input. */
+static void conv_t_dim(glayer *L, int64_t x, int d)
+{
+    int64_t k = L->kernel[d], s = L->strides[d];
+    if (L->pad_same) {
+        int64_t fwd = k > s ? k - s : 0; /* the forward conv's pad */
+        L->out.sp[d] = x * s;
+        L->pad_lo[d] = k - 1 - fwd / 2;
+        L->pad_hi[d] = s + k - 2 - L->pad_lo[d];
+        return;
+    }
+    /* Keras (deconv_output_length): (in-1) s + max(k, s); a kernel
+     * narrower than the stride leaves s-k outputs of the last step that
+     * no tap reaches (bias only). */
+    int64_t span = k > s ? k : s;
+    L->out.sp[d] = (x - 1) * s + span;
+    L->pad_lo[d] = k - 1;
+    L->pad_hi[d] = span - 1;
+}
+
+static tpu_status infer_conv_t(const graph *g, glayer *L, const glayer *src,
+                               const char **key, tpu_error *err)
+{
+    tpu_status st;
+    int nsp = src->out.nsp;
+    if ((st = need_spatial(L, src, key, err)))
+        return st;
+    for (int d = 0; d < nsp; d++)
+        conv_t_dim(L, src->out.sp[d], d);
+    L->out.c = L->filters;
+    *key = "strides";
+    if ((st = check_shape(&L->out, err)))
+        return st;
+    /* Every input element is scattered over the whole kernel. */
+    L->macs = (double)gshape_elems(&src->out) * kernel_volume(L, nsp) *
+              (double)L->filters;
+    return conv_weights(g, L, src, nsp, key, err);
+}
+
+/* Keras Dense: a matrix product on the last axis, spatial kept. */
+static tpu_status infer_dense(glayer *L, const glayer *src, const char **key,
+                              tpu_error *err)
+{
+    tpu_status st;
+    L->out.c = L->filters;
+    *key = "units";
+    if ((st = check_shape(&L->out, err)))
+        return st;
+    L->macs = (double)gshape_elems(&L->out) * (double)src->out.c;
+    return set_weights(L,
+                       (double)src->out.c * L->filters +
+                           (L->use_bias ? L->filters : 0),
+                       key, err);
+}
+
+/* add takes identical shapes, concat the same spatial shape (channels
+ * add up). */
+static tpu_status infer_merge(const graph *g, glayer *L, const glayer *src,
+                              const char **key, tpu_error *err)
+{
+    *key = "in";
+    for (int j = 1; j < L->n_in; j++) {
+        const glayer *o = &g->layers[L->in[j]];
+        int same = o->out.nsp == src->out.nsp;
+        for (int d = 0; same && d < src->out.nsp; d++)
+            same = o->out.sp[d] == src->out.sp[d];
+        if (L->op == GOP_ADD && o->out.c != src->out.c)
+            same = 0;
+        if (!same) {
+            char a[96], b[96];
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s needs %s: '%s' is %s, '%s' is %s",
+                            graph_op_name(L->op),
+                            L->op == GOP_ADD ? "identical shapes"
+                                             : "the same spatial shape",
+                            src->name, shape_text(a, sizeof a, &src->out),
+                            o->name, shape_text(b, sizeof b, &o->out));
+        }
+        if (L->op == GOP_CONCAT)
+            L->out.c += o->out.c;
+    }
+    return check_shape(&L->out, err);
+}
+
+static tpu_status infer_pool(glayer *L, const glayer *src, const char **key,
+                             tpu_error *err)
+{
+    tpu_status st;
+    if ((st = window_dims(L, src, "window", 1, key, err)))
+        return st;
+    return check_shape(&L->out, err);
+}
+
+static tpu_status infer_upsample(glayer *L, const glayer *src,
+                                 const char **key, tpu_error *err)
+{
+    tpu_status st;
+    if ((st = need_spatial(L, src, key, err)))
+        return st;
+    for (int d = 0; d < src->out.nsp; d++)
+        L->out.sp[d] = src->out.sp[d] * L->factor[d];
+    *key = "factor";
+    return check_shape(&L->out, err);
+}
+
+/* The layer's output shape, MACs and weights from its inputs (inferred
+ * before it); *key names the trace key a refusal is about. */
 static tpu_status infer_layer(graph *g, int i, const char **key,
                               tpu_error *err)
 {
@@ -364,66 +512,12 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
     L->out = src->out;
 
     switch (L->op) {
-    case GOP_CONV: {
-        int nsp;
-        if ((st = need_spatial(L, src, key, err)))
-            return st;
-        nsp = src->out.nsp;
-        for (int d = 0; d < nsp; d++) {
-            *key = "kernel";
-            if ((st = window_dim(L, &src->out, d, "kernel", err)))
-                return st;
-        }
-        L->out.c = L->filters;
-        *key = "filters";
-        if ((st = check_shape(&L->out, err)))
-            return st;
-        L->macs = (double)gshape_elems(&L->out) * kernel_volume(L, nsp) *
-                  (double)src->out.c;
-        return conv_weights(g, L, src, nsp, key, err);
-    }
-    case GOP_CONV_T: {
-        int nsp;
-        if ((st = need_spatial(L, src, key, err)))
-            return st;
-        nsp = src->out.nsp;
-        for (int d = 0; d < nsp; d++) {
-            int64_t x = src->out.sp[d], k = L->kernel[d], s = L->strides[d];
-            if (L->pad_same) {
-                int64_t fwd = k > s ? k - s : 0; /* the forward conv's pad */
-                L->out.sp[d] = x * s;
-                L->pad_lo[d] = k - 1 - fwd / 2;
-                L->pad_hi[d] = s + k - 2 - L->pad_lo[d];
-            } else {
-                /* Keras (deconv_output_length): (in-1) s + max(k, s); a
-                 * kernel narrower than the stride leaves s-k outputs of
-                 * the last step that no tap reaches (bias only). */
-                int64_t span = k > s ? k : s;
-                L->out.sp[d] = (x - 1) * s + span;
-                L->pad_lo[d] = k - 1;
-                L->pad_hi[d] = span - 1;
-            }
-        }
-        L->out.c = L->filters;
-        *key = "strides";
-        if ((st = check_shape(&L->out, err)))
-            return st;
-        /* Every input element is scattered over the whole kernel. */
-        L->macs = (double)gshape_elems(&src->out) * kernel_volume(L, nsp) *
-                  (double)L->filters;
-        return conv_weights(g, L, src, nsp, key, err);
-    }
+    case GOP_CONV:
+        return infer_conv(g, L, src, key, err);
+    case GOP_CONV_T:
+        return infer_conv_t(g, L, src, key, err);
     case GOP_DENSE:
-        /* Keras Dense: a matrix product on the last axis, spatial kept. */
-        L->out.c = L->filters;
-        *key = "units";
-        if ((st = check_shape(&L->out, err)))
-            return st;
-        L->macs = (double)gshape_elems(&L->out) * (double)src->out.c;
-        return set_weights(L,
-                           (double)src->out.c * L->filters +
-                               (L->use_bias ? L->filters : 0),
-                           key, err);
+        return infer_dense(L, src, key, err);
     case GOP_BATCHNORM:
         L->weights = 2 * src->out.c; /* gamma and beta */
         return TPU_OK;
@@ -432,81 +526,40 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
     case GOP_DROPOUT:
         return TPU_OK;
     case GOP_FLATTEN:
-        L->out.c = gshape_elems(&src->out);
-        L->out.nsp = 0;
-        memset(L->out.sp, 0, sizeof L->out.sp);
+        set_flat(&L->out, gshape_elems(&src->out));
         return TPU_OK;
     case GOP_GAP:
         if ((st = need_spatial(L, src, key, err)))
             return st;
-        L->out.nsp = 0;
-        memset(L->out.sp, 0, sizeof L->out.sp);
+        set_flat(&L->out, src->out.c);
         return TPU_OK;
     case GOP_ADD:
     case GOP_CONCAT:
-        *key = "in";
-        for (int j = 1; j < L->n_in; j++) {
-            const glayer *o = &g->layers[L->in[j]];
-            int same = o->out.nsp == src->out.nsp;
-            for (int d = 0; same && d < src->out.nsp; d++)
-                same = o->out.sp[d] == src->out.sp[d];
-            if (L->op == GOP_ADD && o->out.c != src->out.c)
-                same = 0;
-            if (!same) {
-                char a[96], b[96];
-                int n = 0;
-                const gshape *sh[2] = {&src->out, &o->out};
-                char *buf[2] = {a, b};
-                for (int q = 0; q < 2; q++) {
-                    n = 0;
-                    buf[q][n++] = '[';
-                    for (int d = 0; d < sh[q]->nsp; d++)
-                        n += snprintf(buf[q] + n, 96 - (size_t)n, "%lld,",
-                                      (long long)sh[q]->sp[d]);
-                    snprintf(buf[q] + n, 96 - (size_t)n, "%lld]",
-                             (long long)sh[q]->c);
-                }
-                return tpu_fail(err, TPU_ERR_INPUT,
-                                "%s needs %s: '%s' is %s, '%s' is %s",
-                                graph_op_name(L->op),
-                                L->op == GOP_ADD
-                                    ? "identical shapes"
-                                    : "the same spatial shape",
-                                src->name, a, o->name, b);
-            }
-            if (L->op == GOP_CONCAT)
-                L->out.c += o->out.c;
-        }
-        return check_shape(&L->out, err);
+        return infer_merge(g, L, src, key, err);
     case GOP_MAXPOOL:
-    case GOP_AVGPOOL: {
-        if ((st = need_spatial(L, src, key, err)))
-            return st;
-        for (int d = 0; d < src->out.nsp; d++) {
-            *key = "window";
-            L->dilation[d] = 1;
-            if ((st = window_dim(L, &src->out, d, "window", err)))
-                return st;
-        }
-        return check_shape(&L->out, err);
-    }
+    case GOP_AVGPOOL:
+        return infer_pool(L, src, key, err);
     case GOP_UPSAMPLE:
-        if ((st = need_spatial(L, src, key, err)))
-            return st;
-        for (int d = 0; d < src->out.nsp; d++)
-            L->out.sp[d] = src->out.sp[d] * L->factor[d];
-        *key = "factor";
-        return check_shape(&L->out, err);
+        return infer_upsample(L, src, key, err);
     case GOP_LOSS:
         /* The step's loss: one scalar per example. */
-        L->out.nsp = 0;
-        memset(L->out.sp, 0, sizeof L->out.sp);
-        L->out.c = 1;
+        set_flat(&L->out, 1);
         return TPU_OK;
     default:
         break;
     }
     return tpu_fail(err, TPU_ERR_INPUT, "unknown op");
+}
+
+tpu_status graph_infer_layer(graph *g, int i, const char **key,
+                             tpu_error *err)
+{
+    tpu_status st = infer_layer(g, i, key, err);
+    g->layers[i].needs_grad = 0;
+    if (st)
+        return st;
+    derive_needs_grad(g, i);
+    return TPU_OK;
 }
 
 double graph_layer_flops(const graph *g, int i)
@@ -728,6 +781,60 @@ static int freeze_entry(const graph *g, const char *e, size_t len,
     return weighted;
 }
 
+/* The entry of a comma-separated list that starts at e: its length, and
+ * in *next where the one after it starts (NULL after the last). */
+static size_t list_entry(const char *e, const char **next)
+{
+    const char *comma = strchr(e, ',');
+    *next = comma ? comma + 1 : NULL;
+    return comma ? (size_t)(comma - e) : strlen(e);
+}
+
+/* The list's form, before what its entries match: no empty entry, and
+ * "none" alone.  *none says whether it was "none". */
+static tpu_status freeze_form(const char *list, int *none_out, tpu_error *err)
+{
+    int none = 0, names = 0;
+    for (const char *e = list, *next; e; e = next) {
+        size_t len = list_entry(e, &next);
+        if (len == 0)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "--freeze '%s': empty entry (expected LAYER,"
+                            "PREFIX*,... or none)",
+                            list);
+        if (len == 4 && strncmp(e, "none", 4) == 0)
+            none = 1;
+        else
+            names = 1;
+    }
+    if (none && names)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "--freeze '%s': none (every layer trainable) cannot "
+                        "be combined with layer names",
+                        list);
+    *none_out = none;
+    return TPU_OK;
+}
+
+/* A sharer named without its owner (which is not frozen already): shared
+ * weights freeze or train together. */
+static tpu_status freeze_sharers(const graph *g, const unsigned char *want,
+                                 const unsigned char *sharer,
+                                 const char *path, tpu_error *err)
+{
+    for (int i = 0; i < g->n_layers; i++) {
+        const glayer *L = &g->layers[i];
+        if (sharer[i] && !want[L->share_from] &&
+            !g->layers[L->share_from].frozen)
+            return tpu_fail(
+                err, TPU_ERR_INPUT,
+                "--freeze: '%s' shares the weights of '%s' in %s: name that "
+                "layer (shared weights freeze or train together)",
+                L->name, g->layers[L->share_from].name, path);
+    }
+    return TPU_OK;
+}
+
 /* Everything graph_freeze checks, before it changes anything: on success
  * *want (owned by the caller) marks the owners LIST names, and *none says
  * whether it was "none". */
@@ -743,57 +850,24 @@ static tpu_status freeze_validate(const graph *g, const char *list,
                         "--freeze: the list is %zu characters long, more "
                         "than %d (use prefixes: 'res2*')",
                         total, GRAPH_FREEZE_MAX - 1);
-    /* The list's form first (empty entries, none with names), then what
-     * each entry matches. */
-    int none = 0, names = 0;
-    for (const char *e = list;;) {
-        const char *comma = strchr(e, ',');
-        size_t len = comma ? (size_t)(comma - e) : strlen(e);
-        if (len == 0)
-            return tpu_fail(err, TPU_ERR_INPUT,
-                            "--freeze '%s': empty entry (expected LAYER,"
-                            "PREFIX*,... or none)",
-                            list);
-        if (len == 4 && strncmp(e, "none", 4) == 0)
-            none = 1;
-        else
-            names = 1;
-        if (!comma)
-            break;
-        e = comma + 1;
-    }
-    if (none && names)
-        return tpu_fail(err, TPU_ERR_INPUT,
-                        "--freeze '%s': none (every layer trainable) cannot "
-                        "be combined with layer names",
-                        list);
+    int none = 0;
+    tpu_status st = freeze_form(list, &none, err);
+    if (st)
+        return st;
     unsigned char *want = calloc((size_t)g->n_layers + 1, 2);
     if (!want)
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
     unsigned char *sharer = want + g->n_layers + 1;
-    for (const char *e = list; names;) {
-        const char *comma = strchr(e, ',');
-        size_t len = comma ? (size_t)(comma - e) : strlen(e);
+    for (const char *e = none ? NULL : list, *next; e; e = next) {
+        size_t len = list_entry(e, &next);
         if (freeze_entry(g, e, len, path, want, sharer, err) < 0) {
             free(want);
             return TPU_ERR_INPUT;
         }
-        if (!comma)
-            break;
-        e = comma + 1;
     }
-    for (int i = 0; i < g->n_layers; i++) {
-        const glayer *L = &g->layers[i];
-        if (sharer[i] && !want[L->share_from] &&
-            !g->layers[L->share_from].frozen) {
-            tpu_status st = tpu_fail(
-                err, TPU_ERR_INPUT,
-                "--freeze: '%s' shares the weights of '%s' in %s: name that "
-                "layer (shared weights freeze or train together)",
-                L->name, g->layers[L->share_from].name, path);
-            free(want);
-            return st;
-        }
+    if ((st = freeze_sharers(g, want, sharer, path, err))) {
+        free(want);
+        return st;
     }
     *want_out = want;
     *none_out = none;
