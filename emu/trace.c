@@ -132,53 +132,78 @@ static void trace_path(char *buf, size_t n, const char *base, const char *key)
         snprintf(buf, n, "%s.%s", base, key);
 }
 
+/* The index of s in a NULL-terminated word list, -1 when absent. */
+static int trace_word(const char *const *words, const char *s)
+{
+    for (int i = 0; words[i]; i++)
+        if (strcmp(s, words[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* The words as a, b, c (quoted: "a", "b", "c") into buf; a word that
+ * does not fit ends the list where it was cut. */
+static const char *trace_join(char *buf, size_t cap,
+                              const char *const *words, int quoted)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (const char *const *a = words; *a; a++) {
+        int w = snprintf(buf + n, cap - n, quoted ? "%s\"%s\"" : "%s%s",
+                         n ? ", " : "", *a);
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+    return buf;
+}
+
+/* An unknown key at p.  Keras's and XLA's names for grouped convolution
+ * say that it is not modelled rather than only that the key is unknown
+ * (probe round 6 wrote a MobileNet). */
+static tpu_status trace_unknown_key(trace_ctx *c, const char *p,
+                                   const char *key,
+                                   const char *const *allowed,
+                                   const char *where)
+{
+    static const char *const grouped[] = {"groups", "depth_multiplier",
+                                          "feature_group_count", "depthwise",
+                                          NULL};
+    char list[512];
+    if (trace_word(grouped, key) >= 0)
+        return trace_fail(c, p, "grouped and depthwise convolutions are not "
+                                "modelled (docs/TRACE.md, conv)");
+    return trace_fail(c, p, "unknown key%s%s (expected one of: %s)",
+                      where ? " for " : "", where ? where : "",
+                      trace_join(list, sizeof list, allowed, 0));
+}
+
 /* Refuses unknown and duplicate keys of an object. */
 static tpu_status trace_keys(trace_ctx *c, const cJSON *obj, const char *path,
                              const char *const *allowed, const char *where)
 {
-    char q[64], p[320], list[512];
+    char q[64], p[320];
     /* the first member repeating an earlier key (emu/rfile.h) */
     int dup = rfile_json_dup(obj), i = 0;
     if (dup == -2)
         return tpu_fail(c->err, TPU_ERR_SYSTEM, "%s: out of memory",
                         c->file);
     for (const cJSON *it = obj->child; it; it = it->next, i++) {
-        int known = 0;
-        for (const char *const *a = allowed; *a; a++)
-            if (strcmp(it->string, *a) == 0)
-                known = 1;
         trace_path(p, sizeof p, path, trace_q(q, sizeof q, it->string));
-        if (!known) {
-            size_t n = 0;
-            list[0] = 0;
-            for (const char *const *a = allowed; *a; a++) {
-                int w = snprintf(list + n, sizeof list - n, "%s%s",
-                                 n ? ", " : "", *a);
-                if (w < 0 || (size_t)w >= sizeof list - n)
-                    break;
-                n += (size_t)w;
-            }
-            /* Keras's and XLA's names for grouped convolution: say that
-             * it is not modelled rather than only that the key is unknown
-             * (probe round 6 wrote a MobileNet) */
-            static const char *const grouped[] = {
-                "groups", "depth_multiplier", "feature_group_count",
-                "depthwise", NULL};
-            for (const char *const *gk = grouped; *gk; gk++)
-                if (strcmp(it->string, *gk) == 0)
-                    return trace_fail(c, p, "grouped and depthwise "
-                                            "convolutions are not modelled "
-                                            "(docs/TRACE.md, conv)");
-            return trace_fail(c, p, "unknown key%s%s (expected one of: %s)",
-                              where ? " for " : "", where ? where : "", list);
-        }
+        if (trace_word(allowed, it->string) < 0)
+            return trace_unknown_key(c, p, it->string, allowed, where);
         if (i == dup)
             return trace_fail(c, p, "duplicate key");
     }
     return TPU_OK;
 }
 
-
+/* A number that is an integer in [lo, hi]. */
+static int trace_is_int(const cJSON *v, double lo, double hi)
+{
+    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
+           v->valuedouble >= lo && v->valuedouble <= hi;
+}
 
 /* A positive integer in [lo, hi]; *out untouched when absent and !req. */
 static tpu_status trace_int(trace_ctx *c, const cJSON *obj, const char *base,
@@ -193,8 +218,7 @@ static tpu_status trace_int(trace_ctx *c, const cJSON *obj, const char *base,
             return trace_fail(c, base, "missing key '%s'", key);
         return TPU_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        v->valuedouble < (double)lo || v->valuedouble > (double)hi) {
+    if (!trace_is_int(v, (double)lo, (double)hi)) {
         if (lo == 1)
             return trace_fail(c, p,
                               "expected a positive integer (at most %lld), "
@@ -272,26 +296,18 @@ static tpu_status trace_enum(trace_ctx *c, const cJSON *obj, const char *base,
 {
     const char *s;
     char p[320], q[64], list[256];
-    size_t n = 0;
     tpu_status st = trace_str(c, obj, base, key, req, &s);
     if (st || !s)
         return st;
-    for (int i = 0; words[i]; i++)
-        if (strcmp(s, words[i]) == 0) {
-            *out = i;
-            return TPU_OK;
-        }
-    list[0] = 0;
-    for (int i = 0; words[i]; i++) {
-        int w = snprintf(list + n, sizeof list - n, "%s\"%s\"",
-                         n ? ", " : "", words[i]);
-        if (w < 0 || (size_t)w >= sizeof list - n)
-            break;
-        n += (size_t)w;
+    int i = trace_word(words, s);
+    if (i >= 0) {
+        *out = i;
+        return TPU_OK;
     }
     trace_path(p, sizeof p, base, key);
     return trace_fail(c, p, "'%s' is not one of %s",
-                      trace_q(q, sizeof q, s), list);
+                      trace_q(q, sizeof q, s),
+                      trace_join(list, sizeof list, words, 1));
 }
 
 /* A per-dimension parameter: a list of 2 or 3 positive integers, or (when
@@ -311,28 +327,22 @@ static tpu_status trace_dims(trace_ctx *c, const cJSON *obj, const char *base,
             return trace_fail(c, base, "missing key '%s'", key);
         return TPU_OK;
     }
-    if (number_ok && cJSON_IsNumber(v)) {
-        double x = v->valuedouble;
-        if (x == floor(x) && x >= 1 && x <= GRAPH_DIM_MAX) {
-            for (int d = 0; d < GRAPH_MAX_SP; d++)
-                vals[d] = (int)x;
-            *rank = 0;
-            return TPU_OK;
-        }
+    if (number_ok && trace_is_int(v, 1, GRAPH_DIM_MAX)) {
+        for (int d = 0; d < GRAPH_MAX_SP; d++)
+            vals[d] = (int)v->valuedouble;
+        *rank = 0;
+        return TPU_OK;
     }
     ok = cJSON_IsArray(v);
     if (ok) {
         n = cJSON_GetArraySize(v);
         ok = n == 2 || n == 3;
     }
-    if (ok) {
-        int d = 0;
-        for (const cJSON *e = v->child; e && ok; e = e->next, d++) {
-            ok = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
-                 e->valuedouble >= 1 && e->valuedouble <= GRAPH_DIM_MAX;
-            if (ok)
-                vals[d] = (int)e->valuedouble;
-        }
+    int d = 0;
+    for (const cJSON *e = ok ? v->child : NULL; e && ok; e = e->next, d++) {
+        ok = trace_is_int(e, 1, GRAPH_DIM_MAX);
+        if (ok)
+            vals[d] = (int)e->valuedouble;
     }
     if (!ok)
         return trace_fail(c, p,
@@ -353,42 +363,46 @@ static void trace_where(const graph *g, int idx, char *buf, size_t n)
         snprintf(buf, n, "graph.layers[%d]", idx - g->n_inputs);
 }
 
-/* Resolves one name of `in` to an earlier layer. */
+/* Where in graph.layers a name not defined yet stands: the first entry at
+ * or after self with that name, -1 when there is none. */
+static int trace_defined_at(const cJSON *all, const char *name, int self)
+{
+    int j = 0;
+    for (const cJSON *l = all ? all->child : NULL; l; l = l->next, j++) {
+        const cJSON *nm = cJSON_IsObject(l)
+                              ? cJSON_GetObjectItemCaseSensitive(l, "name")
+                              : NULL;
+        if (j >= self && cJSON_IsString(nm) && nm->valuestring &&
+            strcmp(nm->valuestring, name) == 0)
+            return j;
+    }
+    return -1;
+}
+
+/* Resolves one name of `in` to an earlier layer; a name not defined yet
+ * is told apart: itself, later in the list (out of order), or nowhere. */
 static tpu_status trace_ref(trace_ctx *c, const graph *g, const cJSON *all,
                             const cJSON *v, const char *p, int self,
                             int *out)
 {
     char q[64];
-    int idx;
     if (!cJSON_IsString(v) || !v->valuestring)
         return trace_fail(c, p, "expected a layer or input name, found %s",
                           trace_type(v));
-    idx = graph_find(g, v->valuestring);
+    int idx = graph_find(g, v->valuestring);
     if (idx >= 0) {
         *out = idx;
         return TPU_OK;
     }
-    /* Not defined yet: say whether it comes later or never. */
-    {
-        int j = 0;
-        for (const cJSON *l = all ? all->child : NULL; l; l = l->next, j++) {
-            const cJSON *nm = cJSON_IsObject(l)
-                                  ? cJSON_GetObjectItemCaseSensitive(l, "name")
-                                  : NULL;
-            if (cJSON_IsString(nm) && nm->valuestring &&
-                strcmp(nm->valuestring, v->valuestring) == 0) {
-                if (j == self)
-                    return trace_fail(c, p, "layer '%s' takes itself as input",
-                                      trace_q(q, sizeof q, v->valuestring));
-                if (j > self)
-                    return trace_fail(c, p,
-                                      "'%s' is used before it is defined "
-                                      "(graph.layers[%d]); layers must come "
-                                      "in order",
-                                      trace_q(q, sizeof q, v->valuestring), j);
-            }
-        }
-    }
+    int at = trace_defined_at(all, v->valuestring, self);
+    if (at == self)
+        return trace_fail(c, p, "layer '%s' takes itself as input",
+                          trace_q(q, sizeof q, v->valuestring));
+    if (at > self)
+        return trace_fail(c, p,
+                          "'%s' is used before it is defined "
+                          "(graph.layers[%d]); layers must come in order",
+                          trace_q(q, sizeof q, v->valuestring), at);
     return trace_fail(c, p, "no input or layer named '%s'",
                       trace_q(q, sizeof q, v->valuestring));
 }
@@ -459,26 +473,57 @@ static tpu_status trace_rank(trace_ctx *c, const glayer *src, const char *base,
                       src->out.nsp);
 }
 
-static tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
-                              const cJSON *o, int j)
+/* A layer's or input's name must be new: names are how layers refer to
+ * each other. */
+static tpu_status trace_new_name(trace_ctx *c, const graph *g,
+                                 const char *base, const char *name)
 {
-    char base[64], p[320], q[64];
-    glayer *L = &g->layers[g->n_layers];
-    const cJSON *in;
-    const glayer *src;
-    const char *key = "";
-    int op = -1, rank, krank;
-    int64_t n64;
-    tpu_status st;
+    char p[320], q[64], w[64];
+    int prev = graph_find(g, name);
+    if (prev < 0)
+        return TPU_OK;
+    trace_where(g, prev, w, sizeof w);
+    trace_path(p, sizeof p, base, "name");
+    return trace_fail(c, p, "'%s' is already defined (%s)",
+                      trace_q(q, sizeof q, name), w);
+}
 
-    snprintf(base, sizeof base, "graph.layers[%d]", j);
+/* Adds the layer read into g->layers[g->n_layers] and infers its shape; a
+ * refusal is placed at base.at, or (at NULL) at the key the inference
+ * names. */
+static tpu_status trace_commit(trace_ctx *c, graph *g, const char *base,
+                               const char *at)
+{
+    const char *key = "";
+    char p[320];
+    g->n_layers++;
+    graph_index_add(g, g->n_layers - 1);
+    tpu_status st = graph_infer_layer(g, g->n_layers - 1, at ? NULL : &key,
+                                      c->err);
+    if (!st)
+        return TPU_OK;
+    char why[sizeof c->err->msg];
+    memcpy(why, c->err->msg, sizeof why);
+    trace_path(p, sizeof p, base, at ? at : key);
+    return trace_fail(c, p, "%s", why);
+}
+
+/* What every layer has: an object with a known op (which decides the
+ * allowed keys), a new name, a dtype; and the defaults of the rest. */
+static tpu_status trace_layer_head(trace_ctx *c, const graph *g,
+                                   const cJSON *o, const char *base,
+                                   glayer *L)
+{
+    char p[320];
+    int op = -1, dt = 0;
+    const char *cm;
+    tpu_status st;
     if (!cJSON_IsObject(o))
         return trace_fail(c, base, "expected an object, found %s",
                           trace_type(o));
     if ((st = trace_enum(c, o, base, "op", 1, trace_op_words, &op)))
         return st;
-    if (op == GOP_INPUT)
-    {
+    if (op == GOP_INPUT) {
         trace_path(p, sizeof p, base, "op");
         return trace_fail(c, p, "'input' is not a layer op; list inputs in "
                           "graph.inputs");
@@ -489,207 +534,277 @@ static tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
         return st;
     if ((st = trace_name(c, o, base, "name", 1, L->name, sizeof L->name)))
         return st;
-    {
-        int prev = graph_find(g, L->name);
-        if (prev >= 0) {
-            char w[64];
-            trace_where(g, prev, w, sizeof w);
-            trace_path(p, sizeof p, base, "name");
-            return trace_fail(c, p, "'%s' is already defined (%s)",
-                              trace_q(q, sizeof q, L->name), w);
-        }
-    }
+    if ((st = trace_new_name(c, g, base, L->name)))
+        return st;
     L->dtype_bytes = 2;
     L->share_from = -1;
     L->pad_same = 1;
     for (int d = 0; d < GRAPH_MAX_SP; d++)
         L->kernel[d] = L->strides[d] = L->dilation[d] = L->factor[d] = 1;
-    {
-        int dt = 0;
-        if ((st = trace_enum(c, o, base, "dtype", 0, trace_dtype_words, &dt)))
-            return st;
-        L->dtype_bytes = dt ? 4 : 2;
-    }
-    {
-        const char *cm;
-        if ((st = trace_str(c, o, base, "comment", 0, &cm)))
-            return st;
-    }
+    if ((st = trace_enum(c, o, base, "dtype", 0, trace_dtype_words, &dt)))
+        return st;
+    L->dtype_bytes = dt ? 4 : 2;
+    return trace_str(c, o, base, "comment", 0, &cm);
+}
 
-    /* in: one name, or a list for add, concat and loss. */
-    in = cJSON_GetObjectItemCaseSensitive(o, "in");
+/* in: one name, or a list for add, concat and loss. */
+static tpu_status trace_layer_in(trace_ctx *c, const graph *g,
+                                 const cJSON *all, const cJSON *o,
+                                 const char *base, int j, glayer *L)
+{
+    char p[320], pe[340];
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "in");
+    tpu_status st;
     trace_path(p, sizeof p, base, "in");
     if (!in)
         return trace_fail(c, base, "missing key 'in'");
-    if (cJSON_IsArray(in)) {
-        int n = cJSON_GetArraySize(in), k = 0;
-        int min = L->op == GOP_LOSS ? 1 : 2;
-        if (L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_LOSS)
-            return trace_fail(c, p, "expected one layer name (only add, "
-                              "concat and loss take a list), found a list");
-        if (n < min || n > GRAPH_MAX_IN)
-            return trace_fail(c, p, "expected a list of %d to %d names, "
-                              "found %d", min, GRAPH_MAX_IN, n);
-        for (const cJSON *e = in->child; e; e = e->next, k++) {
-            char pe[340];
-            snprintf(pe, sizeof pe, "%s[%d]", p, k);
-            if ((st = trace_ref(c, g, all, e, pe, j, &L->in[k])))
-                return st;
-        }
-        L->n_in = n;
-    } else {
+    if (!cJSON_IsArray(in)) {
         if (L->op == GOP_ADD || L->op == GOP_CONCAT)
             return trace_fail(c, p, "expected a list of 2 to %d names, "
                               "found %s", GRAPH_MAX_IN, trace_type(in));
         if ((st = trace_ref(c, g, all, in, p, j, &L->in[0])))
             return st;
         L->n_in = 1;
+        return TPU_OK;
     }
-    src = &g->layers[L->in[0]];
+    int n = cJSON_GetArraySize(in), k = 0;
+    int min = L->op == GOP_LOSS ? 1 : 2;
+    if (L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_LOSS)
+        return trace_fail(c, p, "expected one layer name (only add, "
+                          "concat and loss take a list), found a list");
+    if (n < min || n > GRAPH_MAX_IN)
+        return trace_fail(c, p, "expected a list of %d to %d names, "
+                          "found %d", min, GRAPH_MAX_IN, n);
+    for (const cJSON *e = in->child; e; e = e->next, k++) {
+        snprintf(pe, sizeof pe, "%s[%d]", p, k);
+        if ((st = trace_ref(c, g, all, e, pe, j, &L->in[k])))
+            return st;
+    }
+    L->n_in = n;
+    return TPU_OK;
+}
 
+/* strides and dilation list one number per kernel dimension. */
+static tpu_status trace_like_kernel(trace_ctx *c, const char *base,
+                                    const char *key, int rank, int krank)
+{
+    char p[320];
+    if (rank <= 0 || rank == krank)
+        return TPU_OK;
+    trace_path(p, sizeof p, base, key);
+    return trace_fail(c, p, "%d numbers for a %d-number kernel", rank, krank);
+}
+
+/* share_weights: an earlier conv or conv_transpose; a chain of sharers
+ * resolves to the owner. */
+static tpu_status trace_share(trace_ctx *c, const graph *g, const cJSON *o,
+                              const char *base, glayer *L)
+{
+    char p[320], q[64];
+    const char *sh;
+    tpu_status st;
+    if ((st = trace_str(c, o, base, "share_weights", 0, &sh)) || !sh)
+        return st;
+    int t = graph_find(g, sh);
+    trace_path(p, sizeof p, base, "share_weights");
+    if (t < 0)
+        return trace_fail(c, p, "no earlier layer named '%s'",
+                          trace_q(q, sizeof q, sh));
+    if (g->layers[t].op != GOP_CONV && g->layers[t].op != GOP_CONV_T)
+        return trace_fail(c, p, "'%s' is a %s, not a conv",
+                          trace_q(q, sizeof q, sh),
+                          graph_op_name(g->layers[t].op));
+    if (g->layers[t].share_from >= 0)
+        t = g->layers[t].share_from;
+    L->share_from = t;
+    return TPU_OK;
+}
+
+static tpu_status trace_conv(trace_ctx *c, const graph *g, const cJSON *o,
+                             const char *base, const glayer *src, glayer *L)
+{
+    int64_t n64;
+    int pad = 1, rank, krank;
+    tpu_status st;
+    if ((st = trace_int(c, o, base, "filters", 1, 1, GRAPH_DIM_MAX, &n64)))
+        return st;
+    L->filters = (int)n64;
+    if ((st = trace_dims(c, o, base, "kernel", 1, 0, L->kernel, &krank)))
+        return st;
+    if ((st = trace_rank(c, src, base, "kernel", krank)))
+        return st;
+    if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
+        return st;
+    if ((st = trace_like_kernel(c, base, "strides", rank, krank)))
+        return st;
+    if (L->op == GOP_CONV) {
+        if ((st = trace_dims(c, o, base, "dilation", 0, 1, L->dilation,
+                             &rank)))
+            return st;
+        if ((st = trace_like_kernel(c, base, "dilation", rank, krank)))
+            return st;
+    }
+    if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words, &pad)))
+        return st;
+    L->pad_same = pad;
+    L->use_bias = 0;
+    if ((st = trace_bool(c, o, base, "use_bias", &L->use_bias)))
+        return st;
+    return trace_share(c, g, o, base, L);
+}
+
+static tpu_status trace_pool(trace_ctx *c, const cJSON *o, const char *base,
+                             const glayer *src, glayer *L)
+{
+    int pad = 0, rank, krank;
+    tpu_status st;
+    if ((st = trace_dims(c, o, base, "window", 1, 1, L->kernel, &krank)))
+        return st;
+    if ((st = trace_rank(c, src, base, "window", krank)))
+        return st;
+    /* strides default to the window (Keras) */
+    memcpy(L->strides, L->kernel, sizeof L->strides);
+    if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
+        return st;
+    if ((st = trace_rank(c, src, base, "strides", rank)))
+        return st;
+    if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words, &pad)))
+        return st;
+    L->pad_same = pad;
+    return TPU_OK;
+}
+
+static tpu_status trace_dropout(trace_ctx *c, const cJSON *o,
+                                const char *base, glayer *L)
+{
+    char p[320], f[64];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "rate");
+    trace_path(p, sizeof p, base, "rate");
+    if (!v)
+        return trace_fail(c, base, "missing key 'rate'");
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+        !(v->valuedouble < 1))
+        return trace_fail(c, p, "expected a number in [0, 1), %s",
+                          trace_found(f, sizeof f, v));
+    L->rate = v->valuedouble;
+    return TPU_OK;
+}
+
+/* The keys particular to the layer's op. */
+static tpu_status trace_op_params(trace_ctx *c, const graph *g,
+                                  const cJSON *o, const char *base,
+                                  glayer *L)
+{
+    const glayer *src = &g->layers[L->in[0]];
+    int64_t n64;
+    int rank, k = 0;
+    tpu_status st;
     switch (L->op) {
     case GOP_CONV:
-    case GOP_CONV_T: {
-        int pad = 1;
-        const char *sh;
-        if ((st = trace_int(c, o, base, "filters", 1, 1, GRAPH_DIM_MAX, &n64)))
-            return st;
-        L->filters = (int)n64;
-        if ((st = trace_dims(c, o, base, "kernel", 1, 0, L->kernel, &krank)))
-            return st;
-        if ((st = trace_rank(c, src, base, "kernel", krank)))
-            return st;
-        if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
-            return st;
-        if (rank > 0 && rank != krank) {
-            trace_path(p, sizeof p, base, "strides");
-            return trace_fail(c, p, "%d numbers for a %d-number kernel", rank,
-                              krank);
-        }
-        if (L->op == GOP_CONV) {
-            if ((st = trace_dims(c, o, base, "dilation", 0, 1, L->dilation,
-                                 &rank)))
-                return st;
-            if (rank > 0 && rank != krank) {
-                trace_path(p, sizeof p, base, "dilation");
-                return trace_fail(c, p, "%d numbers for a %d-number kernel",
-                                  rank, krank);
-            }
-        }
-        if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words,
-                             &pad)))
-            return st;
-        L->pad_same = pad;
-        L->use_bias = 0;
-        if ((st = trace_bool(c, o, base, "use_bias", &L->use_bias)))
-            return st;
-        if ((st = trace_str(c, o, base, "share_weights", 0, &sh)))
-            return st;
-        if (sh) {
-            int t = graph_find(g, sh);
-            trace_path(p, sizeof p, base, "share_weights");
-            if (t < 0)
-                return trace_fail(c, p, "no earlier layer named '%s'",
-                                  trace_q(q, sizeof q, sh));
-            if (g->layers[t].op != GOP_CONV && g->layers[t].op != GOP_CONV_T)
-                return trace_fail(c, p, "'%s' is a %s, not a conv",
-                                  trace_q(q, sizeof q, sh),
-                                  graph_op_name(g->layers[t].op));
-            if (g->layers[t].share_from >= 0)
-                t = g->layers[t].share_from;
-            L->share_from = t;
-        }
-        break;
-    }
+    case GOP_CONV_T:
+        return trace_conv(c, g, o, base, src, L);
     case GOP_DENSE:
         if ((st = trace_int(c, o, base, "units", 1, 1, GRAPH_DIM_MAX, &n64)))
             return st;
         L->filters = (int)n64;
         L->use_bias = 1;
-        if ((st = trace_bool(c, o, base, "use_bias", &L->use_bias)))
-            return st;
-        break;
+        return trace_bool(c, o, base, "use_bias", &L->use_bias);
     case GOP_MAXPOOL:
-    case GOP_AVGPOOL: {
-        int pad = 0;
-        if ((st = trace_dims(c, o, base, "window", 1, 1, L->kernel, &krank)))
-            return st;
-        if ((st = trace_rank(c, src, base, "window", krank)))
-            return st;
-        memcpy(L->strides, L->kernel, sizeof L->strides);
-        if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
-            return st;
-        if ((st = trace_rank(c, src, base, "strides", rank)))
-            return st;
-        if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words,
-                             &pad)))
-            return st;
-        L->pad_same = pad;
-        break;
-    }
+    case GOP_AVGPOOL:
+        return trace_pool(c, o, base, src, L);
     case GOP_UPSAMPLE:
         if ((st = trace_dims(c, o, base, "factor", 1, 1, L->factor, &rank)))
             return st;
-        if ((st = trace_rank(c, src, base, "factor", rank)))
-            return st;
-        break;
-    case GOP_DROPOUT: {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "rate");
-        trace_path(p, sizeof p, base, "rate");
-        if (!v)
-            return trace_fail(c, base, "missing key 'rate'");
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
-            !(v->valuedouble < 1)) {
-            char f[64];
-            return trace_fail(c, p, "expected a number in [0, 1), %s",
-                              trace_found(f, sizeof f, v));
-        }
-        L->rate = v->valuedouble;
-        break;
-    }
-    case GOP_LOSS: {
-        int k = 0;
+        return trace_rank(c, src, base, "factor", rank);
+    case GOP_DROPOUT:
+        return trace_dropout(c, o, base, L);
+    case GOP_LOSS:
         if ((st = trace_enum(c, o, base, "kind", 1, trace_loss_words, &k)))
             return st;
         L->loss = (graph_loss)k;
-        break;
-    }
+        return TPU_OK;
     default:
-        break;
+        return TPU_OK;
     }
+}
 
-    if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE ||
-        L->op == GOP_BATCHNORM) {
-        /* Shared weights are frozen or trained together: a sharer takes
-         * its owner's setting and may only repeat it. */
-        int tr = -1;
-        if ((st = trace_bool(c, o, base, "trainable", &tr)))
-            return st;
-        if (L->share_from >= 0) {
-            const glayer *O = &g->layers[L->share_from];
-            if (tr >= 0 && tr == O->frozen) {
-                trace_path(p, sizeof p, base, "trainable");
-                return trace_fail(c, p,
-                                  "%s, but the weights it shares with '%s' "
-                                  "are %s",
-                                  tr ? "true" : "false",
-                                  trace_q(q, sizeof q, O->name),
-                                  O->frozen ? "frozen" : "trainable");
-            }
-            L->frozen = O->frozen;
-        } else {
-            L->frozen = tr == 0;
-        }
+/* trainable, on the layers with weights.  Shared weights are frozen or
+ * trained together: a sharer takes its owner's setting and may only
+ * repeat it. */
+static tpu_status trace_trainable(trace_ctx *c, const graph *g,
+                                  const cJSON *o, const char *base,
+                                  glayer *L)
+{
+    char p[320], q[64];
+    int tr = -1;
+    tpu_status st;
+    if (L->op != GOP_CONV && L->op != GOP_CONV_T && L->op != GOP_DENSE &&
+        L->op != GOP_BATCHNORM)
+        return TPU_OK;
+    if ((st = trace_bool(c, o, base, "trainable", &tr)))
+        return st;
+    if (L->share_from < 0) {
+        L->frozen = tr == 0;
+        return TPU_OK;
     }
-    g->n_layers++;
-    graph_index_add(g, g->n_layers - 1);
-    st = graph_infer_layer(g, g->n_layers - 1, &key, c->err);
-    if (st) {
-        char why[sizeof c->err->msg];
-        memcpy(why, c->err->msg, sizeof why);
-        trace_path(p, sizeof p, base, key);
-        return trace_fail(c, p, "%s", why);
+    const glayer *O = &g->layers[L->share_from];
+    if (tr >= 0 && tr == O->frozen) {
+        trace_path(p, sizeof p, base, "trainable");
+        return trace_fail(c, p,
+                          "%s, but the weights it shares with '%s' are %s",
+                          tr ? "true" : "false",
+                          trace_q(q, sizeof q, O->name),
+                          O->frozen ? "frozen" : "trainable");
     }
+    L->frozen = O->frozen;
+    return TPU_OK;
+}
+
+/* graph.layers[j]: read into the next free slot, then added. */
+static tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
+                              const cJSON *o, int j)
+{
+    char base[64];
+    glayer *L = &g->layers[g->n_layers];
+    tpu_status st;
+    snprintf(base, sizeof base, "graph.layers[%d]", j);
+    if ((st = trace_layer_head(c, g, o, base, L)) ||
+        (st = trace_layer_in(c, g, all, o, base, j, L)) ||
+        (st = trace_op_params(c, g, o, base, L)) ||
+        (st = trace_trainable(c, g, o, base, L)))
+        return st;
+    return trace_commit(c, g, base, NULL);
+}
+
+/* shape: [C], [H,W,C] or [D,H,W,C], channels last. */
+static tpu_status trace_shape(trace_ctx *c, const cJSON *o, const char *base,
+                              glayer *L)
+{
+    char p[320];
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
+    int n = 0, ok;
+    trace_path(p, sizeof p, base, "shape");
+    if (!sh)
+        return trace_fail(c, base, "missing key 'shape'");
+    ok = cJSON_IsArray(sh);
+    if (ok) {
+        n = cJSON_GetArraySize(sh);
+        ok = n == 1 || n == 3 || n == 4;
+    }
+    int d = 0;
+    for (const cJSON *e = ok ? sh->child : NULL; e && ok; e = e->next, d++) {
+        ok = trace_is_int(e, 1, GRAPH_DIM_MAX);
+        if (ok && d == n - 1)
+            L->out.c = (int64_t)e->valuedouble;
+        else if (ok)
+            L->out.sp[d] = (int64_t)e->valuedouble;
+    }
+    if (!ok)
+        return trace_fail(c, p,
+                          "expected 1, 3 or 4 positive integers ([C], "
+                          "[H,W,C] or [D,H,W,C]), each at most %d",
+                          GRAPH_DIM_MAX);
+    L->out.nsp = n - 1;
     return TPU_OK;
 }
 
@@ -697,10 +812,9 @@ static tpu_status trace_input(trace_ctx *c, graph *g, const cJSON *o, int j)
 {
     static const char *const keys[] = {"name", "shape", "dtype", "comment",
                                        NULL};
-    char base[64], p[320], q[64];
+    char base[64];
     glayer *L = &g->layers[g->n_layers];
-    const cJSON *sh;
-    int n = 0, ok, dt = 0;
+    int dt = 0;
     tpu_status st;
     const char *cm;
 
@@ -712,13 +826,8 @@ static tpu_status trace_input(trace_ctx *c, graph *g, const cJSON *o, int j)
         return st;
     if ((st = trace_name(c, o, base, "name", 1, L->name, sizeof L->name)))
         return st;
-    if (graph_find(g, L->name) >= 0) {
-        char w[64];
-        trace_where(g, graph_find(g, L->name), w, sizeof w);
-        trace_path(p, sizeof p, base, "name");
-        return trace_fail(c, p, "'%s' is already defined (%s)",
-                          trace_q(q, sizeof q, L->name), w);
-    }
+    if ((st = trace_new_name(c, g, base, L->name)))
+        return st;
     if ((st = trace_enum(c, o, base, "dtype", 0, trace_dtype_words, &dt)))
         return st;
     if ((st = trace_str(c, o, base, "comment", 0, &cm)))
@@ -726,42 +835,9 @@ static tpu_status trace_input(trace_ctx *c, graph *g, const cJSON *o, int j)
     L->op = GOP_INPUT;
     L->dtype_bytes = dt ? 4 : 2;
     L->share_from = -1;
-    sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
-    trace_path(p, sizeof p, base, "shape");
-    if (!sh)
-        return trace_fail(c, base, "missing key 'shape'");
-    ok = cJSON_IsArray(sh);
-    if (ok) {
-        n = cJSON_GetArraySize(sh);
-        ok = n == 1 || n == 3 || n == 4;
-    }
-    if (ok) {
-        int d = 0;
-        for (const cJSON *e = sh->child; e && ok; e = e->next, d++) {
-            ok = cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
-                 e->valuedouble >= 1 && e->valuedouble <= GRAPH_DIM_MAX;
-            if (!ok)
-                break;
-            if (d == n - 1)
-                L->out.c = (int64_t)e->valuedouble;
-            else
-                L->out.sp[d] = (int64_t)e->valuedouble;
-        }
-    }
-    if (!ok)
-        return trace_fail(c, p,
-                          "expected 1, 3 or 4 positive integers ([C], "
-                          "[H,W,C] or [D,H,W,C]), each at most %d",
-                          GRAPH_DIM_MAX);
-    L->out.nsp = n - 1;
-    g->n_layers++;
-    graph_index_add(g, g->n_layers - 1);
-    if ((st = graph_infer_layer(g, g->n_layers - 1, NULL, c->err))) {
-        char why[sizeof c->err->msg];
-        memcpy(why, c->err->msg, sizeof why);
-        return trace_fail(c, p, "%s", why);
-    }
-    return TPU_OK;
+    if ((st = trace_shape(c, o, base, L)))
+        return st;
+    return trace_commit(c, g, base, "shape");
 }
 
 /* One entry of input_partition_dims: null, or a list of positive ints
@@ -900,6 +976,44 @@ static tpu_status trace_pdims_like_first(trace_ctx *c, graph *g, int k,
                       first, trace_q(q, sizeof q, input->name), want);
 }
 
+/* run.input_partition_dims: one entry per input, then the labels'.  The
+ * first input's entry is the plan's split; the others must match it or
+ * be replicated. */
+static tpu_status trace_partition(trace_ctx *c, graph *g, const cJSON *ipd)
+{
+    int k = 0;
+    tpu_status st;
+    if (!cJSON_IsArray(ipd))
+        return trace_fail(c, "run.input_partition_dims",
+                          "expected a list (one entry per input, then the "
+                          "labels' entry), found %s",
+                          trace_type(ipd));
+    if (cJSON_GetArraySize(ipd) != g->n_inputs + 1)
+        return trace_fail(c, "run.input_partition_dims",
+                          "expected %d entries (one per input, then the "
+                          "labels' entry), found %d",
+                          g->n_inputs + 1, cJSON_GetArraySize(ipd));
+    for (const cJSON *e = ipd->child; e; e = e->next, k++) {
+        int dims[GRAPH_MAX_PDIMS], rank = 0, listed = 0;
+        const glayer *input = k < g->n_inputs ? &g->layers[k] : NULL;
+        if ((st = trace_pdims(c, g, e, k, input, dims, &rank, &listed)))
+            return st;
+        if (k == 0) {
+            memcpy(g->pdims, dims, sizeof(int) * (size_t)rank);
+            g->pdims_rank = rank;
+            if (!listed)
+                g->layers[0].whole = 1;
+        } else if (input &&
+                   (st = trace_pdims_like_first(c, g, k, input, dims,
+                                                rank))) {
+            return st;
+        }
+        if (!input)
+            g->labels_partitioned = listed;
+    }
+    return TPU_OK;
+}
+
 static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
 {
     static const char *const keys[] = {"mode",
@@ -931,44 +1045,15 @@ static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
     if ((st = trace_str(c, run, "run", "comment", 0, &cm)))
         return st;
 
+    /* Without input_partition_dims nothing is split: N, every spatial
+     * axis and C by 1. */
     g->pdims_rank = 2 + g->layers[0].out.nsp;
     for (int d = 0; d < GRAPH_MAX_PDIMS; d++)
         g->pdims[d] = 1;
     ipd = cJSON_GetObjectItemCaseSensitive(run, "input_partition_dims");
     if (!ipd || cJSON_IsNull(ipd))
         return TPU_OK;
-    if (!cJSON_IsArray(ipd))
-        return trace_fail(c, "run.input_partition_dims",
-                          "expected a list (one entry per input, then the "
-                          "labels' entry), found %s",
-                          trace_type(ipd));
-    if (cJSON_GetArraySize(ipd) != g->n_inputs + 1)
-        return trace_fail(c, "run.input_partition_dims",
-                          "expected %d entries (one per input, then the "
-                          "labels' entry), found %d",
-                          g->n_inputs + 1, cJSON_GetArraySize(ipd));
-    {
-        int k = 0;
-        for (const cJSON *e = ipd->child; e; e = e->next, k++) {
-            int dims[GRAPH_MAX_PDIMS], rank = 0, listed = 0;
-            const glayer *input = k < g->n_inputs ? &g->layers[k] : NULL;
-            if ((st = trace_pdims(c, g, e, k, input, dims, &rank, &listed)))
-                return st;
-            if (k == 0) {
-                memcpy(g->pdims, dims, sizeof(int) * (size_t)rank);
-                g->pdims_rank = rank;
-                if (!listed)
-                    g->layers[0].whole = 1;
-            } else if (input &&
-                       (st = trace_pdims_like_first(c, g, k, input, dims,
-                                                    rank))) {
-                return st;
-            }
-            if (!input)
-                g->labels_partitioned = listed;
-        }
-    }
-    return TPU_OK;
+    return trace_partition(c, g, ipd);
 }
 
 static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
@@ -1113,76 +1198,40 @@ static void trace_default_name(graph *g, const char *path)
     g->name[n] = 0;
 }
 
-static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
-                             const char *path)
+/* graph.inputs or graph.layers: present, a list, not empty. */
+static tpu_status trace_list_of(trace_ctx *c, const cJSON *v, const char *key)
 {
-    static const char *const keys[] = {"format",    "name",  "system", "run",
-                                       "reference", "graph", "comment",
-                                       NULL};
-    static const char *const gkeys[] = {"inputs", "layers", "comment", NULL};
-    const cJSON *gr, *inputs, *layers, *v;
+    char p[32];
+    if (!v)
+        return trace_fail(c, "graph", "missing key '%s'", key);
+    snprintf(p, sizeof p, "graph.%s", key);
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1)
+        return trace_fail(c, p, "expected a non-empty list of %s, found %s",
+                          key,
+                          cJSON_IsArray(v) ? "an empty list" : trace_type(v));
+    return TPU_OK;
+}
+
+/* graph: the inputs, then the layers, each defined before it is used. */
+static tpu_status trace_graph(trace_ctx *c, graph *g, const cJSON *gr)
+{
+    static const char *const keys[] = {"inputs", "layers", "comment", NULL};
+    const cJSON *inputs, *layers, *v;
     const char *s;
-    char q[64];
     int n_in, n_layers, j;
     tpu_status st;
-
-    if (!cJSON_IsObject(root))
-        return trace_fail(c, NULL, "expected a JSON object at the top level, "
-                          "found %s", trace_type(root));
-    /* The format first: another tpuemu file's keys would otherwise be
-     * reported as unknown trace keys. */
-    v = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (cJSON_IsString(v) && strcmp(v->valuestring, "tpuemu-report/1") == 0)
-        return trace_fail(c, "format", "this is a tpuemu report (what run "
-                          "--report writes; check and view read it), not a "
-                          "trace");
-    if (cJSON_IsString(v) && strcmp(v->valuestring, "tpuemu-sweep/1") == 0)
-        return trace_fail(c, "format", "this is a sweep file (tpuemu sweep "
-                          "reads it), not a trace");
-    if ((st = trace_keys(c, root, "(top level)", keys, NULL)))
-        return st;
-    if ((st = trace_str(c, root, "(top level)", "format", 1, &s)))
-        return st;
-    if (strcmp(s, "tpuemu-trace/1") != 0)
-        return trace_fail(c, "format", "'%s' is not a supported format "
-                          "(expected \"tpuemu-trace/1\")",
-                          trace_q(q, sizeof q, s));
-    trace_default_name(g, path);
-    if ((st = trace_name(c, root, "(top level)", "name", 0, g->name,
-                         sizeof g->name)))
-        return st;
-    if ((st = trace_name(c, root, "(top level)", "system", 1, g->system,
-                         sizeof g->system)))
-        return st;
-    if ((st = trace_str(c, root, "(top level)", "comment", 0, &s)))
-        return st;
-
-    gr = cJSON_GetObjectItemCaseSensitive(root, "graph");
-    if (!gr)
-        return trace_fail(c, "(top level)", "missing key 'graph'");
     if (!cJSON_IsObject(gr))
         return trace_fail(c, "graph", "expected an object, found %s",
                           trace_type(gr));
-    if ((st = trace_keys(c, gr, "graph", gkeys, NULL)))
+    if ((st = trace_keys(c, gr, "graph", keys, NULL)))
         return st;
     if ((st = trace_str(c, gr, "graph", "comment", 0, &s)))
         return st;
     inputs = cJSON_GetObjectItemCaseSensitive(gr, "inputs");
     layers = cJSON_GetObjectItemCaseSensitive(gr, "layers");
-    if (!inputs)
-        return trace_fail(c, "graph", "missing key 'inputs'");
-    if (!cJSON_IsArray(inputs) || cJSON_GetArraySize(inputs) < 1)
-        return trace_fail(c, "graph.inputs", "expected a non-empty list of "
-                          "inputs, found %s",
-                          cJSON_IsArray(inputs) ? "an empty list"
-                                              : trace_type(inputs));
-    if (!layers)
-        return trace_fail(c, "graph", "missing key 'layers'");
-    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
-        return trace_fail(c, "graph.layers", "expected a non-empty list of "
-                          "layers, found %s",
-                          cJSON_IsArray(layers) ? "an empty list"
-                                              : trace_type(layers));
+    if ((st = trace_list_of(c, inputs, "inputs")) ||
+        (st = trace_list_of(c, layers, "layers")))
+        return st;
     n_in = cJSON_GetArraySize(inputs);
     n_layers = cJSON_GetArraySize(layers);
     if (n_in > GRAPH_LAYERS_MAX)
@@ -1208,7 +1257,61 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
     for (v = layers->child; v; v = v->next, j++)
         if ((st = trace_layer(c, g, layers, v, j)))
             return st;
+    return TPU_OK;
+}
 
+/* format, name and system.  The format first: another tpuemu file's keys
+ * would otherwise be reported as unknown trace keys. */
+static tpu_status trace_head(trace_ctx *c, graph *g, const cJSON *root,
+                             const char *path)
+{
+    static const char *const keys[] = {"format",    "name",  "system", "run",
+                                       "reference", "graph", "comment",
+                                       NULL};
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const char *s;
+    char q[64];
+    tpu_status st;
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "tpuemu-report/1") == 0)
+        return trace_fail(c, "format", "this is a tpuemu report (what run "
+                          "--report writes; check and view read it), not a "
+                          "trace");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "tpuemu-sweep/1") == 0)
+        return trace_fail(c, "format", "this is a sweep file (tpuemu sweep "
+                          "reads it), not a trace");
+    if ((st = trace_keys(c, root, "(top level)", keys, NULL)))
+        return st;
+    if ((st = trace_str(c, root, "(top level)", "format", 1, &s)))
+        return st;
+    if (strcmp(s, "tpuemu-trace/1") != 0)
+        return trace_fail(c, "format", "'%s' is not a supported format "
+                          "(expected \"tpuemu-trace/1\")",
+                          trace_q(q, sizeof q, s));
+    trace_default_name(g, path);
+    if ((st = trace_name(c, root, "(top level)", "name", 0, g->name,
+                         sizeof g->name)))
+        return st;
+    if ((st = trace_name(c, root, "(top level)", "system", 1, g->system,
+                         sizeof g->system)))
+        return st;
+    return trace_str(c, root, "(top level)", "comment", 0, &s);
+}
+
+static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
+                             const char *path)
+{
+    const cJSON *v;
+    tpu_status st;
+    if (!cJSON_IsObject(root))
+        return trace_fail(c, NULL, "expected a JSON object at the top level, "
+                          "found %s", trace_type(root));
+    if ((st = trace_head(c, g, root, path)))
+        return st;
+    v = cJSON_GetObjectItemCaseSensitive(root, "graph");
+    if (!v)
+        return trace_fail(c, "(top level)", "missing key 'graph'");
+    if ((st = trace_graph(c, g, v)))
+        return st;
     v = cJSON_GetObjectItemCaseSensitive(root, "run");
     if (!v)
         return trace_fail(c, "(top level)", "missing key 'run'");
@@ -1225,15 +1328,74 @@ static tpu_status trace_root(trace_ctx *c, graph *g, const cJSON *root,
     return graph_check_system(g->system, c->file, c->err);
 }
 
+static int trace_is_ws(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+static size_t trace_skip_ws(const char *text, size_t len, size_t pos)
+{
+    while (pos < len && trace_is_ws(text[pos]))
+        pos++;
+    return pos;
+}
+
+/* Why cJSON stopped at end: a cut-off file (it stops at or just before
+ * the end of one) is told apart from a typo. */
+static tpu_status trace_syntax_error(trace_ctx *c, const char *text,
+                                     size_t len, const char *end)
+{
+    int line, col, depth;
+    size_t last = len;
+    char why[200];
+    size_t pos = (end >= text && end <= text + len) ? (size_t)(end - text)
+                                                    : 0;
+    while (last > 0 && trace_is_ws(text[last - 1]))
+        last--;
+    rfile_json_where(text, len, pos, &line, &col, &depth);
+    rfile_json_error(text, len, pos, why, sizeof why);
+    if (strstr(why, "syntax error") &&
+        pos >= trace_open_at_end(text, len, last))
+        return trace_fail(c, NULL, "not valid JSON: the text ends too "
+                          "early (line %d, column %d)", line, col);
+    return trace_fail(c, NULL, "%s", why);
+}
+
+/* The text as one JSON value with nothing but blanks after it; NULL (with
+ * *st) otherwise. */
+static cJSON *trace_parse_json(trace_ctx *c, const char *text, size_t len,
+                               tpu_status *st)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        *st = trace_syntax_error(c, text, len, end);
+        return NULL;
+    }
+    size_t pos = (end >= text && end <= text + len) ? (size_t)(end - text)
+                                                    : len;
+    pos = trace_skip_ws(text, len, pos);
+    if (pos < len) {
+        int line, col, depth;
+        rfile_json_where(text, len, pos, &line, &col, &depth);
+        cJSON_Delete(root);
+        *st = trace_fail(c, NULL, "not valid JSON: unexpected text after "
+                         "the top-level value at line %d, column %d",
+                         line, col);
+        return NULL;
+    }
+    *st = TPU_OK;
+    return root;
+}
+
 tpu_status graph_parse(graph *g, const char *text, size_t len,
                        const char *path, tpu_error *err)
 {
     trace_ctx c;
-    const char *end = NULL;
     cJSON *root;
     tpu_status st;
-    size_t pos;
     char *marked = NULL;
+    int oom;
 
     memset(g, 0, sizeof *g);
     if (!path)
@@ -1241,59 +1403,20 @@ tpu_status graph_parse(graph *g, const char *text, size_t len,
     c.file = path;
     c.err = err;
     c.nul_marked = 0;
-    pos = 0;
-    while (pos < len && (text[pos] == ' ' || text[pos] == '\t' ||
-                         text[pos] == '\n' || text[pos] == '\r'))
-        pos++;
-    if (pos == len)
+    if (trace_skip_ws(text, len, 0) == len)
         return trace_fail(&c, NULL, "empty file, expected a JSON object");
-    {
-        int oom;
-        marked = rfile_mark_nuls(text, len, &oom);
-        if (oom)
-            return tpu_fail(err, TPU_ERR_SYSTEM,
-                            "%s: out of memory reading the trace", path);
-        if (marked) {
-            c.nul_marked = 1;
-            text = marked;
-        }
+    marked = rfile_mark_nuls(text, len, &oom);
+    if (oom)
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "%s: out of memory reading the trace", path);
+    if (marked) {
+        c.nul_marked = 1;
+        text = marked;
     }
-    root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root) {
-        int line, col, depth;
-        size_t last = len;
-        char why[200];
-        pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
-        while (last > 0 && (text[last - 1] == ' ' || text[last - 1] == '\t' ||
-                            text[last - 1] == '\n' || text[last - 1] == '\r'))
-            last--;
-        rfile_json_where(text, len, pos, &line, &col, &depth);
-        rfile_json_error(text, len, pos, why, sizeof why);
-        /* cJSON stops at (or just before) the end of a cut-off file. */
-        if (strstr(why, "syntax error") &&
-            pos >= trace_open_at_end(text, len, last))
-            st = trace_fail(&c, NULL, "not valid JSON: the text ends too "
-                            "early (line %d, column %d)", line, col);
-        else
-            st = trace_fail(&c, NULL, "%s", why);
-        free(marked);
-        return st;
-    }
-    pos = (end >= text && end <= text + len) ? (size_t)(end - text) : len;
-    while (pos < len && (text[pos] == ' ' || text[pos] == '\t' ||
-                         text[pos] == '\n' || text[pos] == '\r'))
-        pos++;
-    if (pos < len) {
-        int line, col, depth;
-        rfile_json_where(text, len, pos, &line, &col, &depth);
-        cJSON_Delete(root);
-        free(marked);
-        return trace_fail(&c, NULL, "not valid JSON: unexpected text after "
-                          "the top-level value at line %d, column %d",
-                          line, col);
-    }
+    root = trace_parse_json(&c, text, len, &st);
     free(marked);
-    st = TPU_OK;
+    if (!root)
+        return st;
     if (cJSON_IsObject(root)) {
         char jp[512] = "";
         st = trace_strings(&c, root, jp, sizeof jp);
