@@ -187,29 +187,66 @@ static void sep(sink *s)
     s->first = 0;
 }
 
+/* Counts one X event on unit; whether it is also to be written (a sink
+ * without a file only counts). */
+static int count_x(sink *s, int unit)
+{
+    s->n++;
+    s->nu[unit]++;
+    return s->f != NULL;
+}
+
+/* One X event up to the opening brace of its args. */
+static void put_x(sink *s, const char *name, const char *cat, int pid,
+                  int tid, double t0, double t1)
+{
+    sep(s);
+    fputs("{\"ph\":\"X\",\"name\":", s->f);
+    put_str(s->f, name);
+    fputs(",\"cat\":", s->f);
+    put_str(s->f, cat);
+    fprintf(s->f, ",\"pid\":%d,\"tid\":%d", pid, tid);
+    put_span(s->f, t0, t1);
+    fputs(",\"args\":{", s->f);
+}
+
+/* A binned event's exact seconds of each category present in it. */
+static void put_cat_seconds(FILE *f, const double *cat_s)
+{
+    for (int c = 0; c < CAT_COUNT; c++)
+        if (cat_s[c] > 0)
+            fprintf(f, ",\"%s_s\":%.9g", emu_cat_name((emu_cat)c), cat_s[c]);
+}
+
+/* Bytes moved and FLOPs done, when there were any. */
+static void put_work(FILE *f, double bytes, double flops)
+{
+    if (bytes != 0)
+        fprintf(f, ",\"bytes\":%.17g", bytes);
+    if (flops != 0)
+        fprintf(f, ",\"flops\":%.17g", flops);
+}
+
+/* The category with the most seconds (the first of equals). */
+static int dominant(const double *cat_s)
+{
+    int dom = 0;
+    for (int c = 0; c < CAT_COUNT; c++)
+        if (cat_s[c] > cat_s[dom])
+            dom = c;
+    return dom;
+}
+
 static void emit(sink *s, const emu_core_result *pc, const emu_event *e,
                  int coarse)
 {
-    s->n++;
-    s->nu[e->unit]++;
-    if (!s->f)
+    if (!count_x(s, e->unit))
         return;
-    const emu_result *r = s->r;
-    const char *ln = coarse ? NULL : layer_name(r, e->layer);
+    const char *ln = coarse ? NULL : layer_name(s->r, e->layer);
     const char *cat = emu_cat_name((emu_cat)e->cat);
-    sep(s);
-    fputs("{\"ph\":\"X\",\"name\":", s->f);
-    if (e->unit == UNIT_CORE || !ln)
-        put_str(s->f, cat);
-    else
-        put_str(s->f, ln);
-    fputs(",\"cat\":", s->f);
-    put_str(s->f, cat);
     int lane = pick_lane(s, pc->core, e->unit, e->t0, e->t1);
-    fprintf(s->f, ",\"pid\":%d,\"tid\":%d", pc->chip,
-            lane_tid(pc->core, e->unit, lane));
-    put_span(s->f, e->t0, e->t1);
-    fputs(",\"args\":{", s->f);
+    put_x(s, e->unit == UNIT_CORE || !ln ? cat : ln, cat, pc->chip,
+          lane_tid(pc->core, e->unit, lane), e->t0, e->t1);
     if (coarse)
         fputs("\"layer\":\"(several: merged to fit the event budget)\"", s->f);
     else {
@@ -220,10 +257,7 @@ static void emit(sink *s, const emu_core_result *pc, const emu_event *e,
         fprintf(s->f, ",\"opcode\":%u", (unsigned)e->opcode);
     }
     fprintf(s->f, ",\"count\":%lu", (unsigned long)e->count);
-    if (e->bytes != 0)
-        fprintf(s->f, ",\"bytes\":%.17g", e->bytes);
-    if (e->flops != 0)
-        fprintf(s->f, ",\"flops\":%.17g", e->flops);
+    put_work(s->f, e->bytes, e->flops);
     fputs("}}", s->f);
 }
 
@@ -275,6 +309,25 @@ static void emit_core(sink *s, const emu_core_result *pc, int merge,
             emit(s, pc, &pend[u], merge == 2);
 }
 
+/* The seconds of each category of a core's critical path inside each of
+ * nbins bins of width w over [0, step]. */
+static void bin_path(const emu_core_result *pc, int nbins, double w,
+                     double (*acc)[CAT_COUNT])
+{
+    double step = pc->step_time_s;
+    for (size_t i = 0; i < pc->n_events; i++) {
+        const emu_event *e = &pc->events[i];
+        if (e->unit != UNIT_CORE || e->cat >= CAT_COUNT)
+            continue;
+        double a = fmax(e->t0, 0), b = fmin(e->t1, step);
+        for (int k = (int)(a / w); k < nbins && k * w < b; k++) {
+            double lo = fmax(a, k * w), hi = fmin(b, (k + 1) * w);
+            if (hi > lo)
+                acc[k][e->cat] += hi - lo;
+        }
+    }
+}
+
 /* The critical path of a reduced core cut into nbins equal time bins:
  * each bin is one event named by its dominant category, with the seconds
  * of every category inside the bin in args, so the breakdown stays exact
@@ -294,45 +347,19 @@ static void emit_binned(sink *s, const emu_core_result *pc, int nbins)
         if (!acc)
             return;
         own = 1;
-    }
-    for (size_t i = 0; own && i < pc->n_events; i++) {
-        const emu_event *e = &pc->events[i];
-        if (e->unit != UNIT_CORE || e->cat >= CAT_COUNT)
-            continue;
-        double a = fmax(e->t0, 0), b = fmin(e->t1, step);
-        for (int k = (int)(a / w); k < nbins && k * w < b; k++) {
-            double lo = fmax(a, k * w), hi = fmin(b, (k + 1) * w);
-            if (hi > lo)
-                acc[k][e->cat] += hi - lo;
-        }
+        bin_path(pc, nbins, w, acc);
     }
     for (int k = 0; k < nbins; k++) {
-        int dom = 0;
         double tot = 0;
-        for (int c = 0; c < CAT_COUNT; c++) {
-            tot += acc[k][c];
-            if (acc[k][c] > acc[k][dom])
-                dom = c;
-        }
-        if (!(tot > 0))
-            continue;
-        s->n++;
-        s->nu[UNIT_CORE]++;
-        if (!s->f)
-            continue;
-        sep(s);
-        fputs("{\"ph\":\"X\",\"name\":", s->f);
-        put_str(s->f, emu_cat_name((emu_cat)dom));
-        fputs(",\"cat\":", s->f);
-        put_str(s->f, emu_cat_name((emu_cat)dom));
-        fprintf(s->f, ",\"pid\":%d,\"tid\":%d", pc->chip,
-                pc->core * UNIT_COUNT + UNIT_CORE);
-        put_span(s->f, k * w, k + 1 == nbins ? step : (k + 1) * w);
-        fputs(",\"args\":{\"binned\":true", s->f);
         for (int c = 0; c < CAT_COUNT; c++)
-            if (acc[k][c] > 0)
-                fprintf(s->f, ",\"%s_s\":%.9g", emu_cat_name((emu_cat)c),
-                        acc[k][c]);
+            tot += acc[k][c];
+        if (!(tot > 0) || !count_x(s, UNIT_CORE))
+            continue;
+        const char *cat = emu_cat_name((emu_cat)dominant(acc[k]));
+        put_x(s, cat, cat, pc->chip, pc->core * UNIT_COUNT + UNIT_CORE,
+              k * w, k + 1 == nbins ? step : (k + 1) * w);
+        fputs("\"binned\":true", s->f);
+        put_cat_seconds(s->f, acc[k]);
         fputs("}}", s->f);
     }
     if (own && m && fresh)
@@ -372,6 +399,46 @@ static void ubin_add(ubin *b, double lo, double hi, const emu_event *e)
     }
 }
 
+/* One event of the unit into the bins of width w over [0, end]: its
+ * seconds into every bin it crosses, its totals into the bin it starts
+ * in (a zero-length event too). */
+static void ubin_event(ubin *bin, int nbins, double w, double end,
+                       const emu_event *e)
+{
+    double a = fmin(fmax(e->t0, 0), end), b = fmin(fmax(e->t1, a), end);
+    int k0 = (int)(a / w);
+    if (k0 >= nbins)
+        k0 = nbins - 1;
+    for (int k = k0; k < nbins && k * w < b; k++) {
+        double lo = fmax(a, k * w), hi = fmin(b, (k + 1) * w);
+        if (hi > lo)
+            ubin_add(&bin[k], lo, hi, e);
+    }
+    ubin *h = &bin[k0];
+    if (!h->used) {
+        double at = fmin(fmax(a, k0 * w), (k0 + 1) * w);
+        ubin_add(h, at, at, e);
+    }
+    h->count += e->count;
+    h->events++;
+    h->bytes += e->bytes;
+    h->flops += e->flops;
+}
+
+static void put_ubin(sink *s, const emu_core_result *pc, int tid,
+                     const ubin *b)
+{
+    const char *cat = emu_cat_name((emu_cat)dominant(b->cat_s));
+    const char *ln = layer_name(s->r, b->best_layer);
+    put_x(s, ln ? ln : cat, cat, pc->chip, tid, b->lo, b->hi);
+    fputs("\"binned\":true,\"layer\":", s->f);
+    put_str(s->f, ln ? ln : "");
+    fprintf(s->f, ",\"events\":%lu,\"count\":%lu", b->events, b->count);
+    put_cat_seconds(s->f, b->cat_s);
+    put_work(s->f, b->bytes, b->flops);
+    fputs("}}", s->f);
+}
+
 /* A representative's unit thread cut into nbins equal time bins over the
  * step (LV_TRACKS): each bin with events is one event from the first start
  * to the last end inside it (events crossing a bin edge are cut there, so
@@ -397,65 +464,13 @@ static int emit_unit_binned(sink *s, const emu_core_result *pc, int unit,
     for (int k = 0; k < nbins; k++)
         bin[k].best_layer = bin[k].run_layer = -2;
     double w = end / nbins;
-    for (size_t i = 0; i < pc->n_events; i++) {
-        const emu_event *e = &pc->events[i];
-        if (e->unit != unit)
-            continue;
-        double a = fmin(fmax(e->t0, 0), end), b = fmin(fmax(e->t1, a), end);
-        int k0 = (int)(a / w);
-        if (k0 >= nbins)
-            k0 = nbins - 1;
-        for (int k = k0; k < nbins && k * w < b; k++) {
-            double lo = fmax(a, k * w), hi = fmin(b, (k + 1) * w);
-            if (hi > lo)
-                ubin_add(&bin[k], lo, hi, e);
-        }
-        /* The start's bin takes the totals (a zero-length event too). */
-        ubin *h = &bin[k0];
-        if (!h->used) {
-            double at = fmin(fmax(a, k0 * w), (k0 + 1) * w);
-            ubin_add(h, at, at, e);
-        }
-        h->count += e->count;
-        h->events++;
-        h->bytes += e->bytes;
-        h->flops += e->flops;
-    }
+    for (size_t i = 0; i < pc->n_events; i++)
+        if (pc->events[i].unit == unit)
+            ubin_event(bin, nbins, w, end, &pc->events[i]);
     int tid = lane_tid(pc->core, unit, 0);
-    for (int k = 0; k < nbins; k++) {
-        const ubin *b = &bin[k];
-        if (!b->used)
-            continue;
-        s->n++;
-        s->nu[unit]++;
-        if (!s->f)
-            continue;
-        int dom = 0;
-        for (int c = 0; c < CAT_COUNT; c++)
-            if (b->cat_s[c] > b->cat_s[dom])
-                dom = c;
-        const char *cat = emu_cat_name((emu_cat)dom);
-        const char *ln = layer_name(s->r, b->best_layer);
-        sep(s);
-        fputs("{\"ph\":\"X\",\"name\":", s->f);
-        put_str(s->f, ln ? ln : cat);
-        fputs(",\"cat\":", s->f);
-        put_str(s->f, cat);
-        fprintf(s->f, ",\"pid\":%d,\"tid\":%d", pc->chip, tid);
-        put_span(s->f, b->lo, b->hi);
-        fputs(",\"args\":{\"binned\":true,\"layer\":", s->f);
-        put_str(s->f, ln ? ln : "");
-        fprintf(s->f, ",\"events\":%lu,\"count\":%lu", b->events, b->count);
-        for (int c = 0; c < CAT_COUNT; c++)
-            if (b->cat_s[c] > 0)
-                fprintf(s->f, ",\"%s_s\":%.9g", emu_cat_name((emu_cat)c),
-                        b->cat_s[c]);
-        if (b->bytes != 0)
-            fprintf(s->f, ",\"bytes\":%.17g", b->bytes);
-        if (b->flops != 0)
-            fprintf(s->f, ",\"flops\":%.17g", b->flops);
-        fputs("}}", s->f);
-    }
+    for (int k = 0; k < nbins; k++)
+        if (bin[k].used && count_x(s, unit))
+            put_ubin(s, pc, tid, &bin[k]);
     free(bin);
     return 1;
 }
@@ -569,6 +584,56 @@ static size_t tracks_need(const emu_result *r, const size_t *ucount,
     return need;
 }
 
+/* How write_all writes one core at a level. */
+typedef struct {
+    int reduced;   /* a copy of another core, or grouped under one */
+    int binned;    /* its critical path cut into nbins bins */
+    int merge;     /* emit_core's merge */
+    int path_only; /* its critical path only */
+    unsigned bm;   /* LV_TRACKS: units cut into tbins bins */
+} core_way;
+
+static core_way way_of(const sink *s, int level, const int *rep,
+                       const uint8_t *binmask, int c)
+{
+    core_way w;
+    int copied = s->from && s->from[c] != c;
+    w.reduced = (level >= LV_GROUP && rep[c] != c) || copied;
+    w.binned = w.reduced && level >= LV_BINNED;
+    w.merge = copied && level < LV_MERGE       ? 0
+              : level == LV_FULL               ? 0
+              : (w.reduced && level >= LV_COARSE) ? 2
+                                                  : 1;
+    w.path_only = (copied && level < LV_MERGE) || w.reduced;
+    w.bm = binmask && !w.reduced ? binmask[c] : 0;
+    return w;
+}
+
+/* Writes (or counts) core pc the way w says; *u gets a bit per unit that
+ * produced an event.  Returns 0 when out of memory. */
+static int write_core(sink *s, const emu_core_result *pc, core_way w,
+                      int nbins, int tbins, unsigned *u)
+{
+    if (w.binned) {
+        *u = 1u << UNIT_CORE;
+        emit_binned(s, pc, nbins);
+        return 1;
+    }
+    emit_core(s, pc, w.merge, w.path_only ? ~(1u << UNIT_CORE) : w.bm, u);
+    for (int k = 0; k < UNIT_COUNT; k++) {
+        if (!(w.bm >> k & 1))
+            continue;
+        size_t n0k = s->nu[k];
+        if (k == UNIT_CORE)
+            emit_binned(s, pc, tbins);
+        else if (!emit_unit_binned(s, pc, k, tbins))
+            return 0;
+        if (s->nu[k] > n0k)
+            *u |= 1u << k;
+    }
+    return 1;
+}
+
 /* Writes the whole document (or counts its X events when s->f is NULL).
  * LV_TRACKS: binmask[c] has a bit per unit of core c cut into tbins bins.
  * Returns 0 when out of memory. */
@@ -578,21 +643,15 @@ static int write_all(sink *s, int level, const int *rep, unsigned *seen,
     const emu_result *r = s->r;
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
-        int copied = s->from && s->from[c] != c;
-        int reduced = (level >= LV_GROUP && rep[c] != c) || copied;
-        int binned = reduced && level >= LV_BINNED;
-        int merge = copied && level < LV_MERGE ? 0
-                    : level == LV_FULL         ? 0
-                    : (reduced && level >= LV_COARSE) ? 2
-                                                      : 1;
-        int path_only = (copied && level < LV_MERGE) || reduced;
-        unsigned bm = binmask && !reduced ? binmask[c] : 0;
+        core_way w = way_of(s, level, rep, binmask, c);
         /* counting: a timeline shared with an earlier core counts as it */
         int fresh = 1;
         memo_ent *m = s->f ? NULL
-                      : bm ? memo_find(s->memo, pc, 4, tbins, (int)bm, &fresh)
-                           : memo_find(s->memo, pc, 3, binned ? -nbins : merge,
-                                       path_only, &fresh);
+                      : w.bm ? memo_find(s->memo, pc, 4, tbins, (int)w.bm,
+                                         &fresh)
+                             : memo_find(s->memo, pc, 3,
+                                         w.binned ? -nbins : w.merge,
+                                         w.path_only, &fresh);
         if (m && !fresh) {
             s->n += m->count;
             seen[c] |= m->seen;
@@ -600,24 +659,8 @@ static int write_all(sink *s, int level, const int *rep, unsigned *seen,
         }
         size_t n0 = s->n;
         unsigned u = 0;
-        if (binned) {
-            u = 1u << UNIT_CORE;
-            emit_binned(s, pc, nbins);
-        } else {
-            unsigned skip = path_only ? ~(1u << UNIT_CORE) : bm;
-            emit_core(s, pc, merge, skip, &u);
-            for (int k = 0; k < UNIT_COUNT; k++) {
-                if (!(bm >> k & 1))
-                    continue;
-                size_t n0k = s->nu[k];
-                if (k == UNIT_CORE)
-                    emit_binned(s, pc, tbins);
-                else if (!emit_unit_binned(s, pc, k, tbins))
-                    return 0;
-                if (s->nu[k] > n0k)
-                    u |= 1u << k;
-            }
-        }
+        if (!write_core(s, pc, w, nbins, tbins, &u))
+            return 0;
         seen[c] |= u;
         if (m) {
             m->count = s->n - n0;
@@ -627,6 +670,8 @@ static int write_all(sink *s, int level, const int *rep, unsigned *seen,
     return 1;
 }
 
+/* A name record and a sort-index record for a process (has_tid 0) or a
+ * thread. */
 static void meta(sink *s, const char *what, int pid, int tid, int has_tid,
                  const char *name, int sort)
 {
@@ -697,228 +742,299 @@ tpu_status chrome_trace_write_capped(const emu_result *r, const char *path,
     return st;
 }
 
-tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
-                                 size_t max_events, size_t *written,
-                                 tpu_error *err)
+/* One write: the result as it is written (every core with a timeline),
+ * and how far the event budget reduced it. */
+typedef struct {
+    emu_result r;          /* the caller's, with per_core = cores */
+    emu_core_result *cores;
+    int *from;             /* from[c]: c, the core whose timeline core c
+                              copies, or -1 (breakdown only) */
+    emu_event *synth;      /* breakdown-only cores' spans, CAT_COUNT each */
+    int ncopied, nsynth;
+    memo_tab memo;
+    size_t max_events;
+    size_t total;          /* X events of every recorded event (LV_FULL) */
+    size_t count;          /* X events at the chosen level */
+    int level, ngroups, nbins, tbins, oom;
+    int *rep;              /* rep[c]: first core with core c's timeline */
+    unsigned *seen;        /* per core: units that produced an event */
+    uint8_t *lanes;        /* per core x unit: overflow lanes written */
+    uint8_t *binmask;      /* LV_TRACKS: per core, units cut into tbins */
+    size_t *ucount;        /* LV_TRACKS: merged events per core x unit */
+} ct_doc;
+
+static void ct_free(ct_doc *d)
 {
-    if (!o || !o->f)
-        return tpu_fail(err, TPU_ERR_INPUT, "chrome trace: no output file");
-    const char *path = o->name;
-    if (!r || !r->per_core || r->cores <= 0)
-        return tpu_fail(err, TPU_ERR_INPUT, "%s: no per-core results", path);
-    /* The engine may simulate one core of a group of identical replicas
-     * and record only its timeline.  A core without events takes the
-     * critical path of the first core that has one and the same breakdown
-     * (stated in its thread name and in otherData); with no such twin it
-     * gets its breakdown as consecutive category spans, marked "order not
-     * recorded".  A result with no timeline at all is refused. */
-    emu_core_result *cores = malloc(sizeof *cores * r->cores);
-    int *from = malloc(sizeof(int) * r->cores);
-    emu_event *synth = calloc((size_t)r->cores * CAT_COUNT, sizeof *synth);
-    if (!cores || !from || !synth) {
-        free(cores);
-        free(from);
-        free(synth);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    free(d->cores);
+    free(d->from);
+    free(d->synth);
+    free(d->rep);
+    free(d->seen);
+    free(d->lanes);
+    free(d->binmask);
+    free(d->ucount);
+    memo_free(&d->memo);
+}
+
+/* A sink that counts the document's events (no file). */
+static sink ct_counter(ct_doc *d)
+{
+    sink s = {.r = &d->r, .first = 1, .from = d->from, .memo = &d->memo};
+    return s;
+}
+
+/* The first core with a recorded timeline and core c's breakdown, -1
+ * when none. */
+static int find_twin(const emu_result *r, int c)
+{
+    const emu_core_result *pc = &r->per_core[c];
+    for (int q = 0; q < r->cores; q++) {
+        const emu_core_result *pq = &r->per_core[q];
+        if (!pq->n_events || pq->step_time_s != pc->step_time_s)
+            continue;
+        int same = 1;
+        for (int k = 0; k < CAT_COUNT; k++)
+            same &= fabs(pq->breakdown_s[k] - pc->breakdown_s[k]) <=
+                    1e-12 * pc->step_time_s;
+        if (same)
+            return q;
     }
-    int any = 0, ncopied = 0, nsynth = 0;
+    return -1;
+}
+
+/* A core's breakdown as consecutive category spans (order not known). */
+static size_t breakdown_spans(const emu_core_result *pc, emu_event *e)
+{
+    size_t n = 0;
+    double t = 0;
+    for (int k = 0; k < CAT_COUNT; k++)
+        if (pc->breakdown_s[k] > 0) {
+            e[n] = (emu_event){t, t + pc->breakdown_s[k], UNIT_CORE,
+                               (uint8_t)k, PHASE_FWD, 0, -1, 1, 0, 0};
+            t += pc->breakdown_s[k];
+            n++;
+        }
+    return n;
+}
+
+/* The engine may simulate one core of a group of identical replicas and
+ * record only its timeline.  A core without events takes the critical
+ * path of the first core that has one and the same breakdown (stated in
+ * its thread name and in otherData); with no such twin it gets its
+ * breakdown as consecutive category spans, marked "order not recorded".
+ * A result with no timeline at all is refused. */
+static tpu_status ct_timelines(ct_doc *d, const emu_result *r,
+                               const char *path, tpu_error *err)
+{
+    int any = 0;
+    d->cores = malloc(sizeof *d->cores * r->cores);
+    d->from = malloc(sizeof(int) * r->cores);
+    d->synth = calloc((size_t)r->cores * CAT_COUNT, sizeof *d->synth);
+    if (!d->cores || !d->from || !d->synth)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
-        cores[c] = *pc;
-        from[c] = c;
-        if (pc->n_events && !pc->events) {
-            free(cores);
-            free(from);
-            free(synth);
-            return tpu_fail(err, TPU_ERR_INPUT, "%s: core %d: events missing", path, c);
-        }
+        d->cores[c] = *pc;
+        d->from[c] = c;
+        if (pc->n_events && !pc->events)
+            return tpu_fail(err, TPU_ERR_INPUT, "%s: core %d: events missing",
+                            path, c);
         any |= pc->n_events > 0;
     }
-    if (!any) {
-        free(cores);
-        free(from);
-        free(synth);
+    if (!any)
         return tpu_fail(err, TPU_ERR_INPUT,
                         "%s: the result has no recorded timeline (the step "
                         "must be simulated with the timeline recorded)",
                         path);
-    }
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
         if (pc->n_events || !(pc->step_time_s > 0))
             continue;
-        int twin = -1;
-        for (int q = 0; q < r->cores && twin < 0; q++) {
-            const emu_core_result *pq = &r->per_core[q];
-            if (!pq->n_events || pq->step_time_s != pc->step_time_s)
-                continue;
-            int same = 1;
-            for (int k = 0; k < CAT_COUNT; k++)
-                same &= fabs(pq->breakdown_s[k] - pc->breakdown_s[k]) <=
-                        1e-12 * pc->step_time_s;
-            if (same)
-                twin = q;
-        }
+        int twin = find_twin(r, c);
         if (twin >= 0) {
-            cores[c].events = r->per_core[twin].events;
-            cores[c].n_events = r->per_core[twin].n_events;
-            from[c] = twin;
-            ncopied++;
+            d->cores[c].events = r->per_core[twin].events;
+            d->cores[c].n_events = r->per_core[twin].n_events;
+            d->from[c] = twin;
+            d->ncopied++;
         } else {
-            emu_event *e = &synth[(size_t)c * CAT_COUNT];
-            size_t n = 0;
-            double t = 0;
-            for (int k = 0; k < CAT_COUNT; k++)
-                if (pc->breakdown_s[k] > 0) {
-                    e[n] = (emu_event){t, t + pc->breakdown_s[k], UNIT_CORE,
-                                       (uint8_t)k, PHASE_FWD, 0, -1, 1, 0, 0};
-                    t += pc->breakdown_s[k];
-                    n++;
-                }
-            cores[c].events = e;
-            cores[c].n_events = n;
-            from[c] = -1;
-            nsynth++;
+            emu_event *e = &d->synth[(size_t)c * CAT_COUNT];
+            d->cores[c].events = e;
+            d->cores[c].n_events = breakdown_spans(pc, e);
+            d->from[c] = -1;
+            d->nsynth++;
         }
     }
-    emu_result rcopy = *r;
-    rcopy.per_core = cores;
-    r = &rcopy;
-    memo_tab memo = {NULL, 0, 0};
-    size_t total = 0;
-    {
-        unsigned *u0 = calloc((size_t)r->cores, sizeof(unsigned));
-        sink cnt = {.r = r, .first = 1, .from = from, .memo = &memo};
-        int *id = malloc(sizeof(int) * r->cores);
-        if (!u0 || !id) {
-            free(u0);
-            free(id);
-            free(cores);
-            free(from);
-            free(synth);
-            memo_free(&memo);
-            return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-        }
-        for (int c = 0; c < r->cores; c++)
-            id[c] = c;
-        write_all(&cnt, LV_FULL, id, u0, 0, NULL, 0);
-        total = cnt.n;
+    d->r = *r;
+    d->r.per_core = d->cores;
+    return TPU_OK;
+}
+
+/* Every recorded event, counted as LV_FULL writes them.  0 when out of
+ * memory. */
+static int ct_count_full(ct_doc *d)
+{
+    int n = d->r.cores;
+    unsigned *u0 = calloc((size_t)n, sizeof(unsigned));
+    int *id = malloc(sizeof(int) * n);
+    sink cnt = ct_counter(d);
+    if (!u0 || !id) {
         free(u0);
         free(id);
+        return 0;
     }
-    if (!max_events)
-        max_events = CHROME_TRACE_MAX_EVENTS;
+    for (int c = 0; c < n; c++)
+        id[c] = c;
+    write_all(&cnt, LV_FULL, id, u0, 0, NULL, 0);
+    d->total = cnt.n;
+    free(u0);
+    free(id);
+    return 1;
+}
 
-    int *rep = malloc(sizeof(int) * r->cores);
-    unsigned *seen = calloc((size_t)r->cores, sizeof(unsigned));
-    uint8_t *lanes = calloc((size_t)r->cores * UNIT_COUNT, 1);
-    uint8_t *binmask = calloc((size_t)r->cores, 1);
-    size_t *ucount = calloc((size_t)r->cores * UNIT_COUNT, sizeof(size_t));
-    if (!rep || !seen || !lanes || !binmask || !ucount) {
-        free(rep);
-        free(seen);
-        free(lanes);
-        free(binmask);
-        free(ucount);
-        free(cores);
-        free(from);
-        free(synth);
-        memo_free(&memo);
-        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+/* LV_BINNED: what the representatives keep, then an equal share of the
+ * rest per reduced core (at least one bin: never drop a core). */
+static void ct_plan_bins(ct_doc *d)
+{
+    size_t keep = 0;
+    int nred = 0;
+    for (int c = 0; c < d->r.cores; c++) {
+        if (d->rep[c] != c) {
+            nred++;
+            continue;
+        }
+        sink one = ct_counter(d);
+        unsigned u = 0;
+        emit_core(&one, &d->r.per_core[c], 1, 0, &u);
+        keep += one.n;
     }
+    size_t per = nred && d->max_events > keep
+                     ? (d->max_events - keep) / nred
+                     : 1;
+    d->nbins = per < 1 ? 1 : per > 100000 ? 100000 : (int)per;
+}
+
+/* LV_TRACKS: the representatives alone exceed the budget (probe round 6:
+ * 14,006 layers on 4 representatives, 1.57M events against 1M).  Each
+ * reduced core keeps one bin, and the rest is shared among the
+ * representatives' threads: a thread with more merged events than a
+ * share L is cut into L equal time bins, the others keep their merged
+ * events, and L is bisected on the exact count (empty bins are not
+ * written), keeping only shares that fit: a thread with few events leaves
+ * its unused share to the others. */
+static void ct_plan_tracks(ct_doc *d)
+{
+    const emu_result *r = &d->r;
+    size_t red = 0, most = 0;
+    d->nbins = 1;
+    for (int c = 0; c < r->cores; c++) {
+        sink one = ct_counter(d);
+        unsigned u = 0;
+        if (d->rep[c] != c || d->from[c] != c) {
+            emit_binned(&one, &r->per_core[c], 1);
+            red += one.n;
+            continue;
+        }
+        emit_core(&one, &r->per_core[c], 1, 0, &u);
+        for (int k = 0; k < UNIT_COUNT; k++) {
+            d->ucount[(size_t)c * UNIT_COUNT + k] = one.nu[k];
+            if (one.nu[k] > most)
+                most = one.nu[k];
+        }
+    }
+    size_t left = d->max_events > red ? d->max_events - red : 0;
+    int lo = 1, hi = most > 100000000 ? 100000000 : (int)most;
+    while (lo < hi && !d->oom) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (tracks_need(r, d->ucount, mid, left, &d->oom) <= left)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    d->tbins = lo;
     for (int c = 0; c < r->cores; c++)
-        rep[c] = c;
-    int level = LV_FULL, ngroups = r->cores;
-    size_t count = total;
-    int nbins = 0, tbins = 0, oom = 0;
-    while (count > max_events && level < LV_TRACKS && !oom) {
-        level++;
-        if (level == LV_GROUP) {
-            ngroups = group_cores(r, rep, &memo);
-            if (ngroups < 0) {
-                free(rep);
-                free(seen);
-                free(lanes);
-                free(binmask);
-                free(ucount);
-                free(cores);
-                free(from);
-                free(synth);
-                memo_free(&memo);
-                return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-            }
-        }
-        if (level == LV_BINNED) {
-            /* What the representatives keep, then an equal share of the
-             * rest per reduced core (at least one bin: never drop a core). */
-            size_t keep = 0;
-            int nred = 0;
-            for (int c = 0; c < r->cores; c++) {
-                if (rep[c] != c) {
-                    nred++;
-                    continue;
-                }
-                sink one = {.r = r, .first = 1, .from = from, .memo = &memo};
-                unsigned u = 0;
-                emit_core(&one, &r->per_core[c], 1, 0, &u);
-                keep += one.n;
-            }
-            size_t per = nred && max_events > keep ? (max_events - keep) / nred : 1;
-            nbins = per < 1 ? 1 : per > 100000 ? 100000 : (int)per;
-        }
-        if (level == LV_TRACKS) {
-            /* The representatives alone exceed the budget (probe round 6:
-             * 14,006 layers on 4 representatives, 1.57M events against
-             * 1M).  Each reduced core keeps one bin, and the rest is
-             * shared among the representatives' threads: a thread with
-             * more merged events than a share L is cut into L equal time
-             * bins, the others keep their merged events, and L is
-             * bisected on the exact count (empty bins are not written),
-             * keeping only shares that fit: a thread with few events
-             * leaves its unused share to the others. */
-            nbins = 1;
-            size_t red = 0, most = 0;
-            for (int c = 0; c < r->cores; c++) {
-                sink one = {.r = r, .first = 1, .from = from, .memo = &memo};
-                unsigned u = 0;
-                if (rep[c] != c || from[c] != c) {
-                    emit_binned(&one, &r->per_core[c], 1);
-                    red += one.n;
-                    continue;
-                }
-                emit_core(&one, &r->per_core[c], 1, 0, &u);
-                for (int k = 0; k < UNIT_COUNT; k++) {
-                    ucount[(size_t)c * UNIT_COUNT + k] = one.nu[k];
-                    if (one.nu[k] > most)
-                        most = one.nu[k];
-                }
-            }
-            size_t left = max_events > red ? max_events - red : 0;
-            int lo = 1, hi = most > 100000000 ? 100000000 : (int)most;
-            while (lo < hi && !oom) {
-                int mid = lo + (hi - lo + 1) / 2;
-                if (tracks_need(r, ucount, mid, left, &oom) <= left)
-                    lo = mid;
-                else
-                    hi = mid - 1;
-            }
-            tbins = lo;
-            for (int c = 0; c < r->cores; c++)
-                for (int k = 0; k < UNIT_COUNT; k++)
-                    if (ucount[(size_t)c * UNIT_COUNT + k] > (size_t)tbins)
-                        binmask[c] |= (uint8_t)(1u << k);
-        }
-        sink cs = {.r = r, .first = 1, .from = from, .memo = &memo};
-        memset(seen, 0, sizeof(unsigned) * r->cores);
-        oom = !write_all(&cs, level, rep, seen, nbins,
-                         level == LV_TRACKS ? binmask : NULL, tbins);
-        count = cs.n;
-    }
+        for (int k = 0; k < UNIT_COUNT; k++)
+            if (d->ucount[(size_t)c * UNIT_COUNT + k] > (size_t)d->tbins)
+                d->binmask[c] |= (uint8_t)(1u << k);
+}
 
-    /* Streamed into the outfile's temporary (SPEC.md: no partial output):
-     * a buffer of the whole text could reach hundreds of MB here. */
-    FILE *f = o->f;
-    sink s = {.f = f, .r = r, .first = 1, .from = from, .lanes = lanes, .memo = &memo};
+/* Writes (s->f set) or counts the document's events at the chosen level.
+ * Returns 0 when out of memory. */
+static int ct_events(ct_doc *d, sink *s)
+{
+    return write_all(s, d->level, d->rep, d->seen, d->nbins,
+                     d->level == LV_TRACKS ? d->binmask : NULL, d->tbins);
+}
+
+/* Steps through the levels until the count fits the budget (or the last
+ * level is reached).  -1 when grouping ran out of memory; d->oom when a
+ * later step did. */
+static int ct_reduce(ct_doc *d)
+{
+    int n = d->r.cores;
+    for (int c = 0; c < n; c++)
+        d->rep[c] = c;
+    d->level = LV_FULL;
+    d->ngroups = n;
+    d->count = d->total;
+    while (d->count > d->max_events && d->level < LV_TRACKS && !d->oom) {
+        d->level++;
+        if (d->level == LV_GROUP) {
+            d->ngroups = group_cores(&d->r, d->rep, &d->memo);
+            if (d->ngroups < 0)
+                return -1;
+        }
+        if (d->level == LV_BINNED)
+            ct_plan_bins(d);
+        if (d->level == LV_TRACKS)
+            ct_plan_tracks(d);
+        sink cs = ct_counter(d);
+        memset(d->seen, 0, sizeof(unsigned) * n);
+        d->oom = !ct_events(d, &cs);
+        d->count = cs.n;
+    }
+    return 0;
+}
+
+/* Ranges of reduced cores with their representative. */
+static void put_reduced(FILE *f, const ct_doc *d)
+{
+    const int *rep = d->rep;
+    int n = d->r.cores, first = 1;
+    for (int c = 0; c < n;) {
+        if (rep[c] == c) {
+            c++;
+            continue;
+        }
+        int e = c;
+        while (e + 1 < n && rep[e + 1] == rep[c])
+            e++;
+        fprintf(f, "%s{\"cores\":\"%d-%d\",\"detail_in_core\":%d}",
+                first ? "" : ",", c, e, rep[c]);
+        first = 0;
+        c = e + 1;
+    }
+}
+
+/* Which threads of the detailed cores were binned, and from how many
+ * merged events. */
+static void put_binned_threads(FILE *f, const ct_doc *d)
+{
+    int first = 1;
+    for (int c = 0; c < d->r.cores; c++)
+        for (int k = 0; k < UNIT_COUNT; k++) {
+            if (!(d->binmask[c] >> k & 1))
+                continue;
+            fprintf(f, "%s{\"core\":%d,\"unit\":\"%s\",\"merged_events\":%lu}",
+                    first ? "" : ",", c, unit_label(k),
+                    (unsigned long)d->ucount[(size_t)c * UNIT_COUNT + k]);
+            first = 0;
+        }
+}
+
+/* The document's head: what was written and what the budget reduced. */
+static void put_other_data(FILE *f, const ct_doc *d)
+{
+    const emu_result *r = &d->r;
     fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{", f);
     fputs("\"format\":\"tpuemu-chrome-trace/1\",\"trace\":", f);
     put_str(f, r->trace);
@@ -928,122 +1044,153 @@ tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
             r->chips, r->step_time_s);
     fprintf(f, ",\"event_budget\":%lu,\"events_recorded\":%lu,"
                "\"events_written\":%lu,\"over_budget\":%s,\"detail\":",
-            (unsigned long)max_events, (unsigned long)total,
-            (unsigned long)count, count > max_events ? "true" : "false");
-    put_str(f, level_text(level));
-    if (level >= LV_GROUP) {
-        fprintf(f, ",\"core_groups\":%d,\"reduced_cores\":[", ngroups);
-        /* Ranges of reduced cores with their representative. */
-        int firstr = 1;
-        for (int c = 0; c < r->cores;) {
-            if (rep[c] == c) {
-                c++;
-                continue;
-            }
-            int e = c;
-            while (e + 1 < r->cores && rep[e + 1] == rep[c])
-                e++;
-            fprintf(f, "%s{\"cores\":\"%d-%d\",\"detail_in_core\":%d}",
-                    firstr ? "" : ",", c, e, rep[c]);
-            firstr = 0;
-            c = e + 1;
-        }
+            (unsigned long)d->max_events, (unsigned long)d->total,
+            (unsigned long)d->count,
+            d->count > d->max_events ? "true" : "false");
+    put_str(f, level_text(d->level));
+    if (d->level >= LV_GROUP) {
+        fprintf(f, ",\"core_groups\":%d,\"reduced_cores\":[", d->ngroups);
+        put_reduced(f, d);
         fputs("]", f);
-        if (level >= LV_BINNED)
-            fprintf(f, ",\"bins_per_reduced_core\":%d", nbins);
+        if (d->level >= LV_BINNED)
+            fprintf(f, ",\"bins_per_reduced_core\":%d", d->nbins);
     }
-    if (level >= LV_TRACKS) {
-        /* Which threads of the detailed cores were binned, and from how
-         * many merged events. */
+    if (d->level >= LV_TRACKS) {
         fprintf(f, ",\"bins_per_binned_thread\":%d,\"binned_threads\":[",
-                tbins);
-        int firstb = 1;
-        for (int c = 0; c < r->cores; c++)
-            for (int k = 0; k < UNIT_COUNT; k++) {
-                if (!(binmask[c] >> k & 1))
-                    continue;
-                fprintf(f, "%s{\"core\":%d,\"unit\":\"%s\",\"merged_events\":%lu}",
-                        firstb ? "" : ",", c, unit_label(k),
-                        (unsigned long)ucount[(size_t)c * UNIT_COUNT + k]);
-                firstb = 0;
-            }
+                d->tbins);
+        put_binned_threads(f, d);
         fputs("]", f);
     }
     fprintf(f, ",\"cores_timeline_copied\":%d,\"cores_breakdown_only\":%d",
-            ncopied, nsynth);
+            d->ncopied, d->nsynth);
     fputs("},\n\"traceEvents\":[\n", f);
+}
 
-    /* Metadata: names and order of chips and threads. */
+/* One process per chip, named by its place in the torus. */
+static void put_process_names(sink *s, const ct_doc *d)
+{
+    const emu_result *r = &d->r;
     char name[160];
-    memset(seen, 0, sizeof(unsigned) * r->cores);
     for (int c = 0; c < r->cores; c++) {
         const emu_core_result *pc = &r->per_core[c];
-        int chip_first = c == 0 || r->per_core[c - 1].chip != pc->chip;
-        if (chip_first) {
-            if (r->dim_x > 0)
-                snprintf(name, sizeof name, "chip %d (x=%d, y=%d)", pc->chip,
-                         pc->chip % r->dim_x, pc->chip / r->dim_x);
-            else
-                snprintf(name, sizeof name, "chip %d", pc->chip);
-            meta(&s, "process_name", pc->chip, 0, 0, name, pc->chip);
-        }
+        if (c > 0 && r->per_core[c - 1].chip == pc->chip)
+            continue;
+        if (r->dim_x > 0)
+            snprintf(name, sizeof name, "chip %d (x=%d, y=%d)", pc->chip,
+                     pc->chip % r->dim_x, pc->chip / r->dim_x);
+        else
+            snprintf(name, sizeof name, "chip %d", pc->chip);
+        meta(s, "process_name", pc->chip, 0, 0, name, pc->chip);
     }
-    if (!oom)
-        oom = !write_all(&s, level, rep, seen, nbins,
-                         level == LV_TRACKS ? binmask : NULL, tbins);
-    for (int c = 0; c < r->cores; c++) {
-        const emu_core_result *pc = &r->per_core[c];
+}
+
+/* A core's thread for unit u, saying where its detail is when it is not
+ * its own. */
+static void thread_name(const ct_doc *d, int c, int u, char *name, size_t n)
+{
+    int from = d->from[c];
+    if (u == UNIT_CORE && from < 0)
+        snprintf(name, n,
+                 "core %d: breakdown only (timeline not recorded, "
+                 "order of categories not known)", c);
+    else if (u == UNIT_CORE && from != c)
+        snprintf(name, n,
+                 "core %d: critical path (not recorded: copied from "
+                 "core %d, same breakdown)", c, from);
+    else if (u == UNIT_CORE && d->level >= LV_GROUP && d->rep[c] != c)
+        snprintf(name, n,
+                 "core %d: critical path (units: see core %d, "
+                 "identical)", c, d->rep[c]);
+    else if (d->level >= LV_TRACKS && (d->binmask[c] >> u & 1))
+        snprintf(name, n, "core %d: %s (binned: %d equal "
+                 "time bins to fit the event budget)", c,
+                 unit_label(u), d->tbins);
+    else
+        snprintf(name, n, "core %d: %s", c, unit_label(u));
+}
+
+/* Every written thread (the critical path always), its overflow lanes
+ * sorted right after it. */
+static void put_thread_names(sink *s, const ct_doc *d)
+{
+    char name[160];
+    for (int c = 0; c < d->r.cores; c++) {
+        int chip = d->r.per_core[c].chip;
         for (int u = 0; u < UNIT_COUNT; u++) {
-            if (u != UNIT_CORE && !(seen[c] >> u & 1))
+            if (u != UNIT_CORE && !(d->seen[c] >> u & 1))
                 continue;
-            if (u == UNIT_CORE && from[c] < 0)
-                snprintf(name, sizeof name,
-                         "core %d: breakdown only (timeline not recorded, "
-                         "order of categories not known)", c);
-            else if (u == UNIT_CORE && from[c] != c)
-                snprintf(name, sizeof name,
-                         "core %d: critical path (not recorded: copied from "
-                         "core %d, same breakdown)", c, from[c]);
-            else if (u == UNIT_CORE && level >= LV_GROUP && rep[c] != c)
-                snprintf(name, sizeof name,
-                         "core %d: critical path (units: see core %d, "
-                         "identical)", c, rep[c]);
-            else if (level >= LV_TRACKS && (binmask[c] >> u & 1))
-                snprintf(name, sizeof name, "core %d: %s (binned: %d equal "
-                         "time bins to fit the event budget)", c,
-                         unit_label(u), tbins);
-            else
-                snprintf(name, sizeof name, "core %d: %s", c, unit_label(u));
-            meta(&s, "thread_name", pc->chip, c * UNIT_COUNT + u, 1, name,
+            thread_name(d, c, u, name, sizeof name);
+            meta(s, "thread_name", chip, c * UNIT_COUNT + u, 1, name,
                  c * UNIT_COUNT + u);
-            /* overflow lanes of this unit, sorted right after it */
             for (int k = 1; k < CHROME_LANES; k++) {
-                if (!(s.lanes[c * UNIT_COUNT + u] >> k & 1))
+                if (!(d->lanes[c * UNIT_COUNT + u] >> k & 1))
                     continue;
-                snprintf(name, sizeof name, "core %d: %s (overlapping, %d)", c,
-                         unit_label(u), k + 1);
-                meta(&s, "thread_name", pc->chip, lane_tid(c, u, k), 1, name,
+                snprintf(name, sizeof name, "core %d: %s (overlapping, %d)",
+                         c, unit_label(u), k + 1);
+                meta(s, "thread_name", chip, lane_tid(c, u, k), 1, name,
                      c * UNIT_COUNT + u);
             }
         }
     }
-    free(lanes);
+}
+
+/* Streamed into the outfile's temporary (SPEC.md: no partial output): a
+ * buffer of the whole text could reach hundreds of MB here. */
+static tpu_status ct_write(ct_doc *d, FILE *f, const char *path,
+                           size_t *written, tpu_error *err)
+{
+    sink s = {.f = f, .r = &d->r, .first = 1, .from = d->from,
+              .lanes = d->lanes, .memo = &d->memo};
+    put_other_data(f, d);
+    memset(d->seen, 0, sizeof(unsigned) * d->r.cores);
+    put_process_names(&s, d);
+    if (!d->oom)
+        d->oom = !ct_events(d, &s);
+    put_thread_names(&s, d);
     fputs("\n]}\n", f);
-    tpu_status st = TPU_OK;
-    if (oom)
-        st = tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
-    else if (fflush(f) != 0 || ferror(f))
-        st = tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s", path,
-                      strerror(errno));
-    else if (written)
+    if (d->oom)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    if (fflush(f) != 0 || ferror(f))
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: cannot write: %s", path,
+                        strerror(errno));
+    if (written)
         *written = s.n;
-    free(rep);
-    free(seen);
-    free(binmask);
-    free(ucount);
-    free(cores);
-    free(from);
-    free(synth);
-    memo_free(&memo);
+    return TPU_OK;
+}
+
+/* The steps: every core given a timeline, the full count, the reduction
+ * to the budget, then the document. */
+tpu_status chrome_trace_write_to(const emu_result *r, outfile *o,
+                                 size_t max_events, size_t *written,
+                                 tpu_error *err)
+{
+    if (!o || !o->f)
+        return tpu_fail(err, TPU_ERR_INPUT, "chrome trace: no output file");
+    const char *path = o->name;
+    if (!r || !r->per_core || r->cores <= 0)
+        return tpu_fail(err, TPU_ERR_INPUT, "%s: no per-core results", path);
+    ct_doc d;
+    memset(&d, 0, sizeof d);
+    tpu_status st = ct_timelines(&d, r, path, err);
+    if (st) {
+        ct_free(&d);
+        return st;
+    }
+    int n = r->cores;
+    d.max_events = max_events ? max_events : CHROME_TRACE_MAX_EVENTS;
+    if (ct_count_full(&d)) {
+        d.rep = malloc(sizeof(int) * n);
+        d.seen = calloc((size_t)n, sizeof(unsigned));
+        d.lanes = calloc((size_t)n * UNIT_COUNT, 1);
+        d.binmask = calloc((size_t)n, 1);
+        d.ucount = calloc((size_t)n * UNIT_COUNT, sizeof(size_t));
+    }
+    if (!d.rep || !d.seen || !d.lanes || !d.binmask || !d.ucount ||
+        ct_reduce(&d) < 0) {
+        ct_free(&d);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "%s: out of memory", path);
+    }
+    st = ct_write(&d, o->f, path, written, err);
+    ct_free(&d);
     return st;
 }
