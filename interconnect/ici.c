@@ -51,7 +51,8 @@ typedef struct {
     double ready;    /* latest arrival among its predecessors */
     int r0, nr;      /* route: resources in n->route[r0 .. r0+nr) */
     int head;        /* successors: list n->edge[head], NOFLOW ends */
-    int deps;        /* predecessors not yet arrived */
+    int deps;        /* predecessors not yet arrived; once the flow has
+                      * started (deps 0), its slot in the active arrays */
 } ici_fl;
 
 /* A dependency: flow `to2 >> 1` waits for the arrival (to2 even) or the
@@ -134,7 +135,7 @@ struct ici {
     /* the active flows in start order (dense: id, bytes left, rate,
      * finish time) */
     int *aid, *fin, *bfl;
-    int *fslot, *fmark; /* per flow: slot while active, visit stamp */
+    int *amark;         /* per slot: visit stamp of rates_update */
     double *arem, *arate, *atf, *crate;
     int nact, capact;
     int nbusy;          /* resources with an active flow */
@@ -254,6 +255,8 @@ ici *ici_new(const ici_params *p, int dim_x, int dim_y, int full_pod)
         ici_free(n);
         return NULL;
     }
+    for (size_t i = 0; i < r; i++)
+        n->res_comp[i] = -1;
     return n;
 }
 
@@ -288,8 +291,7 @@ void ici_free(ici *n)
     free(n->aid);
     free(n->fin);
     free(n->bfl);
-    free(n->fslot);
-    free(n->fmark);
+    free(n->amark);
     free(n->arem);
     free(n->arate);
     free(n->atf);
@@ -555,13 +557,32 @@ static void bh_pop(ici *n)
         n->bh[i] = last;
 }
 
+static int q_slot(const ici *n, double t)
+{
+    uint64_t u = dbits(t), h = u * 0x9E3779B97F4A7C15ULL;
+    int i = (int)(h >> 40) & (n->hcap - 1);
+    while (n->hash[i] >= 0 && dbits(n->bk[n->hash[i]].t) != u)
+        i = (i + 1) & (n->hcap - 1);
+    return i;
+}
+
+/* Empties the queue; clears only the hash slots in use (a call after a
+ * big one would otherwise clear a big table). */
 static void q_clear(ici *n)
 {
-    for (int i = 0; i < n->nbk; i++)
-        n->bk[i].n = n->bk[i].pos = 0;
+    if (n->nbk > 0) {
+        /* all slots found before any is cleared: probes cross them */
+        int *slot = malloc((size_t)n->nbk * sizeof(int));
+        TPU_ASSERT(slot != NULL);
+        for (int i = 0; i < n->nbk; i++)
+            slot[i] = q_slot(n, n->bk[i].t);
+        for (int i = 0; i < n->nbk; i++) {
+            n->hash[slot[i]] = -1;
+            n->bk[i].n = n->bk[i].pos = 0;
+        }
+        free(slot);
+    }
     n->nbk = n->nbh = 0;
-    if (n->hcap > 0)
-        memset(n->hash, 0xff, (size_t)n->hcap * sizeof(int));
 }
 
 static void q_rehash(ici *n, int cap)
@@ -939,14 +960,37 @@ static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
 
 /* Flow id starts: it joins the active set (last) and its resources'
  * lists. */
+/* The arrays indexed by slot hold as many flows as are active at once,
+ * not every flow of the call. */
+static void act_grow(ici *n)
+{
+    int c = n->capact ? 2 * n->capact : 1024;
+    size_t ci = (size_t)c * sizeof(int), cd = (size_t)c * sizeof(double);
+    n->aid = realloc(n->aid, ci);
+    n->fin = realloc(n->fin, ci);
+    n->bfl = realloc(n->bfl, ci);
+    n->amark = realloc(n->amark, ci);
+    n->arem = realloc(n->arem, cd);
+    n->arate = realloc(n->arate, cd);
+    n->atf = realloc(n->atf, cd);
+    n->crate = realloc(n->crate, cd);
+    TPU_ASSERT(n->aid && n->fin && n->bfl && n->amark && n->arem &&
+               n->arate && n->atf && n->crate);
+    memset(n->amark + n->capact, 0,
+           (size_t)(c - n->capact) * sizeof(int));
+    n->capact = c;
+}
+
 static void act_start(ici *n, int id)
 {
     ici_fl *f = &n->fl[id];
+    if (n->nact == n->capact)
+        act_grow(n);
     int s = n->nact++;
     n->aid[s] = id;
     n->arem[s] = f->rem;
     n->arate[s] = 0;
-    n->fslot[id] = s;
+    f->deps = s;
     for (int h = 0; h < f->nr; h++) {
         int r = n->route[f->r0 + h];
         if (n->rl_len[r] == n->rl_cap[r]) {
@@ -997,8 +1041,8 @@ static void sort_start(ici *n, int *ids, int m)
 {
     if (m <= 32) {
         for (int i = 1; i < m; i++) {
-            int v = ids[i], sv = n->fslot[v], k = i;
-            while (k > 0 && n->fslot[ids[k - 1]] > sv) {
+            int v = ids[i], sv = n->fl[v].deps, k = i;
+            while (k > 0 && n->fl[ids[k - 1]].deps > sv) {
                 ids[k] = ids[k - 1];
                 k--;
             }
@@ -1007,7 +1051,7 @@ static void sort_start(ici *n, int *ids, int m)
         return;
     }
     for (int i = 0; i < m; i++)
-        ids[i] = n->fslot[ids[i]];
+        ids[i] = n->fl[ids[i]].deps;
     qsort(ids, (size_t)m, sizeof(int), cmp_int_);
     for (int i = 0; i < m; i++)
         ids[i] = n->aid[ids[i]];
@@ -1030,9 +1074,9 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
         for (int j = 0; j < n->rl_len[q]; j++) {
             int id = n->rl[q][j];
             const ici_fl *f = &n->fl[id];
-            if (n->fmark[id] == stamp)
+            if (n->amark[f->deps] == stamp)
                 continue;
-            n->fmark[id] = stamp;
+            n->amark[f->deps] = stamp;
             fl[m++] = id;
             for (int h = 0; h < f->nr; h++) {
                 int q2 = n->route[f->r0 + h];
@@ -1057,19 +1101,19 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
         n->res_ser[n->bres[i]] = n->comp[c].ser;
     }
     for (int i = 0; i < m; i++) {
-        int s = n->fslot[fl[i]];
+        int s = n->fl[fl[i]].deps;
         n->arate[s] = n->crate[i];
         tf_set(n, s, t);
     }
 }
 
-/* A visit stamp for res_mark and fmark, never 0 (their initial value);
+/* A visit stamp for res_mark and amark, never 0 (their initial value);
  * the marks are cleared before the counter would overflow. */
 static int next_stamp(ici *n)
 {
     if (n->stamp == INT_MAX) {
         memset(n->res_mark, 0, (size_t)n->nres * sizeof(int));
-        memset(n->fmark, 0, (size_t)n->capact * sizeof(int));
+        memset(n->amark, 0, (size_t)n->capact * sizeof(int));
         n->stamp = 0;
     }
     return ++n->stamp;
@@ -1123,8 +1167,11 @@ static void rates_update(ici *n, double t)
     /* Where most resources changed (a symmetric collective's step ends on
      * every chip at once) the components would all be solved again one by
      * one: the solve over all flows is cheaper, and the components are
-     * forgotten until an update touches few again. */
-    if (2 * n->ndirty > n->nbusy) {
+     * forgotten until an update touches few again (solving them all
+     * anew costs more than a solve over all: a tighter limit then; v3-2048
+     * alternates steps that end everywhere with ones that end on a third
+     * of the chips). */
+    if (2 * n->ndirty > n->nbusy || (n->invalid && 8 * n->ndirty > n->nbusy)) {
         for (int i = 0; i < n->ndirty; i++)
             n->res_isdirty[n->dirty[i]] = 0;
         n->ndirty = 0;
@@ -1230,27 +1277,6 @@ static double dag_run(ici *n)
     for (int i = 0; i < nf; i++)
         if (n->fl[i].deps == 0)
             q_push(n, 0.0, i);
-    int capa = n->capact;
-    n->aid = grow(n->aid, &capa, nf, sizeof(int));
-    capa = n->capact;
-    n->fin = grow(n->fin, &capa, nf, sizeof(int));
-    capa = n->capact;
-    n->bfl = grow(n->bfl, &capa, nf, sizeof(int));
-    capa = n->capact;
-    n->fslot = grow(n->fslot, &capa, nf, sizeof(int));
-    capa = n->capact;
-    n->fmark = grow(n->fmark, &capa, nf, sizeof(int));
-    memset(n->fmark, 0, (size_t)nf * sizeof(int));
-    size_t dsz = sizeof(double);
-    capa = n->capact;
-    n->arem = grow(n->arem, &capa, nf, dsz);
-    capa = n->capact;
-    n->arate = grow(n->arate, &capa, nf, dsz);
-    capa = n->capact;
-    n->atf = grow(n->atf, &capa, nf, dsz);
-    capa = n->capact;
-    n->crate = grow(n->crate, &capa, nf, dsz);
-    n->capact = capa;
     n->nact = 0;
     comps_reset(n);
     n->invalid = 0;
@@ -1259,9 +1285,13 @@ static double dag_run(ici *n)
     for (int i = 0; i < n->ndirty; i++)
         n->res_isdirty[n->dirty[i]] = 0;
     n->ndirty = 0;
-    for (int r = 0; r < n->nres; r++) {
-        n->res_comp[r] = -1;
-        n->rl_len[r] = 0;
+    /* every flow of the previous call finished: the resources' lists are
+     * empty, and their component ids stale (comp_of refuses them by
+     * serial number, which starts again only here, far from overflow) */
+    if (n->ser > INT_MAX / 2) {
+        for (int r = 0; r < n->nres; r++)
+            n->res_comp[r] = -1;
+        n->ser = 0;
     }
     double t = 0, t_end = 0;
     int done = 0;
@@ -1307,7 +1337,7 @@ static double dag_run(ici *n)
                 n->arem[keep] = rem;
                 n->arate[keep] = rate;
                 n->atf[keep] = t + rem / rate;
-                n->fslot[id] = keep;
+                n->fl[id].deps = keep;
                 keep++;
             }
         }
