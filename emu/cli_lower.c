@@ -22,8 +22,8 @@ static const char usage_tail[] =
     "\n"
     "exit status: 0 done, 2 bad input or usage (standard output that\n"
     "cannot be written included), 3 does not fit the hardware (the\n"
-    "program is still printed whole: what the core would run), 4 out of\n"
-    "host memory\n";
+    "program is still printed whole: what the core would run),\n"
+    "4 out of host memory\n";
 
 int cli_lower(int argc, char **argv)
 {
