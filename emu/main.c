@@ -58,7 +58,7 @@ static const char *const valued[] = {
     "--seed", "--set", "--size", "--steps", "--stride", "--system",
     "--tolerance", NULL};
 static const char *const flags[] = {
-    "--demo", "--demo-2048", "--functional", "--help", "--no-dedup",
+    "--demo", "--demo-2048", "--functional", "--gather", "--help", "--no-dedup",
     "--print-commands", "--quiet", "--version", "--write", NULL};
 
 /* "-j2" is "-j 2", as make and GNU parallel spell it. */

@@ -533,6 +533,20 @@ static tpu_status get_breakdown(rd *c, const cJSON *o, const char *base,
         return badf(c, jp, "expected an object, %s", found(f, sizeof f, v));
     for (int k = 0; k < CAT_COUNT; k++)
         TRY(get_num(c, v, jp, emu_cat_name((emu_cat)k), 1, 0, &cat[k]));
+    /* Another key would be time the sum check below counts as missing: a
+     * category of a newer tpuemu is told as such, not as a bad sum. */
+    for (const cJSON *e = v->child; e; e = e->next) {
+        int known = 0;
+        for (int k = 0; k < CAT_COUNT && !known; k++)
+            known = e->string && strcmp(e->string, emu_cat_name((emu_cat)k)) == 0;
+        if (!known) {
+            char sub[200];
+            return badf(c, jp_key(sub, sizeof sub, jp, e->string ? e->string : "?"),
+                        "unknown category (this tpuemu knows mxu, vector, "
+                        "hbm_stall, halo, allreduce and idle: a report of a "
+                        "newer tpuemu?)");
+        }
+    }
     return TPU_OK;
 }
 
@@ -624,8 +638,22 @@ static tpu_status read_format(rd *c, const cJSON *root)
         return badf(c, "(top level)", "expected a JSON object, %s",
                     found(f, sizeof f, root));
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsString(fmt) &&
+        (cJSON_GetObjectItemCaseSensitive(root, "graph") ||
+         cJSON_GetObjectItemCaseSensitive(root, "layers")))
+        return bad(c, "format", "missing: this looks like a trace (what run "
+                                "reads), not a report: tpuemu run TRACE "
+                                "--report R.json writes one");
     if (!cJSON_IsString(fmt))
         return bad(c, "format", "missing (not a tpuemu report?)");
+    if (strncmp(fmt->valuestring, "tpuemu-trace/", 13) == 0)
+        return badf(c, "format", "\"%s\": this is a trace (what run reads), "
+                                 "not a report: tpuemu run TRACE --report "
+                                 "R.json writes one", fmt->valuestring);
+    if (strncmp(fmt->valuestring, "tpuemu-validation/", 18) == 0)
+        return badf(c, "format", "\"%s\": this is a validate report, not a "
+                                 "run report (tpuemu run TRACE --report "
+                                 "R.json writes one)", fmt->valuestring);
     if (strcmp(fmt->valuestring, "tpuemu-report/1") != 0)
         return bad(c, "format", "expected \"tpuemu-report/1\"");
     return TPU_OK;
@@ -734,8 +762,11 @@ static tpu_status read_override(rd *c, const cJSON *e, int i,
 static tpu_status read_overrides(rd *c, const cJSON *root, emu_result *r)
 {
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(root, "overrides");
+    /* A SPEC key, as flops_per_step is: a report without it is not one a
+     * run wrote ("{}" when nothing was overridden). */
     if (!ov)
-        return TPU_OK;
+        return bad(c, "overrides", "missing (a run writes {} when nothing "
+                                   "was overridden)");
     if (!cJSON_IsObject(ov))
         return bad(c, "overrides", "expected an object");
     int n = cJSON_GetArraySize(ov);

@@ -301,6 +301,39 @@ void rfile_json_where(const char *text, size_t len, size_t pos, int *line,
     }
 }
 
+/* Where a file cut off inside its text would make cJSON stop: the opening
+ * quote of a string left open, the last character when an object or array
+ * is left open, else len (nothing open: a stop is a typo).  cJSON stops at
+ * or just before the end of a cut-off file, which alone does not tell it
+ * from a typo on the last line. */
+static size_t json_open_at_end(const char *text, size_t len, size_t last)
+{
+    long depth = 0;
+    size_t str_at = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+            str_at = i;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        }
+    }
+    if (in_str)
+        return str_at;
+    if (depth > 0)
+        return last ? last - 1 : 0;
+    return len;
+}
+
 void rfile_json_error(const char *text, size_t len, size_t pos, char *buf,
                       size_t cap)
 {
@@ -323,7 +356,7 @@ void rfile_json_error(const char *text, size_t len, size_t pos, char *buf,
         snprintf(buf, cap, "not valid JSON: arrays and objects nested deeper "
                  "than %d levels (the parser's limit) at line %d, column %d",
                  CJSON_NESTING_LIMIT, line, col);
-    else if (pos >= last)
+    else if (pos >= last || pos >= json_open_at_end(text, len, last))
         snprintf(buf, cap, "not valid JSON: the text ends too early (line %d, "
                  "column %d)", line, col);
     else

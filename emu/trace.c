@@ -1152,38 +1152,6 @@ static tpu_status trace_strings(trace_ctx *c, const cJSON *v, char *path,
     return TPU_OK;
 }
 
-/* A cut-off file rather than a typo: the text ends inside a string or
- * with brackets still open.  Returns where an error counts as "at the
- * end" (the unterminated string's quote, else the last non-blank byte),
- * or len when the text is closed. */
-static size_t trace_open_at_end(const char *text, size_t len, size_t last)
-{
-    long depth = 0;
-    size_t str_at = 0;
-    int in_str = 0;
-    for (size_t i = 0; i < len; i++) {
-        char ch = text[i];
-        if (in_str) {
-            if (ch == '\\')
-                i++;
-            else if (ch == '"')
-                in_str = 0;
-        } else if (ch == '"') {
-            in_str = 1;
-            str_at = i;
-        } else if (ch == '{' || ch == '[') {
-            depth++;
-        } else if (ch == '}' || ch == ']') {
-            depth--;
-        }
-    }
-    if (in_str)
-        return str_at;
-    if (depth > 0)
-        return last ? last - 1 : 0;
-    return len;
-}
-
 static void trace_default_name(graph *g, const char *path)
 {
     const char *b = strrchr(path, '/');
@@ -1340,24 +1308,15 @@ static size_t trace_skip_ws(const char *text, size_t len, size_t pos)
     return pos;
 }
 
-/* Why cJSON stopped at end: a cut-off file (it stops at or just before
- * the end of one) is told apart from a typo. */
+/* Why cJSON stopped at end (rfile_json_error tells a cut-off file from a
+ * typo). */
 static tpu_status trace_syntax_error(trace_ctx *c, const char *text,
                                      size_t len, const char *end)
 {
-    int line, col, depth;
-    size_t last = len;
     char why[200];
     size_t pos = (end >= text && end <= text + len) ? (size_t)(end - text)
                                                     : 0;
-    while (last > 0 && trace_is_ws(text[last - 1]))
-        last--;
-    rfile_json_where(text, len, pos, &line, &col, &depth);
     rfile_json_error(text, len, pos, why, sizeof why);
-    if (strstr(why, "syntax error") &&
-        pos >= trace_open_at_end(text, len, last))
-        return trace_fail(c, NULL, "not valid JSON: the text ends too "
-                          "early (line %d, column %d)", line, col);
     return trace_fail(c, NULL, "%s", why);
 }
 

@@ -14,6 +14,9 @@
  *  - `--set` of an unknown key suggests the keys it most likely meant
  *    (the whole list of 46 was one 1,000-character line), and says that
  *    cores per chip is fixed; run --help explains [C]/[D]/[U];
+ *  - the report reader names a trace or a newer report's category for
+ *    what it is, calls a cut-off report cut off (as the trace reader
+ *    does), and wants `overrides` as it wants `flops_per_step`;
  *  - SIGTERM during an output's write leaves no temporary: the signal is
  *    held while a temporary exists and delivered once every output of the
  *    command is in place (emu/outfile.h, Interruptions).
@@ -182,6 +185,68 @@ static void check_cases(th_ctx *t)
     free(c);
 }
 
+/* The report reader on files that are not run reports, or reports a run
+ * did not write: each named for what it is. */
+static void reader_cases(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    const char *d = th_tmpdir();
+    char base[512], path[512];
+    snprintf(base, sizeof base, "%s/p8-train.json", d); /* check_cases' */
+    char *text = th_slurp(base, NULL);
+    if (!TH_CHECKF(t, text != NULL, "no %s", base)) {
+        free(c);
+        return;
+    }
+    th_case(t, "check of a trace as a report says it is a trace");
+    th_run(c, "%s check --baseline %s %s", th_bin(), TINY, base);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "this is a trace"),
+              "status %d, stderr %s", c->status, c->err);
+
+    th_case(t, "a truncated report: 'ends too early', as for a trace");
+    snprintf(path, sizeof path, "%s/p8-trunc.json", d);
+    th_put(path, "{\"format\":\"tpuemu-report/1\"");
+    th_run(c, "%s check --baseline %s %s", th_bin(), path, base);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "ends too early"),
+              "status %d, stderr %s", c->status, c->err);
+
+    th_case(t, "an unknown breakdown category is named, not a bad sum");
+    char *at = strstr(text, "\"idle\":");
+    if (TH_CHECKF(t, at != NULL, "no idle key")) {
+        size_t k = (size_t)(at - text), n = strlen(text);
+        char *ed = malloc(n + 32);
+        if (ed) {
+            memcpy(ed, text, k);
+            strcpy(ed + k, "\"dma_wait\": 0, ");
+            strcat(ed, text + k);
+            snprintf(path, sizeof path, "%s/p8-newcat.json", d);
+            th_put(path, ed);
+            free(ed);
+            th_run(c, "%s check --baseline %s %s", th_bin(), base, path);
+            TH_CHECKF(t, c->status == 2 &&
+                             strstr(c->err, "breakdown_s.dma_wait: unknown "
+                                            "category"),
+                      "status %d, stderr %s", c->status, c->err);
+        }
+    }
+
+    th_case(t, "a report without overrides is refused, as without "
+               "flops_per_step");
+    at = strstr(text, "\"overrides\": {}");
+    if (TH_CHECKF(t, at != NULL, "no empty overrides")) {
+        memcpy(at, "\"overridez\"", strlen("\"overridez\""));
+        snprintf(path, sizeof path, "%s/p8-noov.json", d);
+        th_put(path, text);
+        th_run(c, "%s check --baseline %s %s", th_bin(), base, path);
+        TH_CHECKF(t, c->status == 2 && strstr(c->err, "overrides: missing"),
+                  "status %d, stderr %s", c->status, c->err);
+    }
+    free(text);
+    free(c);
+}
+
 /* What the handler saw when the held SIGTERM arrived. */
 static volatile sig_atomic_t got_term, outs_whole;
 static char sig_a[512], sig_b[512];
@@ -302,5 +367,6 @@ void th_suite_probe8(th_ctx *t)
     stdout_cases(t);
     view_cases(t);
     check_cases(t);
+    reader_cases(t);
     signal_cases(t);
 }

@@ -243,7 +243,8 @@ void th_suite_report(th_ctx *t)
             {"{\"format\": \"tpuemu-report/1\", \"trace\": \"x\", \"system\":"
              " \"v3-8\", \"chips\": 1, \"cores\": 2, \"global_batch\": 8, "
              "\"num_cores_per_replica\": 1, \"replicas\": 2, \"fits\": true,"
-             " \"step_time_s\": 1, \"flops_per_step\": 1, \"per_core\": []}",
+             " \"step_time_s\": 1, \"flops_per_step\": 1, \"overrides\": {},"
+             " \"per_core\": []}",
              "per_core"},
             {"{\"format\": \"tpuemu-report/1\", \"trace\": \"x\", \"system\":"
              " \"v3-8\", \"chips\": 1, \"cores\": 1e9}",
