@@ -11,6 +11,7 @@
 
 #include <png.h>
 
+#include "emu/font.h"
 #include "emu/report.h"
 #include "firmware/lower.h"
 
@@ -346,4 +347,25 @@ void th_result_save(th_ctx *t, const emu_result *r, const char *name,
     tpu_error err = {0};
     snprintf(path, cap, "%s/%s", th_tmpdir(), name);
     TH_CHECKF(t, report_write(r, path, &err) == TPU_OK, "%s", err.msg);
+}
+
+int th_text_at(const unsigned char *rgb, int w, int h, int x, int y,
+               const char *s, uint32_t col)
+{
+    int tw = font_text_width(s, 1);
+    if (tw <= 0 || x < 0 || y < 0 || x + tw > w || y + FONT_H > h)
+        return 0;
+    unsigned char *m = calloc((size_t)tw * FONT_H * 3, 1);
+    if (!m)
+        return 0;
+    font_draw_rgb(m, tw, FONT_H, 0, 0, s, 1, 0xFFFFFF);
+    int ok = 1;
+    for (int yy = 0; yy < FONT_H && ok; yy++)
+        for (int xx = 0; xx < tw && ok; xx++) {
+            const unsigned char *q = rgb + 3 * ((size_t)(y + yy) * w + x + xx);
+            uint32_t px = (uint32_t)q[0] << 16 | (uint32_t)q[1] << 8 | q[2];
+            ok = (m[3 * (yy * tw + xx)] != 0) == (px == col);
+        }
+    free(m);
+    return ok;
 }

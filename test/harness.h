@@ -17,6 +17,7 @@
 #define TH_HARNESS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "emu/sim.h"
 #include "firmware/isa.h"
@@ -61,6 +62,11 @@ int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb);
  * y0..y1-1 and columns x0..x1-1. */
 long th_rgb_diff(const unsigned char *a, const unsigned char *b, int w, int x0,
                  int y0, int x1, int y1);
+/* 1 when text s, drawn by emu/font.c at scale 1 in colour col with its
+ * top left at (x, y), is exactly what the w x h RGB image holds there
+ * (every glyph pixel col, every other pixel not). */
+int th_text_at(const unsigned char *rgb, int w, int h, int x, int y,
+               const char *s, uint32_t col);
 /* A whole file, NUL-terminated (owned by the caller; its length without
  * the NUL in *len when len is not NULL); NULL when it cannot be read. */
 char *th_slurp(const char *path, size_t *len);

@@ -26,21 +26,10 @@ static uint32_t px(const tpng *p, int x, int y)
 /* 1 when s, drawn at (x, y) at scale 1 in colour c, is exactly what the
  * image holds there: every glyph pixel in c and no other pixel of the
  * text's cells in c. */
-static int text_at(const tpng *p, int x, int y, const char *s, uint32_t c)
+static int text_at(const tpng *p, int x, int y, const char *s,
+                   uint32_t c)
 {
-    int w = font_text_width(s, 1);
-    if (w <= 0 || x < 0 || y < 0 || x + w > p->w || y + FONT_H > p->h)
-        return 0;
-    unsigned char *m = calloc((size_t)w * FONT_H * 3, 1);
-    if (!m)
-        return 0;
-    font_draw_rgb(m, w, FONT_H, 0, 0, s, 1, 0xFFFFFF);
-    int ok = 1;
-    for (int yy = 0; yy < FONT_H && ok; yy++)
-        for (int xx = 0; xx < w && ok; xx++)
-            ok = (m[3 * (yy * w + xx)] != 0) == (px(p, x + xx, y + yy) == c);
-    free(m);
-    return ok;
+    return th_text_at(p->rgb, p->w, p->h, x, y, s, c);
 }
 
 /* The row y in y0..y1 where s stands at x, or -1. */

@@ -257,23 +257,7 @@ static void gather_cases(th_ctx *t, th_cmd_result *c, const char *d)
 static int text_at(const chart_image *im, int x, int y, const char *s,
                    uint32_t col)
 {
-    int w = font_text_width(s, 1);
-    if (w <= 0 || x + w > im->w || y + FONT_H > im->h)
-        return 0;
-    unsigned char *m = calloc((size_t)w * FONT_H * 3, 1);
-    if (!m)
-        return 0;
-    font_draw_rgb(m, w, FONT_H, 0, 0, s, 1, 0xFFFFFF);
-    int ok = 1;
-    for (int yy = 0; yy < FONT_H && ok; yy++)
-        for (int xx = 0; xx < w && ok; xx++) {
-            const uint8_t *q = im->rgb + 3 * ((size_t)(y + yy) * im->w + x +
-                                              xx);
-            uint32_t px = (uint32_t)q[0] << 16 | (uint32_t)q[1] << 8 | q[2];
-            ok = (m[3 * (yy * w + xx)] != 0) == (px == col);
-        }
-    free(m);
-    return ok;
+    return th_text_at(im->rgb, im->w, im->h, x, y, s, col);
 }
 
 static void run_text_cases(th_ctx *t, th_cmd_result *c)
