@@ -27,7 +27,6 @@
 #include <unistd.h>
 
 #include "emu/chart.h"
-#include "emu/font.h"
 #include "test/harness.h"
 
 #define TINY "traces/small/tiny2d.json"
