@@ -126,8 +126,9 @@ int cli_probe_ici(int argc, char **argv)
                          argv[0], (long long)bytes, need, sys->gen, has);
     }
     ici *n = ici_new(&p.ici, sys->dim_x, sys->dim_y, sys->full_pod);
+    /* the system and ici.* are validated: NULL is host memory */
     if (!n)
-        return cli_error(4, "probe %s: cannot build the interconnect",
+        return cli_error(4, "probe %s: out of host memory (interconnect)",
                          argv[0]);
     int nc = ici_num_cores(n);
     double seconds, busbw_factor;
@@ -135,7 +136,7 @@ int cli_probe_ici(int argc, char **argv)
         int *cores = malloc((size_t)nc * sizeof(int));
         if (!cores) {
             ici_free(n);
-            return cli_error(4, "out of memory");
+            return cli_error(4, "probe %s: out of host memory", argv[0]);
         }
         for (int i = 0; i < nc; i++)
             cores[i] = i;
@@ -148,7 +149,7 @@ int cli_probe_ici(int argc, char **argv)
         ici_flow *fl = malloc((size_t)nc * sizeof(ici_flow));
         if (!fl) {
             ici_free(n);
-            return cli_error(4, "out of memory");
+            return cli_error(4, "probe %s: out of host memory", argv[0]);
         }
         for (int c = 0; c < nc; c++) {
             int chip = c / 2, x = chip % dx, step = (c & 1) ? -1 : 1;
@@ -171,6 +172,9 @@ int cli_probe_ici(int argc, char **argv)
         busbw_factor = 1.0;
     }
     ici_free(n);
+    if (seconds < 0)
+        return cli_error(4, "probe %s: out of host memory (interconnect)",
+                         argv[0]);
     if (!(seconds > 0))
         return cli_error(2, "probe %s: %s has no link to exercise", argv[0],
                          sys->name);

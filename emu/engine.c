@@ -397,7 +397,8 @@ static void net_stats(eng *e)
 }
 
 /* Duration of a halo exchange: the flows of every replica at once; -1
- * when the host is out of memory (a zero would be a wrong figure). */
+ * when the host is out of memory, here or in the interconnect model (a
+ * zero would be a wrong figure). */
 static int64_t halo_ps(eng *e, int dim)
 {
     const plan *p = e->in->p;
@@ -434,12 +435,15 @@ static int64_t halo_ps(eng *e, int dim)
     }
     double t = nf ? ici_permute(e->net, f, nf, 0.0) : 0.0;
     free(f);
+    if (t < 0)
+        return -1;
     net_stats(e);
     return (int64_t)llround(t * PS);
 }
 
 /* Duration of an all-reduce (or all-gather) of bytes per core over each
- * replica's group or all cores; -1 when the host is out of memory. */
+ * replica's group or all cores; -1 when the host is out of memory, here or
+ * in the interconnect model. */
 static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
                                   int gather)
 {
@@ -453,12 +457,16 @@ static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
             cores[k] = k;
         t = ici_allreduce(e->net, cores, p->cores, (double)bytes, 0.0);
         free(cores);
+        if (t < 0)
+            return -1;
         net_stats(e);
     } else if (p->cpr > 1) {
         /* Every replica's group at once, competing for links where their
          * rings meet. */
         t = ici_allreduce_groups(e->net, p->core_of, p->cpr, p->replicas,
                                  (double)bytes, 0.0);
+        if (t < 0)
+            return -1;
         net_stats(e);
     }
     /* An all-gather is the second half of a ring all-reduce. */
@@ -512,7 +520,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
         break;
     }
     if (dur < 0)
-        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (collective)");
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "out of host memory (interconnect)");
     /* Start: when the group's last member arrives.  Executed cores form
      * whole replicas, so the group of a core is its replica (or all). */
     int64_t *st = malloc(sizeof(int64_t) * (size_t)e->ncores_sim);
@@ -594,8 +603,14 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
     e.net = ici_new(&in->hw->ici, p->sys->dim_x, p->sys->dim_y,
                     p->sys->full_pod);
     if (!e.sim_core || !e.sim_shard || !e.cs || !e.link_busy ||
-        !e.bytes_sent || !e.layer_time || !e.dc || !e.net) {
+        !e.bytes_sent || !e.layer_time || !e.dc) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (engine)");
+        goto done;
+    }
+    /* the system's dimensions and ici.* are validated: NULL is memory */
+    if (!e.net) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM,
+                      "out of host memory (interconnect)");
         goto done;
     }
     for (int ci = 0; ci < e.ncores_sim; ci++) {

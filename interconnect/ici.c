@@ -27,6 +27,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,25 @@ typedef struct {
 
 #define ICI_CACHE 64
 
+/* Host memory of a call.  Every allocation a call makes goes through
+ * mem_ralloc and tmp_alloc below; when one fails, the call unwinds
+ * (longjmp) to the jmp_buf its public entry point set, which frees the
+ * call's temporaries (listed here, not only on the C stack, so that the
+ * unwind leaks nothing), puts the run state back to idle and returns the
+ * failure value ici.h documents.  Scratch the object owns keeps its old
+ * block when growing it fails, so ici_free frees everything either way.
+ * Only the slow paths (an allocation) look at any of this. */
+#define ICI_NTMP 24
+
+typedef struct {
+    jmp_buf jb;
+    int armed;               /* jb is set: a call is running */
+    int ntmp;
+    void *tmp[ICI_NTMP];     /* the running call's temporaries */
+    long fail_after;         /* test hook: allocations to let through
+                              * before one fails (< 0: none fails) */
+} ici_mem;
+
 struct ici {
     ici_params p;
     int dx, dy, nchips, ncores, nres;
@@ -177,19 +197,78 @@ struct ici {
     ici_cache_ent cache[ICI_CACHE];
     int cache_next;
     long cache_hits;
+
+    ici_mem mem;
 };
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static void *grow(void *p, int *cap, int need, size_t elem)
+/* Out of host memory: back to the entry point of the running call. */
+static void mem_fail(ici_mem *m)
+{
+    TPU_ASSERT(m->armed); /* an allocation outside a guarded call */
+    longjmp(m->jb, 1);
+}
+
+/* realloc(p, size), or unwinds the call (p is then left as it was). */
+static void *mem_ralloc(ici_mem *m, void *p, size_t size)
+{
+    void *q = NULL;
+    if (m->fail_after < 0 || m->fail_after-- > 0)
+        q = realloc(p, size ? size : 1);
+    if (!q)
+        mem_fail(m);
+    return q;
+}
+
+/* A block that lives within one call: freed by tmp_free, by the unwind,
+ * or handed to the object by tmp_keep. */
+static void *tmp_alloc(ici_mem *m, size_t size)
+{
+    TPU_ASSERT(m->ntmp < ICI_NTMP);
+    void *p = mem_ralloc(m, NULL, size);
+    m->tmp[m->ntmp++] = p;
+    return p;
+}
+
+static void *tmp_calloc(ici_mem *m, size_t count, size_t size)
+{
+    void *p = tmp_alloc(m, count * size);
+    memset(p, 0, count * size);
+    return p;
+}
+
+static void tmp_keep(ici_mem *m, const void *p)
+{
+    for (int i = m->ntmp - 1; i >= 0; i--)
+        if (m->tmp[i] == p) {
+            m->tmp[i] = m->tmp[--m->ntmp];
+            return;
+        }
+    TPU_ASSERT(0); /* not a temporary of this call */
+}
+
+static void tmp_free(ici_mem *m, void *p)
+{
+    tmp_keep(m, p);
+    free(p);
+}
+
+static void tmp_free_all(ici_mem *m)
+{
+    while (m->ntmp > 0)
+        free(m->tmp[--m->ntmp]);
+}
+
+/* Scratch of the object at least `need` elements long (doubling). */
+static void *grow(ici *n, void *p, int *cap, int need, size_t elem)
 {
     if (need <= *cap)
         return p;
     int c = *cap ? *cap : 256;
     while (c < need)
         c *= 2;
-    void *q = realloc(p, (size_t)c * elem);
-    TPU_ASSERT(q != NULL);
+    void *q = mem_ralloc(&n->mem, p, (size_t)c * elem);
     *cap = c;
     return q;
 }
@@ -257,6 +336,7 @@ ici *ici_new(const ici_params *p, int dim_x, int dim_y, int full_pod)
     }
     for (size_t i = 0; i < r; i++)
         n->res_comp[i] = -1;
+    n->mem.fail_after = -1;
     return n;
 }
 
@@ -401,7 +481,8 @@ static int route_chips(ici *n, int a, int b, int pref)
     int ax = chip_x(n, a), ay = chip_y(n, a);
     int hx = dim_steps(ax, chip_x(n, b), n->dx, n->wrapx, pref, &sx);
     int hy = dim_steps(ay, chip_y(n, b), n->dy, n->wrapy, pref, &sy);
-    n->route = grow(n->route, &n->caproute, n->nroute + hx + hy, sizeof(int));
+    n->route =
+        grow(n, n->route, &n->caproute, n->nroute + hx + hy, sizeof(int));
     int x = ax, y = ay;
     for (int i = 0; i < hx; i++) {
         n->route[n->nroute++] = 4 * (x + y * n->dx) + (sx > 0 ? 0 : 1);
@@ -450,7 +531,7 @@ static void acc_core_add(ici *n, int c, double b)
  * ties.  Returns its id. */
 static int add_flow(ici *n, int src, int dst, double bytes, int pref)
 {
-    n->fl = grow(n->fl, &n->capfl, n->nfl + 1, sizeof(ici_fl));
+    n->fl = grow(n, n->fl, &n->capfl, n->nfl + 1, sizeof(ici_fl));
     int id = n->nfl++;
     ici_fl *f = &n->fl[id];
     memset(f, 0, sizeof *f);
@@ -461,7 +542,7 @@ static int add_flow(ici *n, int src, int dst, double bytes, int pref)
     if (src == dst) {
         f->nr = 0;
     } else if (a == b) {
-        n->route = grow(n->route, &n->caproute, n->nroute + 1, sizeof(int));
+        n->route = grow(n, n->route, &n->caproute, n->nroute + 1, sizeof(int));
         n->route[n->nroute++] = 4 * n->nchips + 2 * a + (src & 1);
         f->nr = 1;
     } else {
@@ -484,7 +565,7 @@ static void add_dep_kind(ici *n, int before, int after, int sent)
     /* A flow's successors are visited in no particular order: arrive
      * takes the latest of its predecessors and the event queue orders by
      * (time, id) whatever the order of pushes. */
-    n->edge = grow(n->edge, &n->capedge, n->nedge + 1, sizeof(ici_edge));
+    n->edge = grow(n, n->edge, &n->capedge, n->nedge + 1, sizeof(ici_edge));
     n->edge[n->nedge].to2 = 2 * after + sent;
     n->edge[n->nedge].next = n->fl[before].head;
     n->fl[before].head = n->nedge++;
@@ -527,7 +608,7 @@ static int bk_less(const ici *n, int a, int b)
 
 static void bh_push(ici *n, int b)
 {
-    n->bh = grow(n->bh, &n->capbh, n->nbh + 1, sizeof(int));
+    n->bh = grow(n, n->bh, &n->capbh, n->nbh + 1, sizeof(int));
     int i = n->nbh++;
     while (i > 0) {
         int p = (i - 1) / 2;
@@ -572,15 +653,14 @@ static void q_clear(ici *n)
 {
     if (n->nbk > 0) {
         /* all slots found before any is cleared: probes cross them */
-        int *slot = malloc((size_t)n->nbk * sizeof(int));
-        TPU_ASSERT(slot != NULL);
+        int *slot = tmp_alloc(&n->mem, (size_t)n->nbk * sizeof(int));
         for (int i = 0; i < n->nbk; i++)
             slot[i] = q_slot(n, n->bk[i].t);
         for (int i = 0; i < n->nbk; i++) {
             n->hash[slot[i]] = -1;
             n->bk[i].n = n->bk[i].pos = 0;
         }
-        free(slot);
+        tmp_free(&n->mem, slot);
     }
     n->nbk = n->nbh = 0;
 }
@@ -588,9 +668,7 @@ static void q_clear(ici *n)
 static void q_rehash(ici *n, int cap)
 {
     if (cap != n->hcap) {
-        free(n->hash);
-        n->hash = malloc((size_t)cap * sizeof(int));
-        TPU_ASSERT(n->hash != NULL);
+        n->hash = mem_ralloc(&n->mem, n->hash, (size_t)cap * sizeof(int));
         n->hcap = cap;
     }
     memset(n->hash, 0xff, (size_t)cap * sizeof(int));
@@ -608,10 +686,8 @@ static void q_rehash(ici *n, int cap)
  * positions unchanged; the others' id arrays are kept for reuse. */
 static void q_compact(ici *n)
 {
-    ici_bucket *nb = malloc((size_t)n->capbk * sizeof(ici_bucket));
-    TPU_ASSERT(nb != NULL);
-    unsigned char *used = calloc((size_t)n->capbk, 1);
-    TPU_ASSERT(used != NULL);
+    ici_bucket *nb = tmp_alloc(&n->mem, (size_t)n->capbk * sizeof(ici_bucket));
+    unsigned char *used = tmp_calloc(&n->mem, (size_t)n->capbk, 1);
     for (int j = 0; j < n->nbh; j++) {
         nb[j] = n->bk[n->bh[j]];
         used[n->bh[j]] = 1;
@@ -624,7 +700,8 @@ static void q_compact(ici *n)
             nb[w].n = nb[w].pos = 0;
             w++;
         }
-    free(used);
+    tmp_free(&n->mem, used);
+    tmp_keep(&n->mem, nb);
     free(n->bk);
     n->bk = nb;
     n->nbk = n->nbh;
@@ -649,8 +726,8 @@ static int q_bucket(ici *n, double t)
     }
     if (n->nbk == n->capbk) {
         int c = n->capbk ? 2 * n->capbk : 256;
-        ici_bucket *nb = realloc(n->bk, (size_t)c * sizeof(ici_bucket));
-        TPU_ASSERT(nb != NULL);
+        ici_bucket *nb =
+            mem_ralloc(&n->mem, n->bk, (size_t)c * sizeof(ici_bucket));
         memset(nb + n->capbk, 0, (size_t)(c - n->capbk) * sizeof(ici_bucket));
         n->bk = nb;
         n->capbk = c;
@@ -673,8 +750,7 @@ static void q_push(ici *n, double t, int id)
     }
     if (k->n == k->cap) {
         int c = k->cap ? 2 * k->cap : 8;
-        int *ids = realloc(k->ids, (size_t)c * sizeof(int));
-        TPU_ASSERT(ids != NULL);
+        int *ids = mem_ralloc(&n->mem, k->ids, (size_t)c * sizeof(int));
         k->ids = ids;
         k->cap = c;
     }
@@ -716,7 +792,7 @@ static int tab_find(const ici_tab *tb, double v)
 
 /* Adds d (+1 or -1) to v's count; returns 1 when v appeared or
  * vanished. */
-static int tab_add(ici_tab *tb, double v, int d)
+static int tab_add(ici *n, ici_tab *tb, double v, int d)
 {
     int lo = tab_find(tb, v);
     if (lo < tb->n && tb->e[lo].v == v) {
@@ -730,7 +806,7 @@ static int tab_add(ici_tab *tb, double v, int d)
         return 1;
     }
     TPU_ASSERT(d > 0);
-    tb->e = grow(tb->e, &tb->cap, tb->n + 1, sizeof(ici_shv));
+    tb->e = grow(n, tb->e, &tb->cap, tb->n + 1, sizeof(ici_shv));
     memmove(tb->e + lo + 1, tb->e + lo, (size_t)(tb->n - lo) * sizeof(ici_shv));
     tb->e[lo].v = v;
     tb->e[lo].cnt = d;
@@ -776,7 +852,7 @@ static int fill(ici *n, const int *ids, int m, double *rate, double *sh,
         }
         nlist += f->nr;
     }
-    n->res_list = grow(n->res_list, &n->caplist, nlist, sizeof(int));
+    n->res_list = grow(n, n->res_list, &n->caplist, nlist, sizeof(int));
     int acc = 0;
     for (int k = 0; k < n->ntouched; k++) {
         int r = n->touched[k];
@@ -791,7 +867,7 @@ static int fill(ici *n, const int *ids, int m, double *rate, double *sh,
             n->res_list[n->res_start[r] + n->res_len[r]++] = i;
         }
     }
-    n->frozen = grow(n->frozen, &n->capfrozen, m, 1);
+    n->frozen = grow(n, n->frozen, &n->capfrozen, m, 1);
     memset(n->frozen, 0, (size_t)(unsigned)m);
     int left = m, bad = 0;
     double prev = 0;
@@ -875,7 +951,7 @@ static void res_dirty(ici *n, int r)
 
 static void changed_add(ici *n, double v)
 {
-    n->chg = grow(n->chg, &n->capchg, n->nchg + 1, sizeof(double));
+    n->chg = grow(n, n->chg, &n->capchg, n->nchg + 1, sizeof(double));
     n->chg[n->nchg++] = v;
 }
 
@@ -897,14 +973,15 @@ static void comp_kill(ici *n, int c)
     for (int i = 0; i < k->nsh; i++) {
         double own = n->shpool[k->off + 2 * i],
                s = n->shpool[k->off + 2 * i + 1];
-        tab_add(&n->own, own, -1);
-        if (own == s && tab_add(&n->g, s, -1))
+        tab_add(n, &n->own, own, -1);
+        if (own == s && tab_add(n, &n->g, s, -1))
             changed_add(n, s);
     }
     n->shlive -= k->nsh;
     n->nbad -= k->bad;
     k->alive = 0;
-    n->comp_free = grow(n->comp_free, &n->capfree, n->nfree + 1, sizeof(int));
+    n->comp_free =
+        grow(n, n->comp_free, &n->capfree, n->nfree + 1, sizeof(int));
     n->comp_free[n->nfree++] = c;
 }
 
@@ -914,14 +991,14 @@ static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
     if (n->nfree > 0) {
         c = n->comp_free[--n->nfree];
     } else {
-        n->comp = grow(n->comp, &n->capcomp, n->ncomp + 1, sizeof(ici_comp));
+        n->comp = grow(n, n->comp, &n->capcomp, n->ncomp + 1, sizeof(ici_comp));
         c = n->ncomp++;
         n->comp[c].alive = 0;
     }
     /* the pool keeps only live components' shares when it would grow */
     if (n->nshpool + 2 * nsh > n->capshpool && n->nshpool > 4 * n->shlive) {
-        double *pool = malloc((size_t)n->capshpool * sizeof(double));
-        TPU_ASSERT(pool != NULL);
+        double *pool =
+            tmp_alloc(&n->mem, (size_t)n->capshpool * sizeof(double));
         int w = 0;
         for (int i = 0; i < n->ncomp; i++) {
             ici_comp *k = &n->comp[i];
@@ -932,11 +1009,12 @@ static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
             k->off = w;
             w += 2 * k->nsh;
         }
+        tmp_keep(&n->mem, pool);
         free(n->shpool);
         n->shpool = pool;
         n->nshpool = w;
     }
-    n->shpool = grow(n->shpool, &n->capshpool, n->nshpool + 2 * nsh,
+    n->shpool = grow(n, n->shpool, &n->capshpool, n->nshpool + 2 * nsh,
                      sizeof(double));
     ici_comp *k = &n->comp[c];
     k->off = n->nshpool;
@@ -951,8 +1029,8 @@ static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
     n->nbad += bad;
     for (int i = 0; i < nsh; i++) {
         double own = sh[2 * i], s = sh[2 * i + 1];
-        tab_add(&n->own, own, 1);
-        if (own == s && tab_add(&n->g, s, 1))
+        tab_add(n, &n->own, own, 1);
+        if (own == s && tab_add(n, &n->g, s, 1))
             changed_add(n, s);
     }
     return c;
@@ -966,16 +1044,16 @@ static void act_grow(ici *n)
 {
     int c = n->capact ? 2 * n->capact : 1024;
     size_t ci = (size_t)c * sizeof(int), cd = (size_t)c * sizeof(double);
-    n->aid = realloc(n->aid, ci);
-    n->fin = realloc(n->fin, ci);
-    n->bfl = realloc(n->bfl, ci);
-    n->amark = realloc(n->amark, ci);
-    n->arem = realloc(n->arem, cd);
-    n->arate = realloc(n->arate, cd);
-    n->atf = realloc(n->atf, cd);
-    n->crate = realloc(n->crate, cd);
-    TPU_ASSERT(n->aid && n->fin && n->bfl && n->amark && n->arem &&
-               n->arate && n->atf && n->crate);
+    /* an array that grew before another failed stays longer than
+     * capact, which is harmless */
+    n->aid = mem_ralloc(&n->mem, n->aid, ci);
+    n->fin = mem_ralloc(&n->mem, n->fin, ci);
+    n->bfl = mem_ralloc(&n->mem, n->bfl, ci);
+    n->amark = mem_ralloc(&n->mem, n->amark, ci);
+    n->arem = mem_ralloc(&n->mem, n->arem, cd);
+    n->arate = mem_ralloc(&n->mem, n->arate, cd);
+    n->atf = mem_ralloc(&n->mem, n->atf, cd);
+    n->crate = mem_ralloc(&n->mem, n->crate, cd);
     memset(n->amark + n->capact, 0,
            (size_t)(c - n->capact) * sizeof(int));
     n->capact = c;
@@ -995,9 +1073,7 @@ static void act_start(ici *n, int id)
         int r = n->route[f->r0 + h];
         if (n->rl_len[r] == n->rl_cap[r]) {
             int c = n->rl_cap[r] ? 2 * n->rl_cap[r] : 4;
-            int *l = realloc(n->rl[r], (size_t)c * sizeof(int));
-            TPU_ASSERT(l != NULL);
-            n->rl[r] = l;
+            n->rl[r] = mem_ralloc(&n->mem, n->rl[r], (size_t)c * sizeof(int));
             n->rl_cap[r] = c;
         }
         if (n->rl_len[r] == 0)
@@ -1089,7 +1165,7 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
         }
     }
     sort_start(n, fl, m);
-    n->cshares = grow(n->cshares, &n->capcsh, 2 * m, sizeof(double));
+    n->cshares = grow(n, n->cshares, &n->capcsh, 2 * m, sizeof(double));
     int nsh = fill(n, fl, m, n->crate, n->cshares, &n->g);
     int bad = nsh < 0;
     if (bad)
@@ -1126,7 +1202,7 @@ static void comp_redo(ici *n, int c, double t)
 {
     ici_comp *k = &n->comp[c];
     int nsh = k->nsh, r0 = k->rep, mark = n->nchg;
-    n->oldsh = grow(n->oldsh, &n->capoldsh, 2 * nsh + 1, sizeof(double));
+    n->oldsh = grow(n, n->oldsh, &n->capoldsh, 2 * nsh + 1, sizeof(double));
     memcpy(n->oldsh, n->shpool + k->off, (size_t)(2 * nsh) * sizeof(double));
     comp_kill(n, c);
     solve_comp(n, r0, next_stamp(n), t);
@@ -1152,7 +1228,7 @@ static void comps_reset(ici *n)
 
 static void fill_all(ici *n, double t)
 {
-    n->cshares = grow(n->cshares, &n->capcsh, n->nact, sizeof(double));
+    n->cshares = grow(n, n->cshares, &n->capcsh, n->nact, sizeof(double));
     fill(n, n->aid, n->nact, n->arate, n->cshares, NULL);
     n->nglobal++;
     for (int s = 0; s < n->nact; s++)
@@ -1206,7 +1282,7 @@ static void rates_update(ici *n, double t)
             break;
         }
         int nv = n->nchg, hit = 0;
-        n->chg2 = grow(n->chg2, &n->capchg2, nv, sizeof(double));
+        n->chg2 = grow(n, n->chg2, &n->capchg2, nv, sizeof(double));
         memcpy(n->chg2, n->chg, (size_t)nv * sizeof(double));
         n->nchg = 0;
         for (int i = 0; i < nv && !hit; i++) {
@@ -1351,8 +1427,6 @@ static double dag_run(ici *n)
     return t_end;
 }
 
-/* Moves the per-call statistics into the totals (and, when ent is not
- * NULL, into a cache entry for replay). */
 /* Canonical frame: the call's chips shifted so that their smallest x and
  * y are 0.  Dimension-order routes depend only on coordinate differences
  * (modulo the size of a wrapped dimension) and the group layout only on
@@ -1399,35 +1473,36 @@ static int shift_core(const ici *n, int c, int ox, int oy)
     return 2 * shift_chip(n, c / 2, ox, oy) + (c & 1);
 }
 
+/* Moves the per-call statistics into the totals and into the cache entry
+ * ent, whose arrays cache_store allocated. */
 static void acc_commit(ici *n, ici_cache_ent *ent, int ox, int oy)
 {
-    if (ent) {
-        ent->nres = n->nacc_res;
-        ent->res = malloc((size_t)(n->nacc_res + 1) * sizeof(int));
-        ent->res_bytes = malloc((size_t)(n->nacc_res + 1) * sizeof(double));
-        ent->ncore = n->nacc_core;
-        ent->core = malloc((size_t)(n->nacc_core + 1) * sizeof(int));
-        ent->core_bytes = malloc((size_t)(n->nacc_core + 1) * sizeof(double));
-        TPU_ASSERT(ent->res && ent->res_bytes && ent->core && ent->core_bytes);
-    }
+    ent->nres = n->nacc_res;
+    ent->ncore = n->nacc_core;
     for (int i = 0; i < n->nacc_res; i++) {
         int r = n->acc_res_list[i];
         n->stat_res[shift_res(n, r, ox, oy)] += n->acc_res[r];
-        if (ent) {
-            ent->res[i] = r;
-            ent->res_bytes[i] = n->acc_res[r];
-        }
+        ent->res[i] = r;
+        ent->res_bytes[i] = n->acc_res[r];
         n->acc_res[r] = 0;
     }
     for (int i = 0; i < n->nacc_core; i++) {
         int c = n->acc_core_list[i];
         n->stat_core[shift_core(n, c, ox, oy)] += n->acc_core[c];
-        if (ent) {
-            ent->core[i] = c;
-            ent->core_bytes[i] = n->acc_core[c];
-        }
+        ent->core[i] = c;
+        ent->core_bytes[i] = n->acc_core[c];
         n->acc_core[c] = 0;
     }
+    n->nacc_res = n->nacc_core = 0;
+}
+
+/* Drops the statistics of a call that did not complete. */
+static void acc_drop(ici *n)
+{
+    for (int i = 0; i < n->nacc_res; i++)
+        n->acc_res[n->acc_res_list[i]] = 0;
+    for (int i = 0; i < n->nacc_core; i++)
+        n->acc_core[n->acc_core_list[i]] = 0;
     n->nacc_res = n->nacc_core = 0;
 }
 
@@ -1485,19 +1560,37 @@ static double cache_replay(ici *n, const ici_cache_ent *e, int ox, int oy)
     return e->dur;
 }
 
-static ici_cache_ent *cache_slot(ici *n, uint64_t h, int kind, double bytes,
-                                 int gs, int ng, const int *key, int nkey,
-                                 const double *kb)
+/* Stores a simulated call's result in the next cache slot and moves its
+ * statistics into the totals.  Everything is allocated before the slot is
+ * overwritten or a statistic moves: a call that runs out of memory here
+ * leaves the cache and the totals as they were. */
+static void cache_store(ici *n, uint64_t h, int kind, double bytes, int gs,
+                        int ng, const int *key, int nkey, const double *kb,
+                        double dur, int ox, int oy)
 {
+    ici_mem *m = &n->mem;
+    size_t nr = (size_t)n->nacc_res + 1, nc = (size_t)n->nacc_core + 1;
+    int *k = tmp_alloc(m, (size_t)(nkey + 1) * sizeof(int));
+    double *kbs =
+        kb ? tmp_alloc(m, (size_t)(nkey / 2 + 1) * sizeof(double)) : NULL;
+    int *res = tmp_alloc(m, nr * sizeof(int));
+    double *res_bytes = tmp_alloc(m, nr * sizeof(double));
+    int *core = tmp_alloc(m, nc * sizeof(int));
+    double *core_bytes = tmp_alloc(m, nc * sizeof(double));
+    tmp_keep(m, k);
+    if (kbs)
+        tmp_keep(m, kbs);
+    tmp_keep(m, res);
+    tmp_keep(m, res_bytes);
+    tmp_keep(m, core);
+    tmp_keep(m, core_bytes);
     ici_cache_ent *e = &n->cache[n->cache_next];
     n->cache_next = (n->cache_next + 1) % ICI_CACHE;
     cache_clear(e);
-    e->key = malloc((size_t)(nkey + 1) * sizeof(int));
-    TPU_ASSERT(e->key != NULL);
+    e->key = k;
     memcpy(e->key, key, (size_t)nkey * sizeof(int));
-    if (kb) {
-        e->kbytes = malloc((size_t)(nkey / 2 + 1) * sizeof(double));
-        TPU_ASSERT(e->kbytes != NULL);
+    if (kbs) {
+        e->kbytes = kbs;
         memcpy(e->kbytes, kb, (size_t)(nkey / 2) * sizeof(double));
     }
     e->hash = h;
@@ -1506,20 +1599,39 @@ static ici_cache_ent *cache_slot(ici *n, uint64_t h, int kind, double bytes,
     e->group_size = gs;
     e->ngroups = ng;
     e->nkey = nkey;
-    return e;
+    e->dur = dur;
+    e->res = res;
+    e->res_bytes = res_bytes;
+    e->core = core;
+    e->core_bytes = core_bytes;
+    acc_commit(n, e, ox, oy);
+}
+
+/* Unwinding from a call that ran out of host memory: its temporaries
+ * freed, the run state idle (what dag_run expects of a finished call:
+ * empty resource lists, no counts left by fill, no per-call statistics),
+ * the totals and the cache untouched. */
+static void call_failed(ici *n)
+{
+    tmp_free_all(&n->mem);
+    n->mem.armed = 0;
+    for (int r = 0; r < n->nres; r++) {
+        n->rl_len[r] = 0;
+        n->res_cnt[r] = 0;
+    }
+    n->nact = n->nbusy = 0;
+    acc_drop(n);
+    dag_begin(n);
 }
 
 /* ---- collective-permute ------------------------------------------------- */
 
-double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
+/* The duration of a permute (simulated from idle links, or replayed). */
+static double permute_run(ici *n, const ici_flow *flows, int nflows)
 {
-    TPU_ASSERT(nflows >= 0 && (nflows == 0 || flows));
-    if (nflows == 0)
-        return t_start;
     size_t nfl = (size_t)(unsigned)nflows;
-    int *key = malloc(nfl * 2 * sizeof(int));
-    double *kb = malloc(nfl * sizeof(double));
-    TPU_ASSERT(key && kb);
+    int *key = tmp_alloc(&n->mem, nfl * 2 * sizeof(int));
+    double *kb = tmp_alloc(&n->mem, nfl * sizeof(double));
     for (int i = 0; i < nflows; i++) {
         TPU_ASSERT(flows[i].src_core >= 0 && flows[i].src_core < n->ncores);
         TPU_ASSERT(flows[i].dst_core >= 0 && flows[i].dst_core < n->ncores);
@@ -1539,12 +1651,28 @@ double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
         for (int i = 0; i < nflows; i++)
             add_flow(n, key[2 * i], key[2 * i + 1], kb[i], 1);
         dur = dag_run(n);
-        e = cache_slot(n, h, 1, 0, 0, 0, key, 2 * nflows, kb);
-        e->dur = dur;
-        acc_commit(n, e, ox, oy);
+        cache_store(n, h, 1, 0, 0, 0, key, 2 * nflows, kb, dur, ox, oy);
     }
-    free(key);
-    free(kb);
+    tmp_free(&n->mem, key);
+    tmp_free(&n->mem, kb);
+    return dur;
+}
+
+/* The public calls set the jmp_buf an allocation failure unwinds to (see
+ * ici_mem) and call a *_run function that does the work: nothing of the
+ * function that called setjmp changes before a longjmp. */
+double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
+{
+    TPU_ASSERT(nflows >= 0 && (nflows == 0 || flows));
+    if (nflows == 0)
+        return t_start;
+    if (setjmp(n->mem.jb)) {
+        call_failed(n);
+        return ICI_NO_MEMORY;
+    }
+    n->mem.armed = 1;
+    double dur = permute_run(n, flows, nflows);
+    n->mem.armed = 0;
     return t_start + dur;
 }
 
@@ -1618,32 +1746,32 @@ static int ring_closes(const int *c, int m, int d, int wrap)
  * (0 2 4 .. 5 3 1), so every ring edge is one or two hops and each link
  * direction carries one edge, instead of one edge crossing the whole line
  * back (same bandwidth, far less latency per step). */
-static void line_order(int *c, int m)
+static void line_order(ici_mem *mem, int *c, int m)
 {
-    int *t = malloc((size_t)(unsigned)m * sizeof(int));
-    TPU_ASSERT(t != NULL);
+    int *t = tmp_alloc(mem, (size_t)(unsigned)m * sizeof(int));
     int k = 0;
     for (int i = 0; i < m; i += 2)
         t[k++] = c[i];
     for (int i = (m - 1) % 2 == 1 ? m - 1 : m - 2; i >= 1; i -= 2)
         t[k++] = c[i];
     memcpy(c, t, (size_t)(unsigned)m * sizeof(int));
-    free(t);
+    tmp_free(mem, t);
 }
 
-static void grp_free(ici_grp *g)
+static void grp_free(ici_mem *m, ici_grp *g)
 {
-    free(g->grid);
-    free(g->has);
+    tmp_free(m, g->grid);
+    tmp_free(m, g->has);
 }
 
-static void grp_build(const ici *n, const int *cores, int ncores, ici_grp *g)
+/* The group's layout; its arrays are temporaries of the call (grp_free). */
+static void grp_build(const ici *n, ici_mem *m, const int *cores, int ncores,
+                      ici_grp *g)
 {
-    int *chips = malloc((size_t)ncores * sizeof(int));
-    int *mask = calloc((size_t)n->nchips, sizeof(int));
-    int *xs = malloc((size_t)ncores * sizeof(int));
-    int *ys = malloc((size_t)ncores * sizeof(int));
-    TPU_ASSERT(chips && mask && xs && ys);
+    int *chips = tmp_alloc(m, (size_t)ncores * sizeof(int));
+    int *mask = tmp_calloc(m, (size_t)n->nchips, sizeof(int));
+    int *xs = tmp_alloc(m, (size_t)ncores * sizeof(int));
+    int *ys = tmp_alloc(m, (size_t)ncores * sizeof(int));
     int nc = 0;
     for (int i = 0; i < ncores; i++) {
         int ch = cores[i] / 2;
@@ -1661,15 +1789,14 @@ static void grp_build(const ici *n, const int *cores, int ncores, ici_grp *g)
     g->close[1] = g->rect && ring_closes(ys, ny, n->dy, n->wrapy);
     if (g->rect) {
         if (!g->close[0])
-            line_order(xs, nx);
+            line_order(m, xs, nx);
         if (!g->close[1])
-            line_order(ys, ny);
+            line_order(m, ys, ny);
     }
     g->na = g->rect ? nx : nc;
     g->nb = g->rect ? ny : 1;
-    g->grid = malloc((size_t)nc * sizeof(int));
-    g->has = malloc((size_t)nc * sizeof(int));
-    TPU_ASSERT(g->grid && g->has);
+    g->grid = tmp_alloc(m, (size_t)nc * sizeof(int));
+    g->has = tmp_alloc(m, (size_t)nc * sizeof(int));
     if (g->rect) {
         for (int ib = 0; ib < ny; ib++)
             for (int ia = 0; ia < nx; ia++)
@@ -1679,10 +1806,10 @@ static void grp_build(const ici *n, const int *cores, int ncores, ici_grp *g)
     }
     for (int i = 0; i < nc; i++)
         g->has[i] = mask[g->grid[i]];
-    free(chips);
-    free(mask);
-    free(xs);
-    free(ys);
+    tmp_free(m, chips);
+    tmp_free(m, mask);
+    tmp_free(m, xs);
+    tmp_free(m, ys);
 }
 
 /* A stream is one share of the data with its own route through the
@@ -1878,8 +2005,9 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
 {
     if (ncores < 2)
         return;
+    ici_mem *m = &n->mem;
     ici_grp g;
-    grp_build(n, cores, ncores, &g);
+    grp_build(n, m, cores, ncores, &g);
     ici_stream st[4];
     int ns = grp_streams(&g, st);
     if (ns == 0) {
@@ -1888,16 +2016,16 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
          * same bytes per direction, one latency instead of two) */
         add_flow(n, cores[0], cores[1], bytes, 1);
         add_flow(n, cores[1], cores[0], bytes, 1);
-        grp_free(&g);
+        grp_free(m, &g);
         return;
     }
     int ncell = g.na * g.nb;
     size_t sz = (size_t)ncell * sizeof(int);
-    int *prev = malloc(sz), *cur = malloc(sz), *last = malloc(sz);
-    int *rs = malloc(sz), *ag = malloc(sz), *sub = malloc(sz);
-    int *own = malloc(sz);
-    ici_done *done = malloc((size_t)ncell * sizeof(ici_done));
-    TPU_ASSERT(prev && cur && last && rs && ag && sub && own && done);
+    int *prev = tmp_alloc(m, sz), *cur = tmp_alloc(m, sz);
+    int *last = tmp_alloc(m, sz), *rs = tmp_alloc(m, sz);
+    int *ag = tmp_alloc(m, sz), *sub = tmp_alloc(m, sz);
+    int *own = tmp_alloc(m, sz);
+    ici_done *done = tmp_alloc(m, (size_t)ncell * sizeof(ici_done));
     int two = 0;
     for (int i = 0; i < ncell; i++)
         two |= g.has[i] == 3;
@@ -2011,27 +2139,41 @@ static void build_allreduce(ici *n, const int *cores, int ncores,
                    last);
         }
     }
-    free(prev);
-    free(cur);
-    free(last);
-    free(rs);
-    free(ag);
-    free(sub);
-    free(own);
-    free(done);
-    grp_free(&g);
+    tmp_free(m, prev);
+    tmp_free(m, cur);
+    tmp_free(m, last);
+    tmp_free(m, rs);
+    tmp_free(m, ag);
+    tmp_free(m, sub);
+    tmp_free(m, own);
+    tmp_free(m, done);
+    grp_free(m, &g);
 }
 
-double ici_allreduce_groups(ici *n, const int *cores, int group_size,
-                            int ngroups, double bytes, double t_start)
+/* What ici_check_group checks, asserted (the collectives' callers
+ * check their groups), with its scratch from the call's memory. */
+static void assert_group(const ici *n, ici_mem *m, const int *cores,
+                         int ncores)
 {
-    TPU_ASSERT(group_size >= 1 && ngroups >= 1 && cores);
+    TPU_ASSERT(cores && ncores >= 1 && ncores <= n->ncores);
+    unsigned char *seen = tmp_calloc(m, (size_t)n->ncores, 1);
+    for (int i = 0; i < ncores; i++) {
+        int c = cores[i];
+        TPU_ASSERT(c >= 0 && c < n->ncores && !seen[c]);
+        seen[c] = 1;
+    }
+    tmp_free(m, seen);
+}
+
+/* The duration of the groups' all-reduces (simulated or replayed). */
+static double allreduce_run(ici *n, const int *cores, int group_size,
+                            int ngroups, double bytes)
+{
     int total = group_size * ngroups;
-    TPU_ASSERT(ici_check_group(n, cores, total, NULL) == TPU_OK);
+    assert_group(n, &n->mem, cores, total);
     if (!(bytes > 0) || group_size < 2)
-        return t_start;
-    int *key = malloc((size_t)(unsigned)total * sizeof(int));
-    TPU_ASSERT(key != NULL);
+        return 0;
+    int *key = tmp_alloc(&n->mem, (size_t)(unsigned)total * sizeof(int));
     int ox, oy;
     canon(n, cores, total, key, &ox, &oy);
     uint64_t h = key_hash(0, bytes, group_size, ngroups, key, total, NULL);
@@ -2045,12 +2187,25 @@ double ici_allreduce_groups(ici *n, const int *cores, int group_size,
         for (int gi = 0; gi < ngroups; gi++)
             build_allreduce(n, key + gi * group_size, group_size, bytes);
         dur = dag_run(n);
-        e = cache_slot(n, h, 0, bytes, group_size, ngroups, key, total, NULL);
-        e->dur = dur;
-        acc_commit(n, e, ox, oy);
+        cache_store(n, h, 0, bytes, group_size, ngroups, key, total, NULL,
+                    dur, ox, oy);
     }
-    free(key);
-    return t_start + dur;
+    tmp_free(&n->mem, key);
+    return dur;
+}
+
+double ici_allreduce_groups(ici *n, const int *cores, int group_size,
+                            int ngroups, double bytes, double t_start)
+{
+    TPU_ASSERT(group_size >= 1 && ngroups >= 1 && cores);
+    if (setjmp(n->mem.jb)) {
+        call_failed(n);
+        return ICI_NO_MEMORY;
+    }
+    n->mem.armed = 1;
+    double dur = allreduce_run(n, cores, group_size, ngroups, bytes);
+    n->mem.armed = 0;
+    return dur > 0 ? t_start + dur : t_start;
 }
 
 double ici_allreduce(ici *n, const int *cores, int ncores, double bytes,
@@ -2067,18 +2222,39 @@ static int dim_links(const ici_grp *g, int dim)
     return m < 2 ? 0 : g->close[dim] ? 2 : 1;
 }
 
-int ici_allreduce_links(const ici *n, const int *cores, int ncores)
+static int links_run(const ici *n, ici_mem *m, const int *cores, int ncores)
 {
-    TPU_ASSERT(ici_check_group(n, cores, ncores, NULL) == TPU_OK);
+    assert_group(n, m, cores, ncores);
     ici_grp g;
-    grp_build(n, cores, ncores, &g);
+    grp_build(n, m, cores, ncores, &g);
     int links;
     if (!g.rect)
         links = g.na > 1 ? 2 : 0;
     else
         links = dim_links(&g, 0) + dim_links(&g, 1);
-    grp_free(&g);
+    grp_free(m, &g);
     return links;
+}
+
+/* The object is const here: the call's memory lives in the caller's
+ * frame (not in the function that calls setjmp). */
+static int links_guarded(const ici *n, ici_mem *m, const int *cores,
+                         int ncores)
+{
+    if (setjmp(m->jb)) {
+        tmp_free_all(m);
+        return -1;
+    }
+    m->armed = 1;
+    return links_run(n, m, cores, ncores);
+}
+
+int ici_allreduce_links(const ici *n, const int *cores, int ncores)
+{
+    ici_mem m;
+    m.armed = m.ntmp = 0;
+    m.fail_after = n->mem.fail_after;
+    return links_guarded(n, &m, cores, ncores);
 }
 
 /* ---- values ------------------------------------------------------------- */
@@ -2101,18 +2277,19 @@ static float cell_value(const ici_grp *g, int cell, const int *slot,
     return v;
 }
 
-void ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
-                          size_t len)
+static void values_run(ici *n, const int *cores, int ncores, float **bufs,
+                       size_t len)
 {
-    TPU_ASSERT(ici_check_group(n, cores, ncores, NULL) == TPU_OK);
+    ici_mem *m = &n->mem;
+    assert_group(n, m, cores, ncores);
     if (ncores < 2 || len == 0)
         return;
-    int *slot = malloc((size_t)n->ncores * sizeof(int));
-    TPU_ASSERT(slot != NULL);
+    /* everything is allocated before a value changes */
+    int *slot = tmp_alloc(m, (size_t)n->ncores * sizeof(int));
     for (int i = 0; i < ncores; i++)
         slot[cores[i]] = i;
     ici_grp g;
-    grp_build(n, cores, ncores, &g);
+    grp_build(n, m, cores, ncores, &g);
     ici_stream st[4];
     int ns = grp_streams(&g, st);
     if (ns == 0) {
@@ -2158,6 +2335,24 @@ void ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
             }
         }
     }
-    grp_free(&g);
-    free(slot);
+    grp_free(m, &g);
+    tmp_free(m, slot);
+}
+
+int ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
+                         size_t len)
+{
+    if (setjmp(n->mem.jb)) {
+        call_failed(n);
+        return -1;
+    }
+    n->mem.armed = 1;
+    values_run(n, cores, ncores, bufs, len);
+    n->mem.armed = 0;
+    return 0;
+}
+
+void ici_fail_alloc_after(ici *n, long k)
+{
+    n->mem.fail_after = k;
 }

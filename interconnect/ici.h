@@ -25,7 +25,8 @@ typedef struct {
 typedef struct ici ici;
 
 /* A dim_x x dim_y torus of chips, 2 cores each.  full_pod selects whether
- * wrap-around links exist regardless of p->wrap (full pods always wrap). */
+ * wrap-around links exist regardless of p->wrap (full pods always wrap).
+ * NULL when the parameters are invalid or host memory runs out. */
 ici *ici_new(const ici_params *p, int dim_x, int dim_y, int full_pod);
 void ici_free(ici *n);
 void ici_reset(ici *n);
@@ -39,6 +40,17 @@ typedef struct {
     double bytes;
 } ici_flow;
 
+/* Out of host memory.  The calls that simulate (ici_permute,
+ * ici_allreduce, ici_allreduce_groups) return ICI_NO_MEMORY instead of a
+ * time when an allocation fails (with t_start >= 0 a time is never
+ * negative: test `< 0`); ici_allreduce_values returns -1 and
+ * ici_allreduce_links -1.  Such a call changes nothing: statistics and
+ * buffers are as before it, the object stays usable (a later call with
+ * memory to spare gives the same figures as on a fresh object) and
+ * ici_free frees everything.  Callers report it as TPU_ERR_SYSTEM "out of
+ * host memory (interconnect)". */
+#define ICI_NO_MEMORY (-1.0)
+
 /* Collective-permute: all flows start at t_start and share links
  * (contention modelled); returns when the last one arrives. */
 double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start);
@@ -49,9 +61,10 @@ double ici_allreduce(ici *n, const int *cores, int ncores, double bytes,
                      double t_start);
 
 /* Values: sums bufs[0..ncores) element-wise into every buffer, in the
- * order the all-reduce algorithm above sums them (deterministic). */
-void ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
-                          size_t len);
+ * order the all-reduce algorithm above sums them (deterministic).
+ * 0, or -1 out of host memory (the buffers untouched). */
+int ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
+                         size_t len);
 
 /* ---- additions (owner: interconnect) ----------------------------------
  * Model, in one paragraph (docs/ICI.md has the details): every link
@@ -87,7 +100,8 @@ double ici_allreduce_groups(ici *n, const int *cores, int group_size,
 /* Links per chip the all-reduce of this group drives at once: 4 on a 2D
  * group whose dimensions both wrap, 2 on a ring or an unwrapped
  * dimension (a line ring crosses every link both ways), 0 on one chip.
- * This is the "links used" of the bandwidth lower bound. */
+ * This is the "links used" of the bandwidth lower bound.  -1 out of host
+ * memory. */
 int ici_allreduce_links(const ici *n, const int *cores, int ncores);
 
 /* Busy seconds of the on-chip path of chip `chip` leaving core parity
@@ -106,5 +120,11 @@ double ici_core_bytes_sent(const ici *n, int core);
 /* Busy seconds of the link leaving chip `chip` in direction dir
  * (0 = +x, 1 = -x, 2 = +y, 3 = -y). */
 double ici_link_busy_s(const ici *n, int chip, int dir);
+
+/* Testing: of the allocations the model makes from now on, the first k
+ * succeed and the next one fails as if host memory had run out (then
+ * none fails); k < 0 turns this off (the default).  Only the slow path of
+ * an allocation looks at it. */
+void ici_fail_alloc_after(ici *n, long k);
 
 #endif
