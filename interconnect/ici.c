@@ -197,6 +197,11 @@ struct ici {
     ici_cache_ent cache[ICI_CACHE];
     int cache_next;
     long cache_hits;
+    /* a call's key in the canonical frame (cores, or a permute's pairs
+     * and sizes) */
+    int *key;
+    double *kbytes;
+    int capkey, capkbytes;
 
     ici_mem mem;
 };
@@ -409,6 +414,8 @@ void ici_free(ici *n)
     free(n->acc_core);
     free(n->acc_res_list);
     free(n->acc_core_list);
+    free(n->key);
+    free(n->kbytes);
     free(n);
 }
 
@@ -1629,9 +1636,10 @@ static void call_failed(ici *n)
 /* The duration of a permute (simulated from idle links, or replayed). */
 static double permute_run(ici *n, const ici_flow *flows, int nflows)
 {
-    size_t nfl = (size_t)(unsigned)nflows;
-    int *key = tmp_alloc(&n->mem, nfl * 2 * sizeof(int));
-    double *kb = tmp_alloc(&n->mem, nfl * sizeof(double));
+    n->key = grow(n, n->key, &n->capkey, 2 * nflows, sizeof(int));
+    n->kbytes = grow(n, n->kbytes, &n->capkbytes, nflows, sizeof(double));
+    int *key = n->key;
+    double *kb = n->kbytes;
     for (int i = 0; i < nflows; i++) {
         TPU_ASSERT(flows[i].src_core >= 0 && flows[i].src_core < n->ncores);
         TPU_ASSERT(flows[i].dst_core >= 0 && flows[i].dst_core < n->ncores);
@@ -1653,19 +1661,16 @@ static double permute_run(ici *n, const ici_flow *flows, int nflows)
         dur = dag_run(n);
         cache_store(n, h, 1, 0, 0, 0, key, 2 * nflows, kb, dur, ox, oy);
     }
-    tmp_free(&n->mem, key);
-    tmp_free(&n->mem, kb);
     return dur;
 }
 
-/* The public calls set the jmp_buf an allocation failure unwinds to (see
- * ici_mem) and call a *_run function that does the work: nothing of the
- * function that called setjmp changes before a longjmp. */
-double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
+/* The public calls do their work in a *_guarded function that sets the
+ * jmp_buf an allocation failure unwinds to (see ici_mem) and calls the
+ * *_run function that does it: nothing of the function that called setjmp
+ * changes before a longjmp, and nothing but its arguments is live across
+ * setjmp (GCC's -Wclobbered, under ASan, counts the caller's t_start). */
+static double permute_guarded(ici *n, const ici_flow *flows, int nflows)
 {
-    TPU_ASSERT(nflows >= 0 && (nflows == 0 || flows));
-    if (nflows == 0)
-        return t_start;
     if (setjmp(n->mem.jb)) {
         call_failed(n);
         return ICI_NO_MEMORY;
@@ -1673,7 +1678,16 @@ double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
     n->mem.armed = 1;
     double dur = permute_run(n, flows, nflows);
     n->mem.armed = 0;
-    return t_start + dur;
+    return dur;
+}
+
+double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start)
+{
+    TPU_ASSERT(nflows >= 0 && (nflows == 0 || flows));
+    if (nflows == 0)
+        return t_start;
+    double dur = permute_guarded(n, flows, nflows);
+    return dur < 0 ? ICI_NO_MEMORY : t_start + dur;
 }
 
 /* ---- group structure ---------------------------------------------------- */
@@ -2173,8 +2187,8 @@ static double allreduce_run(ici *n, const int *cores, int group_size,
     assert_group(n, &n->mem, cores, total);
     if (!(bytes > 0) || group_size < 2)
         return 0;
-    int *key = tmp_alloc(&n->mem, (size_t)(unsigned)total * sizeof(int));
-    int ox, oy;
+    n->key = grow(n, n->key, &n->capkey, total, sizeof(int));
+    int *key = n->key, ox, oy;
     canon(n, cores, total, key, &ox, &oy);
     uint64_t h = key_hash(0, bytes, group_size, ngroups, key, total, NULL);
     ici_cache_ent *e =
@@ -2190,14 +2204,12 @@ static double allreduce_run(ici *n, const int *cores, int group_size,
         cache_store(n, h, 0, bytes, group_size, ngroups, key, total, NULL,
                     dur, ox, oy);
     }
-    tmp_free(&n->mem, key);
     return dur;
 }
 
-double ici_allreduce_groups(ici *n, const int *cores, int group_size,
-                            int ngroups, double bytes, double t_start)
+static double allreduce_guarded(ici *n, const int *cores, int group_size,
+                                int ngroups, double bytes)
 {
-    TPU_ASSERT(group_size >= 1 && ngroups >= 1 && cores);
     if (setjmp(n->mem.jb)) {
         call_failed(n);
         return ICI_NO_MEMORY;
@@ -2205,7 +2217,15 @@ double ici_allreduce_groups(ici *n, const int *cores, int group_size,
     n->mem.armed = 1;
     double dur = allreduce_run(n, cores, group_size, ngroups, bytes);
     n->mem.armed = 0;
-    return dur > 0 ? t_start + dur : t_start;
+    return dur;
+}
+
+double ici_allreduce_groups(ici *n, const int *cores, int group_size,
+                            int ngroups, double bytes, double t_start)
+{
+    TPU_ASSERT(group_size >= 1 && ngroups >= 1 && cores);
+    double dur = allreduce_guarded(n, cores, group_size, ngroups, bytes);
+    return dur < 0 ? ICI_NO_MEMORY : dur > 0 ? t_start + dur : t_start;
 }
 
 double ici_allreduce(ici *n, const int *cores, int ncores, double bytes,
@@ -2339,8 +2359,8 @@ static void values_run(ici *n, const int *cores, int ncores, float **bufs,
     tmp_free(m, slot);
 }
 
-int ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
-                         size_t len)
+static int values_guarded(ici *n, const int *cores, int ncores, float **bufs,
+                          size_t len)
 {
     if (setjmp(n->mem.jb)) {
         call_failed(n);
@@ -2350,6 +2370,12 @@ int ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
     values_run(n, cores, ncores, bufs, len);
     n->mem.armed = 0;
     return 0;
+}
+
+int ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
+                         size_t len)
+{
+    return values_guarded(n, cores, ncores, bufs, len);
 }
 
 void ici_fail_alloc_after(ici *n, long k)
