@@ -466,25 +466,50 @@ static void print_layer_note(const emu_result *b, const emu_result *n)
     free((void *)vn);
 }
 
-/* 1 when NEW is a what-if of BASE: an override or the --freeze list
- * differs, so a change of the step time is the what-if's answer, not a
- * reason to re-record the baseline. */
-static int is_whatif(const emu_result *b, const emu_result *n)
+/* The what-if notes: every --set override one report has and the other
+ * has not (or has with another value) and a differing --freeze list,
+ * printed when print; their count either way (NEW is a what-if of BASE
+ * when it is not 0: a gain is then the what-if's answer, not a reason to
+ * re-record the baseline). */
+static int whatif_notes(const emu_result *b, const emu_result *n, int print)
 {
+    int count = 0;
     for (int i = 0; i < b->n_overrides; i++) {
-        const emu_override *m = find_override(n, b->overrides[i].key);
-        if (!m || !same_value(b->overrides[i].value, m->value))
-            return 1;
+        const emu_override *o = &b->overrides[i];
+        const emu_override *m = find_override(n, o->key);
+        if (m && same_value(o->value, m->value))
+            continue;
+        count++;
+        if (print && !m)
+            printf("note: BASE sets %s=%s\n", o->key, o->value);
+        else if (print)
+            printf("note: %s: BASE %s, NEW %s\n", o->key, o->value,
+                   m->value);
     }
     for (int i = 0; i < n->n_overrides; i++)
-        if (!find_override(b, n->overrides[i].key))
-            return 1;
-    return !cli_freeze_same(b->freeze, n->freeze);
+        if (!find_override(b, n->overrides[i].key)) {
+            count++;
+            if (print)
+                printf("note: NEW sets %s=%s\n", n->overrides[i].key,
+                       n->overrides[i].value);
+        }
+    /* --freeze changes which layers train: a frozen backbone is faster
+     * by design, not by a change of the emulated hardware. */
+    if (!cli_freeze_same(b->freeze, n->freeze)) {
+        count++;
+        if (print && !n->freeze[0])
+            printf("note: BASE sets --freeze %s\n", b->freeze);
+        else if (print && !b->freeze[0])
+            printf("note: NEW sets --freeze %s\n", n->freeze);
+        else if (print)
+            printf("note: --freeze: BASE %s, NEW %s\n", b->freeze,
+                   n->freeze);
+    }
+    return count;
 }
 
-/* How the two runs differ besides the build: batch, partitioning and
- * every --set override one has and the other has not (or has with
- * another value), so a what-if comparison says what it compares. */
+/* How the two runs differ besides the build: batch, partitioning, the
+ * what-ifs and the graph's layers, so a comparison says what it compares. */
 static void print_notes(const emu_result *b, const emu_result *n)
 {
     /* Only what differs: "global batch 32 vs 32" reads as a difference. */
@@ -500,30 +525,7 @@ static void print_notes(const emu_result *b, const emu_result *n)
     else if (b->cores_per_replica != n->cores_per_replica)
         printf("note: the runs differ: cores per replica %d vs %d\n",
                b->cores_per_replica, n->cores_per_replica);
-    for (int i = 0; i < b->n_overrides; i++) {
-        const emu_override *o = &b->overrides[i];
-        const emu_override *m = find_override(n, o->key);
-        if (!m)
-            printf("note: BASE sets %s=%s\n", o->key, o->value);
-        else if (!same_value(o->value, m->value))
-            printf("note: %s: BASE %s, NEW %s\n", o->key, o->value,
-                   m->value);
-    }
-    for (int i = 0; i < n->n_overrides; i++)
-        if (!find_override(b, n->overrides[i].key))
-            printf("note: NEW sets %s=%s\n", n->overrides[i].key,
-                   n->overrides[i].value);
-    /* --freeze changes which layers train: a frozen backbone is faster
-     * by design, not by a change of the emulated hardware. */
-    if (!cli_freeze_same(b->freeze, n->freeze)) {
-        if (!n->freeze[0])
-            printf("note: BASE sets --freeze %s\n", b->freeze);
-        else if (!b->freeze[0])
-            printf("note: NEW sets --freeze %s\n", n->freeze);
-        else
-            printf("note: --freeze: BASE %s, NEW %s\n", b->freeze,
-                   n->freeze);
-    }
+    (void)whatif_notes(b, n, 1);
     print_layer_note(b, n);
 }
 
@@ -663,7 +665,7 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
                n->trace, n->system, b->step_time_s, n->step_time_s, p, q);
         /* A what-if's gain is its answer: re-recording the baseline then
          * would bake the hypothetical hardware into the gate. */
-        const char *advice = is_whatif(b, n) ? CHECK_WHATIF : CHECK_STALE;
+        const char *advice = whatif_notes(b, n, 0) ? CHECK_WHATIF : CHECK_STALE;
         if (step_faster)
             printf("), faster than the baseline by more than %s: %s\n", tt,
                    advice);
