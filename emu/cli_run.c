@@ -194,6 +194,27 @@ static void print_rates(const emu_result *r, int slow)
                r->core_hbm_bps / 1e9);
 }
 
+/* How much the layout above costs is the first thing a user of a
+ * partitioned run needs to know (probe round 9: it set a V-Net's step 17x
+ * over its folded time and the run never said how much): the matrix
+ * units' executed FLOPs, padding included, against the model's share of a
+ * core.  A ratio, not a time: the time without the padding is a second
+ * run, which the line names. */
+static void print_padding_share(const emu_result *r)
+{
+    int slow = cli_slowest_core(r);
+    if (slow < 0 || r->cores <= 0 || r->flops_per_step <= 0)
+        return;
+    double share = r->flops_per_step / r->cores;
+    double x = r->per_core[slow].flops / share;
+    if (x < 1.5) /* halo rows computed twice, ragged tiles: not news */
+        return;
+    printf("the matrix units of core %d compute %.3g x the model's FLOPs "
+           "per core, this padding included; `--set xla.conv_pad=0` times "
+           "the step without it\n",
+           slow, x);
+}
+
 /* "does my model fit": what the need is made of, for the core that needs
  * the most (as the exit-3 message says it when it does not); what
  * recomputation and the small-batch layout did to make it fit. */
@@ -226,6 +247,7 @@ static void print_memory(const emu_result *r)
             printf(", padded to %.3g", r->small_batch_padded);
         printf("; each tap's channels padded to the lanes (docs/FIRMWARE.md; "
                "--set xla.conv_pad=0 for the folded alternative)\n");
+        print_padding_share(r);
     }
 }
 

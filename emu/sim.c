@@ -249,6 +249,17 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
                  m->remat_layers, m->remat_layers == 1 ? "" : "s", rb);
     }
     nofit_parts(parts, sizeof parts, m, u, un);
+    /* A split that cannot help is worth saying: spatial partitioning cuts
+     * activations, never weights (every core of a replica holds them all,
+     * with their gradients and optimizer state), so a user sweeping
+     * input_partition_dims would search in vain (probe round 9). */
+    const char *state_only =
+        m->weights_bytes + m->grads_bytes + m->opt_bytes >
+                hw->hbm.capacity_bytes
+            ? "; the weights with their gradients and optimizer state "
+              "alone exceed the core's HBM, and spatial partitioning does "
+              "not split weights"
+            : "";
     /* as many decimals as it takes for the need to read above the
      * capacity (probe round 6: "needs 16.0 GiB ... has 16 GiB") */
     double need = m->peak_bytes / u, cap = hw->hbm.capacity_bytes / u;
@@ -258,10 +269,10 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
     return tpu_fail(err, TPU_ERR_NOFIT,
                     "%s: needs %.*f %s of HBM per core, v%d core has %.6g "
                     "%s (%s%s; %lld example%s per replica, %d core%s per "
-                    "replica)",
+                    "replica%s)",
                     path, d, need, un, sys->gen, cap, un, parts, remat,
                     (long long)p->batch, p->batch == 1 ? "" : "s", p->cpr,
-                    p->cpr == 1 ? "" : "s");
+                    p->cpr == 1 ? "" : "s", state_only);
 }
 
 tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,

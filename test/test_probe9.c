@@ -1,0 +1,90 @@
+/* Probe round 9 (a new user's own networks), the run table's part:
+ *
+ *  - a step whose weights, gradients and optimizer state alone exceed a
+ *    core's HBM says that spatial partitioning does not split weights
+ *    (a user asking "how should I partition it" would sweep splits in
+ *    vain), and a step whose activations are the problem does not;
+ *  - where the small-batch layout (xla.conv_pad) multiplies the matrix
+ *    units' work, the table says by how much, against the model's FLOPs
+ *    per core (it set a V-Net's step 17x over its folded time and the
+ *    run only said the rule applied).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test/harness.h"
+
+/* A dense layer of 4096 x 524288 weights (2.1e9): 4 GiB of bf16 weights,
+ * far more with gradients and momentum, on 4 cores per replica. */
+static const char *const heavy =
+    "{\"format\":\"tpuemu-trace/1\",\"name\":\"heavy\",\"system\":\"v3-8\","
+    "\"run\":{\"mode\":\"train\",\"global_batch\":2,"
+    "\"num_cores_per_replica\":4,\"input_partition_dims\":[[1,2,2,1],null]},"
+    "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[32,32,4]}],"
+    "\"layers\":[{\"name\":\"c\",\"op\":\"conv\",\"in\":\"x\",\"filters\":4,"
+    "\"kernel\":[3,3]},{\"name\":\"f\",\"op\":\"flatten\",\"in\":\"c\"},"
+    "\"d\":null}}";
+
+static void nofit_cases(th_ctx *t, th_cmd_result *c)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/heavy.json", th_tmpdir());
+    /* the dense layer goes in place of the placeholder */
+    char text[1024];
+    const char *ph = strstr(heavy, "\"d\":null}");
+    snprintf(text, sizeof text, "%.*s{\"name\":\"d\",\"op\":\"dense\","
+             "\"in\":\"f\",\"units\":524288},{\"name\":\"l\",\"op\":\"loss\","
+             "\"in\":\"d\",\"kind\":\"softmax_xent\",\"dtype\":\"f32\"}]}}",
+             (int)(ph - heavy), heavy);
+    th_put(path, text);
+
+    th_case(t, "weights alone too large: the split cannot help, said so");
+    th_run(c, "%s run %s", th_bin(), path);
+    TH_CHECKF(t, c->status == 3, "status %d, stderr %s", c->status, c->err);
+    TH_CHECKF(t, strstr(c->err, "spatial partitioning does not split "
+                                "weights") != NULL,
+              "stderr: %s", c->err);
+
+    th_case(t, "activations too large: no word about weights");
+    th_run(c, "%s run traces/retinanet-2560-v3-8.json", th_bin());
+    TH_CHECKF(t, c->status == 3 && strstr(c->err, "needs 29.9 GiB"),
+              "status %d, stderr %s", c->status, c->err);
+    TH_CHECKF(t, strstr(c->err, "split weights") == NULL, "stderr: %s",
+              c->err);
+}
+
+static void padding_cases(th_ctx *t, th_cmd_result *c)
+{
+    const char *unet = "traces/reference/unet3d-128-v3-8.json";
+    th_case(t, "the layout's multiplier on the MXU's work is printed");
+    th_run(c, "%s run %s", th_bin(), unet);
+    const char *l = strstr(c->out, "the matrix units of core 0 compute ");
+    double x = 0;
+    TH_CHECKF(t, c->status == 0 && l &&
+                     sscanf(l, "the matrix units of core 0 compute %lf", &x) ==
+                         1,
+              "status %d, stdout %s", c->status, c->out);
+    /* 4 examples padded to 8 (2x) on 32- and 64-channel 3x3x3 layers whose
+     * taps each fill 128 lanes: between 2x and the 1-channel stem's 128x */
+    TH_CHECKF(t, x > 2 && x < 16, "multiplier %g", x);
+
+    th_case(t, "no padding, no line; a full batch of 8, no line");
+    th_run(c, "%s run %s --set xla.conv_pad=0", th_bin(), unet);
+    TH_CHECKF(t, c->status == 0 && !strstr(c->out, "the matrix units of"),
+              "status %d, stdout %s", c->status, c->out);
+    th_run(c, "%s run traces/reference/retinanet-1280-v3-8.json", th_bin());
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "xla.conv_pad") &&
+                     !strstr(c->out, "the matrix units of"),
+              "status %d, stdout %s", c->status, c->out);
+}
+
+void th_suite_probe9(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    nofit_cases(t, c);
+    padding_cases(t, c);
+    free(c);
+}
