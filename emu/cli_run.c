@@ -215,6 +215,21 @@ static void print_padding_share(const emu_result *r)
            slow, x);
 }
 
+/* v bytes as "%.3g" in unit u, or with u 0 in the unit that reads best,
+ * named ("96 KiB", "12 GiB"). */
+static void part_bytes(char *buf, size_t cap, double v, double u)
+{
+    static const char *const names[] = {"B", "KiB", "MiB", "GiB"};
+    if (u > 0) {
+        snprintf(buf, cap, "%.3g", v / u);
+        return;
+    }
+    int k = 0;
+    while (k < 3 && v >= 1024)
+        v /= 1024, k++;
+    snprintf(buf, cap, "%.3g %s", v, names[k]);
+}
+
 /* "does my model fit": what the need is made of, for the core that needs
  * the most (as the exit-3 message says it when it does not); what
  * recomputation and the small-batch layout did to make it fit. */
@@ -225,12 +240,23 @@ static void print_memory(const emu_result *r)
         const double gib = 1073741824.0;
         double u = r->hbm_needed_bytes >= gib ? gib : gib / 1024;
         const char *un = u == gib ? "GiB" : "MiB";
+        char t[3][32];
+        int own = 0;
+        const double v[3] = {r->hbm_state_bytes, r->hbm_saved_bytes,
+                             r->hbm_workspace_bytes};
+        for (int i = 0; i < 3; i++)
+            own |= v[i] > 0 && v[i] / u < 0.01;
+        /* a part far below the line's unit in its own ("96 KiB", not
+         * "9.16e-05"), and then every part named, as the no-fit message
+         * does */
+        for (int i = 0; i < 3; i++)
+            part_bytes(t[i], sizeof t[i], v[i], own ? 0 : u);
         printf("HBM need %.3g %s of %.4g GiB on core %d: "
-               "weights+gradients+optimizer %.3g, activations kept for "
-               "backward %.3g, workspace %.3g %s\n",
+               "weights+gradients+optimizer %s, activations kept for "
+               "backward %s, workspace %s%s%s\n",
                r->hbm_needed_bytes / u, un, r->hbm_capacity_bytes / gib,
-               r->hbm_need_core, r->hbm_state_bytes / u,
-               r->hbm_saved_bytes / u, r->hbm_workspace_bytes / u, un);
+               r->hbm_need_core, t[0], t[1], t[2], own ? "" : " ",
+               own ? "" : un);
     }
     if (r->hbm_remat_bytes > 0) {
         /* GiB from 1 GiB up, as the HBM column prints */
