@@ -52,6 +52,10 @@ static const char usage_text[] =
     "usage: tpuemu sweep SWEEP.json [--jobs|-j N] [--print-commands] [--out DIR]\n"
     "                    [--bin TPUEMU]\n"
     "       tpuemu sweep SWEEP.json --gather [--out DIR] [--bin TPUEMU]\n"
+    "       tpuemu sweep --trace TRACE.json [--system NAME[,NAME...]]\n"
+    "                    [--batch N[,N...]] [--set KEY=V[,V...] ...]\n"
+    "                    [--freeze LIST] [--jobs|-j N] [--print-commands]\n"
+    "                    [--out DIR] [--bin TPUEMU] [--gather]\n"
     "\n"
     "Expands the grid of SWEEP.json (partition_dims x system x batch x\n"
     "freeze x --set values) into independent `tpuemu run` processes and\n"
@@ -78,14 +82,26 @@ static const char usage_text[] =
     "signal is passed on), writes no results.csv or chart, and the sweep\n"
     "dies of the same signal (exit status 128+N in a shell).\n"
     "\n"
+    "--trace TRACE.json, without a sweep file: every split of the trace's\n"
+    "first input over 1 to 16 cores per replica that runs on every system\n"
+    "and batch given (the sweep file's \"partition_dims\": \"all\"), on the\n"
+    "trace's system or each of --system, at its batch or each of --batch,\n"
+    "for each value of each --set key (one --set per key), with --freeze\n"
+    "LIST.  It is the sweep file written to DIR/sweep.json (default DIR:\n"
+    "sweep-STEM, STEM the trace's file name) and runs as that file would,\n"
+    "checks and results alike; re-run, edit or --gather that file.  An\n"
+    "error names the option: `--system v3-65: unknown system ...`.\n"
+    "\n"
     "exit status: 0 every run finished (a run that does not fit counts as\n"
-    "finished, fits=0), 2 bad sweep file or --bin, an output directory that\n"
-    "cannot be written, or (--gather) a run without a readable report,\n"
-    "otherwise the exit status of the first failed run (its log is named).\n";
+    "finished, fits=0), 2 bad sweep file, option or --bin, an output\n"
+    "directory that cannot be written, or (--gather) a run without a\n"
+    "readable report, otherwise the exit status of the first failed run\n"
+    "(its log is named).\n";
 
 /* The command line. */
 typedef struct {
     const char *file, *out, *bin; /* NULL: not given */
+    sweep_cli cli;                /* the command-line form (--trace) */
     int print_only, gather;
     int64_t jobs;                 /* 0: not given */
     const char *jobs_as, *jobs_was; /* how --jobs was given, for a repeat */
@@ -129,6 +145,9 @@ static int take_option(sweep_opts *o, int argc, char **argv, int *i)
         o->gather = 1;
         return 0;
     }
+    int took = sweep_cli_take(&o->cli, argc, argv, i);
+    if (took)
+        return took < 0 ? 2 : 0;
     if (a[0] == '-' && a[1]) {
         char q[80];
         cli_shown(q, sizeof q, a);
@@ -142,6 +161,33 @@ static int take_option(sweep_opts *o, int argc, char **argv, int *i)
     return 0;
 }
 
+/* A sweep file, or --trace and the options that build one: not both. */
+static int check_form(const sweep_opts *o)
+{
+    const sweep_cli *c = &o->cli;
+    char q[300];
+    cli_shown(q, sizeof q, o->file ? o->file : "");
+    if (o->file && c->trace)
+        return cli_error(2, "sweep: --trace builds a sweep from the command "
+                            "line, and %s is a sweep file (it names its own "
+                            "trace): give one or the other",
+                         q);
+    if (o->file && c->first)
+        return cli_error(2, "sweep: %s: a sweep file sets its grid itself "
+                            "(%s); %s is for the --trace form",
+                         c->first, q, c->first);
+    if (!o->file && !c->trace && c->first)
+        return cli_error(2, "sweep: %s needs --trace TRACE.json (the trace "
+                            "whose splits to sweep)",
+                         c->first);
+    if (!o->file && !c->trace)
+        return cli_error(2, "sweep: usage: tpuemu sweep SWEEP.json [--jobs N] "
+                            "[--print-commands] [--out DIR] [--bin TPUEMU], "
+                            "or tpuemu sweep --trace TRACE.json [--system "
+                            "NAME,...] [--batch N,...] [--set KEY=V,...]");
+    return 0;
+}
+
 static int parse_options(sweep_opts *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
@@ -150,10 +196,10 @@ static int parse_options(sweep_opts *o, int argc, char **argv)
         if (rc)
             return rc;
     }
-    if (!o->file)
-        return cli_error(2, "sweep: usage: tpuemu sweep SWEEP.json [--jobs N] "
-                            "[--print-commands] [--out DIR] [--bin TPUEMU]");
-    if (sweep_has_ctrl(o->file))
+    int rc = check_form(o);
+    if (rc)
+        return rc;
+    if (o->file && sweep_has_ctrl(o->file))
         return cli_error(2, "sweep: the sweep file's name has control "
                             "characters");
     if (o->gather && o->print_only)
@@ -265,9 +311,10 @@ static int make_absolute(char *path, size_t cap, const char *what)
 
 /* The k-th file the sweep (or its commands) writes in out, k from 0:
  * commands.txt, results.csv, step_time.png, the reports, the logs, the
- * partitionings' traces.  0 past the last. */
+ * partitionings' traces, then with `file` (the --trace form) sweep.json.
+ * 0 past the last. */
 static int output_file(const sweep *s, const char *out, long long nruns,
-                       long long k, char *p, size_t cap)
+                       int file, long long k, char *p, size_t cap)
 {
     static const char *const fixed[] = {"commands.txt", "results.csv",
                                          "step_time.png"};
@@ -285,22 +332,27 @@ static int output_file(const sweep *s, const char *out, long long nruns,
         return 1;
     }
     int apd = sweep_axis_of(s, AX_PD);
+    int nvar = apd < 0 ? 0 : s->ax[apd].n;
     k -= 2 * nruns;
-    if (apd < 0 || k >= s->ax[apd].n)
+    if (k < nvar) {
+        sweep_variant_path(s, &s->ax[apd].v[k], out, p, cap);
+        return 1;
+    }
+    if (!file || k > nvar)
         return 0;
-    sweep_variant_path(s, &s->ax[apd].v[k], out, p, cap);
+    sweep_cli_file(out, p, cap);
     return 1;
 }
 
 /* Every file the sweep (or, with --print-commands, its commands) writes
  * in out: refused, before anything is written, when it is one of the
  * sweep's own inputs (the sweep file, the base trace, the program the runs
- * execute).  outfile_same compares inodes, so a symlink, a hard link or a
+ * execute; the --trace form has no sweep file but writes one, `file`).  outfile_same compares inodes, so a symlink, a hard link or a
  * "./" spelling of the same file is caught too: otherwise the sweep file
  * named DIR/commands.txt or a base trace at DIR/reports/0000.json is
  * silently replaced while the runs still read it. */
 static int check_clobber(const sweep *s, const char *out, const char *bin,
-                         long long nruns)
+                         long long nruns, int cli, int file)
 {
     const struct {
         const char *path, *what;
@@ -308,8 +360,9 @@ static int check_clobber(const sweep *s, const char *out, const char *bin,
               {s->trace, "the base trace"},
               {bin, "the program the runs execute (--bin)"}};
     char p[2200];
-    for (long long k = 0; output_file(s, out, nruns, k, p, sizeof p); k++)
-        for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+    for (long long k = 0; output_file(s, out, nruns, file, k, p, sizeof p);
+         k++)
+        for (size_t i = cli ? 1 : 0; i < sizeof in / sizeof in[0]; i++) {
             if (!outfile_same(p, in[i].path))
                 continue;
             char q[1000];
@@ -384,7 +437,8 @@ static int settle_paths(sweep *s, const sweep_opts *o, char *out,
     if (!rc)
         rc = make_absolute(bin, bin_cap, "--bin");
     if (!rc)
-        rc = check_clobber(s, out, bin, sweep_count_runs(s));
+        rc = check_clobber(s, out, bin, sweep_count_runs(s), !o->file,
+                           !o->file && !o->gather);
     return rc;
 }
 
@@ -502,14 +556,15 @@ static int check_gather_dir(const char *out)
     return 0;
 }
 
-/* Everything after the options: the sweep checked, the output directory
- * prepared, then the commands printed or run, or (--gather) their
- * reports read. */
+/* Everything after the options: the sweep checked (the file, or the one
+ * --trace and its options stand for), the output directory prepared
+ * (with --trace, the sweep written there as DIR/sweep.json), then the
+ * commands printed or run, or (--gather) their reports read. */
 static int sweep_main(sweep *s, const sweep_opts *o, char *bin,
                       size_t bin_cap)
 {
     char out[1024];
-    int rc = sweep_parse(s, o->file);
+    int rc = o->file ? sweep_parse(s, o->file) : sweep_cli_parse(s, &o->cli);
     if (!rc)
         rc = settle_paths(s, o, out, sizeof out, bin, bin_cap);
     if (!rc && o->gather)
@@ -524,10 +579,19 @@ static int sweep_main(sweep *s, const sweep_opts *o, char *bin,
         rc = make_dirs(out);
     if (!rc)
         rc = sweep_write_variants(s, out);
+    if (!rc && !o->file)
+        rc = sweep_cli_write(s, &o->cli, out);
     if (!rc)
         rc = sweep_write_commands(s, bin, out, o->print_only);
     if (rc || o->print_only)
         return rc;
+    if (!o->file) {
+        char p[1100], q[1200];
+        sweep_cli_file(out, p, sizeof p);
+        cli_shown(q, sizeof q, p);
+        printf("sweep file: %s (the same sweep: re-run, edit or --gather "
+               "it)\n", q);
+    }
     remove_stale(out);
     return run_and_gather(s, bin, out, o->jobs, 0);
 }

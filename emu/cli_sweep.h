@@ -4,6 +4,8 @@
  *   cli_sweep.c        the command: options, the output directory, the
  *                      order of the steps
  *   cli_sweep_file.c   the sweep file: JSON, top-level shape, the axes
+ *   cli_sweep_cli.c    the command-line form (--trace, --system, ...):
+ *                      the sweep file it stands for, parsed as a file is
  *   cli_sweep_grid.c   the grid: "partition_dims": "all", the
  *                      partitionings' traces, every grid point checked as
  *                      `run` checks it
@@ -123,6 +125,10 @@ typedef struct {
 /* Reads, checks and expands the sweep file at path into s (sweep_free it
  * whatever the result): 0, or the exit status with one error printed. */
 int sweep_parse(sweep *s, const char *path);
+/* The same from a sweep's JSON text; name stands for the file in
+ * messages, and a relative "trace" is relative to name's directory. */
+int sweep_parse_text(sweep *s, const char *name, const char *text,
+                     size_t len);
 void sweep_free(sweep *s);
 /* Prints "SWEEP.json: jpath: what" as the error; returns 2. */
 int sweep_bad(const sweep *s, const char *jpath, const char *what);
@@ -148,6 +154,38 @@ void sweep_out_path(char *buf, size_t cap, const char *out, const char *rest);
 int sweep_batch_ok(const cJSON *e);
 extern const char sweep_bad_batch_msg[];
 extern const char sweep_bad_system_msg[];
+
+/* ---- cli_sweep_cli.c: the command-line form ---------------------------- */
+
+/* --set options the command-line form holds (the grid takes at most
+ * SWEEP_MAX_AXES axes, and says so itself). */
+#define SWEEP_CLI_MAX_SETS 64
+
+/* `tpuemu sweep --trace TRACE.json [--system A,B] [--batch 8,16]
+ * [--set KEY=V1,V2 ...] [--freeze LIST]`: the sweep file
+ * {"format": "tpuemu-sweep/1", "name": STEM, "trace": TRACE,
+ *  "grid": {"partition_dims": "all", "system": [A, B], "batch": [8, 16],
+ *           "freeze": [LIST], "set": {KEY: [V1, V2]}}}. */
+typedef struct {
+    const char *trace, *system, *batch, *freeze; /* NULL: not given */
+    int nsets;
+    const char *sets[SWEEP_CLI_MAX_SETS]; /* "KEY=V1,V2" as given */
+    const char *first;  /* the first of these options given, or NULL */
+} sweep_cli;
+
+/* Takes --trace, --system, --batch, --freeze or --set at argv[*i]
+ * (advancing *i past its value): 1 taken, 0 another argument, -1 error
+ * printed (exit 2). */
+int sweep_cli_take(sweep_cli *c, int argc, char **argv, int *i);
+/* Builds the sweep c stands for as a sweep file's text and parses it with
+ * sweep_parse_text (sweep_free s whatever the result); an error the file
+ * would give at a JSON path names the option instead ("--system v3-65:
+ * unknown system ...").  0, or the exit status with the error printed. */
+int sweep_cli_parse(sweep *s, const sweep_cli *c);
+/* OUT/sweep.json: the same sweep as a file, its trace by s->trace
+ * (absolute by then), to re-run, edit or --gather. */
+void sweep_cli_file(const char *out, char *buf, size_t cap);
+int sweep_cli_write(const sweep *s, const sweep_cli *c, const char *out);
 
 /* ---- cli_sweep_grid.c: partitionings and grid points ------------------ */
 

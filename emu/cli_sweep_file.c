@@ -124,20 +124,14 @@ int sweep_batch_ok(const cJSON *e)
 
 /* ---- the file and its shape ------------------------------------------- */
 
-/* The sweep file as JSON: the whole text one value, no duplicate keys. */
-static int read_doc(sweep *s, cJSON **out)
+/* The sweep's text as JSON: the whole text one value, no duplicate keys
+ * (text is the file's, or the command-line form's, emu/cli_sweep_cli.c). */
+static int parse_doc(sweep *s, const char *text, size_t len, cJSON **out)
 {
-    tpu_error err = {0};
-    size_t len = 0;
-    char *text = slurp(s->path, &len, &err);
-    if (!text)
-        return cli_fail(&err);
     size_t pos = strspn(text, " \t\r\n");
-    if (pos == len) {
-        free(text);
+    if (pos == len)
         return cli_error(2, "%s: empty file, expected a JSON object",
                          s->path);
-    }
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
@@ -152,11 +146,9 @@ static int read_doc(sweep *s, cJSON **out)
                      "the top-level value at line %d, column %d", line, col);
         else
             rfile_json_error(text, len, pos, why, sizeof why);
-        free(text);
         cJSON_Delete(doc);
         return cli_error(2, "%s: %s", s->path, why);
     }
-    free(text);
     char jp[512] = "";
     int oom = 0;
     if (rfile_json_find_dup(doc, jp, sizeof jp, cli_shown, &oom)) {
@@ -167,6 +159,19 @@ static int read_doc(sweep *s, cJSON **out)
     }
     *out = doc;
     return 0;
+}
+
+/* The sweep file as JSON. */
+static int read_doc(sweep *s, cJSON **out)
+{
+    tpu_error err = {0};
+    size_t len = 0;
+    char *text = slurp(s->path, &len, &err);
+    if (!text)
+        return cli_fail(&err);
+    int rc = parse_doc(s, text, len, out);
+    free(text);
+    return rc;
 }
 
 static int in_list(const char *name, const char *const *list)
@@ -742,12 +747,9 @@ static int check_x(const sweep *s)
     return sweep_bad(s, "x", "not an axis of the grid");
 }
 
-int sweep_parse(sweep *s, const char *path)
+/* Everything after the JSON (rc: how reading it went). */
+static int parse_rest(sweep *s, cJSON *doc, int rc)
 {
-    memset(s, 0, sizeof *s);
-    s->path = path;
-    cJSON *doc = NULL;
-    int rc = read_doc(s, &doc);
     if (!rc)
         rc = check_shape(s, doc);
     const cJSON *grid = cJSON_GetObjectItemCaseSensitive(doc, "grid");
@@ -764,4 +766,23 @@ int sweep_parse(sweep *s, const char *path)
         rc = sweep_check_points(s);
     cJSON_Delete(doc);
     return rc;
+}
+
+int sweep_parse(sweep *s, const char *path)
+{
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    cJSON *doc = NULL;
+    int rc = read_doc(s, &doc);
+    return parse_rest(s, doc, rc);
+}
+
+int sweep_parse_text(sweep *s, const char *name, const char *text,
+                     size_t len)
+{
+    memset(s, 0, sizeof *s);
+    s->path = name;
+    cJSON *doc = NULL;
+    int rc = parse_doc(s, text, len, &doc);
+    return parse_rest(s, doc, rc);
 }
