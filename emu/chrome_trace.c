@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "emu/rfile.h"
+#include "firmware/isa.h"
 
 /* Two events one cycle (~1 ns at 940 MHz) apart or closer count as
  * adjacent: the engine's own rounding, not a real gap. */
@@ -254,7 +255,10 @@ static void emit(sink *s, const emu_core_result *pc, const emu_event *e,
         put_str(s->f, ln ? ln : "");
         fputs(",\"phase\":", s->f);
         put_str(s->f, emu_phase_name((emu_phase)e->phase));
-        fprintf(s->f, ",\"opcode\":%u", (unsigned)e->opcode);
+        /* the mnemonic `tpuemu lower` prints, not the enum's number
+         * (probe round 9: Perfetto showed "opcode 7") */
+        fputs(",\"opcode\":", s->f);
+        put_str(s->f, fw_op_name((fw_op)e->opcode));
     }
     fprintf(s->f, ",\"count\":%lu", (unsigned long)e->count);
     put_work(s->f, e->bytes, e->flops);
@@ -1042,6 +1046,13 @@ static void put_other_data(FILE *f, const ct_doc *d)
     put_str(f, r->system);
     fprintf(f, ",\"cores\":%d,\"chips\":%d,\"step_time_s\":%.17g", r->cores,
             r->chips, r->step_time_s);
+    /* A --functional run of several steps records the first one: every
+     * step runs the same firmware, so every step times the same. */
+    int steps = r->has_values && r->n_losses > 1 ? r->n_losses : 1;
+    fprintf(f, ",\"steps\":%d,\"timeline\":", steps);
+    put_str(f, steps > 1 ? "one step (the first) of the run's steps; every "
+                           "step runs the same firmware and times the same"
+                         : "one step");
     fprintf(f, ",\"event_budget\":%lu,\"events_recorded\":%lu,"
                "\"events_written\":%lu,\"over_budget\":%s,\"detail\":",
             (unsigned long)d->max_events, (unsigned long)d->total,

@@ -78,6 +78,9 @@ typedef struct {
     int64_t kparts;  /* mxu.matmul: the product's K is cut into this many
                         slices (weights too large for VMEM); b is one
                         slice.  0 or 1: whole.  For --functional */
+    uint8_t recompute; /* rebuilds the layer's output that xla.remat
+                          dropped from the saved set (the listing marks
+                          it); never read by the timing */
 } fw_insn;
 
 typedef struct {

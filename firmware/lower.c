@@ -1821,8 +1821,14 @@ static void emit_recompute(lc *c, int j, const int *head, const int *next)
         double in_b = out_bytes(c, L->in[0]);
         /* through the batchnorm (normalise + activation) or the activation */
         double ops = I->op == GOP_BATCHNORM ? 5 : (L->op == GOP_RELU ? 2 : 6);
+        size_t from = c->prog->n;
         emit_pass_fx(c, FX_NONE, PHASE_BWD, l, in_b, out_bytes(c, l),
                      out_elems(c, l), ops);
+        /* marked for the listing (`tpuemu lower`), which would otherwise
+         * show this pass as one more block of the layer's backward */
+        if (!c->prog->oom)
+            for (size_t k = from; k < c->prog->n; k++)
+                c->prog->code[k].recompute = 1;
     }
 }
 
