@@ -82,9 +82,10 @@ reference's value and end-to-end bound.  A layer whose local bound is
 >= |ref| on at least LOOSE_SHARE of its elements makes the result 3 (a
 65536-term dense, whose gamma_K is ~|ref|, in chunks.json).  Measured
 (2026-12): 0 on every right-seed output of traces/functional/ but chunks, and
-of /work/probe/r9/fx/'s deep nets (up to 224 stored tensors), largest local
-bound used 1.000 (one flip of one ulp, what the bound allows); 1 on every
-wrong-seed output.  Cost: one emulator run per layer (deep-chain 2 s, deeplab
+on the unsplit deep nets of /work/probe/r9/fx/ tried (unet, hrnet and
+deeplab infer, deeplab train; up to 224 stored tensors; vnet and the splits
+not tried), largest local bound used 1.000 (one flip of one ulp, what the
+bound allows); 1 on every wrong-seed output tried.  Cost: one emulator run per layer (deep-chain 2 s, deeplab
 133 layers 35 s on 2 cores).
 """
 
