@@ -35,7 +35,7 @@ VIEW_OBJS := $(VIEW_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/registry.o
 LIB       := $(BUILD)/libtpuemu.a
 
-.PHONY: all deps run test bench asan clean fuzz fuzz-sim check-perf rebaseline
+.PHONY: all deps run test bench asan clean fuzz fuzz-report fuzz-sim check-perf rebaseline
 all: tpuemu
 
 # Only the viewer objects see SDL's headers.
@@ -102,6 +102,16 @@ fuzz: deps
 	  test/fuzz/fuzz_trace.c $(CORE_SRCS) $(CORE_LIBS)
 	build-fuzz/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	  build-fuzz/corpus test/fuzz/corpus
+
+# The report reader (check and view read reports users hand them), with a
+# write-read-write round trip; seeded from the committed baselines.
+fuzz-report: deps
+	@mkdir -p build-fuzz/corpus-report
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -I. $(CORE_CFLAGS) \
+	  -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_report \
+	  test/fuzz/fuzz_report.c $(CORE_SRCS) $(CORE_LIBS)
+	build-fuzz/fuzz_report -max_total_time=$(FUZZ_SECONDS) -max_len=262144 \
+	  build-fuzz/corpus-report baselines
 
 # The whole pipeline (plan, lowering, pod engine, --functional) on every
 # trace the reader accepts (test/fuzz/fuzz_sim.c); its own corpus, seeded
