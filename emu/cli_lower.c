@@ -228,14 +228,12 @@ static void put_block_head(const graph *g, const fw_program *prog,
  * table).  No mnemonic appears in it: users count instructions with
  * `grep -c`. */
 static const char legend[] =
-    "; operands: bytes=, from_lo=, from_hi= are bytes (from_lo/hi: received "
-    "from each neighbour);\n"
-    ";   m k n: rows, depth and columns of a product (with kparts=, k is one "
-    "part's); epi= fp32 vector\n"
-    ";   ops beside it; elems= vector elements, ops_x100= ops per element "
-    "x100; group=0 partition group,\n"
-    ";   1 all cores; pending= transfers left in flight; docs/FIRMWARE.md, "
-    "\"Reading a listing\"\n";
+    "; operands: bytes=, from_lo=, from_hi= are bytes (from_lo/hi: from each "
+    "neighbour); m k n: a product's rows, depth, columns (k is one part's "
+    "with kparts=); epi= fp32 vector ops beside it\n"
+    "; elems= vector elements, ops_x100= ops per element x100; group=0 "
+    "partition group, 1 all cores; pending= transfers left in flight; "
+    "docs/FIRMWARE.md, \"Reading a listing\"\n";
 
 /* The step simulated as run does, for --timed: r filled (free it), or a
  * reason in why[] when it cannot be timed (does not fit), or an exit
