@@ -10,6 +10,7 @@
 #include "emu/chrome_trace.h"
 #include "emu/npy.h"
 #include "emu/cli.h"
+#include "emu/font.h"
 #include "emu/graph.h"
 #include "emu/outfile.h"
 #include "emu/report.h"
@@ -24,7 +25,7 @@ static const char usage[] =
     "                  [--output-npy O.npy] [--output-layer NAME]\n"
     "                  [--loss-png L.png]\n"
     "                  [--host-mem-gib G] [--mxu-model pe|fast]]\n"
-    "                 [--no-dedup] [--quiet]\n"
+    "                 [--layers N] [--no-dedup] [--quiet]\n"
     "\n"
     "Simulates one training (or inference) step of TRACE on the named pod\n"
     "slice and prints, per core, the step time and where it went, then the\n"
@@ -57,6 +58,9 @@ static void print_usage(FILE *f)
           "                  the same figures up to rounding (the sums run in\n"
           "                  another order, so a report's layers[].time_s may\n"
           "                  differ in the last digits)\n"
+          "  --layers N      also list the N layers core 0 spends the\n"
+          "                  most time in (critical path, forward and\n"
+          "                  backward together), by category\n"
           "  --quiet         print only the slowest core's step time (s, 9\n"
           "                  significant digits)\n"
           "\n"
@@ -277,6 +281,75 @@ static void print_memory(const emu_result *r)
     }
 }
 
+typedef struct {
+    int layer;
+    double s;
+} layer_time;
+
+static int layer_time_cmp(const void *pa, const void *pb)
+{
+    const layer_time *a = pa, *b = pb;
+    if (a->s != b->s)
+        return a->s < b->s ? 1 : -1;
+    return a->layer - b->layer; /* ties in graph order */
+}
+
+/* "Where does each core's time go", one level down: the layers core 0
+ * spends most of its critical path in (the report's layers[], forward
+ * and backward together), what is left (the weight update, the gradient
+ * all-reduce, waiting before the step's end) on a last line, so the
+ * column sums to the core's step time. */
+static void print_layers(const emu_result *r, int64_t n)
+{
+    if (!r->fits || r->n_layers <= 0 || !r->layer_time_s || r->cores <= 0)
+        return;
+    layer_time *lt = malloc(sizeof *lt * (size_t)r->n_layers);
+    if (!lt)
+        return;
+    int m = 0;
+    double sum = 0;
+    for (int l = 0; l < r->n_layers; l++) {
+        const double *t = r->layer_time_s + (size_t)l * CAT_COUNT;
+        double s = 0;
+        for (int k = 0; k < CAT_COUNT; k++)
+            s += t[k];
+        sum += s;
+        if (s > 0)
+            lt[m++] = (layer_time){l, s};
+    }
+    qsort(lt, (size_t)m, sizeof *lt, layer_time_cmp);
+    int shown = n < m ? (int)n : m;
+    const double step = r->per_core[0].step_time_s;
+    printf("\ncore 0: the %d layer%s it spends the most time in (of %d with "
+           "time; ms)\n%-28s %10s %6s",
+           shown, shown == 1 ? "" : "s", m, "layer", "ms", "share");
+    for (int k = 0; k < CAT_COUNT; k++)
+        printf(" %9s", emu_cat_name((emu_cat)k));
+    printf("\n");
+    for (int i = 0; i < shown; i++) {
+        const double *t = r->layer_time_s + (size_t)lt[i].layer * CAT_COUNT;
+        char name[128];
+        font_fit(name, sizeof name, r->layer_names[lt[i].layer], 28, "..");
+        cli_put_cell(name, 28);
+        printf(" %10.3f %5.1f%%", lt[i].s * 1e3,
+               step > 0 ? 100 * lt[i].s / step : 0);
+        for (int k = 0; k < CAT_COUNT; k++)
+            printf(" %9.3f", t[k] * 1e3);
+        printf("\n");
+    }
+    double shown_s = 0;
+    for (int i = 0; i < shown; i++)
+        shown_s += lt[i].s;
+    if (m > shown)
+        printf("%-28s %10.3f %5.1f%%\n", "(the other layers)",
+               (sum - shown_s) * 1e3, step > 0 ? 100 * (sum - shown_s) / step
+                                               : 0);
+    if (step - sum > 0)
+        printf("%-28s %10.3f %5.1f%%\n", "(update, end of step)",
+               (step - sum) * 1e3, 100 * (step - sum) / step);
+    free(lt);
+}
+
 static void print_table(const emu_result *r)
 {
     int slow = cli_slowest_core(r);
@@ -444,6 +517,7 @@ typedef struct {
     const char *path[N_OUTS]; /* each output, NULL when not asked for */
     const char *fx_only;      /* the first option that needs --functional */
     int quiet;
+    int64_t layers; /* --layers N: 0 none */
     cli_whatif w;
     sim_opts o;
 } run_args;
@@ -515,6 +589,11 @@ static int take_arg(run_args *ra, int argc, char **argv, int *i)
         ra->o.no_dedup = 1;
     else if (strcmp(a, "--quiet") == 0)
         ra->quiet = 1;
+    else if (strcmp(a, "--layers") == 0) {
+        const char *v = cli_value(argc, argv, i);
+        if (!v || cli_int("--layers", v, 1, 1000000, &ra->layers))
+            return 2;
+    }
     else if (a[0] == '-' && a[1])
         return cli_error(2, "run: unknown option %s (see tpuemu run --help)",
                          a);
@@ -542,6 +621,9 @@ static int check_args(const run_args *ra)
         return cli_error(2, "run: %s sets the values of a --functional run "
                             "and means nothing without it",
                          ra->fx_only);
+    if (ra->quiet && ra->layers)
+        return cli_error(2, "run: --layers prints a table, --quiet only the "
+                            "step time: give one of them");
     return cli_whatif_check(&ra->w) ? 2 : 0;
 }
 
@@ -683,6 +765,8 @@ int cli_run(int argc, char **argv)
         printf("%.9g\n", r.step_time_s);
     else if (!code)
         print_table(&r);
+    if (!code && !ra.quiet && ra.layers)
+        print_layers(&r, ra.layers);
     if (!code && r.has_values && !ra.quiet)
         print_values(&r);
     emu_result_free(&r);

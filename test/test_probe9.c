@@ -7,8 +7,13 @@
  *  - where the small-batch layout (xla.conv_pad) multiplies the matrix
  *    units' work, the table says by how much, against the model's FLOPs
  *    per core (it set a V-Net's step 17x over its folded time and the
- *    run only said the rule applied).
+ *    run only said the rule applied);
+ *  - `run --layers N` lists the layers core 0 spends most time in, as the
+ *    report's layers[] has them, and the column sums to the step time
+ *    (the user had to read the report's JSON to find a slow layer).
  */
+#include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +84,99 @@ static void padding_cases(th_ctx *t, th_cmd_result *c)
               "status %d, stdout %s", c->status, c->out);
 }
 
+/* The report's layers[] sorted by total time, largest first: the n
+ * largest totals (ms) into top. */
+static int report_top(const char *path, int n, double *top, char (*names)[64])
+{
+    char *text = th_slurp(path, NULL);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *ly = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    int got = 0;
+    for (int i = 0; i < n; i++)
+        top[i] = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ly)
+    {
+        double s = 0;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(e, "time_s"))
+            s += v->valuedouble;
+        s *= 1e3;
+        for (int i = 0; i < n; i++) {
+            if (s > top[i]) { /* insert, shifting the rest down */
+                memmove(top + i + 1, top + i, sizeof *top * (size_t)(n - i - 1));
+                memmove(names + i + 1, names + i,
+                        sizeof *names * (size_t)(n - i - 1));
+                top[i] = s;
+                snprintf(names[i], 64, "%s",
+                         cJSON_GetObjectItemCaseSensitive(e, "name")->valuestring);
+                got++;
+                break;
+            }
+        }
+    }
+    cJSON_Delete(root);
+    return got < n ? got : n;
+}
+
+static void layers_cases(th_ctx *t, th_cmd_result *c)
+{
+    enum { N = 5 };
+    char rep[512];
+    snprintf(rep, sizeof rep, "%s/p9-layers.json", th_tmpdir());
+    th_case(t, "run --layers 5: the report's five largest layers of core 0, "
+               "in order; the column sums to the step");
+    th_run(c, "%s run traces/reference/retinanet-1280-v3-8.json --layers %d "
+              "--report %s",
+           th_bin(), N, rep);
+    double top[N];
+    char names[N][64];
+    int nt = report_top(rep, N, top, names);
+    const char *h = strstr(c->out, "\ncore 0: the 5 layers");
+    const char *line = h ? strchr(h + 1, '\n') : NULL;
+    line = line ? strchr(line + 1, '\n') : NULL; /* past the column names */
+    double sum = 0;
+    int rows = 0;
+    while (line && line[1] && line[1] != '\n') {
+        char name[64];
+        double ms;
+        if (line[1] == '(') { /* "(the other layers)": several words */
+            const char *q = strchr(line + 1, ')');
+            sum += q ? atof(q + 1) : 0;
+            rows++;
+            line = strchr(line + 1, '\n');
+            continue;
+        }
+        if (sscanf(line + 1, "%63s %lf", name, &ms) != 2)
+            break;
+        if (rows < N && rows < nt)
+            TH_CHECKF(t, strcmp(name, names[rows]) == 0 &&
+                             fabs(ms - top[rows]) <= 0.0005 + 1e-9 * ms,
+                      "row %d: %s %.3f, report %s %.3f", rows, name, ms,
+                      names[rows], top[rows]);
+        sum += ms;
+        rows++;
+        line = strchr(line + 1, '\n');
+    }
+    const char *st = strstr(c->out, "step time ");
+    double step = st ? atof(st + 10) * 1e3 : -1;
+    TH_CHECKF(t, c->status == 0 && nt == N && rows >= N + 1 &&
+                     /* "step time 0.5537 s": to 0.05 ms; each row to
+                        0.0005 ms */
+                     fabs(sum - step) < 0.05 + 0.0005 * rows,
+              "status %d, %d report layers, %d rows summing to %.3f ms, step "
+              "%.3f ms: %s",
+              c->status, nt, rows, sum, step, c->out);
+
+    th_case(t, "--layers with --quiet, or 0: exit 2");
+    th_run(c, "%s run traces/small/tiny2d.json --layers 3 --quiet", th_bin());
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "--layers"), "status %d: %s",
+              c->status, c->err);
+    th_run(c, "%s run traces/small/tiny2d.json --layers 0", th_bin());
+    TH_CHECKF(t, c->status == 2, "status %d: %s", c->status, c->err);
+}
+
 void th_suite_probe9(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c);
@@ -86,5 +184,6 @@ void th_suite_probe9(th_ctx *t)
         return;
     nofit_cases(t, c);
     padding_cases(t, c);
+    layers_cases(t, c);
     free(c);
 }
