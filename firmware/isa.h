@@ -22,7 +22,8 @@
  *   ici.halo    dim         from lo       from hi    rows        collective-permute: receive that many bytes from the neighbours along
  *                                                                split spatial dim `dim` (partition group); rows = lo rows << 32 | hi rows
  *   ici.allreduce bytes     group         -          -           sum across group: 0 partition group, 1 all cores
- *   ici.allgather bytes     -             -          -           gather `bytes` (the whole tensor) in the group
+ *   ici.allgather bytes     -             -          -           gather `bytes` (the whole tensor) in the group, where a
+ *                                                                window reaches past the neighbours; timed as halo
  *   sync.barrier -          -             -          -           all cores
  *   loop        count       -             -          -           repeat the body up to the matching endloop
  *   endloop     -           -             -          -
