@@ -345,121 +345,87 @@ static void put_timed_head(const emu_result *r, int core,
     }
 }
 
-int cli_lower(int argc, char **argv)
-{
-    if (cli_wants_help(argc, argv)) {
-        fputs(usage, stdout);
-        cli_whatif_usage(stdout);
-        fputs(usage_tail, stdout);
-        return 0;
-    }
-    const char *trace = NULL, *v;
-    int64_t core = 0;
-    int took, timed = 0;
+/* The command line of lower. */
+typedef struct {
+    const char *trace;
+    int64_t core;
+    int timed;
     cli_whatif w;
-    cli_whatif_init(&w);
-    sim_opts o;
-    sim_opts_default(&o);
+} lower_args;
+
+/* 0, or 2 with the error printed. */
+static int parse_lower_args(lower_args *la, int argc, char **argv)
+{
+    memset(la, 0, sizeof *la);
+    cli_whatif_init(&la->w);
+    const char *v;
+    int took;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if ((took = cli_whatif_take(&w, argc, argv, &i)) != 0) {
+        if ((took = cli_whatif_take(&la->w, argc, argv, &i)) != 0) {
             if (took < 0)
                 return 2;
         } else if (strcmp(a, "--core") == 0) {
             if (!(v = cli_value(argc, argv, &i)) ||
-                cli_int("--core", v, 0, 1 << 20, &core))
+                cli_int("--core", v, 0, 1 << 20, &la->core))
                 return 2;
         } else if (strcmp(a, "--timed") == 0) {
-            if (timed)
+            if (la->timed)
                 return cli_error(2, "lower: --timed given twice");
-            timed = 1;
+            la->timed = 1;
         } else if (a[0] == '-' && a[1]) {
             return cli_error(2, "lower: unknown option %s (see tpuemu lower --help)", a);
-        } else if (!trace) {
-            trace = a;
+        } else if (!la->trace) {
+            la->trace = a;
         } else {
             return cli_error(2, "lower: more than one trace");
         }
     }
-    if (!trace)
+    if (!la->trace)
         return cli_error(2, "lower: no trace given (usage: tpuemu lower "
                             "TRACE.json [OPTIONS]; see tpuemu lower --help)");
-    if (cli_whatif_check(&w))
-        return 2;
-    o.trace_path = trace;
-    tpu_error err = {0};
-    graph g;
-    if (graph_load(&g, trace, &err))
-        return cli_fail(&err);
-    int code = cli_whatif_apply(&w, &g, trace, &o);
-    if (code) {
-        graph_free(&g);
-        return code;
-    }
-    fw_program prog;
-    fw_memory mem;
-    fw_program_init(&prog);
-    tpu_status rc = sim_lower(&g, &o, (int)core, &prog, &mem, &err);
-    /* A step that does not fit is still printed (what would need the
-     * memory), then refused as run refuses it. */
-    if (rc && rc != TPU_ERR_NOFIT) {
-        graph_free(&g);
-        return cli_fail(&err);
-    }
-    size_t nb = 0;
-    block *bs = find_blocks(&prog, &nb);
-    emu_result r;
-    memset(&r, 0, sizeof r);
-    char why[1200] = "";
-    const emu_core_result *pc = NULL;
-    double lost = 0;
-    if (!bs) {
-        fw_program_free(&prog);
-        graph_free(&g);
-        return cli_error(4, "out of host memory (listing)");
-    }
-    if (timed && rc) {
-        snprintf(why, sizeof why, "the step does not fit (exit 3 below)");
-    } else if (timed) {
-        code = time_step(&g, &o, &r, why, sizeof why);
-        if (code) {
-            free(bs);
-            fw_program_free(&prog);
-            graph_free(&g);
-            return code;
-        }
-        if (!why[0] && !(pc = timeline_of(&r, (int)core)))
-            snprintf(why, sizeof why, "no timeline was recorded for core %d",
-                     (int)core);
-        if (pc)
-            lost = charge_events(bs, nb, pc);
-    }
-    printf("; tpuemu firmware: %s, core %d, %zu instructions\n", g.name,
-           (int)core, prog.n);
+    return cli_whatif_check(&la->w) ? 2 : 0;
+}
+
+/* The listing's head: program size, the core's HBM, what xla.remat
+ * recomputes, the operand legend, and with --timed the core's step. */
+static void put_head(const graph *g, int core, const fw_program *prog,
+                     const fw_memory *mem, const emu_result *r,
+                     const emu_core_result *pc, const block *bs, size_t nb,
+                     double lost, int timed, const char *why)
+{
+    printf("; tpuemu firmware: %s, core %d, %zu instructions\n", g->name,
+           core, prog->n);
     printf("; HBM: weights %.3g B, gradients %.3g B, optimizer %.3g B, "
            "saved activations %.3g B, workspace %.3g B, peak %.3g B\n",
-           mem.weights_bytes, mem.grads_bytes, mem.opt_bytes, mem.saved_bytes,
-           mem.workspace_bytes, mem.peak_bytes);
-    if (mem.remat_layers > 0) {
+           mem->weights_bytes, mem->grads_bytes, mem->opt_bytes,
+           mem->saved_bytes, mem->workspace_bytes, mem->peak_bytes);
+    if (mem->remat_layers > 0) {
         char by[32];
-        fmt_bytes(by, sizeof by, mem.remat_bytes);
+        fmt_bytes(by, sizeof by, mem->remat_bytes);
         printf("; recomputed (xla.remat): %d activation%s, %s, dropped from "
                "the saved set to fit HBM, each\n;   rebuilt by a vector pass "
                "before its first backward reader (\"recompute\" blocks)\n",
-               mem.remat_layers, mem.remat_layers == 1 ? "" : "s", by);
+               mem->remat_layers, mem->remat_layers == 1 ? "" : "s", by);
     }
     fputs(legend, stdout);
     if (pc)
-        put_timed_head(&r, (int)core, pc, bs, nb, lost);
+        put_timed_head(r, core, pc, bs, nb, lost);
     else if (timed)
         printf("; not timed: %s\n", why);
+}
+
+/* Every block: its comment line (timed when step_s > 0), then its
+ * instructions, indented by loop depth. */
+static void put_listing(const graph *g, const fw_program *prog,
+                        const block *bs, size_t nb, int timed, double step_s)
+{
     int depth = 0;
     char buf[256];
     for (size_t k = 0; k < nb; k++) {
-        put_block_head(&g, &prog, bs, k, pc != NULL,
-                       pc ? r.per_core[core].step_time_s : 0);
+        put_block_head(g, prog, bs, k, timed, step_s);
         for (size_t i = bs[k].first; i < bs[k].end; i++) {
-            const fw_insn *in = &prog.code[i];
+            const fw_insn *in = &prog->code[i];
             if (in->op == FW_ENDLOOP)
                 depth--;
             fw_format(in, buf, sizeof buf);
@@ -473,9 +439,87 @@ int cli_lower(int argc, char **argv)
                 depth++;
         }
     }
+}
+
+/* --timed: the step run as `run` runs it, and this core's timeline
+ * charged to the blocks.  0 (with *pc NULL and why said when there is
+ * no timeline), or an exit status with the error printed. */
+static int time_blocks(const graph *g, const sim_opts *o, int core,
+                       emu_result *r, block *bs, size_t nb,
+                       const emu_core_result **pc, double *lost, char *why,
+                       size_t cap)
+{
+    int code = time_step(g, o, r, why, cap);
+    if (code)
+        return code;
+    if (!why[0] && !(*pc = timeline_of(r, core)))
+        snprintf(why, cap, "no timeline was recorded for core %d", core);
+    if (*pc)
+        *lost = charge_events(bs, nb, *pc);
+    return 0;
+}
+
+int cli_lower(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        fputs(usage, stdout);
+        cli_whatif_usage(stdout);
+        fputs(usage_tail, stdout);
+        return 0;
+    }
+    lower_args la;
+    int code = parse_lower_args(&la, argc, argv);
+    if (code)
+        return code;
+    sim_opts o;
+    sim_opts_default(&o);
+    o.trace_path = la.trace;
+    tpu_error err = {0};
+    graph g;
+    if (graph_load(&g, la.trace, &err))
+        return cli_fail(&err);
+    if ((code = cli_whatif_apply(&la.w, &g, la.trace, &o)) != 0) {
+        graph_free(&g);
+        return code;
+    }
+    const int core = (int)la.core;
+    fw_program prog;
+    fw_memory mem;
+    fw_program_init(&prog);
+    tpu_status rc = sim_lower(&g, &o, core, &prog, &mem, &err);
+    /* A step that does not fit is still printed (what would need the
+     * memory), then refused as run refuses it. */
+    if (rc && rc != TPU_ERR_NOFIT) {
+        graph_free(&g);
+        return cli_fail(&err);
+    }
+    size_t nb = 0;
+    block *bs = find_blocks(&prog, &nb);
+    if (!bs) {
+        fw_program_free(&prog);
+        graph_free(&g);
+        return cli_error(4, "out of host memory (listing)");
+    }
+    emu_result r;
+    memset(&r, 0, sizeof r);
+    char why[1200] = "";
+    const emu_core_result *pc = NULL;
+    double lost = 0;
+    if (la.timed && rc)
+        snprintf(why, sizeof why, "the step does not fit (exit 3 below)");
+    else if (la.timed)
+        code = time_blocks(&g, &o, core, &r, bs, nb, &pc, &lost, why,
+                           sizeof why);
+    if (!code) {
+        put_head(&g, core, &prog, &mem, &r, pc, bs, nb, lost, la.timed, why);
+        put_listing(&g, &prog, bs, nb, pc != NULL,
+                    pc ? r.per_core[core].step_time_s : 0);
+    }
     free(bs);
     emu_result_free(&r);
     fw_program_free(&prog);
     graph_free(&g);
+    if (code)
+        return code;
     return rc ? cli_fail(&err) : 0;
 }
