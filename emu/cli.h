@@ -59,9 +59,17 @@ int cli_slowest_core(const emu_result *r);
  * of memory. */
 struct cJSON;
 char *cli_json_text(const struct cJSON *doc);
-/* Prints text (UTF-8) left-aligned in a column `cells` characters wide:
- * a terminal table padded by bytes would shift at every "ü". */
+/* Prints text (UTF-8) left-aligned in a column `cells` terminal columns
+ * wide: a terminal table padded by bytes would shift at every "ü", and
+ * one padded by characters at every "雪" (two columns in a terminal). */
 void cli_put_cell(const char *text, int cells);
+/* Terminal columns of text: 2 for East Asian wide and fullwidth
+ * characters, 0 for combining marks and zero-width ones, 1 otherwise. */
+int cli_text_cols(const char *text);
+/* text cut to at most `cols` terminal columns (never inside a character),
+ * ending in `more` (e.g. "..") when cut; into dst of cap >= 1 bytes. */
+void cli_fit_cols(char *dst, size_t cap, const char *text, int cols,
+                  const char *more);
 /* Option rule for every command: an option that takes a value is given
  * as "--name VALUE" or "--name=VALUE" (emu/main.c splits the second form
  * before any command parses), at most once (--set,

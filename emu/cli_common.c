@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,9 +260,71 @@ int cli_freeze_same(const char *a, const char *b)
     return list_within(a, b) && list_within(b, a);
 }
 
+/* Terminal columns of one code point, after Unicode's East Asian Width
+ * (W and F ranges of UAX #11) and its combining and zero-width
+ * characters, in the shape of Markus Kuhn's wcwidth: a table of its own
+ * rather than wcwidth(3), whose answer depends on the locale, so a table
+ * lines up the same under LC_ALL=C in CI as in a UTF-8 terminal. */
+static int cp_cols(uint32_t c)
+{
+    static const uint32_t zero[][2] = {
+        {0x0300, 0x036F}, {0x0483, 0x0489}, {0x0591, 0x05BD},
+        {0x0610, 0x061A}, {0x064B, 0x065F}, {0x0E31, 0x0E31},
+        {0x0E34, 0x0E3A}, {0x0E47, 0x0E4E}, {0x1AB0, 0x1AFF},
+        {0x1DC0, 0x1DFF}, {0x200B, 0x200F}, {0x202A, 0x202E},
+        {0x2060, 0x2064}, {0x20D0, 0x20FF}, {0xFE00, 0xFE0F},
+        {0xFE20, 0xFE2F}, {0xFEFF, 0xFEFF}, {0xE0100, 0xE01EF}};
+    static const uint32_t wide[][2] = {
+        {0x1100, 0x115F}, {0x231A, 0x231B}, {0x2329, 0x232A},
+        {0x23E9, 0x23EC}, {0x2614, 0x2615}, {0x2E80, 0x303E},
+        {0x3041, 0x33FF}, {0x3400, 0x4DBF}, {0x4E00, 0x9FFF},
+        {0xA000, 0xA4CF}, {0xA960, 0xA97F}, {0xAC00, 0xD7A3},
+        {0xF900, 0xFAFF}, {0xFE10, 0xFE19}, {0xFE30, 0xFE6F},
+        {0xFF00, 0xFF60}, {0xFFE0, 0xFFE6}, {0x1F300, 0x1F64F},
+        {0x1F900, 0x1F9FF}, {0x20000, 0x2FFFD}, {0x30000, 0x3FFFD}};
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
+        if (c >= zero[i][0] && c <= zero[i][1])
+            return 0;
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+        if (c >= wide[i][0] && c <= wide[i][1])
+            return 2;
+    return 1;
+}
+
+int cli_text_cols(const char *text)
+{
+    int cols = 0, n;
+    uint32_t c;
+    while ((n = font_utf8_next(text, &c)) > 0) {
+        cols += cp_cols(c);
+        text += n;
+    }
+    return cols;
+}
+
+void cli_fit_cols(char *dst, size_t cap, const char *text, int cols,
+                  const char *more)
+{
+    int mc = more ? cli_text_cols(more) : 0;
+    if (cli_text_cols(text) <= cols || mc > cols)
+        more = NULL, mc = 0;
+    int budget = more ? cols - mc : cols, used = 0, n;
+    size_t len = 0;
+    uint32_t c;
+    const char *s = text;
+    while ((n = font_utf8_next(s, &c)) > 0 && used + cp_cols(c) <= budget &&
+           len + (size_t)n < cap) {
+        used += cp_cols(c);
+        len += (size_t)n;
+        s += n;
+    }
+    snprintf(dst, cap, "%.*s%s", (int)len, text,
+             more && *s ? more : "");
+}
+
 void cli_put_cell(const char *text, int cells)
 {
-    int pad = cells - font_text_cells(text);
+    int pad = cells - cli_text_cols(text);
     printf("%s%*s", text, pad > 0 ? pad : 0, "");
 }
 

@@ -10,7 +10,6 @@
 #include "emu/chrome_trace.h"
 #include "emu/npy.h"
 #include "emu/cli.h"
-#include "emu/font.h"
 #include "emu/graph.h"
 #include "emu/outfile.h"
 #include "emu/report.h"
@@ -329,7 +328,7 @@ static void print_layers(const emu_result *r, int64_t n)
     for (int i = 0; i < shown; i++) {
         const double *t = r->layer_time_s + (size_t)lt[i].layer * CAT_COUNT;
         char name[128];
-        font_fit(name, sizeof name, r->layer_names[lt[i].layer], 28, "..");
+        cli_fit_cols(name, sizeof name, r->layer_names[lt[i].layer], 28, "..");
         cli_put_cell(name, 28);
         printf(" %10.3f %5.1f%%", lt[i].s * 1e3,
                step > 0 ? 100 * lt[i].s / step : 0);

@@ -7,7 +7,6 @@
 
 #include "emu/cli.h"
 #include "emu/cli_sweep.h"
-#include "emu/font.h"
 
 #define SWEEP_RANK_ROWS 12
 
@@ -57,16 +56,16 @@ static void print_none(long long nruns, long long nofit)
                nruns - nofit);
 }
 
-/* Each swept column as wide as its name and its values in characters (a
- * label is UTF-8: "ü" is two bytes and one column), so nothing is cut and
- * the columns line up. */
+/* Each swept column as wide as its name and its values in terminal
+ * columns (a label is UTF-8: "ü" is two bytes and one column, "雪" two
+ * columns), so nothing is cut and the columns line up. */
 static void column_widths(const sweep *s, int *w)
 {
     for (int a = 0; a < s->naxes; a++) {
-        w[a] = font_text_cells(s->ax[a].name);
+        w[a] = cli_text_cols(s->ax[a].name);
         for (int v = 0; v < s->ax[a].n; v++)
-            if (font_text_cells(s->ax[a].v[v].label) > w[a])
-                w[a] = font_text_cells(s->ax[a].v[v].label);
+            if (cli_text_cols(s->ax[a].v[v].label) > w[a])
+                w[a] = cli_text_cols(s->ax[a].v[v].label);
     }
 }
 

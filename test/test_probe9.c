@@ -10,7 +10,9 @@
  *    run only said the rule applied);
  *  - `run --layers N` lists the layers core 0 spends most time in, as the
  *    report's layers[] has them, and the column sums to the step time
- *    (the user had to read the report's JSON to find a slow layer).
+ *    (the user had to read the report's JSON to find a slow layer);
+ *  - terminal tables count East Asian wide characters as two columns
+ *    ("雪" is one character, two columns), so CJK names line up too.
  */
 #include <cJSON.h>
 #include <math.h>
@@ -177,6 +179,67 @@ static void layers_cases(th_ctx *t, th_cmd_result *c)
     TH_CHECKF(t, c->status == 2, "status %d: %s", c->status, c->err);
 }
 
+/* Terminal columns of a UTF-8 line, for the cases below: CJK ideographs
+ * (U+4E00-9FFF, three bytes from 0xE4 to 0xE9) are two, other characters
+ * one. */
+static int cols_of(const char *s, size_t n)
+{
+    int c = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if ((b & 0xC0) == 0x80)
+            continue;
+        c += (b >= 0xE4 && b <= 0xE9) ? 2 : 1;
+    }
+    return c;
+}
+
+static void cjk_cases(th_ctx *t, th_cmd_result *c)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/p9-cjk.json", th_tmpdir());
+    th_put(path,
+           "{\"format\":\"tpuemu-trace/1\",\"name\":\"cjk\",\"system\":\"v3-8\","
+           "\"run\":{\"mode\":\"train\",\"global_batch\":8},"
+           "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[32,32,8]}],"
+           "\"layers\":[{\"name\":\"雪雪雪\",\"op\":\"conv\",\"in\":\"x\","
+           "\"filters\":16,\"kernel\":[3,3]},"
+           "{\"name\":\"ab\",\"op\":\"conv\",\"in\":\"雪雪雪\","
+           "\"filters\":16,\"kernel\":[3,3]},"
+           "{\"name\":\"雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪\",\"op\":\"conv\","
+           "\"in\":\"ab\",\"filters\":16,\"kernel\":[3,3]},"
+           "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪雪\","
+           "\"kind\":\"l2\"}]}}");
+    th_case(t, "run --layers: CJK names take two columns each, and the "
+               "columns line up");
+    th_run(c, "%s run %s --layers 3", th_bin(), path);
+    const char *h = strstr(c->out, "\nlayer ");
+    int rows = 0, bad = 0, cut = 0;
+    for (const char *l = h ? strchr(h + 1, '\n') : NULL; l && l[1] != '(' &&
+                                                       l[1] && l[1] != '\n';
+         l = strchr(l + 1, '\n')) {
+        /* the name cell (28 columns), a space, "%10.3f": 39 columns to the
+         * ms value's last digit */
+        const char *eol = strchr(l + 1, '\n');
+        size_t len = eol ? (size_t)(eol - l - 1) : strlen(l + 1);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)len, l + 1);
+        /* the ms value's decimal point: the first '.' before a digit
+         * (a cut name ends in "..") */
+        const char *dot = line;
+        while ((dot = strchr(dot, '.')) && !(dot[1] >= '0' && dot[1] <= '9'))
+            dot++;
+        if (!dot || cols_of(line, (size_t)(dot + 4 - line)) != 39)
+            bad++;
+        if (strstr(line, "..") && strstr(line, "雪"))
+            cut++;
+        rows++;
+    }
+    TH_CHECKF(t, c->status == 0 && rows == 3 && bad == 0 && cut == 1,
+              "status %d, %d rows, %d misaligned, %d cut: %s%s", c->status,
+              rows, bad, cut, c->out, c->err);
+}
+
 void th_suite_probe9(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c);
@@ -185,5 +248,6 @@ void th_suite_probe9(th_ctx *t)
     nofit_cases(t, c);
     padding_cases(t, c);
     layers_cases(t, c);
+    cjk_cases(t, c);
     free(c);
 }
