@@ -70,6 +70,9 @@ int cli_text_cols(const char *text);
  * ending in `more` (e.g. "..") when cut; into dst of cap >= 1 bytes. */
 void cli_fit_cols(char *dst, size_t cap, const char *text, int cols,
                   const char *more);
+/* The same cut in the middle, keeping the end: layer names often differ
+ * only there ("..._conv_a", "..._conv_b"). */
+void cli_fit_cols_mid(char *dst, size_t cap, const char *text, int cols);
 /* Option rule for every command: an option that takes a value is given
  * as "--name VALUE" or "--name=VALUE" (emu/main.c splits the second form
  * before any command parses), at most once (--set,

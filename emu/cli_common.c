@@ -322,6 +322,33 @@ void cli_fit_cols(char *dst, size_t cap, const char *text, int cols,
              more && *s ? more : "");
 }
 
+void cli_fit_cols_mid(char *dst, size_t cap, const char *text, int cols)
+{
+    int total = cli_text_cols(text);
+    if (total <= cols || cols < 5) {
+        cli_fit_cols(dst, cap, text, cols, "..");
+        return;
+    }
+    int tail = (cols - 2) / 3, head = cols - 2 - tail;
+    /* the tail: the shortest suffix of at most `tail` columns that starts
+     * on a character */
+    const char *s = text, *from = NULL;
+    int before = 0, n;
+    uint32_t c;
+    while (*s) {
+        if (total - before <= tail) {
+            from = s;
+            break;
+        }
+        n = font_utf8_next(s, &c);
+        before += cp_cols(c);
+        s += n;
+    }
+    char h[256];
+    cli_fit_cols(h, sizeof h, text, head, NULL);
+    snprintf(dst, cap, "%s..%s", h, from ? from : "");
+}
+
 void cli_put_cell(const char *text, int cells)
 {
     int pad = cells - cli_text_cols(text);

@@ -291,8 +291,9 @@ static void put_timed_head(const emu_result *r, int core,
            "categories of the report (mxu, vector,\n"
            ";   hbm_stall, halo, allreduce, idle).  A layer's blocks sum to "
            "its entry in the report's\n"
-           ";   layers[] (which holds core 0's); (step) blocks are the "
-           "gradient all-reduce and the update.\n");
+           ";   layers[] (which holds core 0's); (step) blocks are %s.\n",
+           r->train ? "the gradient all-reduce and the update"
+                    : "the step's end (an inference step has no update)");
     fmt_time(b, sizeof b, me->step_time_s);
     printf("; core %d: step %s", core, b);
     int first = 1;

@@ -197,12 +197,16 @@ static void print_rates(const emu_result *r, int slow)
                r->core_hbm_bps / 1e9);
 }
 
-/* How much the layout above costs is the first thing a user of a
- * partitioned run needs to know (probe round 9: it set a V-Net's step 17x
- * over its folded time and the run never said how much): the matrix
+/* How much padding costs is the first thing a user of a partitioned run
+ * needs to know (probe round 9: the small-batch layout set a V-Net's step
+ * 17x over its folded time and the run never said how much): the matrix
  * units' executed FLOPs, padding included, against the model's share of a
- * core.  A ratio, not a time: the time without the padding is a second
- * run, which the line names. */
+ * core.  A ratio, not a time: the time without the small-batch layout is
+ * a second run, which the line names when that layout applies; without
+ * it the padding is the MXU's own (whole 128-wide tiles: few channels,
+ * small products) and halo rows, which no switch removes (probe round
+ * 10: it was printed only with the layout, and its advice implied the
+ * switch removed all of it). */
 static void print_padding_share(const emu_result *r)
 {
     int slow = cli_slowest_core(r);
@@ -210,12 +214,16 @@ static void print_padding_share(const emu_result *r)
         return;
     double share = r->flops_per_step / r->cores;
     double x = r->per_core[slow].flops / share;
-    if (x < 1.5) /* halo rows computed twice, ragged tiles: not news */
+    if (x < 1.5) /* ragged tiles, a few halo rows: not news */
         return;
     printf("the matrix units of core %d compute %.3g x the model's FLOPs "
-           "per core, this padding included; `--set xla.conv_pad=0` times "
-           "the step without it\n",
-           slow, x);
+           "per core: operands padded to whole MXU tiles%s%s\n",
+           slow, x,
+           r->cores_per_replica > 1 ? ", halo rows computed twice" : "",
+           r->small_batch > 0
+               ? " and the small-batch layout above (`--set xla.conv_pad=0` "
+                 "times the step without that layout)"
+               : " (few channels, small products)");
 }
 
 /* v bytes as "%.3g" in unit u, or with u 0 in the unit that reads best,
@@ -254,19 +262,32 @@ static void print_memory(const emu_result *r)
          * does */
         for (int i = 0; i < 3; i++)
             part_bytes(t[i], sizeof t[i], v[i], own ? 0 : u);
-        printf("HBM need %.3g %s of %.4g GiB on core %d: "
-               "weights+gradients+optimizer %s, activations kept for "
+        /* the capacity in its own unit by the same rule: "519 MiB of
+         * 532.5 MiB", "55.5 MiB of 16 GiB" (it read "519 MiB of 0.52 GiB",
+         * probe round 10) */
+        double uc = r->hbm_capacity_bytes >= gib ? gib : gib / 1024;
+        printf("HBM need %.3g %s of %.4g %s on core %d: "
+               "%s %s, activations kept for "
                "backward %s, workspace %s%s%s\n",
-               r->hbm_needed_bytes / u, un, r->hbm_capacity_bytes / gib,
-               r->hbm_need_core, t[0], t[1], t[2], own ? "" : " ",
-               own ? "" : un);
+               r->hbm_needed_bytes / u, un, r->hbm_capacity_bytes / uc,
+               uc == gib ? "GiB" : "MiB",
+               r->hbm_need_core,
+               r->train ? "weights+gradients+optimizer" : "weights", t[0],
+               t[1], t[2], own ? "" : " ", own ? "" : un);
     }
     if (r->hbm_remat_bytes > 0) {
         /* GiB from 1 GiB up, as the HBM column prints */
         double gib = r->hbm_remat_bytes / (1024.0 * 1024 * 1024);
         printf("fits by recomputing %.*f %s of activations in the backward "
-               "pass (xla.remat)\n", gib >= 1 ? 2 : 1,
+               "pass (xla.remat)", gib >= 1 ? 2 : 1,
                gib >= 1 ? gib : gib * 1024, gib >= 1 ? "GiB" : "MiB");
+        /* the core that recomputes most need not be the one that needs
+         * most (an uneven split: the larger shards recompute, the small
+         * last one does not, yet holds the largest workspace) */
+        if (r->cores_per_replica > 1)
+            printf(" on core %d, the most of its replica's cores",
+                   r->hbm_remat_core);
+        printf("\n");
     }
     if (r->small_batch > 0) {
         printf("small-batch convolution layout (xla.conv_pad): batch %.3g "
@@ -276,8 +297,8 @@ static void print_memory(const emu_result *r)
             printf(", padded to %.3g", r->small_batch_padded);
         printf("; each tap's channels padded to the lanes (docs/FIRMWARE.md; "
                "--set xla.conv_pad=0 for the folded alternative)\n");
-        print_padding_share(r);
     }
+    print_padding_share(r);
 }
 
 typedef struct {
@@ -328,7 +349,7 @@ static void print_layers(const emu_result *r, int64_t n)
     for (int i = 0; i < shown; i++) {
         const double *t = r->layer_time_s + (size_t)lt[i].layer * CAT_COUNT;
         char name[128];
-        cli_fit_cols(name, sizeof name, r->layer_names[lt[i].layer], 28, "..");
+        cli_fit_cols_mid(name, sizeof name, r->layer_names[lt[i].layer], 28);
         cli_put_cell(name, 28);
         printf(" %10.3f %5.1f%%", lt[i].s * 1e3,
                step > 0 ? 100 * lt[i].s / step : 0);
@@ -343,8 +364,9 @@ static void print_layers(const emu_result *r, int64_t n)
         printf("%-28s %10.3f %5.1f%%\n", "(the other layers)",
                (sum - shown_s) * 1e3, step > 0 ? 100 * (sum - shown_s) / step
                                                : 0);
-    if (step - sum > 0)
-        printf("%-28s %10.3f %5.1f%%\n", "(update, end of step)",
+    if (step - sum > 1e-6 * step) /* not the sums' rounding */
+        printf("%-28s %10.3f %5.1f%%\n",
+               r->train ? "(update, end of step)" : "(end of step)",
                (step - sum) * 1e3, 100 * (step - sum) / step);
     free(lt);
 }

@@ -85,8 +85,10 @@ typedef struct {
     /* XLA's small-batch convolution layout (fw_memory): examples per core
      * and their padded count, 0 when no convolution took it. */
     double small_batch, small_batch_padded;
-    double hbm_remat_bytes;        /* activations that core recomputes in
-                                      the backward pass to fit (xla.remat) */
+    double hbm_remat_bytes;        /* activations recomputed in the
+                                      backward pass to fit (xla.remat) by
+                                      the core that recomputes most */
+    int hbm_remat_core;            /* that core's index in its replica */
     /* What the largest core's need is made of (fw_memory): its weights,
      * gradients and optimizer state, the activations it keeps for the
      * backward pass, and the largest layer's workspace. */

@@ -226,9 +226,13 @@ static void nofit_parts(char *buf, size_t cap, const fw_memory *m, double u,
         if (strchr(t[i], ' ') == NULL) /* in the line's unit: name it */
             snprintf(t[i] + strlen(t[i]), sizeof t[i] - strlen(t[i]), " %s",
                      un);
-    snprintf(buf, cap, "weights+gradients+optimizer %s, activations kept "
+    /* an inference step (or one with every layer frozen) holds weights
+     * only: "weights+gradients+optimizer" would name what it has not */
+    int state = m->grads_bytes + m->opt_bytes > 0;
+    snprintf(buf, cap, "%s %s, activations kept "
                        "for backward %s, workspace %s%s%s",
-             t[0], t[1], t[2], own ? "" : " ", own ? "" : un);
+             state ? "weights+gradients+optimizer" : "weights", t[0], t[1],
+             t[2], own ? "" : " ", own ? "" : un);
 }
 
 /* TPU_ERR_NOFIT with the figures of the core m that needs the most. */
@@ -254,12 +258,15 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
      * with their gradients and optimizer state), so a user sweeping
      * input_partition_dims would search in vain (probe round 9). */
     const char *state_only =
-        m->weights_bytes + m->grads_bytes + m->opt_bytes >
+        m->weights_bytes + m->grads_bytes + m->opt_bytes <=
                 hw->hbm.capacity_bytes
+            ? ""
+        : m->grads_bytes + m->opt_bytes > 0
             ? "; the weights with their gradients and optimizer state "
               "alone exceed the core's HBM, and spatial partitioning does "
               "not split weights"
-            : "";
+            : "; the weights alone exceed the core's HBM, and spatial "
+              "partitioning does not split weights";
     /* as many decimals as it takes for the need to read above the
      * capacity (probe round 6: "needs 16.0 GiB ... has 16 GiB") */
     double need = m->peak_bytes / u, cap = hw->hbm.capacity_bytes / u;
@@ -313,10 +320,13 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         rc = fw_lower(g, &p, &hw, k, dc, &progs[k], &mems[k], err);
         if (rc)
             goto fail_plan;
+        if (mems[k].remat_bytes > out->hbm_remat_bytes) {
+            out->hbm_remat_bytes = mems[k].remat_bytes;
+            out->hbm_remat_core = k;
+        }
         if (mems[k].peak_bytes > need) {
             const fw_memory *m = &mems[k];
             need = m->peak_bytes;
-            out->hbm_remat_bytes = m->remat_bytes;
             out->hbm_state_bytes =
                 m->weights_bytes + m->grads_bytes + m->opt_bytes;
             out->hbm_saved_bytes = m->saved_bytes;

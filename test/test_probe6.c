@@ -110,9 +110,12 @@ static void bandwidth_cases(th_ctx *t)
             "workspace "};
         double u = strcmp(un, "GiB") == 0 ? 1073741824.0 : 1048576.0;
         for (int k = 0; h && k < 3; k++) {
-            const char *p = strstr(h, label[k]);
+            const char *lab = label[k];
+            const char *p = strstr(h, lab);
+            if (k == 0 && !p) /* an inference step holds weights only */
+                p = strstr(h, lab = "weights ");
             char pu[8] = "";
-            if (!p || sscanf(p + strlen(label[k]), "%lf %7[A-Za-z]",
+            if (!p || sscanf(p + strlen(lab), "%lf %7[A-Za-z]",
                              &part[k], pu) < 1)
                 continue;
             /* a part named in its own unit, else the line's */
