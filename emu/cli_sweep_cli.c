@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "emu/cli.h"
 #include "emu/cli_sweep.h"
@@ -252,6 +253,19 @@ static char *sweep_text(const sweep_cli *c, const char *trace)
 
 /* ---- the file's messages in the options' words -------------------------- */
 
+/* A value as the message shows it: quoted when spaces at its ends would
+ * otherwise be invisible ("--system ' v3-8'", probe round 10). */
+static void shown_value(char *buf, size_t cap, const char *v)
+{
+    size_t n = strlen(v);
+    char q[1024];
+    cli_shown(q, sizeof q, v);
+    if (n && (v[0] == ' ' || v[n - 1] == ' '))
+        snprintf(buf, cap, "'%s'", q);
+    else
+        snprintf(buf, cap, "%s", q);
+}
+
 /* The option (and value) that JSON path jp of the built file stands for. */
 static void option_for(const sweep_cli *c, const char *jp, char *buf,
                        size_t cap)
@@ -277,7 +291,7 @@ static void option_for(const sweep_cli *c, const char *jp, char *buf,
             if (strncmp(c->sets[i], key, kl) == 0 && c->sets[i][kl] == '=') {
                 if (idx >= 0 &&
                     list_item(set_values(c->sets[i]), idx, item, sizeof item)) {
-                    cli_shown(q, sizeof q, item);
+                    shown_value(q, sizeof q, item);
                     snprintf(buf, cap, "--set %.*s=%s", (int)kl, key, q);
                 } else
                     snprintf(buf, cap, "--set %.*s", (int)kl, key);
@@ -295,7 +309,7 @@ static void option_for(const sweep_cli *c, const char *jp, char *buf,
         return;
     }
     if (idx >= 0 && list && list_item(list, idx, item, sizeof item)) {
-        cli_shown(q, sizeof q, item);
+        shown_value(q, sizeof q, item);
         snprintf(buf, cap, "%s %s", opt, q);
     } else
         snprintf(buf, cap, "%s", opt);
@@ -317,6 +331,18 @@ static void put_line(const sweep_cli *c, const char *line)
     snprintf(path, sizeof path, "%.*s", (int)(jl < 255 ? jl : 255), jp);
     option_for(c, path, opt, sizeof opt);
     const char *rest = colon ? colon + 2 : "";
+    /* the grid's advice in the options' words */
+    static const char advice[] = " (remove it from the grid or change the "
+                                 "batch)";
+    char said[2048];
+    if (strncmp(rest, "\"all\": ", 7) == 0) /* the file's key, not typed */
+        rest += 7;
+    const char *at = strstr(rest, advice);
+    if (at) {
+        snprintf(said, sizeof said, "%.*s (give other --system or --batch "
+                 "values)%s", (int)(at - rest), rest, at + strlen(advice));
+        rest = said;
+    }
     /* "--set mxu.rows=0: out of range ... (value 0)": shown once */
     const char *eq = strchr(opt, '=');
     size_t rl = strlen(rest), vl = eq ? strlen(eq + 1) : 0;
@@ -371,6 +397,44 @@ static void capture_end(FILE *f, int saved, const sweep_cli *c)
     fclose(f);
 }
 
+/* Each --batch value by run's rule (a whole number: "1e3" is refused
+ * there, and the sweep's runs are run's), not the file's JSON number. */
+static int check_batches(const char *list)
+{
+    char item[1024], q[1100];
+    for (int i = 0; list_item(list, i, item, sizeof item); i++) {
+        size_t n = strspn(item, "0123456789");
+        if (n > 0 && item[n] == 0 && n <= 7 && atol(item) >= 1 &&
+            atol(item) <= (1L << 20))
+            continue;
+        shown_value(q, sizeof q, item);
+        return cli_error(2, "--batch %s: expected a positive integer up to "
+                            "%ld, as run --batch takes",
+                         q, 1L << 20);
+    }
+    return 0;
+}
+
+/* The sweep reads its base trace more than once (the grid's checks, then
+ * each split's variant), so a pipe or FIFO would be empty the second
+ * time ("changed while being read", probe round 10): refused at once
+ * with what to do.  A missing or unreadable file is left to the sweep
+ * file's own check, which names it. */
+static int check_trace_file(const char *trace)
+{
+    struct stat st;
+    if (strcmp(trace, "-") != 0 && (stat(trace, &st) != 0 ||
+                                    S_ISREG(st.st_mode)))
+        return 0;
+    char q[1100];
+    cli_shown(q, sizeof q, trace);
+    return cli_error(2, "--trace %s: the sweep reads its trace once per "
+                        "split, so it must be a regular file, not %s (save "
+                        "it first: CMD > trace.json)",
+                     q, strcmp(trace, "-") == 0 ? "standard input"
+                                                : "a pipe, FIFO or device");
+}
+
 int sweep_cli_parse(sweep *s, const sweep_cli *c)
 {
     memset(s, 0, sizeof *s);
@@ -379,6 +443,10 @@ int sweep_cli_parse(sweep *s, const sweep_cli *c)
         rc = check_list("NAME[,NAME...]", "--system", c->system);
     if (!rc && c->batch)
         rc = check_list("N[,N...]", "--batch", c->batch);
+    if (!rc && c->batch)
+        rc = check_batches(c->batch);
+    if (!rc)
+        rc = check_trace_file(c->trace);
     if (!rc)
         rc = check_sets(c);
     if (rc)

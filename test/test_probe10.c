@@ -11,11 +11,16 @@
  *    the model's FLOPs or more, not only under the small-batch layout,
  *    and names that layout's switch only where the layout applies;
  *  - --layers cuts long names in the middle, so names that differ at the
- *    end stay apart.
+ *    end stay apart;
+ *  - sweep --trace: a pipe or standard input as the trace is refused with
+ *    what to do (it said "changed while being read"), --batch takes whole
+ *    numbers as run does ("1e3" ran batch 1000), the grid's advice speaks
+ *    of options, and a value with a leading space is quoted.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test/harness.h"
 
@@ -94,6 +99,44 @@ static void name_cases(th_ctx *t, th_cmd_result *c)
               c->out, c->err);
 }
 
+static void sweep_cases(th_ctx *t, th_cmd_result *c)
+{
+    const char *tiny = "traces/small/tiny2d.json";
+    char out[512];
+    snprintf(out, sizeof out, "%s/p10-sweep", th_tmpdir());
+    th_case(t, "sweep --trace from a pipe or standard input: exit 2, told "
+               "to save it first; nothing written");
+    th_run(c, "cat %s | %s sweep --trace - --out %s", tiny, th_bin(), out);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "regular file") &&
+                     strstr(c->err, "standard input"),
+              "status %d: %s", c->status, c->err);
+    th_run(c, "mkfifo %s.fifo && (cat %s > %s.fifo &) && %s sweep --trace "
+              "%s.fifo --out %s; s=$?; rm -f %s.fifo; exit $s",
+           out, tiny, out, th_bin(), out, out, out);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "regular file"),
+              "status %d: %s", c->status, c->err);
+    TH_CHECKF(t, access(out, F_OK) != 0, "%s was created", out);
+
+    th_case(t, "sweep --trace --batch 1e3: refused as run refuses it");
+    th_run(c, "%s sweep --trace %s --batch 8,1e3 --out %s --print-commands",
+           th_bin(), tiny, out);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "--batch") &&
+                     strstr(c->err, "1e3"),
+              "status %d: %s", c->status, c->err);
+
+    th_case(t, "sweep --trace: the grid's advice in options, a leading "
+               "space quoted");
+    th_run(c, "%s sweep --trace %s --system v3-32 --batch 33 --out %s",
+           th_bin(), tiny, out);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "--system or --batch") &&
+                     !strstr(c->err, "grid") && !strstr(c->err, "\"all\""),
+              "status %d: %s", c->status, c->err);
+    th_run(c, "%s sweep --trace %s --system ' v3-8' --out %s", th_bin(), tiny,
+           out);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "--system ' v3-8'"),
+              "status %d: %s", c->status, c->err);
+}
+
 void th_suite_probe10(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c);
@@ -103,5 +146,6 @@ void th_suite_probe10(th_ctx *t)
     infer_cases(t, c);
     padding_cases(t, c);
     name_cases(t, c);
+    sweep_cases(t, c);
     free(c);
 }

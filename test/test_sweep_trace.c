@@ -157,8 +157,9 @@ static void bad_options(th_ctx *t, th_cmd_result *c, const char *d,
     refused(t, c, d, a, "--batch x: expected a positive integer");
     /* 33 examples split over no number of replicas of v3-32 (2 to 32) */
     snprintf(a, sizeof a, "--trace %s --system v3-32 --batch 33", trace);
-    refused(t, c, d, a, "--trace: \"all\": no split of the first input is "
-                        "valid on v3-32 at batch 33");
+    refused(t, c, d, a, "--trace: no split of the first input is "
+                        "valid on v3-32 at batch 33 (give other --system or "
+                        "--batch values)");
     snprintf(a, sizeof a, "--trace %s --set mxu.rows=128,0", trace);
     refused(t, c, d, a, "--set mxu.rows=0: out of range [1, 4096]");
     snprintf(a, sizeof a, "--trace %s --set nokey=1", trace);
