@@ -687,6 +687,9 @@ static int simulate(run_args *ra, emu_result *r, tpu_status *st,
     *st = sim_run(&g, &ra->o, r, err);
     if (prog.shown)
         fprintf(stderr, "\r%40s\r", "");
+    /* prog lives in this frame: no pointer to it outlives the call */
+    ra->o.progress = NULL;
+    ra->o.progress_ctx = NULL;
     graph_free(&g);
     return 0;
 }
