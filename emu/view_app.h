@@ -31,6 +31,16 @@ typedef struct {
     int rep0, rep1, ncores;   /* rep0 = -1: not a replica group */
 } view_row;
 
+/* One span of the layer lane: consecutive critical-path events of one
+ * layer and phase (the step's update, layer -1, is one span of its own).
+ * ev0..ev0+n-1 index the core's critical-path lane (sorted by start). */
+typedef struct {
+    double t0, t1;
+    int32_t layer;
+    uint8_t phase;
+    size_t ev0, n;
+} view_span;
+
 typedef struct {
     emu_result r;
     int loaded;           /* r is filled */
@@ -59,6 +69,10 @@ typedef struct {
     double drag_v0, drag_v1;
     int sel_core, sel_unit;
     long sel_ev;          /* selected event, -1: none */
+    view_span *spans;     /* the layer lane of core spans_core's timeline */
+    size_t n_spans;
+    int spans_core;       /* the row's first core, -1: not built */
+    long sel_span;        /* selected layer-lane span, -1: none */
     int quit;
 } view_app;
 
@@ -67,6 +81,10 @@ typedef struct {
 #define VIEW_FOOTER 40
 #define VIEW_LABELS 130
 #define VIEW_AXIS 24
+/* The layer lane: a 15-pixel band under the axis (room for one line of
+ * the 13-pixel font), then the core rows. */
+#define VIEW_LANE 20
+#define VIEW_LANE_BAR 15
 
 /* view_demo.c: a synthetic result shaped like a real run, for developing
  * and screenshotting without the engine (cores: 64 or 2048). */
@@ -83,6 +101,13 @@ int view_row_height(const view_app *a);
  * (the row's first core), unit and event index when there is one. */
 int view_pick(const view_app *a, int x, int y, int *core, int *unit,
               long *ev);
+/* The layer lane under pixel (x, y): 1 and the span's index. */
+int view_pick_span(const view_app *a, int x, int y, long *span);
+/* Builds the layer lane for the first shown row's core when it is not
+ * built for it (after loading, scrolling); 0 when out of memory. */
+int view_layers_sync(view_app *a);
+/* The y of the first core row, under the axis and the layer lane. */
+int view_rows_top(const view_app *a);
 /* Index lanes for a (after r changes). */
 int view_index(view_app *a);
 void view_unindex(view_app *a);

@@ -410,6 +410,11 @@ void view_unindex(view_app *a)
     free(a->lanes);
     free(a->src);
     free(a->rows);
+    free(a->spans);
+    a->spans = NULL;
+    a->n_spans = 0;
+    a->spans_core = -1;
+    a->sel_span = -1;
     a->lanes = NULL;
     a->src = NULL;
     a->rows = NULL;
@@ -437,9 +442,14 @@ int view_row_height(const view_app *a)
     return a->units ? 14 + 4 * 12 + 6 : 16;
 }
 
+int view_rows_top(const view_app *a)
+{
+    return VIEW_HEADER + VIEW_AXIS + 2 + (a->has_events ? VIEW_LANE : 0);
+}
+
 int view_rows_visible(const view_app *a)
 {
-    int h = a->H - VIEW_HEADER - VIEW_AXIS - VIEW_FOOTER;
+    int h = a->H - view_rows_top(a) + 2 - VIEW_FOOTER;
     int n = h / view_row_height(a);
     return n < 1 ? 1 : n;
 }
@@ -643,6 +653,176 @@ static void draw_row_label(view_app *a, const view_row *rw, int y)
     text_fit(a, x, y, same, room + 6 - x, 0xA03000);
 }
 
+
+/* ---- layer lane ------------------------------------------------------ */
+
+/* Two neutral shades, alternating span by span so neighbours separate;
+ * no hue, so the lane never reads as a category of the rows below. */
+static const uint32_t lane_shade[2] = {0xCFD8DC, 0xAEBAC2};
+#define C_LANE_BG 0xE4E8EA
+
+/* The lane's core: the first shown row's (drawn from its src core). */
+static int lane_core(const view_app *a)
+{
+    if (!a->has_events || a->n_rows <= 0)
+        return -1;
+    int k = a->row0 < a->n_rows ? a->row0 : a->n_rows - 1;
+    return a->rows[k < 0 ? 0 : k].first;
+}
+
+int view_layers_sync(view_app *a)
+{
+    int core = lane_core(a);
+    if (core == a->spans_core && (a->spans || core < 0))
+        return 1;
+    free(a->spans);
+    a->spans = NULL;
+    a->n_spans = 0;
+    a->sel_span = -1;
+    a->spans_core = core;
+    if (core < 0)
+        return 1;
+    const view_lane *L = &a->lanes[core * UNIT_COUNT + UNIT_CORE];
+    a->spans = malloc(sizeof *a->spans * (L->n ? L->n : 1));
+    if (!a->spans)
+        return 0;
+    /* The critical path is in time order: a change of layer or phase
+     * starts a span (a layer that comes back later is a span again). */
+    for (size_t i = 0; i < L->n; i++) {
+        const emu_event *e = lane_ev(a, core, UNIT_CORE, i);
+        view_span *p = a->n_spans ? &a->spans[a->n_spans - 1] : NULL;
+        if (p && p->layer == e->layer && p->phase == e->phase) {
+            p->t1 = fmax(p->t1, e->t1);
+            p->n++;
+            continue;
+        }
+        a->spans[a->n_spans++] = (view_span){e->t0, e->t1, e->layer, e->phase, i, 1};
+    }
+    return 1;
+}
+
+/* The span's label: "res3a_conv2 bwd", "update" for the step's update. */
+static void span_label(const view_app *a, const view_span *sp, char *buf, size_t cap)
+{
+    static const char *const ph[PHASE_COUNT] = {"fwd", "bwd", "update"};
+    const char *p = sp->phase < PHASE_COUNT ? ph[sp->phase] : "?";
+    if (sp->layer >= 0 && sp->layer < a->r.n_layers && a->r.layer_names)
+        snprintf(buf, cap, "%s %s", a->r.layer_names[sp->layer], p);
+    else
+        snprintf(buf, cap, "%s", sp->phase == PHASE_UPDATE ? "update" : p);
+}
+
+/* First span ending at or after t (spans are in time order and do not
+ * overlap, so their ends increase). */
+static size_t span_first(const view_app *a, double t)
+{
+    size_t lo = 0, hi = a->n_spans;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a->spans[mid].t1 < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The lane band at y: label column, then the spans, each pixel column
+ * painted once (a column that several narrow spans share shows the first;
+ * zooming in separates them).  A span's label is drawn inside it when it
+ * fits, cut with ".." when at least LANE_MIN_CELLS cells fit, else not
+ * at all: a label never runs past its span. */
+#define LANE_MIN_CELLS 6
+static void draw_layer_lane(view_app *a, int y)
+{
+    char lab[48], buf[300], cut[300];
+    int xr = a->W - 10, h = VIEW_LANE_BAR;
+    fill(a, 0, y - 1, VIEW_LABELS - 4, h + 2, C_LANE_BG);
+    snprintf(lab, sizeof lab, "layers (core %d)", a->spans_core);
+    text_fit(a, 6, y + 1, lab, VIEW_LABELS - 14, C_INK);
+    if (!a->n_spans) {
+        text_fit(a, VIEW_LABELS + 4, y + 1, "no critical-path events on this core",
+                 xr - VIEW_LABELS - 8, C_MUTED);
+        return;
+    }
+    double px = (a->v1 - a->v0) / (xr - VIEW_LABELS);
+    int drawn = VIEW_LABELS - 1;
+    SDL_Rect sel = {0, 0, 0, 0};
+    size_t i = span_first(a, a->v0);
+    while (i < a->n_spans) {
+        const view_span *sp = &a->spans[i];
+        if (sp->t0 > a->v1)
+            break;
+        int x0 = (int)floor(x_of_t(a, sp->t0)), x1 = (int)floor(x_of_t(a, sp->t1));
+        if (x0 < VIEW_LABELS)
+            x0 = VIEW_LABELS;
+        if (x1 > xr)
+            x1 = xr;
+        if (x0 <= drawn)
+            x0 = drawn + 1;
+        if (x1 <= x0)
+            x1 = x0 + 1;
+        if (x0 < xr) {
+            if (x1 > xr)
+                x1 = xr;
+            fill(a, x0, y, x1 - x0, h, lane_shade[i & 1]);
+            drawn = x1 - 1;
+            int room = (x1 - x0 - 6) / FONT_W;
+            if (room > 0) {
+                span_label(a, sp, buf, sizeof buf);
+                int n = font_text_cells(buf);
+                if (n <= room)
+                    view_text(a, x0 + 3, y + 1, buf, 1, C_INK);
+                else if (room >= LANE_MIN_CELLS) {
+                    font_fit(cut, sizeof cut, buf, room, "..");
+                    size_t l = strlen(cut);
+                    if (l >= 3 && cut[l - 3] == ' ') /* "conv2..", not "conv2 .." */
+                        memcpy(cut + l - 3, "..", 3);
+                    view_text(a, x0 + 3, y + 1, cut, 1, C_INK);
+                }
+            }
+            if (a->sel_span == (long)i)
+                sel = (SDL_Rect){x0 - 1, y - 1, x1 - x0 + 2, h + 2};
+        }
+        double tnext = a->v0 + (drawn + 1 - VIEW_LABELS) * px;
+        size_t j = span_first(a, tnext);
+        i = j > i ? j : i + 1;
+        if (drawn >= xr - 1)
+            break;
+    }
+    /* last, so the next span's fill does not cover its right edge */
+    if (sel.w)
+        frame_rect(a, sel.x, sel.y, sel.w, sel.h, 0x000000);
+}
+
+int view_pick_span(const view_app *a, int x, int y, long *span)
+{
+    int top = VIEW_HEADER + VIEW_AXIS + 2;
+    if (a->panel != VIEW_TIMELINE || !a->has_events || !a->r.fits || !a->n_spans ||
+        x < VIEW_LABELS || x >= a->W - 10 || y < top - 1 || y >= top + VIEW_LANE_BAR + 1)
+        return 0;
+    /* The span whose pixels hold x: the one drawn there (see
+     * draw_layer_lane), or the nearest within a pixel. */
+    double px = (a->v1 - a->v0) / (a->W - 10 - VIEW_LABELS), t = t_of_x(a, x);
+    size_t i = span_first(a, t - px);
+    long best = -1;
+    double bestd = INFINITY;
+    for (; i < a->n_spans && a->spans[i].t0 <= t + px; i++) {
+        const view_span *sp = &a->spans[i];
+        double d = (t >= sp->t0 && t < sp->t1) ? 0 : fmin(fabs(t - sp->t0), fabs(t - sp->t1));
+        if (d < bestd) {
+            bestd = d;
+            best = (long)i;
+        }
+        if (d == 0)
+            break;
+    }
+    if (best < 0)
+        return 0;
+    *span = best;
+    return 1;
+}
+
 static void draw_timeline(view_app *a)
 {
     int top = VIEW_HEADER + VIEW_AXIS, xr = a->W - 10;
@@ -655,11 +835,12 @@ static void draw_timeline(view_app *a)
         return;
     }
     draw_axis(a, top);
+    draw_layer_lane(a, top + 2);
     int rh = view_row_height(a), nv = view_rows_visible(a);
     static const char *const ul[UNIT_COUNT] = {"", "MXU", "vector", "DMA", "ICI"};
     for (int k = 0; k < nv && a->row0 + k < a->n_rows; k++) {
         const view_row *rw = &a->rows[a->row0 + k];
-        int c = rw->first, y = top + 2 + k * rh;
+        int c = rw->first, y = view_rows_top(a) + k * rh;
         const emu_core_result *pc = &a->r.per_core[c];
         if (k % 2 == 0)
             fill(a, 0, y - 1, VIEW_LABELS - 4, rh, 0xECEFF1);
@@ -690,7 +871,7 @@ int view_pick(const view_app *a, int x, int y, int *core, int *unit, long *ev)
     if (a->panel != VIEW_TIMELINE || !a->has_events || x < VIEW_LABELS ||
         x >= a->W - 10)
         return 0;
-    int top = VIEW_HEADER + VIEW_AXIS + 2, rh = view_row_height(a);
+    int top = view_rows_top(a), rh = view_row_height(a);
     if (y < top || y >= a->H - VIEW_FOOTER)
         return 0;
     int k = (y - top) / rh, dy = (y - top) % rh, u = UNIT_CORE;
@@ -1041,7 +1222,7 @@ static const char *const help_lines[] = {
     "up down, w s      scroll rows; PgUp PgDn a page; Home End",
     "0                 whole step (reset zoom)",
     "u                 show / hide unit rows (MXU, vector, DMA, ICI)",
-    "click             select an event (its details stay in the footer)",
+    "click             select an event or a layer span (details in the footer)",
     "Esc               clear selection, close this help",
     "h, F1, ?          this help",
     "q                 quit",
@@ -1160,13 +1341,76 @@ static void draw_event_info(view_app *a, int y, const char *who, int core, int u
     text_fit(a, 8, y + 22, buf, a->W - 16, C_MUTED);
 }
 
+/* A layer-lane span in the footer, as an event is: the layer, phase and
+ * times on the first line; on the second, the categories of the core's
+ * critical path inside the span, longest first. */
+static void draw_span_info(view_app *a, int y, const char *who, long si)
+{
+    char buf[600], t0[48], t1[48], du[48], name[300];
+    const view_span *sp = &a->spans[si];
+    double res = fmin(sp->t1 - sp->t0, a->v1 - a->v0) / 10;
+    fmt_tp(t0, sizeof t0, sp->t0, res);
+    fmt_tp(t1, sizeof t1, sp->t1, res);
+    fmt_t(du, sizeof du, sp->t1 - sp->t0);
+    if (sp->layer >= 0 && sp->layer < a->r.n_layers && a->r.layer_names)
+        snprintf(name, sizeof name, "layer %s (%s)", a->r.layer_names[sp->layer],
+                 emu_phase_name((emu_phase)sp->phase));
+    else
+        snprintf(name, sizeof name, "%s (no layer)", emu_phase_name((emu_phase)sp->phase));
+    snprintf(buf, sizeof buf, "%s: core %d %s  %s .. %s (%s)", who, a->spans_core, name, t0,
+             t1, du);
+    text_fit(a, 8, y + 6, buf, a->W - 16, C_INK);
+    double cat[CAT_COUNT] = {0}, tot = 0;
+    for (size_t i = sp->ev0; i < sp->ev0 + sp->n; i++) {
+        const emu_event *e = lane_ev(a, a->spans_core, UNIT_CORE, i);
+        if (e->cat < CAT_COUNT)
+            cat[e->cat] += e->t1 - e->t0;
+        tot += e->t1 - e->t0;
+    }
+    int n = snprintf(buf, sizeof buf, "critical path:");
+    int done[CAT_COUNT] = {0};
+    for (int k = 0; k < CAT_COUNT; k++) {
+        int best = -1;
+        for (int c = 0; c < CAT_COUNT; c++)
+            if (!done[c] && cat[c] > 0 && (best < 0 || cat[c] > cat[best]))
+                best = c;
+        if (best < 0)
+            break;
+        done[best] = 1;
+        fmt_t(du, sizeof du, cat[best]);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s %s %s (%.0f%%)", k ? "," : "",
+                      emu_cat_name((emu_cat)best), du, tot > 0 ? 100 * cat[best] / tot : 0);
+        if (n >= (int)sizeof buf - 1)
+            break;
+    }
+    if (n < (int)sizeof buf - 1)
+        snprintf(buf + n, sizeof buf - (size_t)n, "   %zu event%s", sp->n, sp->n == 1 ? "" : "s");
+    text_fit(a, 8, y + 22, buf, a->W - 16, C_MUTED);
+}
+
+/* Hovering the lane's label: what the lane is. */
+static int draw_lane_info(view_app *a, int y)
+{
+    int top = VIEW_HEADER + VIEW_AXIS + 2;
+    if (a->panel != VIEW_TIMELINE || !a->has_events || a->mx < 0 || a->mx >= VIEW_LABELS ||
+        a->my < top - 1 || a->my >= top + VIEW_LANE_BAR + 1)
+        return 0;
+    char buf[300];
+    snprintf(buf, sizeof buf, "layer lane: core %d's critical path by layer and phase, %zu spans",
+             a->spans_core, a->n_spans);
+    text_fit(a, 8, y + 6, buf, a->W - 16, C_INK);
+    text_fit(a, 8, y + 22, "hover or click a span for its times and categories; "
+             "it follows the first row shown", a->W - 16, C_MUTED);
+    return 1;
+}
+
 /* Hovering a replica group's label: what the row stands for, and its
  * cores as ranges (with torus block placement they are not one run). */
 static int draw_group_info(view_app *a, int y)
 {
     if (a->panel != VIEW_TIMELINE || !a->has_events || a->mx < 0 || a->mx >= VIEW_LABELS)
         return 0;
-    int top = VIEW_HEADER + VIEW_AXIS + 2, rh = view_row_height(a);
+    int top = view_rows_top(a), rh = view_row_height(a);
     if (a->my < top || a->my >= a->H - VIEW_FOOTER)
         return 0;
     int k = a->row0 + (a->my - top) / rh;
@@ -1205,8 +1449,12 @@ static void draw_footer(view_app *a)
     fill(a, 0, y, a->W, 1, 0xB0BEC5);
     char buf[400], t0[48], du[48];
     int core, unit, shown = 0;
-    long ev;
+    long ev, si;
     const char *who = "hover";
+    if (a->sel_span >= 0 && (size_t)a->sel_span < a->n_spans) {
+        draw_span_info(a, y, "selected", a->sel_span);
+        return;
+    }
     if (a->sel_ev >= 0) {
         core = a->sel_core;
         unit = a->sel_unit;
@@ -1220,7 +1468,11 @@ static void draw_footer(view_app *a)
         draw_event_info(a, y, who, core, unit, ev);
         return;
     }
-    if (draw_group_info(a, y))
+    if (view_pick_span(a, a->mx, a->my, &si)) {
+        draw_span_info(a, y, "hover", si);
+        return;
+    }
+    if (draw_group_info(a, y) || draw_lane_info(a, y))
         return;
     int right1 = a->W - 10, right2 = a->W - 10;
     if (a->panel == VIEW_TIMELINE && a->has_events) {
@@ -1432,6 +1684,7 @@ static void draw_nofit(view_app *a)
 void view_draw(view_app *a)
 {
     fill(a, 0, 0, a->W, a->H, C_BG);
+    view_layers_sync(a); /* the lane follows the first shown row */
     if (!a->r.fits && a->panel != VIEW_TORUS)
         draw_nofit(a);
     else if (a->panel == VIEW_TIMELINE)

@@ -7,7 +7,9 @@
  * screenshot, for tests: "z z right tab", "move:400,200", "click:X,Y",
  * "wheelup", "wheeldown"), and the hidden --demo / --demo-2048 (synthetic
  * v3-64 / v3-2048 results, no engine needed; 'd' switches between them)
- * and --frames N (with --screenshot: times N panning frames, for BENCH). */
+ * and --frames N (with --screenshot: times N panning frames, for BENCH),
+ * --lane-spans (with --screenshot: prints the layer lane's spans, for
+ * tests). */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +54,7 @@ static void reset_view(view_app *a)
     a->v1 = a->r.step_time_s > 0 ? a->r.step_time_s * 1.02 : 1e-3;
     a->row0 = 0;
     a->sel_ev = -1;
+    a->sel_span = -1;
     if (a->bars)
         SDL_DestroyTexture(a->bars);
     a->bars = NULL;
@@ -226,7 +229,7 @@ static void on_key(view_app *a, SDL_Keycode k, Uint16 mod)
         if (a->help)
             a->help = 0;
         else
-            a->sel_ev = -1;
+            a->sel_ev = a->sel_span = -1;
         break;
     case SDLK_h:
     case SDLK_F1:
@@ -352,13 +355,16 @@ static void on_event(view_app *a, const SDL_Event *e)
             /* A click (no drag) selects the event under the mouse. */
             if (abs(e->button.x - a->drag_x) < 3) {
                 int c, u;
-                long ev;
-                if (view_pick(a, e->button.x, e->button.y, &c, &u, &ev)) {
+                long ev, si;
+                view_layers_sync(a);
+                a->sel_ev = a->sel_span = -1;
+                if (view_pick_span(a, e->button.x, e->button.y, &si))
+                    a->sel_span = si;
+                else if (view_pick(a, e->button.x, e->button.y, &c, &u, &ev)) {
                     a->sel_core = c;
                     a->sel_unit = u;
                     a->sel_ev = ev;
-                } else
-                    a->sel_ev = -1;
+                }
             }
         }
         break;
@@ -461,6 +467,19 @@ static int screenshot(view_app *a, const char *path)
     return st == TPU_OK ? 0 : cli_fail(&err);
 }
 
+/* --lane-spans (hidden, for tests): the window, the layer lane's core and
+ * its spans as drawn in the screenshot, exact to the bit (%a). */
+static void print_lane(const view_app *a)
+{
+    printf("window %a %a size %d %d core %d spans %zu\n", a->v0, a->v1, a->W, a->H,
+           a->spans_core, a->n_spans);
+    for (size_t i = 0; i < a->n_spans; i++) {
+        const view_span *sp = &a->spans[i];
+        printf("span %zu %a %a %d %d %zu\n", i, sp->t0, sp->t1, (int)sp->layer,
+               (int)sp->phase, sp->n);
+    }
+}
+
 static void shutdown_app(view_app *a)
 {
     view_unindex(a);
@@ -486,7 +505,7 @@ int cli_view(int argc, char **argv)
         return 0;
     }
     const char *file = NULL, *shot = NULL, *script = NULL;
-    int demo = 0, W = 1280, H = 800, frames = 0, took;
+    int demo = 0, W = 1280, H = 800, frames = 0, took, lane_spans = 0;
     cli_whatif wi;
     cli_whatif_init(&wi);
     for (int i = 1; i < argc; i++) {
@@ -510,6 +529,8 @@ int cli_view(int argc, char **argv)
             if (!(v = cli_value(argc, argv, &i)) || cli_int("--frames", v, 1, 100000, &n))
                 return 2;
             frames = (int)n;
+        } else if (!strcmp(argv[i], "--lane-spans")) {
+            lane_spans = 1;
         } else if (!strcmp(argv[i], "--demo")) {
             demo = 64;
         } else if (!strcmp(argv[i], "--demo-2048")) {
@@ -544,6 +565,8 @@ int cli_view(int argc, char **argv)
     a->W = W;
     a->H = H;
     a->sel_ev = -1;
+    a->sel_span = -1;
+    a->spans_core = -1;
     a->mx = a->my = -1;
     int rc = demo ? load_demo(a, demo) : load_file(a, file, &wi);
     if (rc) {
@@ -657,6 +680,8 @@ int cli_view(int argc, char **argv)
             on_event(a, &e);
         view_draw(a);
         rc = screenshot(a, shot);
+        if (!rc && lane_spans)
+            print_lane(a);
         shutdown_app(a);
         return rc;
     }

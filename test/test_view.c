@@ -55,6 +55,9 @@ static long count_rgb_in(const unsigned char *p, int w, int x0, int y0, int x1, 
 
 /* Layout of emu/view_app.h (the test does not include SDL). */
 enum { V_HEADER = 40, V_AXIS = 24, V_FOOTER = 40, V_LABELS = 130 };
+/* The layer lane (VIEW_LANE) sits between the axis and the core rows:
+ * a timeline with events has its rows V_LANE lower. */
+enum { V_LANE = 20 };
 #define C_INK 0x202020u
 #define C_MUTED 0x666666u
 
@@ -84,7 +87,7 @@ static void regressions(th_ctx *t, th_cmd_result *r)
     if (!th_asan()) {
         p = shot(t, r, "traces/resnet50-224-v3-2048.json --size 640x400", &w, &h);
         if (p) {
-            int top = V_HEADER + V_AXIS + 2;
+            int top = V_HEADER + V_AXIS + 2 + V_LANE;
             TH_CHECK(t, has_text(p, w, h, 6, top, "core 0", C_INK));
             TH_CHECK(t, has_text(p, w, h, 6, top + 16, "cores 1-2047", C_INK));
             /* nothing below the two rows */
@@ -118,9 +121,9 @@ static void regressions(th_ctx *t, th_cmd_result *r)
     th_case(t, "spatially partitioned: replicas copying replica 0 are one row");
     /* RetinaNet 2560 on v3-64: 8 replicas x 8 shards, torus block
      * placement (replica 0 is cores 0-3 and 16-19). */
-    p = shot(t, r, "traces/reference/retinanet-2560-v3-64.json --script 'move:40,200'", &w, &h);
+    p = shot(t, r, "traces/reference/retinanet-2560-v3-64.json --script 'move:40,220'", &w, &h);
     if (p) {
-        int top = V_HEADER + V_AXIS + 2;
+        int top = V_HEADER + V_AXIS + 2 + V_LANE;
         static const int rep0[8] = {0, 1, 2, 3, 16, 17, 18, 19};
         for (int k = 0; k < 8; k++) {
             char lab[32];
@@ -141,7 +144,7 @@ static void regressions(th_ctx *t, th_cmd_result *r)
     }
     p = shot(t, r, "traces/reference/retinanet-2560-v3-64.json --script u", &w, &h);
     if (p) {
-        int y8 = V_HEADER + V_AXIS + 2 + 8 * (14 + 4 * 12 + 6);
+        int y8 = V_HEADER + V_AXIS + 2 + V_LANE + 8 * (14 + 4 * 12 + 6);
         TH_CHECK(t, has_text(p, w, h, 6, y8, "replicas 1-7", C_INK));
         TH_CHECK(t, has_text(p, w, h, 6, y8 + 13, "= replica 0", 0xA03000));
         TH_CHECK(t, has_text(p, w, h, 6, y8 + 25, "56 cores", C_MUTED));
@@ -149,7 +152,7 @@ static void regressions(th_ctx *t, th_cmd_result *r)
     }
     p = shot(t, r, "traces/small/tiny3d-p4.json --size 640x400", &w, &h);
     if (p) {
-        int top = V_HEADER + V_AXIS + 2;
+        int top = V_HEADER + V_AXIS + 2 + V_LANE;
         TH_CHECK(t, has_text(p, w, h, 6, top + 16 * 3, "core 3", C_INK));
         TH_CHECK(t, has_text(p, w, h, 6, top + 16 * 4, "replica 1", C_INK));
         long below = 0;
@@ -176,7 +179,7 @@ static void regressions(th_ctx *t, th_cmd_result *r)
     }
 
     th_case(t, "footer: the opcode by name, never a bare number");
-    p = shot(t, r, "--demo --size 1024x640 --script 'move:400,70'", &w, &h);
+    p = shot(t, r, "--demo --size 1024x640 --script 'move:400,90'", &w, &h);
     if (p) {
         int named = 0;
         for (int op = 0; op < FW_OP_COUNT; op++)

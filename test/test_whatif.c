@@ -315,14 +315,14 @@ static void view_cases(th_ctx *t)
         TH_CHECK(t, th_png_rgb(shot64, &w2, &h2, &p64)) &&
         TH_CHECK(t, w == 1280 && h == 800 && w2 == w && h2 == h)) {
         TH_CHECK(t, memcmp(p, p64, (size_t)w * h * 3) != 0);
-        /* rows 16 px from y = 66 (emu/view_draw.c): 9 rows with matrix
-         * work, the 10th empty */
+        /* rows 16 px from y = 86 (emu/view_draw.c: under the axis and
+         * the 20 px layer lane): 9 rows with matrix work, the 10th empty */
         uint32_t mxu = chart_cat_color(CAT_MXU);
         for (int r = 0; r < 9; r++) {
-            long n = timeline_px(p, w, 66 + 16 * r, 66 + 16 * r + 14, mxu);
+            long n = timeline_px(p, w, 86 + 16 * r, 86 + 16 * r + 14, mxu);
             TH_CHECKF(t, n > 5000, "row %d: %ld mxu pixels", r, n);
         }
-        long n = timeline_px(p, w, 66 + 16 * 9, 66 + 16 * 12, mxu);
+        long n = timeline_px(p, w, 86 + 16 * 9, 86 + 16 * 12, mxu);
         TH_CHECKF(t, n == 0, "rows past the 9th: %ld mxu pixels", n);
     }
     free(p);
