@@ -39,7 +39,10 @@ static const char usage[] =
     "  --size WxH            window size (default 1280x800)\n"
     "  --script \"KEYS\"       inject keys first, e.g. \"z z right tab\";\n"
     "                        also move:X,Y click:X,Y wheelup wheeldown\n"
-    "                        \"?\" or text:STR types text\n";
+    "                        \"?\" or text:STR types text\n"
+    "  --frames N            with --screenshot: time N panning frames\n"
+    "                        (a benchmark: BENCHMARKS.md)\n"
+    "  (for tests: --demo, --demo-2048, --lane-spans; docs/VIEWER.md)\n";
 
 static const char usage_tail[] =
     "Keys: 1 2 3 / Tab panels, z x zoom, arrows pan and scroll, u unit rows,\n"
