@@ -575,6 +575,80 @@ static int compare_fit(const emu_result *b, const emu_result *n)
     return 1;
 }
 
+/* Which layers moved, for a table that says a core got slower or faster:
+ * the report's layers[] (core 0's critical path per layer) of both, when
+ * they name the same layers in the same order (else the layer note above
+ * has said they differ), the CHECK_LAYERS_SHOWN largest changes in
+ * seconds, each with the category that moved most.  What CI wants next
+ * after "cores 0-7 SLOWER, hbm_stall grew": where. */
+#define CHECK_LAYERS_SHOWN 5
+
+typedef struct {
+    int layer;
+    double d; /* new - base, s */
+} layer_move;
+
+static int move_cmp(const void *pa, const void *pb)
+{
+    const layer_move *a = pa, *b = pb;
+    double x = fabs(a->d), y = fabs(b->d);
+    if (x != y)
+        return x < y ? 1 : -1;
+    return a->layer - b->layer;
+}
+
+static double layer_sum(const emu_result *r, int l)
+{
+    double s = 0;
+    for (int k = 0; k < CAT_COUNT; k++)
+        s += r->layer_time_s[(size_t)l * CAT_COUNT + k];
+    return s;
+}
+
+static void print_layer_moves(const emu_result *b, const emu_result *n)
+{
+    if (b->n_layers <= 0 || b->n_layers != n->n_layers || !b->layer_time_s ||
+        !n->layer_time_s)
+        return;
+    for (int l = 0; l < b->n_layers; l++)
+        if (strcmp(b->layer_names[l], n->layer_names[l]) != 0)
+            return;
+    layer_move *m = malloc(sizeof *m * (size_t)b->n_layers);
+    if (!m)
+        return;
+    int k = 0;
+    for (int l = 0; l < b->n_layers; l++) {
+        double d = layer_sum(n, l) - layer_sum(b, l);
+        if (d != 0)
+            m[k++] = (layer_move){l, d};
+    }
+    qsort(m, (size_t)k, sizeof *m, move_cmp);
+    int shown = k < CHECK_LAYERS_SHOWN ? k : CHECK_LAYERS_SHOWN;
+    if (shown > 0)
+        printf("\ncore 0's layers that moved most (%d of %d; base s, new "
+               "s, change, the category that moved most):\n",
+               shown, k);
+    for (int i = 0; i < shown; i++) {
+        int l = m[i].layer, big = 0;
+        double bd = 0;
+        for (int c = 0; c < CAT_COUNT; c++) {
+            double dc = n->layer_time_s[(size_t)l * CAT_COUNT + c] -
+                        b->layer_time_s[(size_t)l * CAT_COUNT + c];
+            if (fabs(dc) > fabs(bd))
+                bd = dc, big = c;
+        }
+        char name[128], p[40];
+        cli_fit_cols_mid(name, sizeof name, b->layer_names[l], 28);
+        double sb = layer_sum(b, l), sn = layer_sum(n, l);
+        pct(p, sizeof p, rel(sb, sn), 2, -1); /* not a verdict: 2 decimals */
+        printf("  ");
+        cli_put_cell(name, 28);
+        printf(" %12.6g %12.6g %10s  %s %s%.3g s\n", sb, sn, p,
+               emu_cat_name((emu_cat)big), bd > 0 ? "+" : "", bd);
+    }
+    free(m);
+}
+
 static int compare(const emu_result *b, const emu_result *n, double tol,
                    const char *bpath, const char *npath)
 {
@@ -685,6 +759,7 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
             if (hidden)
                 printf("... and %d more core group%s faster\n", hidden,
                        hidden == 1 ? "" : "s");
+            print_layer_moves(b, n);
         }
     } else {
         int d = pct_digits(step_rel, tol);
@@ -701,6 +776,7 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         if (hidden)
             printf("... and %d more core group%s slower\n", hidden,
                    hidden == 1 ? "" : "s");
+        print_layer_moves(b, n);
     }
     free(t);
     free(group);
