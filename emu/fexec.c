@@ -313,6 +313,19 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
                   const fx_config *cfg, tpu_error *err)
 {
     *out = NULL;
+    /* Grouped convolutions are timed but not computed: the executor's
+     * products read every input channel (fx_mm.c), which would give a
+     * grouped layer dense values.  Refused rather than wrong. */
+    for (int l = 0; l < g->n_layers; l++)
+        if (graph_groups(&g->layers[l]) > 1)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "--functional: layer '%s' (graph.layers[%d]) is "
+                            "a grouped convolution (groups %d), whose values "
+                            "--functional does not compute yet "
+                            "(docs/FUNCTIONAL.md); run without --functional "
+                            "for its timing",
+                            g->layers[l].name, l - g->n_inputs,
+                            graph_groups(&g->layers[l]));
     fx_state *x = calloc(1, sizeof *x);
     if (!x)
         return fx_oom(err);

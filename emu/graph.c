@@ -52,6 +52,11 @@ int64_t gshape_elems(const gshape *s)
     return n;
 }
 
+int graph_groups(const glayer *L)
+{
+    return L->op == GOP_CONV && L->groups > 1 ? L->groups : 1;
+}
+
 /* FNV-1a 32: names are short and distinct; any spread will do. */
 static uint32_t name_hash(const char *s)
 {
@@ -238,6 +243,7 @@ static tpu_status check_share(const graph *g, const glayer *L,
     const glayer *lin = &g->layers[L->in[0]];
     int same = S->op == L->op && S->filters == L->filters &&
                S->use_bias == L->use_bias &&
+               graph_groups(S) == graph_groups(L) &&
                sin->out.nsp == lin->out.nsp && sin->out.c == lin->out.c;
     for (int d = 0; same && d < lin->out.nsp; d++)
         same = S->kernel[d] == L->kernel[d];
@@ -245,8 +251,8 @@ static tpu_status check_share(const graph *g, const glayer *L,
         *key = "share_weights";
         return tpu_fail(err, TPU_ERR_INPUT,
                         "'%s' has different weights (op, kernel, filters, "
-                        "use_bias and input channels must match: %s with "
-                        "%lld input channels here, %lld there)",
+                        "groups, use_bias and input channels must match: %s "
+                        "with %lld input channels here, %lld there)",
                         S->name, graph_op_name(L->op), (long long)lin->out.c,
                         (long long)sin->out.c);
     }
@@ -254,14 +260,16 @@ static tpu_status check_share(const graph *g, const glayer *L,
 }
 
 /* A conv's or conv_transpose's kernel (+ bias): its own, or none when it
- * shares an earlier layer's (which must then look the same). */
+ * shares an earlier layer's (which must then look the same).  A grouped
+ * conv's filters each see Cin/groups channels. */
 static tpu_status conv_weights(const graph *g, glayer *L, const glayer *src,
                                int nsp, const char **key, tpu_error *err)
 {
     if (L->share_from >= 0)
         return check_share(g, L, key, err);
     return set_weights(L,
-                       kernel_volume(L, nsp) * (double)src->out.c *
+                       kernel_volume(L, nsp) *
+                               (double)(src->out.c / graph_groups(L)) *
                                L->filters +
                            (L->use_bias ? L->filters : 0),
                        key, err);
@@ -378,8 +386,25 @@ static tpu_status infer_conv(const graph *g, glayer *L, const glayer *src,
     *key = "filters";
     if ((st = check_shape(&L->out, err)))
         return st;
+    /* groups (XLA feature_group_count): each of the G groups convolves
+     * its Cin/G input channels into its filters/G outputs, so both must
+     * divide (XLA's shape inference refuses the rest). */
+    int64_t G = L->groups > 1 ? L->groups : 1;
+    if (G > 1 && src->out.c % G) {
+        *key = "groups";
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%lld does not divide the input's %lld channels",
+                        (long long)G, (long long)src->out.c);
+    }
+    if (G > 1 && L->filters % G) {
+        *key = "groups";
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%lld does not divide filters %d (each group has "
+                        "filters / groups outputs)",
+                        (long long)G, L->filters);
+    }
     L->macs = (double)gshape_elems(&L->out) * kernel_volume(L, nsp) *
-              (double)src->out.c;
+              (double)(src->out.c / G);
     return conv_weights(g, L, src, nsp, key, err);
 }
 

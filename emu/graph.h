@@ -84,6 +84,13 @@ typedef struct {
     int dilation[GRAPH_MAX_SP];
     int pad_same;                /* 1: same, 0: valid */
     int use_bias;
+    int groups;                  /* conv "groups" (XLA feature_group_count):
+                                    the input channels and the filters are cut
+                                    into this many groups, each filter seeing
+                                    only its group's Cin/groups channels
+                                    (depthwise: groups = Cin).  0 or 1: an
+                                    ordinary convolution (a zeroed layer is
+                                    one); use graph_groups() */
     /* Explicit padding of the input, derived from padding/kernel/strides
      * (TensorFlow rules: same pads total max((ceil(in/s)-1)*s + (k-1)*d + 1 - in, 0),
      * low = total / 2, the extra one on the high side).  conv_transpose:
@@ -230,6 +237,10 @@ tpu_status graph_freeze(graph *g, const char *list, const char *path,
  * read (a sweep checks each --freeze list of its grid on the base trace). */
 tpu_status graph_freeze_check(const graph *g, const char *list,
                               const char *path, tpu_error *err);
+
+/* A conv's groups: L->groups when above 1, else 1 (every other op, and
+ * a layer built by hand without the field). */
+int graph_groups(const glayer *L);
 
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);

@@ -146,6 +146,21 @@ void tpu_params_default(tpu_params *p, int gen)
      * terms are [U]; tpuemu's lowering prices candidate tiles with the
      * engine's own unit costs (firmware/lower.c). */
     p->xla_tile_search = 1;
+    /* [U] How the TPU compiler lowers a grouped convolution
+     * (feature_group_count > 1) is not public.  [C] XLA's
+     * ConvolutionGroupConverter (openxla/xla convolution_group_converter.cc;
+     * tensorflow/compiler/xla/service in 2019) either expands the filter
+     * into a dense block-diagonal one (zeros outside the groups: one
+     * ordinary convolution, G x the MACs), slices the operands into one
+     * convolution per group and concatenates the outputs, or, when the
+     * backend handles depthwise convolutions itself, leaves them alone.
+     * tpuemu prices the candidates with the engine and keeps the fastest
+     * (0); 1, 2, 3 force one for what-if studies (docs/FIRMWARE.md). */
+    p->xla_group_conv = 0;
+    /* [U] The v2/v3 vector unit's instruction set is not public; a
+     * multiply-add is counted as a multiply and an add (no fused
+     * multiply-add assumed). */
+    p->vpu_madd_ops = 2;
 
     /* HBM2, per core (half a chip); model in hbm/hbm.h, docs/HBM.md.
      * [C] capacity: v2 16 GiB, v3 32 GiB per chip (Cloud TPU docs).
@@ -300,6 +315,10 @@ static const pentry table[] = {
       "[C] XLA HloRematerialization; [U] on TPU"),
     I("xla.tile_search", xla_tile_search, "0/1", 0, 1,
       "[C] XLA TPU picks tiles by cost model (MLSys 2021)"),
+    I("xla.group_conv", xla_group_conv, "0-3", 0, 3,
+      "[U] grouped conv: 0 fastest, 1 dense, 2 per group, 3 vector"),
+    D("vpu.madd_ops", vpu_madd_ops, "ops", 0.5, 16,
+      "[U] vector ops per multiply-add (depthwise on the VPU)"),
     I("ici.wrap", ici.wrap, "0/1", 0, 1, "[U] partial slices: no wrap"),
 };
 #define NTABLE (sizeof table / sizeof table[0])

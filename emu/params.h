@@ -56,6 +56,12 @@ typedef struct {
     int xla_tile_search;     /* 1: each tiled loop takes the tile size its
                                 cost model finds fastest; 0: the largest
                                 that fits VMEM */
+    int xla_group_conv;      /* how a grouped convolution is lowered: 0 the
+                                fastest candidate (firmware/lower.c), 1 the
+                                dense block-diagonal filter, 2 one product
+                                per group, 3 depthwise on the vector unit */
+    double vpu_madd_ops;     /* vector operations per multiply-add (a
+                                depthwise convolution on the vector unit) */
     hbm_params hbm;
     ici_params ici;
     /* What tpu_params_set was given, so that the result does not depend on

@@ -158,21 +158,27 @@ static const char *trace_join(char *buf, size_t cap,
     return buf;
 }
 
-/* An unknown key at p.  Keras's and XLA's names for grouped convolution
- * say that it is not modelled rather than only that the key is unknown
- * (probe round 6 wrote a MobileNet). */
+/* An unknown key at p.  Keras's and XLA's other names for a grouped
+ * convolution point at `groups` (probe round 6 wrote a MobileNet with
+ * them); `groups` on a conv_transpose says that only conv takes it. */
 static tpu_status trace_unknown_key(trace_ctx *c, const char *p,
                                    const char *key,
                                    const char *const *allowed,
                                    const char *where)
 {
-    static const char *const grouped[] = {"groups", "depth_multiplier",
+    static const char *const grouped[] = {"depth_multiplier",
                                           "feature_group_count", "depthwise",
                                           NULL};
     char list[512];
     if (trace_word(grouped, key) >= 0)
-        return trace_fail(c, p, "grouped and depthwise convolutions are not "
-                                "modelled (docs/TRACE.md, conv)");
+        return trace_fail(c, p, "not a trace key: a grouped or depthwise "
+                                "convolution is a conv with \"groups\" "
+                                "(depthwise: groups = input channels, filters "
+                                "= channels x multiplier; docs/TRACE.md)");
+    if (where && strcmp(where, "conv_transpose") == 0 &&
+        strcmp(key, "groups") == 0)
+        return trace_fail(c, p, "grouped conv_transpose is not modelled "
+                                "(only conv takes groups; docs/TRACE.md)");
     return trace_fail(c, p, "unknown key%s%s (expected one of: %s)",
                       where ? " for " : "", where ? where : "",
                       trace_join(list, sizeof list, allowed, 0));
@@ -424,7 +430,7 @@ static const char *const *trace_op_keys(graph_op op)
     static const char *const conv[] = {
         "name",    "op",       "in",       "dtype",        "comment", "filters",
         "kernel",  "strides",  "padding",  "dilation",     "use_bias",
-        "share_weights", "trainable", NULL};
+        "share_weights", "trainable", "groups", NULL};
     static const char *const conv_t[] = {
         "name",    "op",      "in",       "dtype",        "comment",
         "filters", "kernel",  "strides",  "padding",      "use_bias",
@@ -638,6 +644,12 @@ static tpu_status trace_conv(trace_ctx *c, const graph *g, const cJSON *o,
     if ((st = trace_like_kernel(c, base, "strides", rank, krank)))
         return st;
     if (L->op == GOP_CONV) {
+        /* whether it divides the channels is shape inference's check */
+        n64 = 1;
+        if ((st = trace_int(c, o, base, "groups", 0, 1, GRAPH_DIM_MAX,
+                            &n64)))
+            return st;
+        L->groups = (int)n64;
         if ((st = trace_dims(c, o, base, "dilation", 0, 1, L->dilation,
                              &rank)))
             return st;

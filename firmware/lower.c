@@ -55,6 +55,8 @@ typedef struct {
     cost_dma *dc;          /* the engine's DMA costs (tile search) */
     cost_dma *own_dc;      /* made here when the caller gave none */
     fw_program scratch;    /* a candidate tile loop being priced */
+    fw_program cand;       /* a grouped convolution's candidate lowering
+                              being priced (its tile loops use scratch) */
 } lc;
 
 static int64_t rup(int64_t x, int64_t m) { return m > 0 ? (x + m - 1) / m * m : x; }
@@ -1209,6 +1211,199 @@ static int passes_of(const glayer *L)
 
 static double fused_apply_ops(const lc *c, int i);
 
+/* ---- grouped convolutions ----------------------------------------------
+ *
+ * How the TPU compiler lowers feature_group_count > 1 is not public [U].
+ * XLA's ConvolutionGroupConverter (openxla/xla
+ * convolution_group_converter.cc) rewrites it into ordinary convolutions,
+ * either by expanding the filter into a dense block-diagonal one (zeros
+ * outside the groups: one convolution, G x the MACs) or by slicing the
+ * operands into one convolution per group; a backend that handles
+ * depthwise convolutions itself keeps them, and with a single channel per
+ * group there is too little reuse for the MXU, so the vector unit is the
+ * natural place.  tpuemu prices each candidate's instructions with the
+ * engine (engine_local_ps, as the tile search does) and keeps the fastest;
+ * xla.group_conv forces one:
+ *   GC_DENSE  (1) the expanded filter on the MXU: K = taps x Cin, N =
+ *             filters, the block-diagonal filter built (and, for the
+ *             weight gradient, the blocks taken back out) by a vector pass;
+ *   GC_GROUPS (2) one product per group, laid end to end on the MXU: K =
+ *             taps x Cin/G, N = filters/G, each padded to whole MXU tiles
+ *             (a group's M rows stream against its own weight tiles, whose
+ *             load hides behind the previous group's rows);
+ *   GC_VECTOR (3) depthwise only (Cin/G = 1): a vector-unit pass of taps
+ *             multiply-adds per output element (vpu.madd_ops each).
+ * Forward, input gradient and weight gradient choose separately.  The
+ * halo exchanges are the window's, as for any convolution, and are
+ * emitted once, outside the candidates. */
+enum { GC_AUTO = 0, GC_DENSE = 1, GC_GROUPS = 2, GC_VECTOR = 3 };
+
+typedef struct {
+    int l, i;
+    int64_t G, taps, k_taps, k_taps_dx, cin, cout, cin_g, cout_g;
+    int64_t M, Min;        /* forward / input-gradient rows (padded batch) */
+    double m_rows, in_rows;/* the same, per real row: elements of a channel */
+    double in_b, o_b, in_nohalo, apply, wbytes_el, scale;
+    int passes;
+} gconv;
+
+/* The dense product's K for taps x channels (lane-padded per tap, or
+ * folded into K when that needs fewer passes), as an ordinary
+ * convolution takes it. */
+static int64_t gc_k(const lc *c, const glayer *L, int64_t taps, int64_t ch,
+                    int *fold)
+{
+    int64_t lane = c->hw->lane_pad, rows = c->hw->mxu.rows;
+    int64_t unf = taps * rup(ch, lane);
+    *fold = cdiv(taps * ch, rows) < cdiv(unf, rows) && !conv_keeps_taps(c, L);
+    return *fold ? taps * ch : unf;
+}
+
+/* One candidate's compute for one part (0 forward, 1 input gradient, 2
+ * weight gradient) into c->prog, with the functional tag of the part. */
+static void gc_emit(lc *c, int phase, const gconv *q, int part, int cand)
+{
+    const glayer *L = &c->g->layers[q->l];
+    int64_t lane = c->hw->lane_pad, rows = c->hw->mxu.rows;
+    int fx = part == 0 ? FX_FWD : part == 1 ? FX_DX : FX_DW;
+    double wcompact = (double)L->weights * q->wbytes_el;
+    if (cand == GC_VECTOR) {
+        /* Elements the vector unit produces: the output (forward, weight
+         * gradient's products) or the input gradient, in the convolution's
+         * padded layout when the small-batch rule applies (batch to 8,
+         * features to the lanes). */
+        int64_t ch = part == 1 ? q->cin : q->cout;
+        double chp = conv_keeps_taps(c, L) ? (double)rup(ch, lane) : (double)ch;
+        double rws = part == 1 ? q->in_rows : q->m_rows;
+        double el = rws * q->scale * chp;
+        double mult = (double)(q->cout / q->G); /* outputs per input channel */
+        double madd = c->hw->vpu_madd_ops;
+        if (part == 0)
+            emit_pass_fx(c, fx, phase, q->l, q->in_b, q->o_b, el,
+                         madd * (double)q->taps + 3 +
+                             q->apply * (double)q->taps);
+        else if (part == 1)
+            emit_pass_fx(c, fx, phase, q->l, q->o_b, q->in_nohalo, el,
+                         madd * (double)q->k_taps_dx * mult + 1);
+        else
+            /* dW[t, c] += x(window) dY: taps multiply-adds per output
+             * element into fp32 partial sums, reduced and stored once */
+            emit_pass_fx(c, fx, phase, q->l, q->in_b + q->o_b,
+                         (double)L->weights * 4, el,
+                         madd * (double)q->taps + q->apply * (double)q->taps);
+        return;
+    }
+    int keep = c->fx;
+    if (cand == GC_DENSE) {
+        int fold;
+        double dense_w = (double)q->taps * (double)q->cin * (double)q->cout;
+        if (part == 0) {
+            int64_t K = gc_k(c, L, q->k_taps, q->cin, &fold);
+            double npad = (double)rup(q->cout, lane);
+            double epi = npad * ((double)cdiv(K, rows) - 1 + 3) +
+                         (fold ? (double)K : 0) + q->apply * (double)K;
+            /* the block-diagonal filter: a select of the compact filter
+             * against the group mask (timing only) */
+            emit_pass_fx(c, FX_NONE, phase, q->l, wcompact,
+                         dense_w * q->wbytes_el, dense_w, 1);
+            c->fx = fx;
+            emit_matmul(c, phase, q->l, q->M, K, q->cout, q->in_b / (double)q->M,
+                        q->o_b / (double)q->M,
+                        (double)q->taps * (double)q->cin * npad * q->wbytes_el,
+                        npad * 4, epi, q->passes);
+        } else if (part == 1) {
+            int64_t Kdx = q->k_taps_dx * rup(q->cout, lane);
+            double ep = (double)rup(q->cin, lane) * ((double)cdiv(Kdx, rows) + 1);
+            emit_pass_fx(c, FX_NONE, phase, q->l, wcompact,
+                         dense_w * q->wbytes_el, dense_w, 1);
+            c->fx = fx;
+            emit_matmul(c, phase, q->l, q->Min, Kdx, q->cin,
+                        q->o_b / (double)q->Min, q->in_nohalo / (double)q->Min,
+                        (double)q->taps * (double)q->cin *
+                            (double)rup(q->cout, lane) * q->wbytes_el,
+                        (double)rup(q->cin, lane) * 4, ep, q->passes);
+        } else {
+            int64_t K = gc_k(c, L, q->k_taps, q->cin, &fold);
+            c->fx = fx;
+            emit_dw(c, phase, q->l, K, q->M, q->cout, q->in_b, q->o_b,
+                    (double)rup(q->cout, lane), q->apply, q->passes);
+            c->fx = FX_NONE;
+            /* the groups' blocks taken out of the dense fp32 gradient */
+            emit_pass_fx(c, FX_NONE, phase, q->l, dense_w * 4,
+                         (double)L->weights * 4, dense_w, 1);
+        }
+        c->fx = keep;
+        return;
+    }
+    /* GC_GROUPS: G products of one group's shape, end to end: G x the
+     * rows (at least the array's rows each: a shorter group leaves the
+     * array's pipeline as idle as a full tile would), every group's
+     * weights resident. */
+    int fold;
+    int64_t G = q->G;
+    c->fx = fx;
+    if (part == 0) {
+        int64_t K = gc_k(c, L, q->k_taps, q->cin_g, &fold);
+        int64_t m = G * max64(q->M, rows);
+        double npad = (double)rup(q->cout_g, lane);
+        double epi = (double)q->M * G *
+                     (npad * ((double)cdiv(K, rows) - 1 + 3) +
+                      (fold ? (double)K : 0) + q->apply * (double)K);
+        emit_matmul(c, phase, q->l, m, K, q->cout_g, q->in_b / (double)m,
+                    q->o_b / (double)m,
+                    (double)G * (double)q->taps * (double)q->cin_g * npad *
+                        q->wbytes_el,
+                    npad * 4, epi / (double)m, q->passes);
+    } else if (part == 1) {
+        int64_t Kdx = q->k_taps_dx * rup(q->cout_g, lane);
+        int64_t m = G * max64(q->Min, rows);
+        double ep = (double)q->Min * G * (double)rup(q->cin_g, lane) *
+                    ((double)cdiv(Kdx, rows) + 1);
+        emit_matmul(c, phase, q->l, m, Kdx, q->cin_g, q->o_b / (double)m,
+                    q->in_nohalo / (double)m,
+                    (double)G * (double)q->taps * (double)q->cin_g *
+                        (double)rup(q->cout_g, lane) * q->wbytes_el,
+                    (double)rup(q->cin_g, lane) * 4, ep / (double)m, q->passes);
+    } else {
+        int64_t K = gc_k(c, L, q->k_taps, q->cin_g, &fold);
+        emit_dw(c, phase, q->l, G * K, q->M, q->cout_g, q->in_b, q->o_b,
+                (double)rup(q->cout_g, lane), q->apply, q->passes);
+    }
+    c->fx = keep;
+}
+
+/* The candidate a part takes: the forced one (xla.group_conv; the vector
+ * pass only where a group has one channel, else the fastest of the MXU
+ * ones), or the one the engine runs fastest, ties to the lower number. */
+static int gc_pick(lc *c, int phase, const gconv *q, int part)
+{
+    int forced = c->hw->xla_group_conv, vec_ok = q->cin_g == 1;
+    if (forced == GC_DENSE || forced == GC_GROUPS ||
+        (forced == GC_VECTOR && vec_ok))
+        return forced;
+    int best = GC_DENSE;
+    double best_ps = -1;
+    for (int cand = GC_DENSE; cand <= GC_VECTOR; cand++) {
+        if (cand == GC_VECTOR && !vec_ok)
+            continue;
+        fw_program *keep = c->prog;
+        c->cand.n = 0;
+        c->prog = &c->cand;
+        gc_emit(c, phase, q, part, cand);
+        c->prog = keep;
+        if (c->cand.oom) {
+            c->cand.oom = 0;
+            continue;
+        }
+        double ps = (double)engine_local_ps(c->hw, c->dc, &c->cand);
+        if (best_ps < 0 || ps < best_ps) {
+            best_ps = ps;
+            best = cand;
+        }
+    }
+    return best;
+}
+
 /* Conv, conv_transpose and dense: forward (phase FWD) or the two backward
  * products. */
 static void lower_matrix_layer(lc *c, int l, int phase)
@@ -1269,9 +1464,40 @@ static void lower_matrix_layer(lc *c, int l, int phase)
     double apply = fused_apply_ops(c, i);
     epi += apply * (double)K;
 
+    /* A grouped convolution's candidates (gc_emit) */
+    int64_t G = graph_groups(L);
+    gconv q;
+    memset(&q, 0, sizeof q);
+    if (G > 1) {
+        q.l = l;
+        q.i = i;
+        q.G = G;
+        q.taps = taps;
+        q.k_taps = k_taps;
+        q.k_taps_dx = cdiv(taps, sprod);
+        q.cin = cin;
+        q.cout = cout;
+        q.cin_g = cin / G;
+        q.cout_g = cout / G;
+        q.M = M;
+        q.m_rows = m_out;
+        q.scale = conv_rows_scale(c, L);
+        q.in_b = in_b;
+        q.o_b = o_b;
+        q.apply = apply;
+        q.wbytes_el = L->dtype_bytes == 4 ? 4 : 2;
+        q.passes = passes;
+    }
+
     if (phase == PHASE_FWD) {
         if (halo_needed(c, l, i))
             emit_exchange(c, phase, l, i, &h, 0);
+        if (G > 1) {
+            if (M > 0)
+                gc_emit(c, phase, &q, 0, gc_pick(c, phase, &q, 0));
+            c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+            return;
+        }
         c->fx = FX_FWD;
         emit_matmul(c, phase, l, M, K, cout, in_b / (double)M, o_b / (double)M,
                     w_bytes, npad * 4, epi, passes);
@@ -1311,7 +1537,13 @@ static void lower_matrix_layer(lc *c, int l, int phase)
             Kdx = rup(cout, lane);
         double ep = (double)rup(cin, lane) * ((double)cdiv(Kdx, rows) + 1);
         c->fx = FX_DX;
-        if (Min > 0)
+        if (G > 1 && Min > 0) {
+            c->fx = FX_NONE;
+            q.Min = Min;
+            q.in_rows = (double)Min / conv_rows_scale(c, L);
+            q.in_nohalo = in_nohalo;
+            gc_emit(c, phase, &q, 1, gc_pick(c, phase, &q, 1));
+        } else if (Min > 0)
             emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
                         in_nohalo / (double)Min, w_bytes,
                         (double)rup(cin, lane) * 4, ep, passes);
@@ -1330,7 +1562,11 @@ static void lower_matrix_layer(lc *c, int l, int phase)
      * features: K, unfolded) to 128 and its feature (the examples, in M)
      * to 8. */
     c->fx = FX_DW;
-    emit_dw(c, phase, l, K, M, cout, in_b, dy_b, npad, apply, passes);
+    if (G > 1 && M > 0) {
+        c->fx = FX_NONE;
+        gc_emit(c, phase, &q, 2, gc_pick(c, phase, &q, 2));
+    } else
+        emit_dw(c, phase, l, K, M, cout, in_b, dy_b, npad, apply, passes);
     c->fx = FX_NONE;
     c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     /* Each shard summed its own positions: XLA SPMD all-reduces the
@@ -1842,6 +2078,7 @@ static void lc_free(lc *c)
     free(c->apply_t);
     cost_dma_free(c->own_dc);
     fw_program_free(&c->scratch);
+    fw_program_free(&c->cand);
 }
 
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
