@@ -107,8 +107,12 @@ class Graph:
         return name
 
     def conv(self, name, x, filters, kernel, strides=1, padding="same",
-             dilation=1, use_bias=False, share=None, dtype=None, trainable=True):
+             dilation=1, use_bias=False, share=None, dtype=None, trainable=True,
+             groups=1):
         sp, cin = self._get(x)
+        if cin % groups or filters % groups:
+            raise TraceError("%s: groups %d does not divide %d channels and %d filters"
+                             % (name, groups, cin, filters))
         nsp = len(sp)
         k = self._vec(kernel, nsp)
         s = self._vec(strides, nsp)
@@ -128,13 +132,16 @@ class Graph:
             layer["dilation"] = d
         if use_bias:
             layer["use_bias"] = True
+        if groups != 1:
+            layer["groups"] = groups
         if share is not None:
             src = self.kind.get(share)
             if src is None or src["op"] != "conv":
                 raise TraceError("%s: share_weights %r is not a conv" % (name, share))
             if (src["filters"] != filters or src["kernel"] != k
                     or self.shape[src["in"]][1] != cin
-                    or bool(src.get("use_bias")) != bool(use_bias)):
+                    or bool(src.get("use_bias")) != bool(use_bias)
+                    or src.get("groups", 1) != groups):
                 raise TraceError("%s: shares weights of %s with another geometry"
                                  % (name, share))
             layer["share_weights"] = share
@@ -142,9 +149,10 @@ class Graph:
             layer["trainable"] = False
         if dtype:
             layer["dtype"] = dtype
-        self.macs += _prod(out) * _prod(k) * cin * filters
+        self.macs += _prod(out) * _prod(k) * (cin // groups) * filters
         if share is None:
-            self.weights += _prod(k) * cin * filters + (filters if use_bias else 0)
+            self.weights += (_prod(k) * (cin // groups) * filters
+                             + (filters if use_bias else 0))
         return self._emit(layer, (out, filters))
 
     def conv_t(self, name, x, filters, kernel, strides, padding="same", dtype=None):
@@ -379,6 +387,58 @@ def resnet50_classifier(size):
     return g
 
 
+# MobileNetV2 (Sandler et al., CVPR 2018, Table 2; Keras applications
+# mobilenet_v2.py, alpha 1.0): t expansion, c channels, n repeats, s stride.
+MOBILENET_V2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def mobilenet_v2(size):
+    """MobileNetV2 1.0 as Keras builds it: a 3x3 stride-2 stem of 32, inverted
+    residual blocks (1x1 expansion unless t = 1, 3x3 depthwise with the
+    block's stride, linear 1x1 projection, a residual add where the stride
+    is 1 and the channels match), a 1x1 head of 1280, global average pooling
+    and a 1000-way classifier.  Convolutions have no bias (batchnorm
+    follows).  ReLU6 is written as relu (the trace has no clipped relu: one
+    vector operation per element either way); Keras's explicit zero padding
+    before the stride-2 convolutions is 'same' padding (same output
+    extents at 224)."""
+    g = Graph(2)
+    x = g.input("image", [size, size, 3])
+    x = g.conv("Conv1", x, 32, [3, 3], strides=2)
+    x = g.bn("bn_Conv1", x)
+    x = g.relu("Conv1_relu", x)
+    cin = 32
+    b = 0
+    for t, c, n, s in MOBILENET_V2_BLOCKS:
+        for r in range(n):
+            stride = s if r == 0 else 1
+            p = "block_%d_" % b if b else "expanded_conv_"
+            y = x
+            if t != 1:
+                y = g.conv(p + "expand", y, cin * t, [1, 1])
+                y = g.bn(p + "expand_BN", y)
+                y = g.relu(p + "expand_relu", y)
+            ch = cin * t
+            y = g.conv(p + "depthwise", y, ch, [3, 3], strides=stride, groups=ch)
+            y = g.bn(p + "depthwise_BN", y)
+            y = g.relu(p + "depthwise_relu", y)
+            y = g.conv(p + "project", y, c, [1, 1])
+            y = g.bn(p + "project_BN", y)
+            if stride == 1 and cin == c:
+                y = g.add(p + "add", [x, y])
+            x = y
+            cin = c
+            b += 1
+    x = g.conv("Conv_1", x, 1280, [1, 1])
+    x = g.bn("Conv_1_bn", x)
+    x = g.relu("out_relu", x)
+    x = g.gap("global_average_pooling2d", x)
+    x = g.dense("predictions", x, 1000)
+    g.loss("loss", x, "softmax_xent", dtype="f32")
+    return g
+
+
 UNET_DEPTH = 4
 UNET_BASE = 32
 UNET_CLASSES = 3
@@ -488,6 +548,7 @@ def all_traces():
     u256 = unet3d(256)
     rn50 = resnet50_classifier(224)
     cifar = cifar10_keras()
+    mnv2 = mobilenet_v2(224)
 
     ref_r1280 = (0.910, SRC_LARGE_IMAGES + ": RetinaNet 1280x1280, v3-8, 8 cores, "
                  "global batch 64, step time 910 ms")
@@ -530,6 +591,10 @@ def all_traces():
                 trace("resnet50-224", rn50, "v3-2048", 65536, 1, [1, 1, 1, 1]), rn50))
     out.append(("traces/cifar10-keras-v2-8.json",
                 trace("cifar10-keras", cifar, "v2-8", 1024, 1, [1, 1, 1, 1]), cifar))
+    # tensorflow/tpu models/official/mobilenet trains with a global batch of
+    # 1024 (its train_batch_size default) on a v2-8/v3-8 slice.
+    out.append(("traces/mobilenet-v2-224-v3-8.json",
+                trace("mobilenet-v2-224", mnv2, "v3-8", 1024, 1, [1, 1, 1, 1]), mnv2))
     return out
 
 
@@ -568,10 +633,11 @@ def render(t):
 
 def check_refs(t):
     """Re-checks the written form: every `in` defined before use, keys only
-    from SPEC.md's list plus share_weights and trainable (docs/TRACE.md)."""
+    from SPEC.md's list plus share_weights, trainable and groups
+    (docs/TRACE.md)."""
     allowed = {
         "conv": {"filters", "kernel", "strides", "padding", "dilation", "use_bias",
-                 "share_weights", "trainable"},
+                 "share_weights", "trainable", "groups"},
         "conv_transpose": {"filters", "kernel", "strides", "padding", "trainable"},
         "dense": {"units", "use_bias", "trainable"},
         "batchnorm": {"trainable"}, "relu": set(), "sigmoid": set(), "flatten": set(),

@@ -342,4 +342,42 @@ void th_suite_groups(th_ctx *t)
         TH_CHECKF(t, c.status == 0, "timing alone: status %d: %s", c.status,
                   c.err);
     }
+
+    th_case(t, "traces/mobilenet-v2-224-v3-8.json: Keras's 3,504,872 trainable "
+               "weights, 300.8 M MACs an image; every depthwise layer on the "
+               "vector unit");
+    if (TH_CHECKF(t, graph_load(&g, "traces/mobilenet-v2-224-v3-8.json", &e) ==
+                         TPU_OK,
+                  "%s", e.msg)) {
+        double macs = 0;
+        int ndw = 0;
+        for (int l = 0; l < g.n_layers; l++) {
+            macs += g.layers[l].macs;
+            ndw += graph_groups(&g.layers[l]) > 1;
+        }
+        TH_CHECKF(t, graph_trainable_weights(&g) == 3504872, "%lld",
+                  (long long)graph_trainable_weights(&g));
+        TH_CHECKF(t, macs > 300.0e6 && macs < 301.5e6, "%.6g MACs", macs);
+        TH_CHECKF(t, ndw == 17, "%d depthwise layers", ndw);
+        sim_opts o;
+        sim_opts_default(&o);
+        fw_program prog;
+        fw_memory mem;
+        int on_mxu = 0, on_vec = 0;
+        if (TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &e) == 0, "%s",
+                      e.msg)) {
+            for (size_t i = 0; i < prog.n; i++) {
+                const fw_insn *in = &prog.code[i];
+                if (in->layer < 0 || graph_groups(&g.layers[in->layer]) < 2 ||
+                    in->fx == FX_NONE)
+                    continue;
+                on_mxu += in->op == FW_MATMUL;
+                on_vec += in->op == FW_VEC;
+            }
+            fw_program_free(&prog);
+        }
+        TH_CHECKF(t, on_mxu == 0 && on_vec >= 3 * 17, "mxu %d, vector %d",
+                  on_mxu, on_vec);
+    }
+    graph_free(&g);
 }
