@@ -248,13 +248,35 @@ static tpu_status check_share(const graph *g, const glayer *L,
     for (int d = 0; same && d < lin->out.nsp; d++)
         same = S->kernel[d] == L->kernel[d];
     if (!same) {
+        /* name the first thing that differs (probe round 11: groups 8 vs
+         * 4 was reported as "32 input channels here, 32 there") */
+        char what[160];
+        if (S->op != L->op)
+            snprintf(what, sizeof what, "%s here, %s there",
+                     graph_op_name(L->op), graph_op_name(S->op));
+        else if (S->filters != L->filters)
+            snprintf(what, sizeof what, "filters %lld here, %lld there",
+                     (long long)L->filters, (long long)S->filters);
+        else if (graph_groups(S) != graph_groups(L))
+            snprintf(what, sizeof what, "groups %lld here, %lld there",
+                     (long long)graph_groups(L), (long long)graph_groups(S));
+        else if (S->use_bias != L->use_bias)
+            snprintf(what, sizeof what, "use_bias %s here, %s there",
+                     L->use_bias ? "true" : "false",
+                     S->use_bias ? "true" : "false");
+        else if (sin->out.c != lin->out.c)
+            snprintf(what, sizeof what, "%lld input channels here, %lld "
+                     "there", (long long)lin->out.c, (long long)sin->out.c);
+        else if (sin->out.nsp != lin->out.nsp)
+            snprintf(what, sizeof what, "a %dD input here, %dD there",
+                     lin->out.nsp, sin->out.nsp);
+        else
+            snprintf(what, sizeof what, "kernels of other extents");
         *key = "share_weights";
         return tpu_fail(err, TPU_ERR_INPUT,
                         "'%s' has different weights (op, kernel, filters, "
-                        "groups, use_bias and input channels must match: %s "
-                        "with %lld input channels here, %lld there)",
-                        S->name, graph_op_name(L->op), (long long)lin->out.c,
-                        (long long)sin->out.c);
+                        "groups, use_bias and input channels must match: %s)",
+                        S->name, what);
     }
     return TPU_OK;
 }
