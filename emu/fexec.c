@@ -257,6 +257,7 @@ static void core_free(fx_core *c, int n)
     free(c->done_fwd);
     free(c->done_bwd);
     free(c->stats_reduced);
+    free(c->done_gv);
     free(c->wg);
     free(c->bn);
     free(c->loss_part);
@@ -300,7 +301,9 @@ static void init_weights(const fx_state *x, int l, float *w)
         return;
     }
     const glayer *I = &x->g->layers[L->in[0]];
-    int64_t taps = fxt_kernel_taps(L), cin = I->out.c, cout = L->out.c;
+    /* a grouped conv's kernel is Keras's [taps][cin / groups][cout] */
+    int64_t taps = fxt_kernel_taps(L), cin = I->out.c / graph_groups(L),
+            cout = L->out.c;
     int64_t nk = taps * cin * cout;
     for (int64_t i = 0; i < nk; i++)
         w[i] = fxd_weight(x->cfg.seed, l, i, taps * cin, taps * cout);
@@ -313,19 +316,6 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
                   const fx_config *cfg, tpu_error *err)
 {
     *out = NULL;
-    /* Grouped convolutions are timed but not computed: the executor's
-     * products read every input channel (fx_mm.c), which would give a
-     * grouped layer dense values.  Refused rather than wrong. */
-    for (int l = 0; l < g->n_layers; l++)
-        if (graph_groups(&g->layers[l]) > 1)
-            return tpu_fail(err, TPU_ERR_INPUT,
-                            "--functional: layer '%s' (graph.layers[%d]) is "
-                            "a grouped convolution (groups %d), whose values "
-                            "--functional does not compute yet "
-                            "(docs/FUNCTIONAL.md); run without --functional "
-                            "for its timing",
-                            g->layers[l].name, l - g->n_inputs,
-                            graph_groups(&g->layers[l]));
     fx_state *x = calloc(1, sizeof *x);
     if (!x)
         return fx_oom(err);
@@ -409,6 +399,7 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         c->done_fwd = calloc(nl, 1);
         c->done_bwd = calloc(nl, 1);
         c->stats_reduced = calloc(nl, 1);
+        c->done_gv = calloc(nl, 1);
         c->wg = calloc(nl, sizeof(float *));
         c->bn = calloc(nl, sizeof(float *));
         c->loss_part = calloc(nl, sizeof(double));
@@ -417,7 +408,7 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         c->chunk = calloc(nl * 3, sizeof(int64_t));
         if (!c->act || !c->grad || !c->win || !c->gwin || !c->have_act ||
             !c->have_win || !c->have_gwin || !c->done_fwd || !c->done_bwd ||
-            !c->stats_reduced || !c->wg || !c->bn ||
+            !c->stats_reduced || !c->done_gv || !c->wg || !c->bn ||
             !c->loss_part || !c->dice || !c->cur || !c->chunk)
             goto oom;
         for (int l = 0; l < n; l++) {
@@ -488,6 +479,7 @@ tpu_status fx_begin_step(fx_state *x, int64_t step, tpu_error *err)
         memset(c->done_fwd, 0, (size_t)n + 1);
         memset(c->done_bwd, 0, (size_t)n);
         memset(c->stats_reduced, 0, (size_t)n);
+        memset(c->done_gv, 0, (size_t)n);
         memset(c->loss_part, 0, (size_t)n * sizeof(double));
         memset(c->dice, 0, (size_t)n * GRAPH_MAX_IN * 3 * sizeof(double));
         memset(c->cur, 0, (size_t)n * 3 * sizeof(int64_t));
@@ -737,6 +729,8 @@ tpu_status fx_exec(fx_state *x, int core, const fw_insn *in, tpu_error *err)
     }
     if (l < 0 || l >= x->g->n_layers)
         return TPU_OK;
+    if (graph_groups(&x->g->layers[l]) > 1)
+        return fxg_exec(x, core, l, in, err);
     if (in->op == FW_MATMUL) {
         switch (in->fx) {
         case FX_FWD:

@@ -10,6 +10,7 @@
  *   emu/fx_vec.c    the vector passes, forward and backward (fxv_)
  *   emu/fx_loss.c   the losses and their gradients (fxl_)
  *   emu/fx_coll.c   halo exchange, all-gather, all-reduce (fx_collective)
+ *   emu/fx_group.c  grouped and depthwise convolutions' candidates (fxg_)
  *
  * Storage.  Every core holds, per layer, its shard of the layer's output
  * (`act`) and of the output's gradient (`grad`), and the windows its
@@ -37,6 +38,8 @@ typedef struct {
     fxt_tens *act, *grad, *win, *gwin;
     uint8_t *have_act, *have_win, *have_gwin, *done_fwd, *done_bwd;
     uint8_t *stats_reduced; /* batchnorm: statistics came from the group */
+    uint8_t *done_gv;  /* grouped conv on the vector unit: parts done (bits
+                          1 fwd, 2 dx, 4 dw; a pass runs on its first tile) */
     /* Per layer (a layer that shares weights has its own): this core's
      * weight-gradient partial, from its first product to the all-reduce
      * (fx_reduce_grads), which frees it. */
@@ -151,6 +154,26 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
 /* One weight-gradient matmul instruction. */
 tpu_status fxm_dw(fx_state *x, int core, int l, const fw_insn *in,
                   tpu_error *err);
+/* C[m x n] = A[m x kc] B[kc x n] on the MXU model: the kc compact K rows
+ * lie in slots sw wide, `depth` real rows from `off` on in each (the rest
+ * zeros: lane padding, or another group's part of an expanded filter);
+ * passes 3: bf16_3x. */
+tpu_status fxm_mm(fx_state *x, const float *a, const float *b, float *cres,
+                  int64_t m, int64_t kc, int64_t n, int64_t depth, int64_t sw,
+                  int64_t off, int passes, tpu_error *err);
+/* The rows and columns the next matmul instruction of this kind (0 fwd,
+ * 1 dx, 2 dw) of layer l covers, of a product total_n columns wide. */
+void fxm_next_tile(fx_core *c, int l, int kind, const fw_insn *in,
+                   int64_t total_n, int64_t *r0, int64_t *r1, int64_t *n0,
+                   int64_t *n1);
+
+/* ---- emu/fx_group.c ----------------------------------------------------- */
+
+/* A grouped convolution's instruction (fw_insn.gconv: dense expansion,
+ * per-group products, or the depthwise vector pass), forward (fx FWD),
+ * input gradient (DX) or weight gradient (DW). */
+tpu_status fxg_exec(fx_state *x, int core, int l, const fw_insn *in,
+                    tpu_error *err);
 
 /* ---- emu/fx_vec.c ------------------------------------------------------- */
 

@@ -25,8 +25,9 @@ static tpu_status mxu_product(const fx_state *x, const bf16 *a, const bf16 *b,
 
 /* One bf16 product on the MXU model, C = A B with fp32 accumulation.  A
  * and B hold only the real rows of K (kc of them, compact); on the MXU, K
- * is laid out in slots `sw` wide of which the first `depth` rows are real
- * and the rest lane padding (zeros).  A padded row adds +0 to a column sum,
+ * is laid out in slots `sw` wide of which the `depth` rows from `off` on
+ * are real and the rest lane padding or, for a grouped convolution's
+ * expanded filter, the other groups' zeros (fx_group.c).  A padded row adds +0 to a column sum,
  * which changes no value (the sum starts at +0 and is never -0), and a K
  * tile of padding adds a +0 partial; so each weight tile's real rows are
  * multiplied on their own (one tile: c = its partial sum) and the
@@ -34,10 +35,11 @@ static tpu_status mxu_product(const fx_state *x, const bf16 *a, const bf16 *b,
  * padded product, without storing or multiplying the padding. */
 static tpu_status mm_bf16(fx_state *x, const bf16 *a, const bf16 *b,
                           float *cres, int64_t m, int64_t kc, int64_t n,
-                          int64_t depth, int64_t sw, tpu_error *err)
+                          int64_t depth, int64_t sw, int64_t off,
+                          tpu_error *err)
 {
     int64_t R = x->hw->mxu.rows;
-    if (depth >= sw)
+    if (depth >= sw && off == 0)
         return mxu_product(x, a, b, cres, m, kc, n, err);
     bf16 *as = fx_scratch_raw(x, FX_SCR_TILE_A, sizeof(bf16) * (size_t)(m * R));
     float *t = fx_scratch_raw(x, FX_SCR_TILE_T, sizeof(float) * (size_t)(m * n));
@@ -47,8 +49,9 @@ static tpu_status mm_bf16(fx_state *x, const bf16 *a, const bf16 *b,
         return fx_oom(err);
     for (int64_t q0 = 0; q0 < kc;) {
         /* the compact rows [q0, q1) that share one padded K tile */
-        int64_t tile = ((q0 / depth) * sw + q0 % depth) / R, q1 = q0 + 1;
-        while (q1 < kc && ((q1 / depth) * sw + q1 % depth) / R == tile)
+        int64_t tile = ((q0 / depth) * sw + off + q0 % depth) / R,
+                q1 = q0 + 1;
+        while (q1 < kc && ((q1 / depth) * sw + off + q1 % depth) / R == tile)
             q1++;
         int64_t nr = q1 - q0;
         for (int64_t i = 0; i < m; i++)
@@ -72,9 +75,9 @@ static tpu_status mm_bf16(fx_state *x, const bf16 *a, const bf16 *b,
  * (f32 layers, bf16_3x) each operand is split into a bf16 high and low
  * part and the three significant products, each a whole MXU product, are
  * summed on the vector unit: (hi*hi + hi*lo) + lo*hi. */
-static tpu_status mxu_mm(fx_state *x, const float *a, const float *b,
-                         float *cres, int64_t m, int64_t kc, int64_t n,
-                         int64_t depth, int64_t sw, int passes, tpu_error *err)
+tpu_status fxm_mm(fx_state *x, const float *a, const float *b, float *cres,
+                  int64_t m, int64_t kc, int64_t n, int64_t depth, int64_t sw,
+                  int64_t off, int passes, tpu_error *err)
 {
     size_t na = (size_t)(m * kc), nb = (size_t)(kc * n), nc = (size_t)(m * n);
     /* The operands' bf16 parts live in scratch buffers: fresh megabytes
@@ -88,7 +91,7 @@ static tpu_status mxu_mm(fx_state *x, const float *a, const float *b,
         ah[i] = bf16_from_f32(a[i]);
     for (size_t i = 0; i < nb; i++)
         bh[i] = bf16_from_f32(b[i]);
-    if ((rc = mm_bf16(x, ah, bh, cres, m, kc, n, depth, sw, err)))
+    if ((rc = mm_bf16(x, ah, bh, cres, m, kc, n, depth, sw, off, err)))
         return rc;
     if (passes == 3) {
         bf16 *al = fx_scratch_raw(x, FX_SCR_AL, na * sizeof(bf16)),
@@ -100,11 +103,11 @@ static tpu_status mxu_mm(fx_state *x, const float *a, const float *b,
             al[i] = bf16_from_f32(a[i] - bf16_to_f32(ah[i]));
         for (size_t i = 0; i < nb; i++)
             bl[i] = bf16_from_f32(b[i] - bf16_to_f32(bh[i]));
-        if ((rc = mm_bf16(x, ah, bl, t, m, kc, n, depth, sw, err)))
+        if ((rc = mm_bf16(x, ah, bl, t, m, kc, n, depth, sw, off, err)))
             return rc;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
-        if ((rc = mm_bf16(x, al, bh, t, m, kc, n, depth, sw, err)))
+        if ((rc = mm_bf16(x, al, bh, t, m, kc, n, depth, sw, off, err)))
             return rc;
         for (size_t i = 0; i < nc; i++)
             cres[i] += t[i];
@@ -117,9 +120,9 @@ static tpu_status mxu_mm(fx_state *x, const float *a, const float *b,
  * next N chunk (lower.c's emit_matmul).  Rows past the real ones are
  * padding (XLA's padded batch): they hold zeros and their results are
  * dropped. */
-static void next_tile(fx_core *c, int l, int kind, const fw_insn *in,
-                      int64_t total_n, int64_t *r0, int64_t *r1, int64_t *n0,
-                      int64_t *n1)
+void fxm_next_tile(fx_core *c, int l, int kind, const fw_insn *in,
+                   int64_t total_n, int64_t *r0, int64_t *r1, int64_t *n0,
+                   int64_t *n1)
 {
     int64_t *cur = &c->cur[l * 3 + kind], *ch = &c->chunk[l * 3 + kind];
     *r0 = *cur;
@@ -200,7 +203,7 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
     int64_t depth = dx ? gm.cout : gm.cin, width = dx ? gm.cin : gm.cout;
     int64_t npos = fxt_npos(dst), real = dst->B * npos;
     int64_t r0, r1, n0, n1;
-    next_tile(c, l, dx, in, width, &r0, &r1, &n0, &n1);
+    fxm_next_tile(c, l, dx, in, width, &r0, &r1, &n0, &n1);
     if (r1 > real)
         r1 = real;
     if (r0 >= r1 || n0 >= n1)
@@ -243,7 +246,8 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
     fxt_taps_free(&tw);
     if (rc)
         return rc;
-    if ((rc = mxu_mm(x, A, Bm, C, m, kc, nn, gm.depth, gm.sw, in->passes, err)))
+    if ((rc = fxm_mm(x, A, Bm, C, m, kc, nn, gm.depth, gm.sw, 0, in->passes,
+                     err)))
         return rc;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < nn; j++) {
@@ -282,7 +286,7 @@ tpu_status fxm_dw(fx_state *x, int core, int l, const fw_insn *in,
         return rc;
     int64_t R = gm.taps * gm.cin, npos = fxt_npos(gy), Mc = gy->B * npos;
     int64_t r0, r1, n0, n1;
-    next_tile(c, l, 2, in, gm.cout, &r0, &r1, &n0, &n1);
+    fxm_next_tile(c, l, 2, in, gm.cout, &r0, &r1, &n0, &n1);
     int64_t e = in->e > 0 ? in->e : 1;
     int64_t k0 = r0 * R / e, k1 = (r1 >= e ? R : r1 * R / e);
     if (n0 < n1 && r0 == 0 && L->use_bias) {
@@ -334,7 +338,8 @@ tpu_status fxm_dw(fx_state *x, int core, int l, const fw_insn *in,
         }
     }
     fxt_taps_free(&tw);
-    if (rc || (rc = mxu_mm(x, A, Bm, C, m, Mc, nn, Mc, Mc, in->passes, err)))
+    if (rc ||
+        (rc = fxm_mm(x, A, Bm, C, m, Mc, nn, Mc, Mc, 0, in->passes, err)))
         return rc;
     for (int64_t k = k0; k < k1; k++)
         for (int64_t j = 0; j < nn; j++)

@@ -82,6 +82,10 @@ typedef struct {
     uint8_t recompute; /* rebuilds the layer's output that xla.remat
                           dropped from the saved set (the listing marks
                           it); never read by the timing */
+    uint8_t gconv;   /* a grouped convolution's candidate this instruction
+                        belongs to (firmware/lower.c gc_emit: 1 dense, 2
+                        per group, 3 vector), 0 for any other; for
+                        --functional, never read by the timing */
 } fw_insn;
 
 typedef struct {

@@ -1261,7 +1261,20 @@ static int64_t gc_k(const lc *c, const glayer *L, int64_t taps, int64_t ch,
 
 /* One candidate's compute for one part (0 forward, 1 input gradient, 2
  * weight gradient) into c->prog, with the functional tag of the part. */
+static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand);
+
+/* gc_emit_body, its instructions marked with the candidate (fw_insn.gconv:
+ * --functional reads the products' layout from it; the timing does not). */
 static void gc_emit(lc *c, int phase, const gconv *q, int part, int cand)
+{
+    size_t from = c->prog->n;
+    gc_emit_body(c, phase, q, part, cand);
+    if (!c->prog->oom)
+        for (size_t k = from; k < c->prog->n; k++)
+            c->prog->code[k].gconv = (uint8_t)cand;
+}
+
+static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
 {
     const glayer *L = &c->g->layers[q->l];
     int64_t lane = c->hw->lane_pad, rows = c->hw->mxu.rows;

@@ -38,7 +38,10 @@ u16 = 2^-8 (bf16's unit roundoff, round to nearest even) and u32 = 2^-24:
     boundary lies within E of z (both store the same number, the common case)
     and one ulp where one does: the rounding "flip" that two correct
     computations in different summation orders may differ by.
-  - matrix layers (conv, conv_transpose, dense), K = taps x cin terms:
+  - matrix layers (conv, conv_transpose, dense), K = taps x cin terms (a
+    grouped conv, "groups": G, K = taps x cin / G: each output sums only its
+    group's channels, and the expanded filter's zeros add +0 to a sum that is
+    never -0, which changes no value, in any of the lowering's candidates):
     E' = sum_k |w_k| E_k + (K + 2) u32 sum_k |x_k w_k|  (Higham's gamma_K for
     an fp32 sum in any order, plus the product rounding of f32 layers; an
     f32 layer's products are bf16_3x on the MXU, adding 2^-14 sum_k |x_k w_k|; bf16
@@ -352,7 +355,18 @@ class Ref:
             return x @ w, E @ np.abs(w) + (cin + 2) * U32 * (np.abs(x) @ np.abs(w)) \
                 + X3 * (L["dtype"] != "bf16") * (np.abs(x) @ np.abs(w))
         taps = int(np.prod(L["k"]))
-        w = self.weights(i, taps, cin, cout)
+        # groups (conv only): output channel f reads the input channels of
+        # its group f // (cout // G) through Keras's kernel [taps, cin/G,
+        # cout]; expanded here to a block-diagonal [taps, cin, cout] whose
+        # zeros add nothing (exactly, in float64), so the sums below are the
+        # groups' own and the bound's K is taps x cin / G
+        G = int(L.get("groups", 1)) if L["op"] == "conv" else 1
+        cig, cog = cin // G, cout // G
+        wg = self.weights(i, taps, cig, cout)
+        w = np.zeros((taps, cin, cout))
+        for g in range(G):
+            w[:, g * cig:(g + 1) * cig, g * cog:(g + 1) * cog] = \
+                wg[:, :, g * cog:(g + 1) * cog]
         if L["op"] == "conv_transpose":
             x, E = stuff(x, L["s"]), stuff(E, L["s"])
             s = [1] * len(L["k"])
@@ -368,7 +382,7 @@ class Ref:
             z += xs @ w[t]
             ez += es @ aw[t]
             sa += np.abs(xs) @ aw[t]
-        return z, ez + ((taps * cin + 2) * U32 + X3 * (L["dtype"] != "bf16")) * sa
+        return z, ez + ((taps * cig + 2) * U32 + X3 * (L["dtype"] != "bf16")) * sa
 
     def run(self, given=None):
         """The reference of every layer and its bound.  With `given` (a

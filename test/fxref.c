@@ -86,7 +86,8 @@ static fxref_win fxref_win_of(const glayer *L, int nsp)
     return w;
 }
 
-/* The layer's weights (kernel [taps][cin][cout]) as the layer multiplies
+/* The layer's weights (kernel [taps][cin][cout]; a grouped conv's cin is
+ * its input channels / groups, Keras's layout) as the layer multiplies
  * them: fp32 master copies, rounded to bf16 for a bf16 layer. */
 static double *fxref_weights(const graph *g, int l, uint64_t seed,
                              int64_t taps, int64_t cin, int64_t cout)
@@ -112,6 +113,9 @@ static void fxref_conv(const glayer *L, const fxref_dims *id,
 {
     int transpose = L->op == GOP_CONV_T;
     int64_t cin = id->c, cout = od->c;
+    /* groups: output channel co reads the input channels of its group
+     * co / (cout / G), through kernel rows [t][ci - group's first] */
+    int64_t G = graph_groups(L), cig = cin / G, cog = cout / G;
     for (int64_t b = 0; b < batch; b++)
         for (int64_t o0 = 0; o0 < od->sp[0]; o0++)
             for (int64_t o1 = 0; o1 < od->sp[1]; o1++)
@@ -145,11 +149,14 @@ static void fxref_conv(const glayer *L, const fxref_dims *id,
                                 const double *xp =
                                     x + (((b * id->sp[0] + src[0]) * id->sp[1] +
                                           src[1]) * id->sp[2] + src[2]) * cin;
-                                const double *wp = wt + t * cin * cout;
+                                const double *wp = wt + t * cig * cout;
                                 for (int64_t ci = 0; ci < cin; ci++) {
                                     double xv = xp[ci];
-                                    const double *wr = wp + ci * cout;
-                                    for (int64_t co = 0; co < cout; co++)
+                                    int64_t gi = ci / cig;
+                                    const double *wr =
+                                        wp + (ci - gi * cig) * cout;
+                                    for (int64_t co = gi * cog;
+                                         co < (gi + 1) * cog; co++)
                                         acc[co] += xv * wr[co];
                                 }
                             }
@@ -238,7 +245,7 @@ static tpu_status fxref_compute(const graph *g, int i, double *const *act,
             taps = w.k[0] * w.k[1] * w.k[2];
         }
         xin = malloc((size_t)(batch * id.elems) * sizeof *xin);
-        wt = fxref_weights(g, i, seed, taps, id.c, od.c);
+        wt = fxref_weights(g, i, seed, taps, id.c / graph_groups(L), od.c);
         acc = malloc((size_t)od.c * sizeof *acc);
         if (!xin || !wt || !acc) {
             free(xin);

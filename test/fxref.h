@@ -19,6 +19,10 @@
  *     bf16 operands: both the weights and the incoming activations are
  *     rounded to bf16 first (a no-op when the producer is bf16); f32 layers
  *     use the fp32 master weights and the activations as stored;
+ *   - a grouped conv ("groups": G) gives output channel f the input
+ *     channels of its group f / (filters / G) only, through Keras's kernel
+ *     [taps][cin / G][filters] (glorot fans taps x cin / G and taps x
+ *     filters);
  *   - every layer's output is rounded to its dtype (bf16, or float for f32);
  *   - the number of classes (labels, templates) is the channels of the
  *     first loss layer's first input; 1 when the graph has no loss.

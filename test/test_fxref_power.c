@@ -27,8 +27,8 @@ static const struct {
     {"chunks", -1},        {"cifar-nobn", 3},     {"cifar-small", 3},
     {"conv2d", 0},         {"conv3d", 0},         {"deconv", 0},
     {"deep-chain", 3},     {"dense-heads", 0},    {"frozen-stem", 0},
-    {"pool-up-concat", 0}, {"resadd", 0},         {"tiny-train", 0},
-    {"train-ops", 0},      {"views-dtype", 0},
+    {"groups", 0},         {"pool-up-concat", 0}, {"resadd", 0},
+    {"tiny-train", 0},     {"train-ops", 0},      {"views-dtype", 0},
 };
 
 static int emu_out(th_cmd_result *c, const char *trace, int seed,

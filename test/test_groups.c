@@ -1,14 +1,21 @@
 /* test_groups — grouped and depthwise convolutions (conv "groups"):
  * the reader's checks with their JSON paths, weights and FLOPs by hand,
  * groups = 1 exactly an ordinary convolution, the lowering's candidate
- * pick a minimum, and --functional refusing what it does not compute. */
+ * pick a minimum, and --functional's values for each candidate
+ * (traces/functional/groups.json): the C reference, the expanded dense
+ * convolution bit for bit, splits, central differences, the numpy
+ * reference. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/fxdata.h"
 #include "emu/graph.h"
 #include "emu/result.h"
 #include "emu/sim.h"
+#include "mxu/bf16.h"
+#include "test/fxref.h"
 #include "test/harness.h"
 
 /* A trace: one input [H, W, C], four relus (so the layer under test is
@@ -62,6 +69,521 @@ static double grp_step(th_ctx *t, const graph *g, const char *gc,
     double s = r.step_time_s;
     emu_result_free(&r);
     return s;
+}
+
+/* ---- --functional values ------------------------------------------------ */
+
+#define GFX_TRACE "traces/functional/groups.json"
+
+/* A functional run of g: candidate gc ("1" dense, "2" per group, "3"
+ * vector, NULL the pick), on sys (NULL: the trace's), reporting `layer`
+ * (NULL: the output), from starting weights w0 (NULL: fxdata.h's);
+ * conv_pad "0" or "1" (xla.conv_pad: folded or per-tap K), NULL default. */
+static int gfx_run(th_ctx *t, const graph *g, const char *gc,
+                   const char *conv_pad, const char *sys, const char *layer,
+                   const float *w0, int64_t nw, emu_result *r)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    const char *keys[2], *vals[2];
+    int n = 0;
+    if (gc) {
+        keys[n] = "xla.group_conv";
+        vals[n++] = gc;
+    }
+    if (conv_pad) {
+        keys[n] = "xla.conv_pad";
+        vals[n++] = conv_pad;
+    }
+    o.n_sets = n;
+    o.set_keys = keys;
+    o.set_values = vals;
+    o.functional = 1;
+    o.system = sys;
+    o.output_layer = layer;
+    o.init_weights = w0;
+    o.n_init_weights = nw;
+    tpu_error e = {0};
+    return TH_CHECKF(t, sim_run(g, &o, r, &e) == TPU_OK, "%s gc %s: %s",
+                     g->name, gc ? gc : "-", e.msg);
+}
+
+static int64_t gfx_taps(const glayer *L)
+{
+    int64_t t = 1;
+    for (int d = 0; d < L->out.nsp && L->op == GOP_CONV; d++)
+        t *= L->kernel[d];
+    return t;
+}
+
+static int gfx_layer(const graph *g, const char *name)
+{
+    for (int l = 0; l < g->n_layers; l++)
+        if (strcmp(g->layers[l].name, name) == 0)
+            return l;
+    return -1;
+}
+
+static int64_t gfx_elems(const emu_result *r)
+{
+    int64_t n = 1;
+    for (int i = 0; i < r->output_rank; i++)
+        n *= r->output_shape[i];
+    return n;
+}
+
+/* groups.json as text: as it is (0), all bf16 and in inference (1), or
+ * with sigmoids for its relus (2: a smooth loss, whose central differences
+ * no relu kink disturbs). */
+static char *gfx_text(int variant)
+{
+    char *s = th_slurp(GFX_TRACE, NULL);
+    if (!s || !variant)
+        return s;
+    char *o = malloc(strlen(s) + 16), *w = o;
+    const char *dt = ", \"dtype\": \"f32\"", *md = "\"mode\": \"train\"";
+    const char *re = "\"op\": \"relu\"";
+    if (!o) {
+        free(s);
+        return NULL;
+    }
+    for (const char *p = s; *p;) {
+        if (variant == 2) {
+            if (strncmp(p, re, strlen(re)) == 0) {
+                memcpy(w, "\"op\": \"sigmoid\"", 15);
+                w += 15;
+                p += strlen(re);
+            } else {
+                *w++ = *p++;
+            }
+        } else if (strncmp(p, dt, strlen(dt)) == 0) {
+            p += strlen(dt);
+        } else if (strncmp(p, md, strlen(md)) == 0) {
+            memcpy(w, "\"mode\": \"infer\"", 15);
+            w += 15;
+            p += strlen(md);
+        } else {
+            *w++ = *p++;
+        }
+    }
+    *w = 0;
+    free(s);
+    return o;
+}
+
+static int gfx_parse(th_ctx *t, graph *g, int variant)
+{
+    char *s = gfx_text(variant);
+    tpu_error e = {0};
+    int ok = s && TH_CHECKF(t, graph_parse(g, s, strlen(s), GFX_TRACE, &e) ==
+                                   TPU_OK,
+                            "%s", e.msg);
+    free(s);
+    return ok;
+}
+
+/* One chip, no partitioning (graph's [1,1,1,1]). */
+static void gfx_parts(graph *g, int a, int b)
+{
+    g->pdims_rank = 4;
+    g->pdims[0] = g->pdims[3] = 1;
+    g->pdims[1] = a;
+    g->pdims[2] = b;
+    g->cores_per_replica = a * b;
+}
+
+/* Whether every grouped layer's computing instructions belong to
+ * candidate want (3 only where a group has one channel: the others take
+ * an MXU candidate). */
+static int gfx_lowered_as(th_ctx *t, const graph *g, const char *gc, int want)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    const char *keys[1] = {"xla.group_conv"}, *vals[1] = {gc};
+    o.n_sets = 1;
+    o.set_keys = keys;
+    o.set_values = vals;
+    fw_program prog;
+    fw_memory mem;
+    tpu_error e = {0};
+    int seen = 0, bad = 0;
+    if (!TH_CHECKF(t, sim_lower(g, &o, 0, &prog, &mem, &e) == 0, "%s", e.msg))
+        return 0;
+    for (size_t i = 0; i < prog.n; i++) {
+        const fw_insn *in = &prog.code[i];
+        if (in->layer < 0 || graph_groups(&g->layers[in->layer]) < 2 ||
+            in->fx == FX_NONE)
+            continue;
+        if (in->op != FW_MATMUL && in->op != FW_VEC)
+            continue;
+        const glayer *L = &g->layers[in->layer];
+        int depthwise = g->layers[L->in[0]].out.c == graph_groups(L);
+        int w = want == 3 && !depthwise ? -1 : want;
+        seen++;
+        bad += w < 0 ? in->gconv == 3 || in->gconv == 0 : in->gconv != w;
+    }
+    fw_program_free(&prog);
+    return TH_CHECKF(t, seen >= (g->train ? 6 : 2) && bad == 0,
+                     "gc %s: %d of %d grouped instructions not candidate %d",
+                     gc, bad, seen, want);
+}
+
+/* The starting weights of g (fxdata.h, Keras's [taps][cin/G][cout]), or,
+ * with `expand` set, those of the same graph with every grouped conv
+ * made ordinary and its kernel the block-diagonal expansion. */
+static float *gfx_weights(const graph *g, int expand, int64_t *nw)
+{
+    int64_t n = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->weights <= 0)
+            continue;
+        int64_t G = graph_groups(L);
+        n += expand && G > 1 ? L->weights + gfx_taps(L) *
+                                                 (g->layers[L->in[0]].out.c -
+                                                  g->layers[L->in[0]].out.c /
+                                                      G) *
+                                                 L->out.c
+                             : L->weights;
+    }
+    float *w = calloc((size_t)n + 1, sizeof *w);
+    if (!w)
+        return NULL;
+    int64_t o = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->weights <= 0)
+            continue;
+        int64_t G = graph_groups(L), taps = gfx_taps(L);
+        int64_t cin = g->layers[L->in[0]].out.c, cout = L->out.c;
+        int64_t cig = cin / G, cog = cout / G;
+        int64_t nk = taps * cig * cout;
+        int64_t rows = expand ? cin : cig;
+        for (int64_t i = 0; i < nk; i++) {
+            int64_t tp = i / (cig * cout), j = i / cout % cig, co = i % cout;
+            int64_t ci = expand ? co / cog * cig + j : j;
+            w[o + (tp * rows + ci) * cout + co] =
+                fxd_weight(1, l, i, taps * cig, taps * cout);
+        }
+        o += taps * rows * cout + (L->weights - nk); /* biases: 0 */
+    }
+    *nw = n;
+    return w;
+}
+
+/* The expanded graph's gradient entry of the grouped one's weight i. */
+static int64_t gfx_expanded_index(const graph *g, int64_t i)
+{
+    int64_t o = 0, oe = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->weights <= 0)
+            continue;
+        int64_t G = graph_groups(L), taps = gfx_taps(L);
+        int64_t cin = g->layers[L->in[0]].out.c, cout = L->out.c;
+        int64_t cig = cin / G, cog = cout / G, nk = taps * cig * cout;
+        if (i < o + L->weights) {
+            int64_t k = i - o;
+            if (k >= nk)
+                return oe + taps * cin * cout + (k - nk);
+            int64_t tp = k / (cig * cout), j = k / cout % cig, co = k % cout;
+            return oe + (tp * cin + co / cog * cig + j) * cout + co;
+        }
+        o += L->weights;
+        oe += taps * cin * cout + (L->weights - nk);
+    }
+    return -1;
+}
+
+static double gfx_maxdiff(const float *a, const float *b, int64_t n,
+                          double *scale)
+{
+    double d = 0;
+    *scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        *scale = fmax(*scale, fabs((double)b[i]));
+    }
+    return d;
+}
+
+static void fx_cases(th_ctx *t)
+{
+    static const char *const gcs[] = {"1", "2", "3"};
+    static const char *const lnames[] = {"dw", "gconv", "logits"};
+    int fast = th_asan();
+
+    th_case(t, "--functional: each forced candidate (dense, per group, "
+               "vector) gives every layer the C reference's values "
+               "(bf16 inference and f32 training)");
+    for (int v = 0; v < 2; v++) {
+        graph g;
+        if (!gfx_parse(t, &g, v == 0))
+            continue;
+        for (int k = 0; k < 3; k++) {
+            gfx_lowered_as(t, &g, gcs[k], k + 1);
+            for (int j = 0; j < 3; j++) {
+                int l = gfx_layer(&g, lnames[j]);
+                emu_result r;
+                if (!gfx_run(t, &g, gcs[k], NULL, NULL, lnames[j], NULL, 0,
+                             &r))
+                    continue;
+                double *ref = NULL;
+                int64_t n = 0;
+                tpu_error e = {0};
+                if (TH_CHECKF(t, fxref_layer(&g, l, 1, 0, g.global_batch, 2,
+                                             g.train, &ref, &n, &e) == 0,
+                              "%s", e.msg) &&
+                    TH_CHECK(t, n == gfx_elems(&r))) {
+                    double scale = 0, worst = 0;
+                    for (int64_t i = 0; i < n; i++)
+                        scale = fmax(scale, fabs(ref[i]));
+                    for (int64_t i = 0; i < n; i++)
+                        worst = fmax(worst, fabs(r.output[i] - ref[i]));
+                    /* test_functional.c's bound: depth x 2^-8 of the scale */
+                    double bound = (l + 1) * ldexp(1.0, -8) * scale;
+                    TH_CHECKF(t, worst <= bound && scale > 0,
+                              "%s gc %s %s: |emu - ref| %.3g > %.3g",
+                              v ? "f32" : "bf16", gcs[k], lnames[j], worst,
+                              bound);
+                }
+                free(ref);
+                emu_result_free(&r);
+            }
+        }
+        graph_free(&g);
+    }
+
+    th_case(t, "--functional: the dense candidate is bit for bit an ordinary "
+               "convolution with the block-diagonal expanded filter (output, "
+               "gradients), folded and per-tap K: its zeros change no sum");
+    {
+        graph g, ge;
+        char *s = gfx_text(0);
+        /* the same net with "groups" dropped: ordinary convolutions */
+        char *se = s ? malloc(strlen(s) + 1) : NULL;
+        if (se) {
+            char *w = se;
+            for (const char *p = s; *p;) {
+                if (strncmp(p, "\"groups\": ", 10) == 0) {
+                    p += 10;
+                    while (*p >= '0' && *p <= '9')
+                        p++;
+                    if (*p == ',')
+                        p++;
+                    if (*p == ' ')
+                        p++;
+                } else {
+                    *w++ = *p++;
+                }
+            }
+            *w = 0;
+        }
+        tpu_error e = {0};
+        if (TH_CHECK(t, se != NULL) &&
+            TH_CHECKF(t, graph_parse(&g, s, strlen(s), "g.json", &e) == 0,
+                      "%s", e.msg) &&
+            TH_CHECKF(t, graph_parse(&ge, se, strlen(se), "ge.json", &e) == 0,
+                      "%s", e.msg)) {
+            int64_t nw = 0, nwe = 0;
+            float *w = gfx_weights(&g, 0, &nw), *we = gfx_weights(&g, 1, &nwe);
+            for (int pad = 0; pad < 2 && w && we; pad++) {
+                emu_result a, b;
+                const char *cp = pad ? "1" : "0";
+                if (!gfx_run(t, &g, "1", cp, NULL, NULL, w, nw, &a))
+                    continue;
+                if (gfx_run(t, &ge, NULL, cp, NULL, NULL, we, nwe, &b)) {
+                    TH_CHECKF(t, a.output_checksum == b.output_checksum,
+                              "conv_pad %s: output %016llx, expanded %016llx",
+                              cp, (unsigned long long)a.output_checksum,
+                              (unsigned long long)b.output_checksum);
+                    int64_t diff = 0;
+                    for (int64_t i = 0; i < a.n_grads; i++) {
+                        int64_t k = gfx_expanded_index(&g, i);
+                        diff += k < 0 || k >= b.n_grads ||
+                                bf16_f32_bits(a.grads[i]) !=
+                                    bf16_f32_bits(b.grads[k]);
+                    }
+                    TH_CHECKF(t, a.n_grads == nw && b.n_grads == nwe &&
+                                     diff == 0,
+                              "conv_pad %s: %lld of %lld gradients differ",
+                              cp, (long long)diff, (long long)a.n_grads);
+                    emu_result_free(&b);
+                }
+                emu_result_free(&a);
+            }
+            /* and the starting weights are the ones fexec draws */
+            emu_result a, b;
+            if (w && gfx_run(t, &g, "1", NULL, NULL, NULL, w, nw, &a)) {
+                if (gfx_run(t, &g, "1", NULL, NULL, NULL, NULL, 0, &b)) {
+                    TH_CHECK(t, a.output_checksum == b.output_checksum);
+                    emu_result_free(&b);
+                }
+                emu_result_free(&a);
+            }
+            free(w);
+            free(we);
+            graph_free(&g);
+            graph_free(&ge);
+        }
+        free(s);
+        free(se);
+    }
+
+    th_case(t, "--functional: splits are bit-identical to one chip for each "
+               "candidate (dw and gconv outputs, logits), gradients within "
+               "fp32 reordering");
+    {
+        /* uneven: 30 rows 4 ways are 8,8,8,6 and 8 ways 4 x 7 + 2; 22
+         * columns 4 ways 6,6,6,4 */
+        static const int parts[][2] = {{1, 2}, {4, 1}, {2, 4}, {8, 1}};
+        graph g;
+        int same = 0, runs = 0;
+        if (gfx_parse(t, &g, 0)) {
+            for (int k = 0; k < 3; k++) {
+                emu_result base[3];
+                int ok = 1;
+                gfx_parts(&g, 1, 1);
+                for (int j = 0; j < 3; j++)
+                    ok &= gfx_run(t, &g, gcs[k], NULL, NULL,
+                                  j < 2 ? lnames[j] : NULL, NULL, 0, &base[j]);
+                int np = fast ? 2 : 4;
+                for (int p = 0; p < np && ok; p++) {
+                    gfx_parts(&g, parts[p][0], parts[p][1]);
+                    for (int j = 0; j < 3; j++) {
+                        emu_result r;
+                        if (!gfx_run(t, &g, gcs[k], NULL, NULL,
+                                     j < 2 ? lnames[j] : NULL, NULL, 0, &r))
+                            continue;
+                        runs++;
+                        int eq = r.output_checksum == base[j].output_checksum;
+                        same += eq;
+                        TH_CHECKF(t, eq, "gc %s [%d,%d] %s differs", gcs[k],
+                                  parts[p][0], parts[p][1],
+                                  j < 2 ? lnames[j] : "logits");
+                        if (j == 2) {
+                            double sc, d = gfx_maxdiff(r.grads, base[2].grads,
+                                                       r.n_grads, &sc);
+                            /* each weight gradient sums a replica's
+                             * 4 x 30 x 22 positions at most, per core then
+                             * across cores (test_functional's tolerance) */
+                            double tol = 1e-5 + 2640 * ldexp(1.0, -24);
+                            TH_CHECKF(t, r.n_grads == base[2].n_grads &&
+                                             d <= tol * sc,
+                                      "gc %s [%d,%d]: gradients differ by "
+                                      "%.3g of %.3g",
+                                      gcs[k], parts[p][0], parts[p][1], d, sc);
+                        }
+                        emu_result_free(&r);
+                    }
+                }
+                for (int j = 0; j < 3; j++)
+                    if (ok)
+                        emu_result_free(&base[j]);
+            }
+            graph_free(&g);
+        }
+        TH_CHECKF(t, runs >= (fast ? 18 : 36) && same == runs,
+                  "%d of %d split runs identical", same, runs);
+    }
+
+    th_case(t, "--functional: gradients of the grouped layers (and of the "
+               "stem, through both input gradients) agree with central "
+               "differences of the loss, each candidate (relus made "
+               "sigmoids: no kinks)");
+    {
+        graph g;
+        if (gfx_parse(t, &g, 2)) {
+            int64_t nw = 0;
+            float *w0 = gfx_weights(&g, 0, &nw);
+            /* per layer: its first weight and count */
+            int64_t first[8] = {0}, count[8] = {0};
+            int nl = 0;
+            int64_t o = 0;
+            for (int l = 0; l < g.n_layers && nl < 8; l++) {
+                if (g.layers[l].weights <= 0)
+                    continue;
+                first[nl] = o;
+                count[nl++] = g.layers[l].weights;
+                o += g.layers[l].weights;
+            }
+            int per = fast ? 2 : 3, checked = 0, bad = 0;
+            for (int k = 0; k < 3 && w0 && nl >= 3; k++) {
+                emu_result base;
+                if (!gfx_run(t, &g, gcs[k], NULL, NULL, NULL, w0, nw, &base))
+                    continue;
+                /* stem, dw, gconv: kernels and (the last ones) biases */
+                for (int q = 0; q < 3; q++) {
+                    double gmax = 0;
+                    for (int64_t i = 0; i < count[q]; i++)
+                        gmax = fmax(gmax, fabs(base.grads[first[q] + i]));
+                    for (int s = 0; s < per; s++) {
+                        int64_t i = first[q] + (count[q] - 1) * s / (per - 1);
+                        if (s == 1)
+                            i = first[q] + count[q] / 3 + 7 * k;
+                        const double eps = 1e-2;
+                        double lo = 0, hi = 0;
+                        float keep = w0[i];
+                        emu_result r;
+                        w0[i] = (float)(keep - eps);
+                        if (gfx_run(t, &g, gcs[k], NULL, NULL, NULL, w0, nw,
+                                    &r)) {
+                            lo = r.loss;
+                            emu_result_free(&r);
+                        }
+                        w0[i] = (float)(keep + eps);
+                        if (gfx_run(t, &g, gcs[k], NULL, NULL, NULL, w0, nw,
+                                    &r)) {
+                            hi = r.loss;
+                            emu_result_free(&r);
+                        }
+                        w0[i] = keep;
+                        double num = (hi - lo) / (2 * eps), ana = base.grads[i];
+                        checked++;
+                        if (fabs(num - ana) > 5e-3 * gmax + 2e-2 * fabs(ana)) {
+                            bad++;
+                            TH_FAIL(t, "gc %s weight %lld: numerical %.6g, "
+                                       "gradient %.6g (layer max %.3g)",
+                                    gcs[k], (long long)i, num, ana, gmax);
+                        }
+                    }
+                }
+                emu_result_free(&base);
+            }
+            TH_CHECKF(t, checked == 9 * per && bad == 0,
+                      "%d of %d gradients disagree", bad, checked);
+            free(w0);
+            graph_free(&g);
+        }
+    }
+
+    th_case(t, "--functional: scripts/fx_reference.py passes each "
+               "candidate's output on the right seed (0) and fails a wrong "
+               "seed's");
+    {
+        th_cmd_result *c = malloc(sizeof *c);
+        char npy[600];
+        snprintf(npy, sizeof npy, "%s/grp_fx.npy", th_tmpdir());
+        for (int k = 0; k < 3 && c; k++) {
+            th_run(c,
+                   "%s run " GFX_TRACE " --functional --seed 1 --set "
+                   "xla.group_conv=%s --output-npy %s --quiet",
+                   th_bin(), gcs[k], npy);
+            if (!TH_CHECKF(t, c->status == 0, "%s", c->err))
+                continue;
+            th_run(c, "/usr/bin/python3 scripts/fx_reference.py " GFX_TRACE
+                      " %s --seed 1",
+                   npy);
+            TH_CHECKF(t, c->status == 0, "gc %s right seed: status %d: %s%s",
+                      gcs[k], c->status, c->out, c->err);
+            th_run(c, "/usr/bin/python3 scripts/fx_reference.py " GFX_TRACE
+                      " %s --seed 2",
+                   npy);
+            TH_CHECKF(t, c->status == 1, "gc %s wrong seed: status %d: %s%s",
+                      gcs[k], c->status, c->out, c->err);
+        }
+        free(c);
+    }
 }
 
 void th_suite_groups(th_ctx *t)
@@ -323,25 +845,7 @@ void th_suite_groups(th_ctx *t)
         graph_free(&g);
     }
 
-    th_case(t, "--functional refuses a grouped convolution, naming the layer "
-               "(exit 2), rather than computing dense values");
-    {
-        char pa[512];
-        snprintf(pa, sizeof pa, "%s/grp_fx.json", th_tmpdir());
-        grp_trace(buf, sizeof buf, "v3-8", 8, 8, 8, 16,
-                  "{\"name\":\"g\",\"op\":\"conv\",\"in\":\"r4\","
-                  "\"filters\":16,\"kernel\":[3,3],\"groups\":16}",
-                  "");
-        th_put(pa, buf);
-        th_cmd_result c;
-        th_run(&c, "%s run %s --functional", th_bin(), pa);
-        TH_CHECKF(t, c.status == 2 && strstr(c.err, "layer 'g'") &&
-                         strstr(c.err, "grouped convolution"),
-                  "status %d: %s", c.status, c.err);
-        th_run(&c, "%s run %s --quiet", th_bin(), pa);
-        TH_CHECKF(t, c.status == 0, "timing alone: status %d: %s", c.status,
-                  c.err);
-    }
+    fx_cases(t);
 
     th_case(t, "traces/mobilenet-v2-224-v3-8.json: Keras's 3,504,872 trainable "
                "weights, 300.8 M MACs an image; every depthwise layer on the "
