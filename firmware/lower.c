@@ -1282,13 +1282,16 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
     double wcompact = (double)L->weights * q->wbytes_el;
     if (cand == GC_VECTOR) {
         /* Elements the vector unit produces: the output (forward, weight
-         * gradient's products) or the input gradient, in the convolution's
-         * padded layout when the small-batch rule applies (batch to 8,
-         * features to the lanes). */
+         * gradient's products) or the input gradient, counted as every
+         * other vector pass counts them (out_elems: the stored layout's
+         * elements).  The small-batch rule pads a convolution's MXU
+         * operands (batch to 8, each tap's features to the lanes); applied
+         * here it made a 3-channel depthwise stem at one example per core
+         * 341x its elements, while the batchnorm beside it paid for 3
+         * (probe round 11). */
         int64_t ch = part == 1 ? q->cin : q->cout;
-        double chp = conv_keeps_taps(c, L) ? (double)rup(ch, lane) : (double)ch;
         double rws = part == 1 ? q->in_rows : q->m_rows;
-        double el = rws * q->scale * chp;
+        double el = rws * (double)ch;
         double mult = (double)(q->cout / q->G); /* outputs per input channel */
         double madd = c->hw->vpu_madd_ops;
         if (part == 0)
@@ -1350,8 +1353,12 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
     }
     /* GC_GROUPS: G products of one group's shape, end to end: G x the
      * rows (at least the array's rows each: a shorter group leaves the
-     * array's pipeline as idle as a full tile would), every group's
-     * weights resident. */
+     * array's pipeline as idle as a full tile would).  One group's weights
+     * are resident at a time; the others' stream in with the rows, each
+     * group's while the previous group's rows go through.  (With every
+     * group's weights counted as one resident block, the VMEM planner cut
+     * a 2^15-group product of N = 2 into 8-row tiles and K parts, 17x the
+     * cost per channel of 2^14 groups: probe round 11.) */
     int fold;
     int64_t G = q->G;
     c->fx = fx;
@@ -1362,20 +1369,21 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
         double epi = (double)q->M * G *
                      (npad * ((double)cdiv(K, rows) - 1 + 3) +
                       (fold ? (double)K : 0) + q->apply * (double)K);
-        emit_matmul(c, phase, q->l, m, K, q->cout_g, q->in_b / (double)m,
-                    q->o_b / (double)m,
-                    (double)G * (double)q->taps * (double)q->cin_g * npad *
-                        q->wbytes_el,
-                    npad * 4, epi / (double)m, q->passes);
+        double gw = (double)q->taps * (double)q->cin_g * npad * q->wbytes_el;
+        emit_matmul(c, phase, q->l, m, K, q->cout_g,
+                    (q->in_b + (double)(G - 1) * gw) / (double)m,
+                    q->o_b / (double)m, gw, npad * 4, epi / (double)m,
+                    q->passes);
     } else if (part == 1) {
         int64_t Kdx = q->k_taps_dx * rup(q->cout_g, lane);
         int64_t m = G * max64(q->Min, rows);
         double ep = (double)q->Min * G * (double)rup(q->cin_g, lane) *
                     ((double)cdiv(Kdx, rows) + 1);
-        emit_matmul(c, phase, q->l, m, Kdx, q->cin_g, q->o_b / (double)m,
-                    q->in_nohalo / (double)m,
-                    (double)G * (double)q->taps * (double)q->cin_g *
-                        (double)rup(q->cout_g, lane) * q->wbytes_el,
+        double gw = (double)q->taps * (double)q->cin_g *
+                    (double)rup(q->cout_g, lane) * q->wbytes_el;
+        emit_matmul(c, phase, q->l, m, Kdx, q->cin_g,
+                    (q->o_b + (double)(G - 1) * gw) / (double)m,
+                    q->in_nohalo / (double)m, gw,
                     (double)rup(q->cin_g, lane) * 4, ep / (double)m, q->passes);
     } else {
         int64_t K = gc_k(c, L, q->k_taps, q->cin_g, &fold);
