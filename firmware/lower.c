@@ -1514,9 +1514,14 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         if (halo_needed(c, l, i))
             emit_exchange(c, phase, l, i, &h, 0);
         if (G > 1) {
+            int cand = M > 0 ? gc_pick(c, phase, &q, 0) : GC_DENSE;
             if (M > 0)
-                gc_emit(c, phase, &q, 0, gc_pick(c, phase, &q, 0));
-            c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+                gc_emit(c, phase, &q, 0, cand);
+            /* MXU utilization counts the matrix unit's useful MACs: a
+             * depthwise part on the vector unit has none there (probe
+             * round 11: an MXU idle all step read 0.07%) */
+            if (cand != GC_VECTOR)
+                c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
             return;
         }
         c->fx = FX_FWD;
@@ -1558,18 +1563,22 @@ static void lower_matrix_layer(lc *c, int l, int phase)
             Kdx = rup(cout, lane);
         double ep = (double)rup(cin, lane) * ((double)cdiv(Kdx, rows) + 1);
         c->fx = FX_DX;
+        int on_mxu = 1;
         if (G > 1 && Min > 0) {
             c->fx = FX_NONE;
             q.Min = Min;
             q.in_rows = (double)Min / conv_rows_scale(c, L);
             q.in_nohalo = in_nohalo;
-            gc_emit(c, phase, &q, 1, gc_pick(c, phase, &q, 1));
+            int cand = gc_pick(c, phase, &q, 1);
+            gc_emit(c, phase, &q, 1, cand);
+            on_mxu = cand != GC_VECTOR;
         } else if (Min > 0)
             emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
                         in_nohalo / (double)Min, w_bytes,
                         (double)rup(cin, lane) * 4, ep, passes);
         c->fx = FX_NONE;
-        c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+        if (on_mxu)
+            c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     }
     if (!graph_layer_trains(c->g, l))
         return;
@@ -1583,13 +1592,17 @@ static void lower_matrix_layer(lc *c, int l, int phase)
      * features: K, unfolded) to 128 and its feature (the examples, in M)
      * to 8. */
     c->fx = FX_DW;
+    int dw_on_mxu = 1;
     if (G > 1 && M > 0) {
         c->fx = FX_NONE;
-        gc_emit(c, phase, &q, 2, gc_pick(c, phase, &q, 2));
+        int cand = gc_pick(c, phase, &q, 2);
+        gc_emit(c, phase, &q, 2, cand);
+        dw_on_mxu = cand != GC_VECTOR;
     } else
         emit_dw(c, phase, l, K, M, cout, in_b, dy_b, npad, apply, passes);
     c->fx = FX_NONE;
-    c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
+    if (dw_on_mxu)
+        c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
     /* Each shard summed its own positions: XLA SPMD all-reduces the
      * partial kernel over the partition group at once, in the product's
      * type (xla.dw_allreduce).  Its values stay partial until the final

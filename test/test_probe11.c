@@ -9,7 +9,10 @@
  *    groups of 2 cost 17x per channel what 2^14 did (8-row tiles, K parts);
  *  - the depthwise vector pass counts elements as every vector pass does:
  *    the small-batch layout's padding (an MXU operand's) made a 3-channel
- *    depthwise layer at one example per core 56x slower.
+ *    depthwise layer at one example per core 56x slower;
+ *  - MXU utilization counts the matrix unit's MACs: a depthwise-only net
+ *    on the vector unit reads 0, not the vector unit's MACs over the
+ *    MXU's peak.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +91,17 @@ static void cost_cases(th_ctx *t, th_cmd_result *c)
     double p0 = grouped(t, c, 224, 3, 1, 3, "--set xla.conv_pad=0");
     TH_CHECKF(t, p1 > 0 && p1 == p0, "conv_pad=1 %g s, conv_pad=0 %g s", p1,
               p0);
+
+    th_case(t, "a depthwise-only net on the vector unit: MXU utilization 0");
+    char rep[512];
+    snprintf(rep, sizeof rep, "%s/p11-dw.json", th_tmpdir());
+    char more[600];
+    snprintf(more, sizeof more, "--report %s", rep);
+    grouped(t, c, 224, 3, 1, 3, more);
+    char *text = th_slurp(rep, NULL);
+    const char *u = text ? strstr(text, "\"mxu_utilization\": ") : NULL;
+    TH_CHECKF(t, u && atof(u + 19) == 0, "%s", u ? u : "(no report)");
+    free(text);
 }
 
 void th_suite_probe11(th_ctx *t)
