@@ -82,16 +82,8 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
     const fxt_tens *src;
     fxt_tens *dst;
     tpu_status rc;
-    if (dx) {
-        if ((rc = fx_gwin_of(x, core, l, &src, err)) ||
-            (rc = fx_grad_of(x, core, L->in[0], &dst, err)))
-            return rc;
-    } else {
-        dst = &c->act[l];
-        if ((!c->have_act[l] && (rc = fx_new_act(x, core, l, &dst, err))) ||
-            (rc = fx_fwin_of(x, core, l, &src, err)))
-            return rc;
-    }
+    if ((rc = fxm_row_operands(x, core, l, dx, &src, &dst, err)))
+        return rc;
     /* per group: K depth (gathered channels) and N width (produced ones) */
     int64_t dg = dx ? q.cout_g : q.cin_g, wg = dx ? q.cin_g : q.cout_g;
     int64_t dfull = dx ? q.cout : q.cin, width = dx ? q.cin : q.cout;

@@ -166,6 +166,12 @@ tpu_status fxm_mm(fx_state *x, const float *a, const float *b, float *cres,
 void fxm_next_tile(fx_core *c, int l, int kind, const fw_insn *in,
                    int64_t total_n, int64_t *r0, int64_t *r1, int64_t *n0,
                    int64_t *n1);
+/* The tensors a row product of layer l reads and writes: the forward
+ * window and the layer's activation (made when missing), or (dx) the
+ * gradient window and the input's gradient. */
+tpu_status fxm_row_operands(fx_state *x, int core, int l, int dx,
+                            const fxt_tens **src, fxt_tens **dst,
+                            tpu_error *err);
 
 /* ---- emu/fx_group.c ----------------------------------------------------- */
 

@@ -179,6 +179,26 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
  * gathered from the input window, times W[t][ci][n]) and the input
  * gradient (dx = 1: rows are its input positions, gathered from the output
  * gradient's window, times W[t][n][co]).  One instruction's tile. */
+tpu_status fxm_row_operands(fx_state *x, int core, int l, int dx,
+                            const fxt_tens **src, fxt_tens **dst,
+                            tpu_error *err)
+{
+    fx_core *c = &x->cs[core];
+    const glayer *L = &x->g->layers[l];
+    tpu_status rc;
+    if (dx) {
+        if ((rc = fx_gwin_of(x, core, l, src, err)) ||
+            (rc = fx_grad_of(x, core, L->in[0], dst, err)))
+            return rc;
+        return TPU_OK;
+    }
+    *dst = &c->act[l];
+    if ((!c->have_act[l] && (rc = fx_new_act(x, core, l, dst, err))) ||
+        (rc = fx_fwin_of(x, core, l, src, err)))
+        return rc;
+    return TPU_OK;
+}
+
 tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
                     tpu_error *err)
 {
@@ -190,16 +210,8 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
         return rc;
     const fxt_tens *src; /* what the rows gather from */
     fxt_tens *dst;       /* whose rows they are */
-    if (dx) {
-        if ((rc = fx_gwin_of(x, core, l, &src, err)) ||
-            (rc = fx_grad_of(x, core, L->in[0], &dst, err)))
-            return rc;
-    } else {
-        dst = &c->act[l];
-        if ((!c->have_act[l] && (rc = fx_new_act(x, core, l, &dst, err))) ||
-            (rc = fx_fwin_of(x, core, l, &src, err)))
-            return rc;
-    }
+    if ((rc = fxm_row_operands(x, core, l, dx, &src, &dst, err)))
+        return rc;
     int64_t depth = dx ? gm.cout : gm.cin, width = dx ? gm.cin : gm.cout;
     int64_t npos = fxt_npos(dst), real = dst->B * npos;
     int64_t r0, r1, n0, n1;
