@@ -8,7 +8,7 @@
 
 #include "emu/result.h"
 
-enum { VIEW_TIMELINE, VIEW_TORUS, VIEW_BARS, VIEW_PANELS };
+enum { VIEW_TIMELINE, VIEW_TORUS, VIEW_BARS, VIEW_LAYERS, VIEW_PANELS };
 
 /* One core's events on one unit, sorted by start, with the running maximum
  * of the ends: a binary search then finds the first event visible at a
@@ -40,6 +40,18 @@ typedef struct {
     uint8_t phase;
     size_t ev0, n;
 } view_span;
+
+/* One row of the layers panel: a layer of core 0 (kind VIEW_LROW_LAYER,
+ * rank its place in the sorted list), the layers the panel leaves out
+ * (VIEW_LROW_OTHER, n of them), or the part of the step no layer holds
+ * (VIEW_LROW_END: the update, as `tpuemu run --layers` prints it). */
+enum { VIEW_LROW_LAYER, VIEW_LROW_OTHER, VIEW_LROW_END };
+typedef struct {
+    int kind;
+    int layer, rank, n;
+    double s;               /* seconds */
+    double cat[CAT_COUNT];  /* seconds by category */
+} view_lrow;
 
 typedef struct {
     emu_result r;
@@ -73,6 +85,10 @@ typedef struct {
     size_t n_spans;
     int spans_core;       /* the row's first core, -1: not built */
     long sel_span;        /* selected layer-lane span, -1: none */
+    int *lay_order;       /* core 0's layers with time, largest first */
+    int lay_n;
+    double lay_sum;       /* all layers' time (what print_layers sums) */
+    int lrow0;            /* first layer shown in the layers panel */
     int quit;
 } view_app;
 
@@ -85,6 +101,10 @@ typedef struct {
  * the 13-pixel font), then the core rows. */
 #define VIEW_LANE 20
 #define VIEW_LANE_BAR 15
+
+/* The layers panel: a caption line, then rows VIEW_LROW_H apart. */
+#define VIEW_LROW_TOP (VIEW_HEADER + 28)
+#define VIEW_LROW_H 18
 
 /* view_demo.c: a synthetic result shaped like a real run, for developing
  * and screenshotting without the engine (cores: 64 or 2048). */
@@ -108,6 +128,14 @@ int view_pick_span(const view_app *a, int x, int y, long *span);
 int view_layers_sync(view_app *a);
 /* The y of the first core row, under the axis and the layer lane. */
 int view_rows_top(const view_app *a);
+/* The layers panel's rows as drawn (at most cap, the first layer shown
+ * a->lrow0); returns their count.  *slots, when not NULL, gets how many
+ * layer rows the window shows (a->lay_n when every layer fits). */
+int view_layer_rows(const view_app *a, view_lrow *out, int cap, int *slots);
+/* Keeps a->lrow0 in range for the window's size. */
+void view_layers_clamp(view_app *a);
+/* The layers panel's row under pixel (x, y): 1 and the row. */
+int view_layer_pick(const view_app *a, int x, int y, view_lrow *row);
 /* Index lanes for a (after r changes). */
 int view_index(view_app *a);
 void view_unindex(view_app *a);

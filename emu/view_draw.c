@@ -306,6 +306,8 @@ static int build_rows(view_app *a, const int *map)
     return 1;
 }
 
+static int layers_index(view_app *a);
+
 int view_index(view_app *a)
 {
     view_unindex(a);
@@ -316,6 +318,8 @@ int view_index(view_app *a)
         return 0;
     for (int c = 0; c < a->r.cores; c++)
         a->src[c] = c;
+    if (!layers_index(a))
+        return 0;
     /* A replica's core that copies the same-shard core of replica 0 is
      * drawn from it (and not indexed twice). */
     int *map = shard_map(&a->r);
@@ -410,6 +414,9 @@ void view_unindex(view_app *a)
     free(a->lanes);
     free(a->src);
     free(a->rows);
+    free(a->lay_order);
+    a->lay_order = NULL;
+    a->lay_n = 0;
     free(a->spans);
     a->spans = NULL;
     a->n_spans = 0;
@@ -831,7 +838,7 @@ static void draw_timeline(view_app *a)
         text_fit(a, 20, top + 10,
                  "This result has no recorded timeline (a report JSON stores none).",
                  a->W - 40, C_INK);
-        text_fit(a, 20, top + 28, "Press 2 for the torus, 3 for the bars.", a->W - 40, C_INK);
+        text_fit(a, 20, top + 28, "Press 2 for the torus, 3 for the bars, 4 for the layers.", a->W - 40, C_INK);
         return;
     }
     draw_axis(a, top);
@@ -1209,12 +1216,331 @@ static void draw_bars(view_app *a)
     }
 }
 
+/* ---- layers panel ---------------------------------------------------- */
+
+/* A layer's critical-path time on core 0, all categories. */
+static double layer_s(const emu_result *r, int l)
+{
+    const double *t = r->layer_time_s + (size_t)l * CAT_COUNT;
+    double s = 0;
+    for (int k = 0; k < CAT_COUNT; k++)
+        s += t[k];
+    return s;
+}
+
+typedef struct {
+    int layer;
+    double s;
+} lay_time;
+
+/* Largest first, ties in graph order: the order of `tpuemu run --layers`
+ * (emu/cli_run.c print_layers), so the panel and the table agree. */
+static int by_time(const void *x, const void *y)
+{
+    const lay_time *a = x, *b = y;
+    if (a->s != b->s)
+        return a->s < b->s ? 1 : -1;
+    return a->layer - b->layer;
+}
+
+/* Sorts core 0's layers with time (a report's layers[]); 0 when out of
+ * memory.  A result without per-layer times leaves the list empty. */
+static int layers_index(view_app *a)
+{
+    const emu_result *r = &a->r;
+    a->lay_n = 0;
+    a->lay_sum = 0;
+    a->lrow0 = 0;
+    if (r->n_layers <= 0 || !r->layer_time_s)
+        return 1;
+    lay_time *lt = malloc(sizeof *lt * (size_t)r->n_layers);
+    a->lay_order = malloc(sizeof(int) * (size_t)r->n_layers);
+    if (!lt || !a->lay_order) {
+        free(lt);
+        return 0;
+    }
+    int m = 0;
+    for (int l = 0; l < r->n_layers; l++) {
+        double s = layer_s(r, l);
+        a->lay_sum += s;
+        if (s > 0)
+            lt[m++] = (lay_time){l, s};
+    }
+    qsort(lt, (size_t)m, sizeof *lt, by_time);
+    for (int i = 0; i < m; i++)
+        a->lay_order[i] = lt[i].layer;
+    a->lay_n = m;
+    free(lt);
+    return 1;
+}
+
+/* The part of core 0's step no layer holds (the gradient all-reduce, the
+ * update, waiting before the step's end): a row when it is more than the
+ * sums' rounding, as print_layers decides.  Its categories are the
+ * core's breakdown less the layers'. */
+static int end_row(const view_app *a, view_lrow *row)
+{
+    const emu_result *r = &a->r;
+    double step = r->per_core[0].step_time_s;
+    if (!(step - a->lay_sum > 1e-6 * step))
+        return 0;
+    memset(row, 0, sizeof *row);
+    row->kind = VIEW_LROW_END;
+    row->layer = -1;
+    row->s = step - a->lay_sum;
+    for (int k = 0; k < CAT_COUNT; k++) {
+        double c = r->per_core[0].breakdown_s[k];
+        for (int l = 0; l < r->n_layers; l++)
+            c -= r->layer_time_s[(size_t)l * CAT_COUNT + k];
+        /* below the sums' rounding: not a category's time */
+        row->cat[k] = c > 1e-6 * step ? c : 0;
+    }
+    return 1;
+}
+
+static int layer_slots_fit(const view_app *a)
+{
+    int n = (a->H - VIEW_FOOTER - VIEW_LROW_TOP - 4) / VIEW_LROW_H;
+    return n < 3 ? 3 : n;
+}
+
+int view_layer_rows(const view_app *a, view_lrow *out, int cap, int *slots)
+{
+    const emu_result *r = &a->r;
+    view_lrow end;
+    int has_end = a->lay_n > 0 && end_row(a, &end);
+    int fit = layer_slots_fit(a), m = a->lay_n;
+    int ls = m + has_end <= fit ? m : fit - 1 - has_end;
+    if (ls < 1)
+        ls = 1;
+    if (slots)
+        *slots = ls;
+    if (m == 0)
+        return 0;
+    int r0 = a->lrow0;
+    if (r0 > m - ls)
+        r0 = m - ls;
+    if (r0 < 0)
+        r0 = 0;
+    int n = 0;
+    double shown = 0;
+    for (int i = r0; i < r0 + ls && i < m && n < cap; i++) {
+        view_lrow *w = &out[n++];
+        int l = a->lay_order[i];
+        memset(w, 0, sizeof *w);
+        w->kind = VIEW_LROW_LAYER;
+        w->layer = l;
+        w->rank = i;
+        w->n = 1;
+        memcpy(w->cat, r->layer_time_s + (size_t)l * CAT_COUNT, sizeof w->cat);
+        w->s = layer_s(r, l);
+        shown += w->s;
+    }
+    if (ls < m && n < cap) {
+        view_lrow *w = &out[n++];
+        memset(w, 0, sizeof *w);
+        w->kind = VIEW_LROW_OTHER;
+        w->layer = -1;
+        w->rank = -1;
+        w->n = m - ls;
+        /* what print_layers prints: all layers less the shown ones */
+        w->s = a->lay_sum - shown;
+        for (int i = 0; i < m; i++)
+            if (i < r0 || i >= r0 + ls)
+                for (int k = 0; k < CAT_COUNT; k++)
+                    w->cat[k] += r->layer_time_s[(size_t)a->lay_order[i] * CAT_COUNT + k];
+    }
+    if (has_end && n < cap)
+        out[n++] = end;
+    return n;
+}
+
+void view_layers_clamp(view_app *a)
+{
+    int ls;
+    view_lrow dummy;
+    view_layer_rows(a, &dummy, 0, &ls);
+    if (a->lrow0 > a->lay_n - ls)
+        a->lrow0 = a->lay_n - ls;
+    if (a->lrow0 < 0)
+        a->lrow0 = 0;
+}
+
+/* Columns: the name (26 characters, 36 from 960 pixels), the bar, the
+ * time and share right-aligned in 15 characters, then the scroll bar. */
+typedef struct {
+    int name_x, name_w, bar_x, bar_w, num_r;
+} lay_cols;
+
+static lay_cols layer_cols(const view_app *a)
+{
+    lay_cols c;
+    c.name_x = 10;
+    c.name_w = (a->W >= 960 ? 36 : 26) * FONT_W;
+    c.bar_x = c.name_x + c.name_w + 8;
+    c.num_r = a->W - 14;
+    c.bar_w = c.num_r - 15 * FONT_W - 8 - c.bar_x;
+    return c;
+}
+
+static void lrow_label(const view_app *a, const view_lrow *w, char *buf, size_t cap)
+{
+    if (w->kind == VIEW_LROW_LAYER)
+        snprintf(buf, cap, "%s", a->r.layer_names ? a->r.layer_names[w->layer] : "?");
+    else if (w->kind == VIEW_LROW_OTHER)
+        snprintf(buf, cap, "(other %d layer%s)", w->n, w->n == 1 ? "" : "s");
+    else
+        snprintf(buf, cap, "%s", a->r.train ? "(update, end of step)" : "(end of step)");
+}
+
+/* The bars' scale: the largest layer or the end row, whichever is longer,
+ * fixed while scrolling.  The "other" row can be longer: its bar is cut
+ * at the full width (and says so). */
+static double layer_scale(const view_app *a)
+{
+    double s = a->lay_n > 0 ? layer_s(&a->r, a->lay_order[0]) : 0;
+    view_lrow end;
+    if (a->lay_n > 0 && end_row(a, &end) && end.s > s)
+        s = end.s;
+    return s;
+}
+
+int view_layer_pick(const view_app *a, int x, int y, view_lrow *row)
+{
+    if (a->panel != VIEW_LAYERS || !a->r.fits || x < 0 || x >= a->W - 8 ||
+        y < VIEW_LROW_TOP || y >= a->H - VIEW_FOOTER)
+        return 0;
+    view_lrow rows[512];
+    int n = view_layer_rows(a, rows, 512, NULL), k = (y - VIEW_LROW_TOP) / VIEW_LROW_H;
+    if (k >= n)
+        return 0;
+    *row = rows[k];
+    return 1;
+}
+
+static void draw_layers(view_app *a)
+{
+    const emu_result *r = &a->r;
+    int x0 = 20, room = a->W - 40;
+    if (r->n_layers <= 0 || !r->layer_time_s) {
+        text_fit(a, x0, VIEW_HEADER + 24,
+                 "This result has no per-layer times (a report without layers[]: an older or "
+                 "edited one).", room, C_INK);
+        text_fit(a, x0, VIEW_HEADER + 42, "tpuemu run TRACE --report R.json writes them; "
+                 "press 3 for the per-core bars.", room, C_MUTED);
+        return;
+    }
+    if (a->lay_n == 0) {
+        text_fit(a, x0, VIEW_HEADER + 24, "No layer has time on core 0's critical path.",
+                 room, C_INK);
+        return;
+    }
+    char buf[400], tb[48], sb[48];
+    double step = r->per_core[0].step_time_s;
+    fmt_t(sb, sizeof sb, step);
+    snprintf(buf, sizeof buf, "core 0's critical path by layer, largest first: %d layer%s "
+             "with time of %d, step %s", a->lay_n, a->lay_n == 1 ? "" : "s", r->n_layers, sb);
+    text_fit(a, 10, VIEW_HEADER + 8, buf, a->W - 20, C_MUTED);
+    view_lrow rows[512], hov;
+    int ls, n = view_layer_rows(a, rows, 512, &ls);
+    int hk = view_layer_pick(a, a->mx, a->my, &hov) ? (a->my - VIEW_LROW_TOP) / VIEW_LROW_H : -1;
+    lay_cols c = layer_cols(a);
+    double scale = layer_scale(a);
+    for (int k = 0; k < n; k++) {
+        const view_lrow *w = &rows[k];
+        int y = VIEW_LROW_TOP + k * VIEW_LROW_H;
+        if (k == hk)
+            fill(a, 0, y, a->W - 8, VIEW_LROW_H - 1, 0xDDE3E7);
+        else if (k % 2 == 0)
+            fill(a, 0, y, a->W - 8, VIEW_LROW_H - 1, 0xEEF1F3);
+        char name[300];
+        lrow_label(a, w, name, sizeof name);
+        text_fit(a, c.name_x, y + 2, name, c.name_w,
+                 w->kind == VIEW_LROW_LAYER ? C_INK : C_MUTED);
+        /* Stacked by category, each edge at its rounded cumulative time,
+         * so the bar's length is the row's time on the common scale. */
+        double csum = 0;
+        for (int q = 0; q < CAT_COUNT; q++)
+            csum += w->cat[q];
+        double f = csum > 0 ? w->s / csum : 0, cum = 0;
+        int cut = scale > 0 && w->s > scale, px = c.bar_x;
+        for (int q = 0; q < CAT_COUNT && scale > 0; q++) {
+            cum += w->cat[q] * f;
+            int xe = c.bar_x + (int)lround(fmin(cum, scale) / scale * c.bar_w);
+            if (xe > px)
+                fill(a, px, y + 2, xe - px, FONT_H, chart_cat_color((emu_cat)q));
+            if (xe > px)
+                px = xe;
+        }
+        if (cut) { /* a break mark: the bar goes on past the scale */
+            fill(a, c.bar_x + c.bar_w - 9, y + 2, 2, FONT_H, C_BG);
+            fill(a, c.bar_x + c.bar_w - 5, y + 2, 2, FONT_H, C_BG);
+        }
+        fmt_t(tb, sizeof tb, w->s);
+        snprintf(buf, sizeof buf, "%s %5.1f%%", tb, step > 0 ? 100 * w->s / step : 0);
+        view_text(a, c.num_r - text_w(buf), y + 2, buf, 1, C_INK);
+    }
+    /* Scroll position over the layers. */
+    if (ls < a->lay_n) {
+        int top = VIEW_LROW_TOP, h = ls * VIEW_LROW_H;
+        int bh = h * ls / a->lay_n, by = top + h * a->lrow0 / a->lay_n;
+        fill(a, a->W - 6, top, 4, h, 0xE0E0E0);
+        fill(a, a->W - 6, by, 4, bh < 6 ? 6 : bh, 0x808080);
+    }
+}
+
+/* A layers-panel row in the footer: its name, time, share and rank; on
+ * the second line each category's time, longest first. */
+static int draw_layer_info(view_app *a, int y)
+{
+    view_lrow w;
+    if (!view_layer_pick(a, a->mx, a->my, &w))
+        return 0;
+    char buf[600], name[300], tb[48], sb[48];
+    double step = a->r.per_core[0].step_time_s;
+    fmt_t(tb, sizeof tb, w.s);
+    fmt_t(sb, sizeof sb, step);
+    if (w.kind == VIEW_LROW_LAYER)
+        snprintf(name, sizeof name, "layer %s", a->r.layer_names[w.layer]);
+    else
+        lrow_label(a, &w, name, sizeof name);
+    int n = snprintf(buf, sizeof buf, "hover: core 0 %s  %s (%.1f%% of the %s step)", name, tb,
+                     step > 0 ? 100 * w.s / step : 0, sb);
+    if (w.kind == VIEW_LROW_LAYER)
+        snprintf(buf + n, sizeof buf - (size_t)n, "  #%d of %d", w.rank + 1, a->lay_n);
+    else if (w.kind == VIEW_LROW_END)
+        snprintf(buf + n, sizeof buf - (size_t)n, "  in no layer");
+    else if (w.s > layer_scale(a))
+        snprintf(buf + n, sizeof buf - (size_t)n, "  (bar cut at the scale)");
+    text_fit(a, 8, y + 6, buf, a->W - 16, C_INK);
+    n = snprintf(buf, sizeof buf, "critical path:");
+    int done[CAT_COUNT] = {0}, any = 0;
+    for (int k = 0; k < CAT_COUNT; k++) {
+        int best = -1;
+        for (int q = 0; q < CAT_COUNT; q++)
+            if (!done[q] && w.cat[q] > 0 && (best < 0 || w.cat[q] > w.cat[best]))
+                best = q;
+        if (best < 0)
+            break;
+        done[best] = any = 1;
+        fmt_t(tb, sizeof tb, w.cat[best]);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s %s %s", k ? "," : "",
+                      emu_cat_name((emu_cat)best), tb);
+        if (n >= (int)sizeof buf - 1)
+            break;
+    }
+    if (!any)
+        snprintf(buf + n, sizeof buf - (size_t)n, " none");
+    text_fit(a, 8, y + 22, buf, a->W - 16, C_MUTED);
+    return 1;
+}
+
 /* ---- frame ----------------------------------------------------------- */
 
 static const char *const help_lines[] = {
     "tpuemu view - keys",
     "",
-    "1  2  3, Tab      timeline / torus / per-core bars (Shift+Tab back)",
+    "1 2 3 4, Tab      timeline / torus / per-core bars / layers (Shift+Tab)",
     "z or +, x or -    zoom in / out (timeline; around the mouse)",
     "mouse wheel       zoom at the mouse",
     "left right, a d   pan the time window (Shift: faster)",
@@ -1472,10 +1798,12 @@ static void draw_footer(view_app *a)
         draw_span_info(a, y, "hover", si);
         return;
     }
-    if (draw_group_info(a, y) || draw_lane_info(a, y))
+    if (draw_group_info(a, y) || draw_lane_info(a, y) || draw_layer_info(a, y))
         return;
     int right1 = a->W - 10, right2 = a->W - 10;
-    if (a->panel == VIEW_TIMELINE && a->has_events) {
+    int legend = (a->panel == VIEW_TIMELINE && a->has_events) ||
+                 (a->panel == VIEW_LAYERS && a->lay_n > 0 && a->r.fits);
+    if (legend) {
         /* Category legend and where the window is, on the right. */
         int lx = a->W - 10;
         for (int c = CAT_COUNT - 1; c >= 0; c--) {
@@ -1485,6 +1813,20 @@ static void draw_footer(view_app *a)
             view_text(a, lx + 15, y + 6, n, 1, C_INK);
         }
         right1 = lx - 10;
+    }
+    if (legend && a->panel == VIEW_LAYERS) {
+        int ls;
+        view_lrow dummy;
+        view_layer_rows(a, &dummy, 0, &ls);
+        if (ls < a->lay_n)
+            snprintf(buf, sizeof buf, "layers %d-%d of %d (up down, wheel: scroll)",
+                     a->lrow0 + 1, a->lrow0 + ls, a->lay_n);
+        else
+            snprintf(buf, sizeof buf, "layers 1-%d of %d", a->lay_n, a->lay_n);
+        right2 = a->W - 10 - text_w(buf);
+        view_text(a, right2, y + 22, buf, 1, C_MUTED);
+        right2 -= 10;
+    } else if (legend) {
         int nv = view_rows_visible(a), last = a->row0 + nv - 1;
         if (last > a->n_rows - 1)
             last = a->n_rows - 1;
@@ -1530,7 +1872,8 @@ static void draw_footer(view_app *a)
     }
     const char *hint = a->panel == VIEW_TIMELINE && a->has_events
                            ? "hover or click an event for its layer, time, bytes and FLOPs"
-                           : "1 timeline   2 torus   3 bars";
+                       : legend ? "hover a layer for its time by category"
+                                : "1 timeline   2 torus   3 bars   4 layers";
     text_fit(a, 8, y + 6, hint, right1 - 8, C_MUTED);
     const char *keys = "h: help and keys   q: quit";
     if (8 + text_w(keys) <= right2)
@@ -1584,13 +1927,18 @@ static void draw_header(view_app *a)
 {
     fill(a, 0, 0, a->W, VIEW_HEADER, C_HEAD);
     char buf[1024], tb[32]; /* room for every part of line 2 at full length */
-    static const char *const names[VIEW_PANELS] = {"1 timeline", "2 torus", "3 bars"};
+    static const char *const names[VIEW_PANELS] = {"1 timeline", "2 torus", "3 bars",
+                                                       "4 layers"};
     int x = a->W - 10;
+    /* Four tabs: tighter below 800 pixels, so the second line keeps about
+     * 64 characters at 640 ("batch 65536, 2048 replicas x 1 core  HBM
+     * 1.96 GiB  MXU 19.0%" whole) */
+    int pad = a->W < 800 ? 4 : 8, gap = a->W < 800 ? 2 : 4;
     for (int p = VIEW_PANELS - 1; p >= 0; p--) {
-        int w = text_w(names[p]) + 16;
-        x -= w + 4;
+        int w = text_w(names[p]) + 2 * pad;
+        x -= w + gap;
         fill(a, x, 8, w, VIEW_HEADER - 16, p == a->panel ? 0xFFFFFF : 0x37474F);
-        view_text(a, x + 8, 14, names[p], 1, p == a->panel ? C_HEAD : 0xCFD8DC);
+        view_text(a, x + pad, 14, names[p], 1, p == a->panel ? C_HEAD : 0xCFD8DC);
     }
     if (x - 10 - text_w("h: help") > 400) {
         x -= 10 + text_w("h: help");
@@ -1691,6 +2039,8 @@ void view_draw(view_app *a)
         draw_timeline(a);
     else if (a->panel == VIEW_TORUS)
         draw_torus(a);
+    else if (a->panel == VIEW_LAYERS)
+        draw_layers(a);
     else
         draw_bars(a);
     draw_header(a);

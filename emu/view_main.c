@@ -31,7 +31,7 @@ static const char usage[] =
     "                   [--script \"KEYS\"] [--system NAME] [--batch N]\n"
     "                   [--set KEY=VALUE ...] [--freeze LIST]\n"
     "Opens the SDL viewer on a trace (simulated with its timeline recorded)\n"
-    "or on a report JSON (bars and torus only: reports store no events).\n"
+    "or on a report JSON (bars, torus and layers: reports store no events).\n"
     "A trace takes run's what-if options (below); a report, already\n"
     "simulated, takes none.\n"
     "  --screenshot OUT.png  render one frame (headless when there is no\n"
@@ -45,7 +45,7 @@ static const char usage[] =
     "  (for tests: --demo, --demo-2048, --lane-spans; docs/VIEWER.md)\n";
 
 static const char usage_tail[] =
-    "Keys: 1 2 3 / Tab panels, z x zoom, arrows pan and scroll, u unit rows,\n"
+    "Keys: 1 2 3 4 / Tab panels, z x zoom, arrows pan and scroll, u unit rows,\n"
     "0 reset, h ? F1 help, q quit (docs/VIEWER.md).\n"
     "exit status: 0 done, 2 bad input or output path, 3 the trace does not\n"
     "fit, 4 SDL cannot start (no display without --screenshot) or out of\n"
@@ -208,6 +208,14 @@ static void clamp(view_app *a)
         a->row0 = maxr;
     if (a->row0 < 0)
         a->row0 = 0;
+    view_layers_clamp(a);
+}
+
+/* The layers panel scrolls its own list (by dr rows). */
+static void scroll_layers(view_app *a, int dr)
+{
+    a->lrow0 += dr;
+    view_layers_clamp(a);
 }
 
 static void zoom(view_app *a, double f, int mx)
@@ -224,6 +232,35 @@ static void on_key(view_app *a, SDL_Keycode k, Uint16 mod)
 {
     double w = a->v1 - a->v0, pan = (mod & KMOD_SHIFT) ? 0.75 : 0.25;
     int nv = view_rows_visible(a);
+    if (a->panel == VIEW_LAYERS) {
+        int ls;
+        view_lrow dummy;
+        view_layer_rows(a, &dummy, 0, &ls);
+        switch (k) {
+        case SDLK_UP:
+        case SDLK_w:
+            scroll_layers(a, -1);
+            return;
+        case SDLK_DOWN:
+        case SDLK_s:
+            scroll_layers(a, 1);
+            return;
+        case SDLK_PAGEUP:
+            scroll_layers(a, -ls);
+            return;
+        case SDLK_PAGEDOWN:
+            scroll_layers(a, ls);
+            return;
+        case SDLK_HOME:
+            scroll_layers(a, -a->lay_n);
+            return;
+        case SDLK_END:
+            scroll_layers(a, a->lay_n);
+            return;
+        default:
+            break;
+        }
+    }
     switch (k) {
     case SDLK_q:
         a->quit = 1;
@@ -251,6 +288,9 @@ static void on_key(view_app *a, SDL_Keycode k, Uint16 mod)
         break;
     case SDLK_3:
         a->panel = VIEW_BARS;
+        break;
+    case SDLK_4:
+        a->panel = VIEW_LAYERS;
         break;
     case SDLK_z:
     case SDLK_PLUS:
@@ -377,7 +417,8 @@ static void on_event(view_app *a, const SDL_Event *e)
                 zoom(a, 0.8, a->mx);
             else if (e->wheel.y < 0)
                 zoom(a, 1.25, a->mx);
-        }
+        } else if (a->panel == VIEW_LAYERS && e->wheel.y)
+            scroll_layers(a, e->wheel.y > 0 ? -3 : 3);
         break;
     case SDL_WINDOWEVENT:
         if (e->window.event == SDL_WINDOWEVENT_SIZE_CHANGED) {
@@ -619,7 +660,8 @@ int cli_view(int argc, char **argv)
         return rc;
     }
     char title[512];
-    snprintf(title, sizeof title, "tpuemu view - %s", a->source);
+    /* a->source is NUL-terminated (font_fit); the precision tells GCC so */
+    snprintf(title, sizeof title, "tpuemu view - %.*s", (int)sizeof a->source - 1, a->source);
     a->win = SDL_CreateWindow(title, SDL_WINDOWPOS_CENTERED, SDL_WINDOWPOS_CENTERED,
                               W, H, (shot && !script) ? SDL_WINDOW_HIDDEN : SDL_WINDOW_RESIZABLE);
     if (a->win)

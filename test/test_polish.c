@@ -253,7 +253,8 @@ static void view_cases(th_ctx *t)
         TH_CHECK(t, w0 == 640 && h0 == 400 && w1 == 640 && h1 == 400 &&
                         w2 == 640 && h2 == 400);
         /* The header is 40 pixels high; the second line's text starts at
-         * y 21.  The panel tabs start at x 432 at this width: the text
+         * y 21.  The panel tabs start at x 404 at this width (four since
+         * the layers tab; 432 with three): the text
          * stays left of them. */
         long hd = th_rgb_diff(a, b, 640, 0, 0, 640, 40);
         long hd2 = th_rgb_diff(a, c, 640, 0, 0, 640, 40);
