@@ -52,6 +52,12 @@
 /* Output paths are "OUT/..." with OUT cut at this many bytes. */
 #define SWEEP_OUT_MAX 900
 
+#if defined(__GNUC__)
+#define SWEEP_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SWEEP_PRINTF(f, a)
+#endif
+
 typedef enum { AX_PD, AX_SYSTEM, AX_BATCH, AX_SET, AX_FREEZE } sweep_kind;
 
 typedef struct {
@@ -72,8 +78,26 @@ typedef struct {
     sweep_val *v;
 } sweep_axis;
 
+/* How the parser's errors name where they are (sweep_bad).  A sweep
+ * file's name the file and a JSON path, "SWEEP.json: grid.system[1]:
+ * unknown system ..." (no namer); the command-line form
+ * (cli_sweep_cli.c) names the option and value that stand for the path
+ * instead, "--system v3-65: unknown system ...". */
+typedef struct sweep_namer sweep_namer;
+struct sweep_namer {
+    /* The message `what` about JSON path jpath (NULL: the sweep as a
+     * whole) into buf. */
+    void (*say)(const sweep_namer *n, const char *jpath, const char *what,
+                char *buf, size_t cap);
+    const void *ctx; /* the form's own (a sweep_cli) */
+    /* How a message about "partition_dims": "all" starts, and what it
+     * advises when a system and batch leave no split. */
+    const char *all, *advice;
+};
+
 typedef struct {
     const char *path; /* the sweep file, for messages */
+    const sweep_namer *namer; /* NULL: a file's messages */
     char name[128];
     char trace[2048]; /* resolved base trace path (absolute once the output
                          directory is checked: commands run from anywhere) */
@@ -125,13 +149,20 @@ typedef struct {
 /* Reads, checks and expands the sweep file at path into s (sweep_free it
  * whatever the result): 0, or the exit status with one error printed. */
 int sweep_parse(sweep *s, const char *path);
-/* The same from a sweep's JSON text; name stands for the file in
- * messages, and a relative "trace" is relative to name's directory. */
-int sweep_parse_text(sweep *s, const char *name, const char *text,
-                     size_t len);
+/* The same from a sweep's JSON text; name stands for the file (a
+ * relative "trace" is relative to name's directory) and namer, when not
+ * NULL, words the errors. */
+int sweep_parse_text(sweep *s, const char *name, const sweep_namer *namer,
+                     const char *text, size_t len);
 void sweep_free(sweep *s);
-/* Prints "SWEEP.json: jpath: what" as the error; returns 2. */
-int sweep_bad(const sweep *s, const char *jpath, const char *what);
+/* Prints the error fmt about JSON path jpath (NULL: the sweep as a
+ * whole) as the sweep words it (s->namer, or "SWEEP.json: jpath: what");
+ * returns code.  Every error of the parser goes through here. */
+int sweep_fail(const sweep *s, int code, const char *jpath,
+               const char *fmt, ...) SWEEP_PRINTF(4, 5);
+/* The same with exit status 2. */
+int sweep_bad(const sweep *s, const char *jpath, const char *fmt, ...)
+    SWEEP_PRINTF(3, 4);
 int sweep_has_ctrl(const char *str);
 /* Shortest of %.15g/%.16g/%.17g that reads back exactly: "450", "0.1". */
 void sweep_num_text(char *buf, size_t cap, double v);

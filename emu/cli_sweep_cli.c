@@ -13,23 +13,21 @@
  * The text is written to OUT/sweep.json for the user to re-run, edit or
  * --gather.  Only the messages differ: where the file form names a JSON
  * path of a file the user never wrote ("grid.system[1]"), this one names
- * the option and the value ("--system v3-65").  The parser's stderr is
- * held in a temporary file while it runs and each line is rewritten so
- * (the grid checks print their own lines; no message is built twice). */
+ * the option and the value ("--system v3-65"): the parser words every
+ * error through the sweep's namer (sweep_bad), and this form's namer is
+ * cli_say. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/stat.h>
 
 #include "emu/cli.h"
 #include "emu/cli_sweep.h"
 #include "emu/report.h"
 
-/* What the in-memory sweep is called in the parser's messages (no '/':
- * a relative trace is then relative to the working directory, as the
- * user typed it). */
+/* What the in-memory sweep is called (no '/': a relative trace is then
+ * relative to the working directory, as the user typed it). */
 #define CLI_MARK "(sweep --trace)"
 
 static const char file_desc[] =
@@ -315,86 +313,33 @@ static void option_for(const sweep_cli *c, const char *jp, char *buf,
         snprintf(buf, cap, "%s", opt);
 }
 
-/* One line the parser printed, with the built file's name and JSON path
- * replaced by the option; any other line as it was. */
-static void put_line(const sweep_cli *c, const char *line)
+/* How much of what to show: all but a closing " (value V)" when opt
+ * shows V already ("--set mxu.rows=0: out of range [1, 4096]"). */
+static size_t said_len(const char *opt, const char *what)
 {
-    const char *m = strstr(line, CLI_MARK ": ");
-    if (!m) {
-        fprintf(stderr, "%s\n", line);
-        return;
-    }
-    const char *jp = m + strlen(CLI_MARK) + 2;
-    const char *colon = strstr(jp, ": ");
-    size_t jl = colon ? (size_t)(colon - jp) : strlen(jp);
-    char path[256], opt[1300];
-    snprintf(path, sizeof path, "%.*s", (int)(jl < 255 ? jl : 255), jp);
-    option_for(c, path, opt, sizeof opt);
-    const char *rest = colon ? colon + 2 : "";
-    /* the grid's advice in the options' words */
-    static const char advice[] = " (remove it from the grid or change the "
-                                 "batch)";
-    char said[2048];
-    if (strncmp(rest, "\"all\": ", 7) == 0) /* the file's key, not typed */
-        rest += 7;
-    const char *at = strstr(rest, advice);
-    if (at) {
-        snprintf(said, sizeof said, "%.*s (give other --system or --batch "
-                 "values)%s", (int)(at - rest), rest, at + strlen(advice));
-        rest = said;
-    }
-    /* "--set mxu.rows=0: out of range ... (value 0)": shown once */
     const char *eq = strchr(opt, '=');
-    size_t rl = strlen(rest), vl = eq ? strlen(eq + 1) : 0;
-    if (eq && rl > vl + 9 && strcmp(rest + rl - 1, ")") == 0 &&
-        strncmp(rest + rl - vl - 9, " (value ", 8) == 0 &&
-        strncmp(rest + rl - vl - 1, eq + 1, vl) == 0)
-        rl -= vl + 9;
-    size_t ol = strcspn(opt, " ");
+    size_t wl = strlen(what), vl = eq ? strlen(eq + 1) : 0;
+    if (eq && wl > vl + 9 && strcmp(what + wl - 1, ")") == 0 &&
+        strncmp(what + wl - vl - 9, " (value ", 8) == 0 &&
+        strncmp(what + wl - vl - 1, eq + 1, vl) == 0)
+        wl -= vl + 9;
+    return wl;
+}
+
+/* The parser's message `what` about JSON path jpath of the built file, in
+ * the options' words: the option (and value) for the path, then what. */
+static void cli_say(const sweep_namer *n, const char *jpath,
+                    const char *what, char *buf, size_t cap)
+{
+    const sweep_cli *c = n->ctx;
+    char opt[1300];
+    option_for(c, jpath ? jpath : "", opt, sizeof opt);
+    size_t wl = said_len(opt, what), ol = strcspn(opt, " ");
     /* "--freeze: no layer named ..." names its option already */
-    if (strncmp(rest, opt, ol) == 0 && (rest[ol] == ':' || rest[ol] == ' '))
-        fprintf(stderr, "%.*s%.*s\n", (int)(m - line), line, (int)rl, rest);
+    if (strncmp(what, opt, ol) == 0 && (what[ol] == ':' || what[ol] == ' '))
+        snprintf(buf, cap, "%.*s", (int)wl, what);
     else
-        fprintf(stderr, "%.*s%s%s%.*s\n", (int)(m - line), line, opt,
-                rl ? ": " : "", (int)rl, rest);
-}
-
-/* From here to capture_end, what the process writes to stderr goes to a
- * temporary file.  NULL when one cannot be had: the messages then name
- * the built file's JSON paths, which is still one clear line. */
-static FILE *capture_begin(int *saved)
-{
-    fflush(stderr);
-    FILE *f = tmpfile();
-    if (!f)
-        return NULL;
-    *saved = dup(2);
-    if (*saved < 0 || dup2(fileno(f), 2) < 0) {
-        if (*saved >= 0)
-            close(*saved);
-        fclose(f);
-        return NULL;
-    }
-    return f;
-}
-
-/* stderr back, and what was held written to it, rewritten. */
-static void capture_end(FILE *f, int saved, const sweep_cli *c)
-{
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    rewind(f);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, f)) > 0) {
-        if (line[n - 1] == '\n')
-            line[n - 1] = 0;
-        put_line(c, line);
-    }
-    free(line);
-    fclose(f);
+        snprintf(buf, cap, "%s%s%.*s", opt, wl ? ": " : "", (int)wl, what);
 }
 
 /* Each --batch value by run's rule (a whole number: "1e3" is refused
@@ -454,11 +399,10 @@ int sweep_cli_parse(sweep *s, const sweep_cli *c)
     char *text = sweep_text(c, c->trace);
     if (!text)
         return cli_error(4, "out of memory");
-    int saved = -1;
-    FILE *held = capture_begin(&saved);
-    rc = sweep_parse_text(s, CLI_MARK, text, strlen(text));
-    if (held)
-        capture_end(held, saved, c);
+    /* "all" is not typed here: the splits are the trace's */
+    const sweep_namer namer = {cli_say, c, "",
+                               "give other --system or --batch values"};
+    rc = sweep_parse_text(s, CLI_MARK, &namer, text, strlen(text));
     free(text);
     return rc;
 }

@@ -6,6 +6,7 @@
  * it.  A bad sweep is one `tpuemu: error: SWEEP.json: json.path: ...`
  * line and exit 2. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +37,39 @@ void sweep_free(sweep *s)
     s->have_g = 0;
 }
 
-int sweep_bad(const sweep *s, const char *jpath, const char *what)
+/* The one place the parser's errors are worded: the form's namer says
+ * where, or a file's "SWEEP.json: jpath: what". */
+static int vfail(const sweep *s, int code, const char *jpath,
+                 const char *fmt, va_list ap)
 {
-    return cli_error(2, "%s: %s: %s", s->path, jpath, what);
+    char what[2048], line[4096];
+    vsnprintf(what, sizeof what, fmt, ap);
+    if (s->namer)
+        s->namer->say(s->namer, jpath, what, line, sizeof line);
+    else if (jpath)
+        snprintf(line, sizeof line, "%s: %s: %s", s->path, jpath, what);
+    else
+        snprintf(line, sizeof line, "%s: %s", s->path, what);
+    return cli_error(code, "%s", line);
+}
+
+int sweep_fail(const sweep *s, int code, const char *jpath,
+               const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail(s, code, jpath, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int sweep_bad(const sweep *s, const char *jpath, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail(s, 2, jpath, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* The file whole, read as traces are (emu/rfile.h: regular files, pipes
@@ -130,8 +161,7 @@ static int parse_doc(sweep *s, const char *text, size_t len, cJSON **out)
 {
     size_t pos = strspn(text, " \t\r\n");
     if (pos == len)
-        return cli_error(2, "%s: empty file, expected a JSON object",
-                         s->path);
+        return sweep_bad(s, NULL, "empty file, expected a JSON object");
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
@@ -147,7 +177,7 @@ static int parse_doc(sweep *s, const char *text, size_t len, cJSON **out)
         else
             rfile_json_error(text, len, pos, why, sizeof why);
         cJSON_Delete(doc);
-        return cli_error(2, "%s: %s", s->path, why);
+        return sweep_bad(s, NULL, "%s", why);
     }
     char jp[512] = "";
     int oom = 0;
@@ -293,15 +323,15 @@ static int count_list(const sweep *s, const cJSON *l, const char *jp,
                       int *naxes, double *runs)
 {
     if (++*naxes > SWEEP_MAX_AXES)
-        return cli_error(2, "%s: %s: more than %d axes (partition_dims, "
-                            "system, batch and each set key count one)",
-                         s->path, jp, SWEEP_MAX_AXES);
+        return sweep_bad(s, jp, "more than %d axes (partition_dims, system, "
+                                "batch and each set key count one)",
+                         SWEEP_MAX_AXES);
     int n = cJSON_GetArraySize(l);
     if (!cJSON_IsArray(l) || n < 1)
         return sweep_bad(s, jp, "expected a non-empty list of values");
     if (n > SWEEP_MAX_VALUES)
-        return cli_error(2, "%s: %s: %d values, more than the limit of %d",
-                         s->path, jp, n, SWEEP_MAX_VALUES);
+        return sweep_bad(s, jp, "%d values, more than the limit of %d", n,
+                         SWEEP_MAX_VALUES);
     *runs *= n;
     return 0;
 }
@@ -360,9 +390,9 @@ static int check_grid_shape(const sweep *s, const cJSON *grid)
     if (naxes == 0)
         return sweep_bad(s, "grid", "no axis to sweep");
     if (runs > SWEEP_MAX_RUNS)
-        return cli_error(2, "%s: grid: %.0f runs (the product of the axis "
-                            "lengths), more than the limit of %d",
-                         s->path, runs, SWEEP_MAX_RUNS);
+        return sweep_bad(s, "grid", "%.0f runs (the product of the axis "
+                                    "lengths), more than the limit of %d",
+                         runs, SWEEP_MAX_RUNS);
     return 0;
 }
 
@@ -390,8 +420,7 @@ static int load_trace(sweep *s, int need_json)
     tpu_error err = {0};
     struct stat st;
     if (stat(s->trace, &st) == 0 && !S_ISREG(st.st_mode))
-        return cli_error(2, "%s: trace: %s: cannot read: %s", s->path,
-                         s->trace,
+        return sweep_bad(s, "trace", "%s: cannot read: %s", s->trace,
                          S_ISDIR(st.st_mode) ? "is a directory"
                                              : "not a regular file");
     tpu_status rc = graph_load(&s->g, s->trace, &err);
@@ -399,20 +428,20 @@ static int load_trace(sweep *s, int need_json)
     if (rc) {
         char msg[sizeof err.msg];
         cli_shown(msg, sizeof msg, err.msg);
-        return cli_error(rc == TPU_ERR_SYSTEM ? 4 : 2, "%s: trace: %s",
-                         s->path, msg);
+        return sweep_fail(s, rc == TPU_ERR_SYSTEM ? 4 : 2, "trace", "%s",
+                          msg);
     }
     if (!need_json)
         return 0;
     size_t len;
     char *text = slurp(s->trace, &len, &err);
     if (!text)
-        return cli_error(2, "%s: trace: %s", s->path, err.msg);
+        return sweep_bad(s, "trace", "%s", err.msg);
     s->base = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(s->base) ||
         !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(s->base, "run")))
-        return cli_error(2, "%s: trace: %s: changed while being read", s->path,
+        return sweep_bad(s, "trace", "%s: changed while being read",
                          s->trace);
     return 0;
 }
@@ -500,7 +529,7 @@ static int parse_pd_simple(const sweep *s, const cJSON *e, const char *jp,
         return sweep_bad(s, jp, "expected a list of positive integers");
     v->pd = sweep_pd_from_simple(s, e, rank, why, sizeof why);
     if (!v->pd)
-        return sweep_bad(s, jp, why);
+        return sweep_bad(s, jp, "%s", why);
     dims_label(e, v->label, sizeof v->label);
     return 0;
 }
@@ -575,7 +604,7 @@ static int freeze_ok(const sweep *s, const char *jp, const char *list)
     tpu_status st = graph_freeze_check(&s->g, list, s->trace, &err);
     if (st == TPU_ERR_SYSTEM)
         return cli_fail(&err);
-    return st ? sweep_bad(s, jp, err.msg) : 0;
+    return st ? sweep_bad(s, jp, "%s", err.msg) : 0;
 }
 
 /* The command-line text of value e: a short string, or a finite number
@@ -584,7 +613,7 @@ static int value_arg(const sweep *s, sweep_kind kind, const cJSON *e,
                      const char *jp, sweep_val *v)
 {
     if (kind == AX_BATCH && !sweep_batch_ok(e))
-        return sweep_bad(s, jp, sweep_bad_batch_msg);
+        return sweep_bad(s, jp, "%s", sweep_bad_batch_msg);
     if (kind == AX_FREEZE && !cJSON_IsString(e))
         return sweep_bad(s, jp, "expected a --freeze list: \"none\", "
                                 "\"conv1,bn_conv1\", \"res2*\"");
@@ -611,7 +640,7 @@ static int system_value(const sweep *s, const char *jp, sweep_val *v)
 {
     const tpu_system *sy = tpu_system_find(v->arg);
     if (!sy)
-        return sweep_bad(s, jp, sweep_bad_system_msg);
+        return sweep_bad(s, jp, "%s", sweep_bad_system_msg);
     v->x = sy->cores;
     if (!s->scale_batch)
         return 0;
@@ -622,7 +651,7 @@ static int system_value(const sweep *s, const char *jp, sweep_val *v)
                  "scale_batch: %lld examples on %s, scaled to %d cores, is "
                  "not a whole batch",
                  (long long)s->g.global_batch, s->g.system, sy->cores);
-        return sweep_bad(s, jp, m);
+        return sweep_bad(s, jp, "%s", m);
     }
     snprintf(v->batch, sizeof v->batch, "%lld", (long long)b);
     return 0;
@@ -777,11 +806,12 @@ int sweep_parse(sweep *s, const char *path)
     return parse_rest(s, doc, rc);
 }
 
-int sweep_parse_text(sweep *s, const char *name, const char *text,
-                     size_t len)
+int sweep_parse_text(sweep *s, const char *name, const sweep_namer *namer,
+                     const char *text, size_t len)
 {
     memset(s, 0, sizeof *s);
     s->path = name;
+    s->namer = namer;
     cJSON *doc = NULL;
     int rc = parse_doc(s, text, len, &doc);
     return parse_rest(s, doc, rc);

@@ -134,20 +134,21 @@ static int check_combo_values(const sweep *s, const cJSON *sys,
     {
         snprintf(jp, sizeof jp, "grid.system[%d]", i++);
         if (!cJSON_IsString(e) || !tpu_system_find(e->valuestring))
-            return sweep_bad(s, jp, sweep_bad_system_msg);
+            return sweep_bad(s, jp, "%s", sweep_bad_system_msg);
     }
     i = 0;
     cJSON_ArrayForEach(e, bat)
     {
         snprintf(jp, sizeof jp, "grid.batch[%d]", i++);
         if (!sweep_batch_ok(e))
-            return sweep_bad(s, jp, sweep_bad_batch_msg);
+            return sweep_bad(s, jp, "%s", sweep_bad_batch_msg);
     }
     return 0;
 }
 
-/* graph_check_run's message without the empty file name it starts with
- * (the file is the sweep's variant trace, which is not written yet). */
+/* A graph_check_run or graph_parse message without the empty file name it
+ * starts with (the file is the sweep's variant trace, which is not
+ * written yet; sweep_bad names where in the sweep it comes from). */
 static const char *strip_where(const char *msg)
 {
     while (*msg == ':' || *msg == ' ')
@@ -303,29 +304,37 @@ static int search_splits(all_search *as)
     return 0;
 }
 
+/* How a message about "all" starts: the key a file's user wrote, nothing
+ * where "all" was not typed (the command-line form). */
+static const char *all_word(const sweep *s)
+{
+    return s->namer ? s->namer->all : "\"all\": ";
+}
+
 /* No split survived: name a system and batch on which none at all is
  * valid, else say that the valid sets are disjoint. */
 static int no_split_error(const all_search *as)
 {
-    char msg[320] = "";
-    for (int c = 0; c < as->ncombo && !msg[0]; c++) {
+    const sweep *s = as->s;
+    for (int c = 0; c < as->ncombo; c++) {
         if (as->combo_ok[c] != 0)
             continue;
         const char *sname;
         int64_t b;
         combo_at(as, c, &sname, &b);
-        snprintf(msg, sizeof msg,
-                 "\"all\": no split of the first input is valid on %s at "
-                 "batch %lld (remove it from the grid or change the batch)",
-                 sname, (long long)b);
+        return sweep_bad(s, "grid.partition_dims",
+                         "%sno split of the first input is valid on %s at "
+                         "batch %lld (%s)",
+                         all_word(s), sname, (long long)b,
+                         s->namer ? s->namer->advice
+                                  : "remove it from the grid or change the "
+                                    "batch");
     }
-    if (!msg[0])
-        snprintf(msg, sizeof msg,
-                 "\"all\": every split of the first input is valid on some "
-                 "system and batch of the grid but none on all (%d dropped; "
-                 "sweep the systems separately)",
-                 as->ndropped);
-    return sweep_bad(as->s, "grid.partition_dims", msg);
+    return sweep_bad(s, "grid.partition_dims",
+                     "%severy split of the first input is valid on some "
+                     "system and batch of the grid but none on all (%d "
+                     "dropped; sweep the systems separately)",
+                     all_word(s), as->ndropped);
 }
 
 /* The base graph's own partitioning, which the search overwrites. */
@@ -363,7 +372,8 @@ int sweep_expand_all(sweep *s, const cJSON *grid, cJSON **out)
     as.nsp = as.sh->nsp;
     if (as.nsp < 1)
         return sweep_bad(s, "grid.partition_dims",
-                         "\"all\": the first input has no spatial dimension");
+                         "%sthe first input has no spatial dimension",
+                         all_word(s));
     as.sys = cJSON_GetObjectItemCaseSensitive(grid, "system");
     as.bat = cJSON_GetObjectItemCaseSensitive(grid, "batch");
     int rc = check_combo_values(s, as.sys, as.bat);
@@ -430,8 +440,9 @@ static int check_set_value(const sweep *s, const sweep_axis *ax, int i,
         const char *m = err.msg;
         if (strncmp(m, "--set ", 6) == 0 && strstr(m, ": "))
             m = strstr(m, ": ") + 2;
-        return cli_error(2, "%s: %s[%d]: %s (value %s)", s->path, ax->jpath,
-                         i, m, ax->v[i].arg);
+        char jp[128];
+        snprintf(jp, sizeof jp, "%s[%d]", ax->jpath, i);
+        return sweep_bad(s, jp, "%s (value %s)", m, ax->v[i].arg);
     }
     return 0;
 }
@@ -462,8 +473,9 @@ static int check_set_point(const sweep *s, long long r)
         return 0;
     char msg[sizeof err.msg];
     cli_shown(msg, sizeof msg, err.msg);
-    return cli_error(2, "%s: %s[%d]: %s (run %04lld)", s->path,
-                     s->ax[last].jpath, idx[last], msg, r);
+    char jp[128];
+    snprintf(jp, sizeof jp, "%s[%d]", s->ax[last].jpath, idx[last]);
+    return sweep_bad(s, jp, "%s (run %04lld)", msg, r);
 }
 
 /* Every --set key is one of the table's and every value is accepted by
@@ -527,10 +539,10 @@ static cJSON *make_variant(const sweep *s, const sweep_val *v)
 
 /* The trace that partitioning v's runs read (make_variant), on the
  * largest slice with a batch that splits over it, parsed into *g (free it
- * either way). */
+ * either way); err's message names no file (strip_where). */
 static tpu_status parse_variant(const sweep *s, const sweep_val *v,
-                                const tpu_system *big, const char *where,
-                                graph *g, tpu_error *err)
+                                const tpu_system *big, graph *g,
+                                tpu_error *err)
 {
     cJSON *t = make_variant(s, v);
     cJSON *run = cJSON_GetObjectItemCaseSensitive(t, "run");
@@ -546,7 +558,7 @@ static tpu_status parse_variant(const sweep *s, const sweep_val *v,
         memset(g, 0, sizeof *g);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of memory");
     }
-    tpu_status rc = graph_parse(g, text, strlen(text), where, err);
+    tpu_status rc = graph_parse(g, text, strlen(text), "", err);
     free(text);
     return rc;
 }
@@ -612,7 +624,7 @@ static int check_point(const sweep *s, const graph *g, const grid_point *p)
              sys, (long long)batch);
     char msg[sizeof err.msg];
     cli_shown(msg, sizeof msg, m);
-    return cli_error(2, "%s: %s: %s%s", s->path, where, msg, ctx);
+    return sweep_bad(s, where, "%s%s", msg, ctx);
 }
 
 /* The largest slice there is. */
@@ -641,18 +653,16 @@ static int variant_graph(const sweep *s, int apd, int ip, graph *vg)
                               "(slices have a power of two cores, at most "
                               "%d)",
                  v->cpr, big->cores);
-        return sweep_bad(s, jp, m);
+        return sweep_bad(s, jp, "%s", m);
     }
-    char where[300];
-    snprintf(where, sizeof where, "%s: %s", s->path, jp);
     tpu_error err = {0};
-    tpu_status rc = parse_variant(s, v, big, where, vg, &err);
+    tpu_status rc = parse_variant(s, v, big, vg, &err);
     if (!rc)
         return 0;
     graph_free(vg);
     char msg[sizeof err.msg];
-    cli_shown(msg, sizeof msg, err.msg);
-    return cli_error(rc == TPU_ERR_SYSTEM ? 4 : 2, "%s", msg);
+    cli_shown(msg, sizeof msg, strip_where(err.msg));
+    return sweep_fail(s, rc == TPU_ERR_SYSTEM ? 4 : 2, jp, "%s", msg);
 }
 
 /* Every system x batch of the grid on partitioning p->ipd (graph g). */
