@@ -473,6 +473,27 @@ static double x_of_t(const view_app *a, double t)
     return x0 + (t - a->v0) / (a->v1 - a->v0) * (x1 - x0);
 }
 
+/* The pixel columns [*x0, *x1) of the span [t0, t1) in the plot, its end
+ * rounded up (ceil_end) or down, starting right of the last column
+ * painted (drawn) and at least one column wide: each column is painted
+ * once per lane.  0 when the span starts at or past the plot's right
+ * edge xr. */
+static int span_cols(const view_app *a, double t0, double t1, int ceil_end,
+                     int drawn, int xr, int *x0, int *x1)
+{
+    *x0 = (int)floor(x_of_t(a, t0));
+    *x1 = ceil_end ? (int)ceil(x_of_t(a, t1)) : (int)floor(x_of_t(a, t1));
+    if (*x0 < VIEW_LABELS)
+        *x0 = VIEW_LABELS;
+    if (*x1 > xr)
+        *x1 = xr;
+    if (*x0 <= drawn)
+        *x0 = drawn + 1;
+    if (*x1 <= *x0)
+        *x1 = *x0 + 1;
+    return *x0 < xr;
+}
+
 /* Draws one lane in a row band; each pixel column gets at most one
  * rectangle, and the search jumps over events hidden under a drawn pixel. */
 static void draw_lane(view_app *a, int core, int unit, int y, int h)
@@ -488,16 +509,8 @@ static void draw_lane(view_app *a, int core, int unit, int y, int h)
         const emu_event *e = lane_ev(a, core, unit, i);
         if (e->t0 > a->v1)
             break;
-        int x0 = (int)floor(x_of_t(a, e->t0)), x1 = (int)ceil(x_of_t(a, e->t1));
-        if (x0 < VIEW_LABELS)
-            x0 = VIEW_LABELS;
-        if (x1 > xr)
-            x1 = xr;
-        if (x0 <= drawn)
-            x0 = drawn + 1;
-        if (x1 <= x0)
-            x1 = x0 + 1;
-        if (x0 < xr) {
+        int x0, x1;
+        if (span_cols(a, e->t0, e->t1, 1, drawn, xr, &x0, &x1)) {
             fill(a, x0, y, x1 - x0, h, chart_cat_color((emu_cat)e->cat));
             drawn = x1 - 1;
         }
@@ -760,18 +773,8 @@ static void draw_layer_lane(view_app *a, int y)
         const view_span *sp = &a->spans[i];
         if (sp->t0 > a->v1)
             break;
-        int x0 = (int)floor(x_of_t(a, sp->t0)), x1 = (int)floor(x_of_t(a, sp->t1));
-        if (x0 < VIEW_LABELS)
-            x0 = VIEW_LABELS;
-        if (x1 > xr)
-            x1 = xr;
-        if (x0 <= drawn)
-            x0 = drawn + 1;
-        if (x1 <= x0)
-            x1 = x0 + 1;
-        if (x0 < xr) {
-            if (x1 > xr)
-                x1 = xr;
+        int x0, x1;
+        if (span_cols(a, sp->t0, sp->t1, 0, drawn, xr, &x0, &x1)) {
             fill(a, x0, y, x1 - x0, h, lane_shade[i & 1]);
             drawn = x1 - 1;
             int room = (x1 - x0 - 6) / FONT_W;
