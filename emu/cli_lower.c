@@ -183,6 +183,35 @@ static const char *layer_name(const graph *g, int l)
     return l >= 0 && l < g->n_layers ? g->layers[l].name : "(step)";
 }
 
+/* A grouped convolution's block names the candidate each of its parts
+ * took (firmware/lower.c gc_pick): " (grouped: vector)" on a forward
+ * block, " (grouped: input gradient dense, weight gradient per_group)" on
+ * a backward one. */
+static void put_gconv(const fw_program *prog, const block *b)
+{
+    static const char *const part[3] = {"forward", "input gradient",
+                                        "weight gradient"};
+    uint8_t gc[3] = {0, 0, 0};
+    for (size_t i = b->first; i < b->end; i++) {
+        int k = fw_gconv_part(&prog->code[i]);
+        if (k >= 0)
+            gc[k] = prog->code[i].gconv;
+    }
+    const char *sep = " (grouped: ";
+    for (int k = 0; k < 3; k++)
+        if (gc[k]) {
+            /* a forward block has one part: the block's name says it */
+            if (k == 0 && !gc[1] && !gc[2])
+                printf("%s%s", sep, fw_gconv_name((fw_gconv)gc[k]));
+            else
+                printf("%s%s %s", sep, part[k],
+                       fw_gconv_name((fw_gconv)gc[k]));
+            sep = ", ";
+        }
+    if (*sep == ',')
+        putchar(')');
+}
+
 /* The block comment: "; conv1 forward", what marks it, and its time. */
 static void put_block_head(const graph *g, const fw_program *prog,
                            const block *bs, size_t k, int timed, double step)
@@ -193,6 +222,7 @@ static void put_block_head(const graph *g, const fw_program *prog,
            b->layer >= 0 && b->layer < g->n_layers && g->layers[b->layer].frozen
                ? " (frozen)"
                : "");
+    put_gconv(prog, b);
     if (b->recompute) {
         char by[32];
         fmt_bytes(by, sizeof by, block_stored(prog, b));

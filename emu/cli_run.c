@@ -14,6 +14,7 @@
 #include "emu/outfile.h"
 #include "emu/report.h"
 #include "emu/sim.h"
+#include "firmware/isa.h"
 
 static const char usage[] =
     "usage: tpuemu run TRACE.json [--system NAME] [--batch N]\n"
@@ -314,6 +315,11 @@ static int layer_time_cmp(const void *pa, const void *pb)
     return a->layer - b->layer; /* ties in graph order */
 }
 
+static int gconv_any(const uint8_t *gc)
+{
+    return gc[0] || gc[1] || gc[2];
+}
+
 /* "Where does each core's time go", one level down: the layers core 0
  * spends most of its critical path in (the report's layers[], forward
  * and backward together), what is left (the weight update, the gradient
@@ -345,7 +351,11 @@ static void print_layers(const emu_result *r, int64_t n)
            shown, shown == 1 ? "" : "s", m, "layer", "ms", "share");
     for (int k = 0; k < CAT_COUNT; k++)
         printf(" %9s", emu_cat_name((emu_cat)k));
-    printf("\n");
+    /* how a grouped convolution was lowered, when one is shown */
+    int grouped = 0;
+    for (int i = 0; i < shown && r->layer_gconv; i++)
+        grouped |= gconv_any(r->layer_gconv[lt[i].layer]);
+    printf(grouped ? "  grouped: fwd/dx/dw\n" : "\n");
     for (int i = 0; i < shown; i++) {
         const double *t = r->layer_time_s + (size_t)lt[i].layer * CAT_COUNT;
         char name[128];
@@ -355,6 +365,13 @@ static void print_layers(const emu_result *r, int64_t n)
                step > 0 ? 100 * lt[i].s / step : 0);
         for (int k = 0; k < CAT_COUNT; k++)
             printf(" %9.3f", t[k] * 1e3);
+        if (grouped && gconv_any(r->layer_gconv[lt[i].layer])) {
+            const uint8_t *gc = r->layer_gconv[lt[i].layer];
+            printf("  ");
+            for (int k = 0; k < 3; k++)
+                printf("%s%s", k ? "/" : "",
+                       gc[k] ? fw_gconv_name((fw_gconv)gc[k]) : "-");
+        }
         printf("\n");
     }
     double shown_s = 0;

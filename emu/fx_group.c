@@ -35,7 +35,6 @@
 
 #define SP GRAPH_MAX_SP
 
-enum { GC_DENSE = 1, GC_GROUPS = 2, GC_VECTOR = 3 };
 
 typedef struct {
     const glayer *L;
@@ -74,7 +73,7 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
     gq_of(x, l, &q);
     const glayer *L = q.L;
     int cand = in->gconv;
-    if (cand != GC_DENSE && cand != GC_GROUPS)
+    if (cand != FW_GC_DENSE && cand != FW_GC_GROUPS)
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: layer '%s': a product of no "
                         "grouped-convolution candidate",
@@ -87,7 +86,7 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
     /* per group: K depth (gathered channels) and N width (produced ones) */
     int64_t dg = dx ? q.cout_g : q.cin_g, wg = dx ? q.cin_g : q.cout_g;
     int64_t dfull = dx ? q.cout : q.cin, width = dx ? q.cin : q.cout;
-    int64_t depth = cand == GC_DENSE ? dfull : dg;
+    int64_t depth = cand == FW_GC_DENSE ? dfull : dg;
     int64_t Rr = x->hw->mxu.rows;
     int64_t kp = in->kparts > 1 ? in->kparts : 1;
     /* the instruction's K: folded (slots = channels) or one lane-padded
@@ -97,17 +96,17 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
                      : (depth + Rr - 1) / Rr * Rr;
     int64_t npos = fxt_npos(dst), real = dst->B * npos;
     int64_t r0, r1, n0, n1;
-    fxm_next_tile(c, l, dx, in, cand == GC_DENSE ? width : wg, &r0, &r1, &n0,
-                  &n1);
+    fxm_next_tile(c, l, dx, in, cand == FW_GC_DENSE ? width : wg, &r0, &r1,
+                  &n0, &n1);
     if (r0 >= r1 || n0 >= n1)
         return TPU_OK;
     /* the per-group candidate's rows: group g's at [g Mg, (g+1) Mg) */
-    int64_t Mg = cand == GC_GROUPS ? in->e / q.G : 0;
-    if (cand == GC_GROUPS && Mg < 1)
+    int64_t Mg = cand == FW_GC_GROUPS ? in->e / q.G : 0;
+    if (cand == FW_GC_GROUPS && Mg < 1)
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: grouped rows");
-    int64_t g0 = cand == GC_DENSE ? n0 / wg : r0 / Mg;
-    int64_t g1 = cand == GC_DENSE ? (n1 - 1) / wg : (r1 - 1) / Mg;
+    int64_t g0 = cand == FW_GC_DENSE ? n0 / wg : r0 / Mg;
+    int64_t g1 = cand == FW_GC_DENSE ? (n1 - 1) / wg : (r1 - 1) / Mg;
     if (g1 >= q.G)
         g1 = q.G - 1;
     const float *W = fx_wts(x, l);
@@ -118,7 +117,7 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
     for (int64_t g = g0; g <= g1 && !rc; g++) {
         /* local rows [ra, rb) and the group's columns [ca, cb) */
         int64_t ra, rb, ca, cb;
-        if (cand == GC_DENSE) {
+        if (cand == FW_GC_DENSE) {
             ra = r0;
             rb = r1;
             ca = n0 > g * wg ? n0 - g * wg : 0;
@@ -166,7 +165,7 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
         }
         if (rc ||
             (rc = fxm_mm(x, A, Bm, C, m, kc, nn, dg, sw,
-                         cand == GC_DENSE ? g * dg : 0, in->passes, err)))
+                         cand == FW_GC_DENSE ? g * dg : 0, in->passes, err)))
             break;
         for (int64_t r = ra; r < rb; r++)
             for (int64_t j = 0; j < nn; j++) {
@@ -198,7 +197,7 @@ static tpu_status g_dw(fx_state *x, int core, int l, const fw_insn *in,
     gq_of(x, l, &q);
     const glayer *L = q.L;
     int cand = in->gconv;
-    if (cand != GC_DENSE && cand != GC_GROUPS)
+    if (cand != FW_GC_DENSE && cand != FW_GC_GROUPS)
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: layer '%s': a weight gradient "
                         "of no grouped-convolution candidate",
@@ -211,7 +210,7 @@ static tpu_status g_dw(fx_state *x, int core, int l, const fw_insn *in,
         (rc = fx_fwin_of(x, core, l, &win, err)) ||
         (rc = fx_wgrad_of(x, core, l, &wg, err)))
         return rc;
-    int dense = cand == GC_DENSE;
+    int dense = cand == FW_GC_DENSE;
     int64_t R = q.taps * q.cin, npos = fxt_npos(gy), Mc = gy->B * npos;
     int64_t ntot = dense ? q.cout : q.cout_g;
     int64_t r0, r1, n0, n1;
@@ -499,7 +498,7 @@ tpu_status fxg_exec(fx_state *x, int core, int l, const fw_insn *in,
             return TPU_OK;
         }
     }
-    if (in->op != FW_VEC || in->gconv != GC_VECTOR)
+    if (in->op != FW_VEC || in->gconv != FW_GC_VECTOR)
         return TPU_OK;
     /* The vector pass: the whole part on the pass's first tile. */
     uint8_t bit = in->fx == FX_FWD ? 1 : in->fx == FX_DX ? 2

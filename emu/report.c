@@ -29,6 +29,7 @@
 #include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/rfile.h"
+#include "firmware/isa.h"
 
 /* Sanity bounds on what a report may claim, so that a corrupt or hostile
  * file cannot make the reader allocate without limit.  A v3-2048 slice is
@@ -285,6 +286,30 @@ static void put_values(sbuf *b, const emu_result *r)
     sb_str(b, "]");
 }
 
+/* The report's names of a grouped layer's three parts. */
+static const char *const gconv_part_key[3] = {"forward", "input_gradient",
+                                              "weight_gradient"};
+
+/* A grouped layer's lowering, part by part ("grouped": {"forward":
+ * "vector", ...}); nothing for a layer that is not grouped. */
+static void put_gconv(sbuf *b, const uint8_t *gc)
+{
+    if (!gc[0] && !gc[1] && !gc[2])
+        return;
+    sb_str(b, ", ");
+    sb_key(b, "grouped");
+    sb_str(b, "{");
+    const char *sep = "";
+    for (int k = 0; k < 3; k++)
+        if (gc[k]) {
+            sb_str(b, sep);
+            sb_key(b, gconv_part_key[k]);
+            sb_jstr(b, fw_gconv_name((fw_gconv)gc[k]));
+            sep = ", ";
+        }
+    sb_str(b, "}");
+}
+
 /* Core 0's critical path per layer, one layer a line: where the time
  * goes, for docs/VALIDATION.md and the viewer. */
 static void put_layers(sbuf *b, const emu_result *r)
@@ -297,6 +322,8 @@ static void put_layers(sbuf *b, const emu_result *r)
         sb_kv_jstr(b, "name", r->layer_names[l], ", ");
         sb_key(b, "time_s");
         sb_breakdown(b, r->layer_time_s + (size_t)l * CAT_COUNT);
+        if (r->layer_gconv)
+            put_gconv(b, r->layer_gconv[l]);
         sb_str(b, l + 1 < r->n_layers ? "}," : "}");
     }
     sb_str(b, "\n  ]");
@@ -878,6 +905,44 @@ static tpu_status read_values(rd *c, const cJSON *root, emu_result *r)
     return TPU_OK;
 }
 
+/* A layer's optional "grouped": each part's candidate by its name. */
+static tpu_status read_gconv(rd *c, const cJSON *e, const char *base,
+                             emu_result *r, int l, int n)
+{
+    char jp[160], f[64];
+    const cJSON *v;
+    TRY(member(c, e, base, "grouped", 0, &v, jp, sizeof jp));
+    if (!v)
+        return TPU_OK;
+    if (!cJSON_IsObject(v))
+        return badf(c, jp, "expected an object, %s", found(f, sizeof f, v));
+    for (const cJSON *p = v->child; p; p = p->next) {
+        int k = 0;
+        while (k < 3 && strcmp(p->string, gconv_part_key[k]) != 0)
+            k++;
+        char pj[240];
+        snprintf(pj, sizeof pj, "%s.%.60s", jp, p->string);
+        if (k == 3)
+            return bad(c, pj, "unknown part (forward, input_gradient, "
+                              "weight_gradient)");
+        int g = FW_GC_DENSE;
+        while (g < FW_GC_COUNT && !(cJSON_IsString(p) &&
+                                    strcmp(p->valuestring,
+                                           fw_gconv_name((fw_gconv)g)) == 0))
+            g++;
+        if (g == FW_GC_COUNT)
+            return bad(c, pj, "expected \"dense\", \"per_group\" or "
+                              "\"vector\"");
+        if (!r->layer_gconv) {
+            r->layer_gconv = calloc((size_t)n, sizeof *r->layer_gconv);
+            if (!r->layer_gconv)
+                return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
+        }
+        r->layer_gconv[l][k] = (uint8_t)g;
+    }
+    return TPU_OK;
+}
+
 static tpu_status read_layers(rd *c, const cJSON *root, emu_result *r)
 {
     const cJSON *ly = cJSON_GetObjectItemCaseSensitive(root, "layers");
@@ -908,6 +973,7 @@ static tpu_status read_layers(rd *c, const cJSON *root, emu_result *r)
                     sizeof r->layer_names[i]));
         TRY(get_breakdown(c, e, jp, "time_s",
                           r->layer_time_s + (size_t)i * CAT_COUNT));
+        TRY(read_gconv(c, e, jp, r, i, n));
         i++;
     }
     return TPU_OK;

@@ -36,6 +36,7 @@ void emu_result_free(emu_result *r)
     free(r->link_busy_s);
     free(r->layer_names);
     free(r->layer_time_s);
+    free(r->layer_gconv);
     free(r->output);
     free(r->grads);
     free(r->losses);

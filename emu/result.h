@@ -112,6 +112,11 @@ typedef struct {
     char (*layer_names)[64];
     /* Per-layer critical-path time of core 0, by category (n_layers x CAT_COUNT). */
     double *layer_time_s;
+    /* Per layer, how core 0's grouped convolution lowered each part
+     * (forward, input gradient, weight gradient): fw_gconv values,
+     * FW_GC_NONE for a part it lacks or a layer that is not grouped; NULL
+     * when no layer is grouped (and in reports written before it). */
+    uint8_t (*layer_gconv)[3];
     /* --functional */
     int has_values;
     uint64_t output_checksum;      /* FNV-1a 64 over `output`'s fp32 bits */

@@ -77,6 +77,28 @@ static tpu_status fill_header(const graph *g, const tpu_system *sys,
     return TPU_OK;
 }
 
+/* How core 0 lowered each grouped convolution's parts (the report's
+ * layers[].grouped, `run --layers`); the array only when some layer is
+ * grouped. */
+static tpu_status note_gconv(emu_result *r, const graph *g,
+                             const fw_program *prog, tpu_error *err)
+{
+    for (size_t i = 0; i < prog->n; i++) {
+        const fw_insn *in = &prog->code[i];
+        int part = fw_gconv_part(in);
+        if (part < 0 || in->layer < 0 || in->layer >= g->n_layers)
+            continue;
+        if (!r->layer_gconv) {
+            r->layer_gconv =
+                calloc((size_t)g->n_layers, sizeof *r->layer_gconv);
+            if (!r->layer_gconv)
+                return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
+        }
+        r->layer_gconv[in->layer][part] = in->gconv;
+    }
+    return TPU_OK;
+}
+
 /* What run and lower share: the slice (--system or the trace's), the
  * batch, the run checks, and the chip data with the --set overrides. */
 static tpu_status sim_setup(const graph *g, const sim_opts *o,
@@ -338,6 +360,9 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
             out->small_batch_padded = mems[k].small_batch_padded;
         }
     }
+    rc = note_gconv(out, g, &progs[0], err);
+    if (rc)
+        goto fail_plan;
     out->hbm_needed_bytes = need;
     out->fits = need <= hw.hbm.capacity_bytes;
     if (!out->fits && !o->time_unfit) {

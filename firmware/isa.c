@@ -103,6 +103,29 @@ const char *fw_fx_name(fx_kind k)
     return (unsigned)k < FX_KIND_COUNT ? names[k] : "?";
 }
 
+const char *fw_gconv_name(fw_gconv g)
+{
+    static const char *const names[FW_GC_COUNT] = {"none", "dense",
+                                                   "per_group", "vector"};
+    return (unsigned)g < FW_GC_COUNT ? names[g] : "?";
+}
+
+int fw_gconv_part(const fw_insn *in)
+{
+    if (in->gconv == FW_GC_NONE)
+        return -1;
+    switch ((fx_kind)in->fx) {
+    case FX_FWD:
+        return 0;
+    case FX_DX:
+        return 1;
+    case FX_DW:
+        return 2;
+    default:
+        return -1;
+    }
+}
+
 tpu_status fw_validate(const fw_program *p, tpu_error *err)
 {
     int depth = 0;

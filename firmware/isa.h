@@ -67,6 +67,18 @@ typedef enum {
     FX_KIND_COUNT
 } fx_kind;
 
+/* How a grouped convolution's part was lowered (firmware/lower.c gc_pick;
+ * docs/FIRMWARE.md): the block-diagonal filter expanded to a dense one, one
+ * MXU product per group, or a vector-unit pass (depthwise only).  The
+ * numbers are xla.group_conv's, which forces one (0 there: the fastest). */
+typedef enum {
+    FW_GC_NONE = 0,
+    FW_GC_DENSE = 1,
+    FW_GC_GROUPS = 2,
+    FW_GC_VECTOR = 3,
+    FW_GC_COUNT
+} fw_gconv;
+
 typedef struct {
     uint8_t op;      /* fw_op */
     uint8_t phase;   /* emu_phase */
@@ -82,10 +94,10 @@ typedef struct {
     uint8_t recompute; /* rebuilds the layer's output that xla.remat
                           dropped from the saved set (the listing marks
                           it); never read by the timing */
-    uint8_t gconv;   /* a grouped convolution's candidate this instruction
-                        belongs to (firmware/lower.c gc_emit: 1 dense, 2
-                        per group, 3 vector), 0 for any other; for
-                        --functional, never read by the timing */
+    uint8_t gconv;   /* fw_gconv: the grouped convolution's candidate this
+                        instruction belongs to (firmware/lower.c gc_emit),
+                        FW_GC_NONE for any other; for --functional and the
+                        listings, never read by the timing */
 } fw_insn;
 
 typedef struct {
@@ -96,6 +108,13 @@ typedef struct {
 
 const char *fw_op_name(fw_op op);
 const char *fw_fx_name(fx_kind k);
+/* "dense", "per_group", "vector" ("none" for FW_GC_NONE); the report's
+ * layers[].grouped values. */
+const char *fw_gconv_name(fw_gconv g);
+/* Which part of its grouped layer an instruction computes: 0 forward, 1
+ * input gradient, 2 weight gradient, -1 none (not a grouped candidate's,
+ * or moves no values: its tag is in.fx). */
+int fw_gconv_part(const fw_insn *in);
 void fw_program_init(fw_program *p);
 void fw_program_free(fw_program *p);
 /* Rows of an ici.halo's operand d. */

@@ -1224,19 +1224,18 @@ static double fused_apply_ops(const lc *c, int i);
  * natural place.  tpuemu prices each candidate's instructions with the
  * engine (engine_local_ps, as the tile search does) and keeps the fastest;
  * xla.group_conv forces one:
- *   GC_DENSE  (1) the expanded filter on the MXU: K = taps x Cin, N =
+ *   FW_GC_DENSE (1) the expanded filter on the MXU: K = taps x Cin, N =
  *             filters, the block-diagonal filter built (and, for the
  *             weight gradient, the blocks taken back out) by a vector pass;
- *   GC_GROUPS (2) one product per group, laid end to end on the MXU: K =
+ *   FW_GC_GROUPS (2) one product per group, laid end to end on the MXU: K =
  *             taps x Cin/G, N = filters/G, each padded to whole MXU tiles
  *             (a group's M rows stream against its own weight tiles, whose
  *             load hides behind the previous group's rows);
- *   GC_VECTOR (3) depthwise only (Cin/G = 1): a vector-unit pass of taps
+ *   FW_GC_VECTOR (3) depthwise only (Cin/G = 1): a vector-unit pass of taps
  *             multiply-adds per output element (vpu.madd_ops each).
  * Forward, input gradient and weight gradient choose separately.  The
  * halo exchanges are the window's, as for any convolution, and are
  * emitted once, outside the candidates. */
-enum { GC_AUTO = 0, GC_DENSE = 1, GC_GROUPS = 2, GC_VECTOR = 3 };
 
 typedef struct {
     int l, i;
@@ -1280,7 +1279,7 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
     int64_t lane = c->hw->lane_pad, rows = c->hw->mxu.rows;
     int fx = part == 0 ? FX_FWD : part == 1 ? FX_DX : FX_DW;
     double wcompact = (double)L->weights * q->wbytes_el;
-    if (cand == GC_VECTOR) {
+    if (cand == FW_GC_VECTOR) {
         /* Elements the vector unit produces: the output (forward, weight
          * gradient's products) or the input gradient, counted as every
          * other vector pass counts them (out_elems: the stored layout's
@@ -1310,7 +1309,7 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
         return;
     }
     int keep = c->fx;
-    if (cand == GC_DENSE) {
+    if (cand == FW_GC_DENSE) {
         int fold;
         double dense_w = (double)q->taps * (double)q->cin * (double)q->cout;
         if (part == 0) {
@@ -1351,7 +1350,7 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
         c->fx = keep;
         return;
     }
-    /* GC_GROUPS: G products of one group's shape, end to end: G x the
+    /* FW_GC_GROUPS: G products of one group's shape, end to end: G x the
      * rows (at least the array's rows each: a shorter group leaves the
      * array's pipeline as idle as a full tile would).  One group's weights
      * are resident at a time; the others' stream in with the rows, each
@@ -1399,13 +1398,13 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
 static int gc_pick(lc *c, int phase, const gconv *q, int part)
 {
     int forced = c->hw->xla_group_conv, vec_ok = q->cin_g == 1;
-    if (forced == GC_DENSE || forced == GC_GROUPS ||
-        (forced == GC_VECTOR && vec_ok))
+    if (forced == FW_GC_DENSE || forced == FW_GC_GROUPS ||
+        (forced == FW_GC_VECTOR && vec_ok))
         return forced;
-    int best = GC_DENSE;
+    int best = FW_GC_DENSE;
     double best_ps = -1;
-    for (int cand = GC_DENSE; cand <= GC_VECTOR; cand++) {
-        if (cand == GC_VECTOR && !vec_ok)
+    for (int cand = FW_GC_DENSE; cand <= FW_GC_VECTOR; cand++) {
+        if (cand == FW_GC_VECTOR && !vec_ok)
             continue;
         fw_program *keep = c->prog;
         c->cand.n = 0;
@@ -1514,13 +1513,13 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         if (halo_needed(c, l, i))
             emit_exchange(c, phase, l, i, &h, 0);
         if (G > 1) {
-            int cand = M > 0 ? gc_pick(c, phase, &q, 0) : GC_DENSE;
+            int cand = M > 0 ? gc_pick(c, phase, &q, 0) : FW_GC_DENSE;
             if (M > 0)
                 gc_emit(c, phase, &q, 0, cand);
             /* MXU utilization counts the matrix unit's useful MACs: a
              * depthwise part on the vector unit has none there (probe
              * round 11: an MXU idle all step read 0.07%) */
-            if (cand != GC_VECTOR)
+            if (cand != FW_GC_VECTOR)
                 c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
             return;
         }
@@ -1571,7 +1570,7 @@ static void lower_matrix_layer(lc *c, int l, int phase)
             q.in_nohalo = in_nohalo;
             int cand = gc_pick(c, phase, &q, 1);
             gc_emit(c, phase, &q, 1, cand);
-            on_mxu = cand != GC_VECTOR;
+            on_mxu = cand != FW_GC_VECTOR;
         } else if (Min > 0)
             emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
                         in_nohalo / (double)Min, w_bytes,
@@ -1597,7 +1596,7 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         c->fx = FX_NONE;
         int cand = gc_pick(c, phase, &q, 2);
         gc_emit(c, phase, &q, 2, cand);
-        dw_on_mxu = cand != GC_VECTOR;
+        dw_on_mxu = cand != FW_GC_VECTOR;
     } else
         emit_dw(c, phase, l, K, M, cout, in_b, dy_b, npad, apply, passes);
     c->fx = FX_NONE;
