@@ -481,12 +481,14 @@ static double x_of_t(const view_app *a, double t)
 static int span_cols(const view_app *a, double t0, double t1, int ceil_end,
                      int drawn, int xr, int *x0, int *x1)
 {
-    *x0 = (int)floor(x_of_t(a, t0));
-    *x1 = ceil_end ? (int)ceil(x_of_t(a, t1)) : (int)floor(x_of_t(a, t1));
-    if (*x0 < VIEW_LABELS)
-        *x0 = VIEW_LABELS;
-    if (*x1 > xr)
-        *x1 = xr;
+    /* Clamped as doubles: deep in a long step a span's ends lie 1e11
+     * pixels and more outside the plot, past what an int holds (the
+     * conversion would be undefined: x86 gives INT_MIN, and a span
+     * covering the whole window was drawn as one column). */
+    double f0 = floor(x_of_t(a, t0)),
+           f1 = ceil_end ? ceil(x_of_t(a, t1)) : floor(x_of_t(a, t1));
+    *x0 = f0 < VIEW_LABELS ? VIEW_LABELS : f0 > xr ? xr : (int)f0;
+    *x1 = f1 > xr ? xr : f1 < VIEW_LABELS ? VIEW_LABELS : (int)f1;
     if (*x0 <= drawn)
         *x0 = drawn + 1;
     if (*x1 <= *x0)
@@ -558,7 +560,19 @@ static void draw_axis(view_app *a, int top)
         int want = pw / lw;
         st = nice(wu, want < 2 ? 2 : want > 10 ? 10 : want);
     }
-    int d = t_decimals(st, 1), last_r = VIEW_LABELS - 6;
+    /* The caption: deep in a long step the origin needs every digit, and
+     * "ns after 1.149303140 s" is wider than the label column: it runs on
+     * into the plot and the tick labels it would cover are left out. */
+    if (origin != 0) {
+        char ob[48];
+        fmt_tp(ob, sizeof ob, origin / sc, pow(10, ceil(log10(wu))) / sc);
+        snprintf(cap, sizeof cap, "%s after %s", un, ob);
+    } else
+        snprintf(cap, sizeof cap, "time (%s)", un);
+    text_fit(a, 6, VIEW_HEADER + 5, cap, xr - 6, C_INK);
+    int d = t_decimals(st, 1), last_r = 6 + text_w(cap);
+    if (last_r < VIEW_LABELS - 6)
+        last_r = VIEW_LABELS - 6;
     for (double tu = ceil(v0u / st) * st; tu <= v1u + 1e-9 * st; tu += st) {
         int x = (int)x_of_t(a, tu / sc);
         if (x > xr)
@@ -578,13 +592,6 @@ static void draw_axis(view_app *a, int top)
         view_text(a, lx, VIEW_HEADER + 5, buf, 1, C_INK);
         last_r = lx + tw;
     }
-    if (origin != 0) {
-        char ob[48];
-        fmt_tp(ob, sizeof ob, origin / sc, pow(10, ceil(log10(wu))) / sc);
-        snprintf(cap, sizeof cap, "%s after %s", un, ob);
-    } else
-        snprintf(cap, sizeof cap, "time (%s)", un);
-    text_fit(a, 6, VIEW_HEADER + 5, cap, VIEW_LABELS - 8, C_INK);
 }
 
 /* "replicas 1-7"; "replica 3" for one. */
@@ -863,9 +870,9 @@ static void draw_timeline(view_app *a)
                 draw_lane(a, c, u, yy + 2, 8);
             }
         /* The step's end, where idle stops. */
-        int xe = (int)x_of_t(a, pc->step_time_s);
+        double xe = x_of_t(a, pc->step_time_s); /* int only when seen */
         if (xe >= VIEW_LABELS && xe < xr)
-            fill(a, xe, y - 1, 1, rh - 2, 0x000000);
+            fill(a, (int)xe, y - 1, 1, rh - 2, 0x000000);
     }
     /* Scroll position. */
     if (a->n_rows > nv) {

@@ -178,6 +178,30 @@ static void regressions(th_ctx *t, th_cmd_result *r)
         free(p);
     }
 
+    th_case(t, "deep zoom: an event far wider than the window still fills it");
+    /* 34 zooms of the demo's 938 ms step: a window of tens of ps, whose
+     * events start and end 1e10 pixels away, past an int (they were
+     * drawn as one column at the plot's left edge) */
+    {
+        char zs[200] = "--demo --size 640x400 --script 'move:400,90";
+        for (int k = 0; k < 34; k++)
+            strcat(zs, " z");
+        strcat(zs, "'");
+        p = shot(t, r, zs, &w, &h);
+        if (p) {
+            /* the first core row: painted across the plot, not one column */
+            long bg = 0, cols = 0;
+            int y = V_HEADER + V_AXIS + 2 + V_LANE + 8;
+            for (int x = V_LABELS + 2; x < w - 12; x++) {
+                cols++;
+                bg += count_rgb_in(p, w, x, y, x + 1, y + 1, 0xF7F7F7);
+            }
+            TH_CHECKF(t, bg == 0, "%ld of %ld columns of core 0's row are "
+                                  "background", bg, cols);
+            free(p);
+        }
+    }
+
     th_case(t, "footer: the opcode by name, never a bare number");
     p = shot(t, r, "--demo --size 1024x640 --script 'move:400,90'", &w, &h);
     if (p) {
