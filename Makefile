@@ -35,7 +35,7 @@ VIEW_OBJS := $(VIEW_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/registry.o
 LIB       := $(BUILD)/libtpuemu.a
 
-.PHONY: all deps run test bench asan clean fuzz fuzz-report fuzz-sim check-perf rebaseline
+.PHONY: all deps run test bench asan clean fuzz fuzz-report fuzz-sim fuzz-sweep check-perf rebaseline
 all: tpuemu
 
 # Only the viewer objects see SDL's headers.
@@ -112,6 +112,19 @@ fuzz-report: deps
 	  test/fuzz/fuzz_report.c $(CORE_SRCS) $(CORE_LIBS)
 	build-fuzz/fuzz_report -max_total_time=$(FUZZ_SECONDS) -max_len=262144 \
 	  build-fuzz/corpus-report baselines
+
+# The sweep-file parser (users hand `tpuemu sweep` their own SWEEP.json),
+# with "all", the --set checks and every grid point (test/fuzz/fuzz_sweep.c:
+# the base traces it names are written under /tmp/tpuemu-fuzz-sweep).
+fuzz-sweep: deps
+	@mkdir -p build-fuzz/corpus-sweep
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -I. $(CORE_CFLAGS) \
+	  -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_sweep \
+	  test/fuzz/fuzz_sweep.c emu/cli_common.c emu/cli_sweep_file.c \
+	  emu/cli_sweep_grid.c emu/cli_sweep_run.c $(CORE_SRCS) $(CORE_LIBS)
+	build-fuzz/fuzz_sweep -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	  -timeout=20 -dict=test/fuzz/sweep.dict \
+	  build-fuzz/corpus-sweep test/fuzz/corpus-sweep
 
 # The whole pipeline (plan, lowering, pod engine, --functional) on every
 # trace the reader accepts (test/fuzz/fuzz_sim.c); its own corpus, seeded

@@ -177,6 +177,9 @@ const sweep_val *sweep_val_of(const sweep *s, int a, const int *idx);
  * the base trace's, or with scale_batch the base trace's examples per
  * core times the slice's cores.  0 when that is not a whole number. */
 int64_t sweep_batch_for(const sweep *s, const char *sys);
+/* 0, or (exit 2, error printed about jp) when scale_batch leaves no whole
+ * batch on system sys. */
+int sweep_scaled_ok(const sweep *s, const char *jp, const char *sys);
 /* "OUT/rest" into buf (OUT cut at SWEEP_OUT_MAX bytes). */
 void sweep_out_path(char *buf, size_t cap, const char *out, const char *rest);
 

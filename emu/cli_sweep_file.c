@@ -146,6 +146,19 @@ int64_t sweep_batch_for(const sweep *s, const char *sys)
     return num % base->cores ? 0 : num / base->cores;
 }
 
+int sweep_scaled_ok(const sweep *s, const char *jp, const char *sys)
+{
+    const tpu_system *sy = tpu_system_find(sys);
+    if (!s->scale_batch || !sy || sweep_batch_for(s, sys) > 0)
+        return 0;
+    char m[200];
+    snprintf(m, sizeof m,
+             "scale_batch: %lld examples on %s, scaled to %d cores, is not "
+             "a whole batch",
+             (long long)s->g.global_batch, s->g.system, sy->cores);
+    return sweep_bad(s, jp, "%s", m);
+}
+
 int sweep_batch_ok(const cJSON *e)
 {
     return cJSON_IsNumber(e) && isfinite(e->valuedouble) &&
@@ -155,18 +168,53 @@ int sweep_batch_ok(const cJSON *e)
 
 /* ---- the file and its shape ------------------------------------------- */
 
+/* A key from the file as a message names it (one line, cli_shown): as
+ * written when plain (letters, digits, '.', '_', '-', UTF-8), else in
+ * double quotes, so that an empty key ("" or "\u0000...", which cJSON
+ * reads as "") or one holding ": " still reads as one JSON path
+ * (fuzz_sweep found "SWEEP.json: : unknown key"). */
+static void key_shown(char *buf, size_t cap, const char *key)
+{
+    int plain = key[0] != 0;
+    for (const unsigned char *u = (const unsigned char *)key; *u; u++)
+        if (*u < 0x80 && !strchr("abcdefghijklmnopqrstuvwxyz"
+                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "0123456789._-", *u))
+            plain = 0;
+    if (plain || cap < 8) {
+        cli_shown(buf, cap, key);
+        return;
+    }
+    buf[0] = '"';
+    cli_shown(buf + 1, cap - 2, key);
+    size_t n = strlen(buf);
+    buf[n] = '"';
+    buf[n + 1] = 0;
+}
+
+/* Where the JSON white space from text[pos] ends, within len bytes: the
+ * text is len bytes, not a C string (fuzz_sweep found strspn reading past
+ * the end of text that has no NUL after it). */
+static size_t skip_ws(const char *text, size_t pos, size_t len)
+{
+    while (pos < len && (text[pos] == ' ' || text[pos] == '\t' ||
+                         text[pos] == '\r' || text[pos] == '\n'))
+        pos++;
+    return pos;
+}
+
 /* The sweep's text as JSON: the whole text one value, no duplicate keys
  * (text is the file's, or the command-line form's, emu/cli_sweep_cli.c). */
 static int parse_doc(sweep *s, const char *text, size_t len, cJSON **out)
 {
-    size_t pos = strspn(text, " \t\r\n");
+    size_t pos = skip_ws(text, 0, len);
     if (pos == len)
         return sweep_bad(s, NULL, "empty file, expected a JSON object");
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     pos = (end >= text && end <= text + len) ? (size_t)(end - text) : 0;
     if (doc)
-        pos += strspn(text + pos, " \t\r\n");
+        pos = skip_ws(text, pos, len);
     if (!doc || pos < len) {
         int line, col, depth;
         char why[200];
@@ -181,7 +229,7 @@ static int parse_doc(sweep *s, const char *text, size_t len, cJSON **out)
     }
     char jp[512] = "";
     int oom = 0;
-    if (rfile_json_find_dup(doc, jp, sizeof jp, cli_shown, &oom)) {
+    if (rfile_json_find_dup(doc, jp, sizeof jp, key_shown, &oom)) {
         cJSON_Delete(doc);
         if (oom)
             return cli_error(4, "out of memory");
@@ -242,7 +290,7 @@ static int check_top_keys(const sweep *s, const cJSON *doc)
         if (in_list(e->string, top))
             continue;
         char q[80];
-        cli_shown(q, sizeof q, e->string);
+        key_shown(q, sizeof q, e->string);
         return sweep_bad(s, q, "unknown key (expected one of: format, name, "
                                "description, trace, grid, x, scale_batch)");
     }
@@ -286,7 +334,8 @@ static int check_top_values(sweep *s, const cJSON *doc)
     if (!cJSON_IsObject(grid))
         return sweep_bad(s, "grid", grid ? "expected an object of axes"
                                          : "missing (an object of axes)");
-    if (x && (!cJSON_IsString(x) || strlen(x->valuestring) >= sizeof s->x))
+    if (x && (!cJSON_IsString(x) || !x->valuestring[0] ||
+              strlen(x->valuestring) >= sizeof s->x))
         return sweep_bad(s, "x", "expected the name of a grid axis");
     if (sb && !cJSON_IsBool(sb))
         return sweep_bad(s, "scale_batch", "expected true or false");
@@ -344,7 +393,7 @@ static int count_axis(const sweep *s, const cJSON *e, int *naxes,
     static const char *const axes[] = {"partition_dims", "system", "batch",
                                        "set", "freeze", NULL};
     char jp[128], q[80];
-    cli_shown(q, sizeof q, e->string);
+    key_shown(q, sizeof q, e->string);
     snprintf(jp, sizeof jp, "grid.%s", q);
     if (!in_list(e->string, axes))
         return sweep_bad(s, jp, "unknown axis (expected partition_dims, "
@@ -365,7 +414,7 @@ static int count_axis(const sweep *s, const cJSON *e, int *naxes,
     if (!e->child)
         return sweep_bad(s, jp, "no key to sweep");
     for (const cJSON *l = e->child; l; l = l->next) {
-        cli_shown(q, sizeof q, l->string);
+        key_shown(q, sizeof q, l->string);
         snprintf(jp, sizeof jp, "grid.set.%s", q);
         int rc = count_list(s, l, jp, naxes, runs);
         if (rc)
@@ -644,17 +693,11 @@ static int system_value(const sweep *s, const char *jp, sweep_val *v)
     v->x = sy->cores;
     if (!s->scale_batch)
         return 0;
-    int64_t b = sweep_batch_for(s, v->arg);
-    if (b <= 0) {
-        char m[200];
-        snprintf(m, sizeof m,
-                 "scale_batch: %lld examples on %s, scaled to %d cores, is "
-                 "not a whole batch",
-                 (long long)s->g.global_batch, s->g.system, sy->cores);
-        return sweep_bad(s, jp, "%s", m);
-    }
-    snprintf(v->batch, sizeof v->batch, "%lld", (long long)b);
-    return 0;
+    int rc = sweep_scaled_ok(s, jp, v->arg);
+    if (!rc)
+        snprintf(v->batch, sizeof v->batch, "%lld",
+                 (long long)sweep_batch_for(s, v->arg));
+    return rc;
 }
 
 /* Value i of a system, batch, freeze or --set axis. */
@@ -715,7 +758,7 @@ static int parse_sets(sweep *s, const cJSON *set)
             strspn(e->string, "abcdefghijklmnopqrstuvwxyz0123456789._") !=
                 strlen(e->string)) {
             char q[80];
-            cli_shown(q, sizeof q, e->string);
+            key_shown(q, sizeof q, e->string);
             snprintf(jp, sizeof jp, "grid.set.%s", q);
             return sweep_bad(s, jp, "expected a parameter key like "
                                     "hbm.bandwidth_gbs");

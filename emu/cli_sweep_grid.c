@@ -135,6 +135,11 @@ static int check_combo_values(const sweep *s, const cJSON *sys,
         snprintf(jp, sizeof jp, "grid.system[%d]", i++);
         if (!cJSON_IsString(e) || !tpu_system_find(e->valuestring))
             return sweep_bad(s, jp, "%s", sweep_bad_system_msg);
+        /* a system scale_batch cannot scale to would be searched at
+         * batch 0 and blamed on "all" (fuzz_sweep) */
+        int rc = sweep_scaled_ok(s, jp, e->valuestring);
+        if (rc)
+            return rc;
     }
     i = 0;
     cJSON_ArrayForEach(e, bat)
