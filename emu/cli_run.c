@@ -267,14 +267,17 @@ static void print_memory(const emu_result *r)
          * 532.5 MiB", "55.5 MiB of 16 GiB" (it read "519 MiB of 0.52 GiB",
          * probe round 10) */
         double uc = r->hbm_capacity_bytes >= gib ? gib : gib / 1024;
-        printf("HBM need %.3g %s of %.4g %s on core %d: "
-               "%s %s, activations kept for "
-               "backward %s, workspace %s%s%s\n",
+        /* inference keeps nothing for a backward pass: not named */
+        char kept[64] = "";
+        if (r->train)
+            snprintf(kept, sizeof kept, "activations kept for backward %s, ",
+                     t[1]);
+        printf("HBM need %.3g %s of %.4g %s on core %d: %s %s, %sworkspace "
+               "%s%s%s\n",
                r->hbm_needed_bytes / u, un, r->hbm_capacity_bytes / uc,
-               uc == gib ? "GiB" : "MiB",
-               r->hbm_need_core,
+               uc == gib ? "GiB" : "MiB", r->hbm_need_core,
                r->train ? "weights+gradients+optimizer" : "weights", t[0],
-               t[1], t[2], own ? "" : " ", own ? "" : un);
+               kept, t[2], own ? "" : " ", own ? "" : un);
     }
     if (r->hbm_remat_bytes > 0) {
         /* GiB from 1 GiB up, as the HBM column prints */

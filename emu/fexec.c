@@ -548,6 +548,23 @@ tpu_status fx_fwin_of(fx_state *x, int core, int l, const fxt_tens **out,
     return fx_act_of(x, core, x->g->layers[l].in[0], out, err);
 }
 
+/* The weight gradient's window: with xla.dw_halo the forward's exchanged
+ * window is gone (only the shard is saved), so the firmware must have
+ * exchanged it again; reading the forward's would hide a missing
+ * exchange (probe round 12: a gathered window's weight gradient). */
+tpu_status fx_dwin_of(fx_state *x, int core, int l, const fxt_tens **out,
+                      tpu_error *err)
+{
+    uint8_t tag = x->cs[core].have_win[l];
+    if (tag && tag != FX_DW && x->hw->xla_dw_halo)
+        return tpu_fail(err, TPU_ERR_SYSTEM,
+                        "internal: functional: core %d, layer '%s' (weight "
+                        "gradient) reads the forward pass's exchanged window, "
+                        "which its firmware did not exchange again",
+                        core, x->g->layers[l].name);
+    return fx_fwin_of(x, core, l, out, err);
+}
+
 int64_t fx_nweights(const fx_state *x, int l)
 {
     return x->g->layers[fx_owner(x, l)].weights;

@@ -207,7 +207,7 @@ static tpu_status g_dw(fx_state *x, int core, int l, const fw_insn *in,
     float *wg;
     tpu_status rc;
     if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
-        (rc = fx_fwin_of(x, core, l, &win, err)) ||
+        (rc = fx_dwin_of(x, core, l, &win, err)) ||
         (rc = fx_wgrad_of(x, core, l, &wg, err)))
         return rc;
     int dense = cand == FW_GC_DENSE;
@@ -435,7 +435,7 @@ static tpu_status v_dw(fx_state *x, int core, int l, tpu_error *err)
     float *wg;
     tpu_status rc;
     if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
-        (rc = fx_fwin_of(x, core, l, &win, err)) ||
+        (rc = fx_dwin_of(x, core, l, &win, err)) ||
         (rc = fx_wgrad_of(x, core, l, &wg, err)))
         return rc;
     int64_t npos = fxt_npos(gy), Mc = gy->B * npos, ex = fxt_example(win);

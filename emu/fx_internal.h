@@ -125,6 +125,10 @@ tpu_status fx_act_of(fx_state *x, int core, int l, const fxt_tens **out,
  * gather assembled, or the core's own shard of the input. */
 tpu_status fx_fwin_of(fx_state *x, int core, int l, const fxt_tens **out,
                       tpu_error *err);
+/* The same for its weight gradient, which must have exchanged it again
+ * when xla.dw_halo is on (an internal error otherwise). */
+tpu_status fx_dwin_of(fx_state *x, int core, int l, const fxt_tens **out,
+                      tpu_error *err);
 /* Layer l's gradient shard (allocated, zeroed, when first asked for). */
 tpu_status fx_grad_of(fx_state *x, int core, int l, fxt_tens **out,
                       tpu_error *err);

@@ -293,7 +293,7 @@ tpu_status fxm_dw(fx_state *x, int core, int l, const fw_insn *in,
     fxt_tens *gy;
     float *wg;
     if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
-        (rc = fx_fwin_of(x, core, l, &win, err)) ||
+        (rc = fx_dwin_of(x, core, l, &win, err)) ||
         (rc = fx_wgrad_of(x, core, l, &wg, err)))
         return rc;
     int64_t R = gm.taps * gm.cin, npos = fxt_npos(gy), Mc = gy->B * npos;

@@ -249,11 +249,15 @@ static void nofit_parts(char *buf, size_t cap, const fw_memory *m, double u,
             snprintf(t[i] + strlen(t[i]), sizeof t[i] - strlen(t[i]), " %s",
                      un);
     /* an inference step (or one with every layer frozen) holds weights
-     * only: "weights+gradients+optimizer" would name what it has not */
+     * only: "weights+gradients+optimizer" would name what it has not, and
+     * with no backward pass nothing is kept for one (probe round 12) */
     int state = m->grads_bytes + m->opt_bytes > 0;
-    snprintf(buf, cap, "%s %s, activations kept "
-                       "for backward %s, workspace %s%s%s",
-             state ? "weights+gradients+optimizer" : "weights", t[0], t[1],
+    char kept[64] = "";
+    if (state || m->saved_bytes > 0)
+        snprintf(kept, sizeof kept, "activations kept for backward %s, ",
+                 t[1]);
+    snprintf(buf, cap, "%s %s, %sworkspace %s%s%s",
+             state ? "weights+gradients+optimizer" : "weights", t[0], kept,
              t[2], own ? "" : " ", own ? "" : un);
 }
 

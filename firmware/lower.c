@@ -891,8 +891,9 @@ static void halo_of_shard(const lc *c, int l, int i, const int *coords,
         plan_range(c->p, c->g, i, d, coords[d], &ilo, &ihi);
         h->in_ext[d] = ihi - ilo;
         if (!same_rank) {
-            /* flatten / global pooling of a split tensor */
-            if (is_split(c, i, d) && L->op != GOP_GAP)
+            /* flatten of a split tensor gathers it; global pooling and a
+             * loss reduce their own shard and all-reduce the result */
+            if (is_split(c, i, d) && L->op != GOP_GAP && L->op != GOP_LOSS)
                 h->gather = 1;
             continue;
         }
@@ -1176,10 +1177,13 @@ static void emit_exchange(lc *c, int phase, int l, int i, const halo_t *h,
  * the weight-gradient convolution (both operands split spatially) with
  * PartitionConvolutionWithSpatialDimensionHaloExchangeOnLHS, which sends
  * the activation's halos again, concatenated per dimension, unmasked
- * (openxla/xla spmd/convolution_handler.cc; xla.dw_halo). */
+ * (openxla/xla spmd/convolution_handler.cc; xla.dw_halo).  A window too
+ * wide for the neighbours is all-gathered again, as the forward pass did:
+ * only the shard is saved for the backward pass (probe round 12: the
+ * product read the forward's gathered window, which nothing kept). */
 static void emit_dw_exchange(lc *c, int l, int i, const halo_t *h)
 {
-    if (!c->hw->xla_dw_halo || h->gather || !halo_needed(c, l, i))
+    if (!c->hw->xla_dw_halo || !halo_needed(c, l, i))
         return;
     emit_exchange(c, PHASE_BWD, l, i, h, 2);
 }
@@ -2003,32 +2007,66 @@ static void mark_kept_for(lc *c)
     }
 }
 
+/* Whether layer l's output is held for the whole step (saved for the
+ * backward pass and not recomputed): counted once in the saved set. */
+static int held_for_step(const lc *c, int l)
+{
+    return c->g->train && saved_for_backward(c, l) && !c->remat[l];
+}
+
 static void account_memory(lc *c)
 {
     const graph *g = c->g;
     fw_memory *m = c->mem;
     double saved = 0, ws = 0;
+    /* Tensors not held for the step that wait for a later consumer (a
+     * skip connection in inference, a recomputed activation that a later
+     * forward layer still reads): live from their producer to their last
+     * consumer (probe round 12: an inference U-shaped net fitted with 18
+     * GiB live at once).  `open` sums those produced so far and still
+     * waiting; `ends[l]` those whose last consumer is l. */
+    double open = 0;
+    double *ends = calloc((size_t)g->n_layers + 1, sizeof *ends);
+    for (int t = 0; ends && t < g->n_layers; t++)
+        if (!g->layers[t].unused && !held_for_step(c, t) &&
+            c->last_use[t] > t)
+            ends[c->last_use[t]] += out_bytes(c, t);
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
         if (L->unused)
             continue;
         double ob = out_bytes(c, l);
-        if (g->train && saved_for_backward(c, l) && !c->remat[l])
+        if (held_for_step(c, l))
             saved += ob;
-        double in = 0;
+        double in = 0, across = ends ? open - ends[l] : 0;
         for (int k = 0; k < L->n_in; k++) {
+            int i = L->in[k];
             halo_t h;
-            halo_of(c, l, L->in[k], &h);
-            const glayer *I = &g->layers[L->in[k]];
+            halo_of(c, l, i, &h);
+            const glayer *I = &g->layers[i];
             in += layout_bytes(c, I->out.nsp, h.in_ext, I->out.c,
                                I->dtype_bytes);
+            /* an input that waits on for a later consumer too is counted
+             * here, with its halos, not twice */
+            int first = 1;
+            for (int q = 0; q < k; q++)
+                first &= L->in[q] != i;
+            if (ends && first && !held_for_step(c, i) && c->last_use[i] > l)
+                across -= out_bytes(c, i);
         }
         /* Live at once besides the saved set: the layer's input and output
-         * (forward), or the gradients of both (backward). */
-        double live = in + ob;
+         * (forward), or the gradients of both (backward), and the tensors
+         * waiting across it. */
+        double live = in + ob + (across > 0 ? across : 0);
         if (live > ws)
             ws = live;
+        if (ends) {
+            open -= ends[l];
+            if (!held_for_step(c, l) && c->last_use[l] > l)
+                open += ob;
+        }
     }
+    free(ends);
     /* fp32 master weights; gradients and momentum for the trainable ones
      * only (a sharer counts no weights of its own). */
     double wt = (double)graph_trainable_weights(g) * 4;

@@ -115,6 +115,12 @@ static void bandwidth_cases(th_ctx *t)
             if (k == 0 && !p) /* an inference step holds weights only */
                 p = strstr(h, lab = "weights ");
             char pu[8] = "";
+            if (k == 1 && !p && !strstr(h, "optimizer")) {
+                /* nor anything kept for a backward pass (probe round 12) */
+                part[k] = 0;
+                got++;
+                continue;
+            }
             if (!p || sscanf(p + strlen(lab), "%lf %7[A-Za-z]",
                              &part[k], pu) < 1)
                 continue;

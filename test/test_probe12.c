@@ -1,0 +1,163 @@
+/* Probe round 12 (a new user's own networks, checked by hand), each
+ * failing before its fix:
+ *
+ *  - a loss on a spatially split tensor was counted in the HBM need as
+ *    the whole unsplit tensor (treated like flatten, which gathers), 8x
+ *    the workspace on an 8-way split and a false "does not fit";
+ *  - inference counted only one layer's inputs and output as live: a
+ *    tensor waiting for a later consumer (a skip connection) was not, so
+ *    18 GiB live at once "fitted" in 16;
+ *  - a convolution whose window reaches past the neighbours' rows gathers
+ *    its input in the forward pass, and its weight gradient read that
+ *    gathered window in the backward pass, which nothing kept and nothing
+ *    gathered again (xla.dw_halo re-sends a halo; now a gather too).
+ *    --functional now refuses a weight gradient that reads the forward's
+ *    exchanged window, so a missing exchange shows as an error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test/harness.h"
+
+static const char *const trace_head =
+    "{\"format\":\"tpuemu-trace/1\",\"system\":\"v3-8\",\"run\":{";
+
+/* core 0's hbm_peak_bytes from a report, -1 when absent */
+static double peak_of(const char *rep)
+{
+    char *text = th_slurp(rep, NULL);
+    const char *k = text ? strstr(text, "\"hbm_peak_bytes\":") : NULL;
+    double v = k ? atof(k + strlen("\"hbm_peak_bytes\":")) : -1;
+    free(text);
+    return v;
+}
+
+static double loss_need(th_ctx *t, th_cmd_result *c, int split)
+{
+    char path[512], rep[512], text[1024];
+    snprintf(path, sizeof path, "%s/p12-loss%d.json", th_tmpdir(), split);
+    snprintf(rep, sizeof rep, "%s/p12-loss%d.r.json", th_tmpdir(), split);
+    /* the same bytes per core: one 512x512 example split 8 ways, or 1/8
+     * of the rows as its own example on each core */
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"train\",\"global_batch\":%d,"
+             "\"num_cores_per_replica\":%d%s},\"graph\":{\"inputs\":[{"
+             "\"name\":\"x\",\"shape\":[%d,512,8]}],\"layers\":["
+             "{\"name\":\"c\",\"op\":\"conv\",\"in\":\"x\",\"filters\":128,"
+             "\"kernel\":[3,3]},"
+             "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"c\",\"kind\":\"l2\"}"
+             "]}}",
+             trace_head, split ? 1 : 8, split ? 8 : 1,
+             split ? ",\"input_partition_dims\":[[1,8,1,1],null]" : "",
+             split ? 512 : 64);
+    th_put(path, text);
+    th_run(c, "%s run %s --quiet --report %s", th_bin(), path, rep);
+    TH_CHECKF(t, c->status == 0, "status %d: %s", c->status, c->err);
+    return peak_of(rep);
+}
+
+static void loss_cases(th_ctx *t, th_cmd_result *c)
+{
+    th_case(t, "a loss on a split tensor counts its shard, not the whole");
+    double whole = loss_need(t, c, 0), split = loss_need(t, c, 1);
+    /* the split shard holds the halo rows besides: a few percent */
+    TH_CHECKF(t, whole > 0 && split > 0 && split < 1.1 * whole,
+              "split %.4g B, unsplit %.4g B", split, whole);
+}
+
+static void skip_cases(th_ctx *t, th_cmd_result *c)
+{
+    /* a (3 GiB per core) waits for d while b (12 GiB) and c (3 GiB) are
+     * computed: 18 GiB live at once */
+    char path[512], text[1024];
+    snprintf(path, sizeof path, "%s/p12-skip.json", th_tmpdir());
+    for (int skip = 1; skip >= 0; skip--) {
+        snprintf(text, sizeof text,
+                 "%s\"mode\":\"infer\",\"global_batch\":8},\"graph\":{"
+                 "\"inputs\":[{\"name\":\"x\",\"shape\":[2048,2048,8]}],"
+                 "\"layers\":["
+                 "{\"name\":\"a\",\"op\":\"conv\",\"in\":\"x\",\"filters\":"
+                 "384,\"kernel\":[1,1]},"
+                 "{\"name\":\"b\",\"op\":\"conv\",\"in\":\"a\",\"filters\":"
+                 "1536,\"kernel\":[1,1]},"
+                 "{\"name\":\"c\",\"op\":\"conv\",\"in\":\"b\",\"filters\":"
+                 "384,\"kernel\":[1,1]},"
+                 "{\"name\":\"d\",\"op\":\"add\",\"in\":[\"%s\",\"c\"]}]}}",
+                 trace_head, skip ? "a" : "c");
+        th_put(path, text);
+        th_run(c, "%s run %s --quiet", th_bin(), path);
+        if (skip) {
+            th_case(t, "inference: a skip connection's tensor is live until "
+                       "its consumer");
+            TH_CHECKF(t,
+                      c->status == 3 && strstr(c->err, "needs 18.0 GiB") &&
+                          strstr(c->err, "workspace 18.0 GiB"),
+                      "status %d: %s", c->status, c->err);
+            th_case(t, "inference: the need names no backward pass");
+            TH_CHECKF(t, !strstr(c->err, "backward"), "%s", c->err);
+        } else {
+            th_case(t, "inference: without the skip, 15 GiB fits");
+            TH_CHECKF(t, c->status == 0, "status %d: %s", c->status, c->err);
+        }
+    }
+}
+
+/* whether a listing line holds both a and b */
+static int line_with(const char *text, const char *a, const char *b)
+{
+    for (const char *p = text; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *x = strstr(p, a), *y = strstr(p, b);
+        if (x && y && (size_t)(x - p) < n && (size_t)(y - p) < n)
+            return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+static void gather_cases(th_ctx *t, th_cmd_result *c)
+{
+    /* 8 rows a core; dilation 12 reaches past the neighbours: gathered */
+    char path[512], text[1024];
+    snprintf(path, sizeof path, "%s/p12-gather.json", th_tmpdir());
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"train\",\"global_batch\":1,"
+             "\"num_cores_per_replica\":8,\"input_partition_dims\":"
+             "[[1,8,1,1],null]},\"graph\":{\"inputs\":[{\"name\":\"x\","
+             "\"shape\":[64,64,4]}],\"layers\":["
+             "{\"name\":\"c0\",\"op\":\"conv\",\"in\":\"x\",\"filters\":8,"
+             "\"kernel\":[3,3],\"dilation\":[12,12]},"
+             "{\"name\":\"r0\",\"op\":\"relu\",\"in\":\"c0\"},"
+             "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"r0\",\"filters\":8,"
+             "\"kernel\":[3,3],\"strides\":[3,1],\"dilation\":[20,1]},"
+             "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"c1\",\"kind\":\"l2\"}"
+             "]}}",
+             trace_head);
+    th_put(path, text);
+    th_case(t, "a gathered window is gathered again for the weight gradient");
+    th_run(c, "%s lower %s --core 3", th_bin(), path);
+    TH_CHECKF(t, c->status == 0 && line_with(c->out, "ici.allgather", "fx=dw"),
+              "status %d: %.300s", c->status, c->out);
+    th_case(t, "without it the weight gradient has no window (xla.dw_halo=0 "
+               "keeps the forward's)");
+    th_run(c, "%s lower %s --core 3 --set xla.dw_halo=0", th_bin(), path);
+    TH_CHECKF(t, c->status == 0 && !line_with(c->out, "ici.allgather", "fx=dw"),
+              "status %d", c->status);
+    th_case(t, "--functional: the weight gradient reads the window its "
+               "firmware brought");
+    th_run(c, "%s run %s --functional --quiet", th_bin(), path);
+    TH_CHECKF(t, c->status == 0, "status %d: %s", c->status, c->err);
+}
+
+void th_suite_probe12(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c); /* 72 KiB: not on the stack */
+    if (!c)
+        return;
+    loss_cases(t, c);
+    skip_cases(t, c);
+    gather_cases(t, c);
+    free(c);
+}
