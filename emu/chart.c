@@ -207,6 +207,32 @@ static double nice_step(double range, int want)
     return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
+/* The ticks of [lo, hi] at multiples of step: the first multiple's index
+ * in *k0 and how many, counted by index so that the loop ends whatever
+ * the doubles do (a range of a few ulps made v += step a no-op: a sweep
+ * drew its chart forever, probe round 12), at most 100. */
+static int tick_span(double lo, double hi, double step, double *k0)
+{
+    double a = ceil(lo / step), b = floor(hi / step + 1e-6);
+    *k0 = a;
+    if (!isfinite(a) || !isfinite(b) || b < a)
+        return 0;
+    return b - a >= 99 ? 100 : (int)(b - a) + 1;
+}
+
+/* A range too narrow to draw at its magnitude (equal ends, or ends a few
+ * ulps apart) widened around its middle by half, or by a millionth of
+ * the middle where half a unit cannot be told from it. */
+static void widen_flat(double *lo, double *hi, double half)
+{
+    double mid = *lo / 2 + *hi / 2;
+    if (*hi - *lo > fabs(mid) * 1e-9)
+        return;
+    half = fmax(half, fabs(mid) * 1e-6);
+    *lo = mid - half;
+    *hi = mid + half;
+}
+
 static void fmt_tick(char *buf, size_t cap, double v, double step)
 {
     if (fabs(v) < step * 1e-9)
@@ -214,8 +240,13 @@ static void fmt_tick(char *buf, size_t cap, double v, double step)
     int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
     if (dec > 6)
         snprintf(buf, cap, "%.3g", v);
-    else if (fabs(v) >= 1e6)
-        snprintf(buf, cap, "%.3g", v);
+    else if (fabs(v) >= 1e6) {
+        /* enough digits that neighbouring ticks read apart (1e9 +- 200
+         * read "1e+09" at every tick) */
+        double r = fabs(v) / step;
+        int sig = r > 1e3 ? (int)ceil(log10(r)) + 1 : 3;
+        snprintf(buf, cap, "%.*g", sig < 17 ? sig : 17, v);
+    }
     else
         snprintf(buf, cap, "%.*f", dec, v);
 }
@@ -242,8 +273,10 @@ static double y_axis(chart_image *im, const frame *f, const char *label)
 {
     double step = nice_step(f->ymax - f->ymin, 6);
     char buf[64];
-    for (double v = ceil(f->ymin / step) * step; v <= f->ymax + step * 1e-6;
-         v += step) {
+    double k0;
+    int n = tick_span(f->ymin, f->ymax, step, &k0);
+    for (int k = 0; k < n; k++) {
+        double v = (k0 + k) * step;
         int y = fy(f, v);
         chart_line(im, f->x0, y, f->x1, y, GRID);
         fmt_tick(buf, sizeof buf, v, step);
@@ -736,10 +769,7 @@ static tpu_status data_span(const chart_series *s, int nseries,
 static void plot_range(span *sp, const char **ylabel, char *ylab,
                        size_t cap, double *ysc)
 {
-    if (sp->xmax == sp->xmin) {
-        sp->xmin -= 0.5;
-        sp->xmax += 0.5;
-    }
+    widen_flat(&sp->xmin, &sp->xmax, 0.5);
     if (sp->ymin > 0)
         sp->ymin = 0;
     *ysc = 1;
@@ -756,6 +786,7 @@ static void plot_range(span *sp, const char **ylabel, char *ylab,
         sp->ymin -= fabs(sp->ymin) * 0.1 + 0.5;
         sp->ymax += fabs(sp->ymax) * 0.1 + 0.5;
     }
+    widen_flat(&sp->ymin, &sp->ymax, 0.5);
     double pad = (sp->ymax - sp->ymin) * 0.06;
     sp->ymax += pad;
     if (sp->ymin != 0)
@@ -770,8 +801,23 @@ static void x_axis(chart_image *im, const frame *f, int xint,
     if (xint && step < 1)
         step = 1;
     char buf[64];
-    for (double v = ceil(f->xmin / step) * step; v <= f->xmax + step * 1e-6;
-         v += step) {
+    double k0;
+    int n = tick_span(f->xmin, f->xmax, step, &k0);
+    /* labels that would run into each other: fewer ticks */
+    for (int tries = 0; n > 1 && tries < 8; tries++) {
+        int w = 0;
+        for (int k = 0; k < n; k += n - 1) {
+            fmt_tick(buf, sizeof buf, (k0 + k) * step, step);
+            int bw = font_text_width(buf, 1);
+            w = bw > w ? bw : w;
+        }
+        if ((double)n * (w + FONT_W) <= f->x1 - f->x0)
+            break;
+        step *= 2;
+        n = tick_span(f->xmin, f->xmax, step, &k0);
+    }
+    for (int k = 0; k < n; k++) {
+        double v = (k0 + k) * step;
         int x = fx(f, v);
         chart_line(im, x, f->y1, x, f->y1 + 3, INK);
         fmt_tick(buf, sizeof buf, v, step);

@@ -47,8 +47,9 @@
 /* "partition_dims": "all" splits into at most this many cores per
  * replica: the 2-16 of spatial partitioning's published runs. */
 #define SWEEP_ALL_MAX_CPR 16
-/* Same bound as `run --batch`. */
-#define SWEEP_MAX_BATCH ((double)((int64_t)1 << 40))
+/* Same bound as `run --batch` and a trace's global_batch (it read 2^40,
+ * so a sweep started runs that run refused: probe round 12). */
+#define SWEEP_MAX_BATCH ((double)GRAPH_DIM_MAX)
 /* Output paths are "OUT/..." with OUT cut at this many bytes. */
 #define SWEEP_OUT_MAX 900
 

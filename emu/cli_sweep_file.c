@@ -18,7 +18,7 @@
 #include "emu/rfile.h"
 
 const char sweep_bad_batch_msg[] = "expected a positive integer (at most "
-                                   "2^40)";
+                                   "1048576, as run --batch takes)";
 const char sweep_bad_system_msg[] = "unknown system (v2-2, v2-8 ... v2-512, "
                                     "v3-2, v3-8 ... v3-2048)";
 
@@ -149,13 +149,21 @@ int64_t sweep_batch_for(const sweep *s, const char *sys)
 int sweep_scaled_ok(const sweep *s, const char *jp, const char *sys)
 {
     const tpu_system *sy = tpu_system_find(sys);
-    if (!s->scale_batch || !sy || sweep_batch_for(s, sys) > 0)
+    int64_t b = sweep_batch_for(s, sys);
+    if (!s->scale_batch || !sy || (b > 0 && b <= SWEEP_MAX_BATCH))
         return 0;
     char m[200];
-    snprintf(m, sizeof m,
-             "scale_batch: %lld examples on %s, scaled to %d cores, is not "
-             "a whole batch",
-             (long long)s->g.global_batch, s->g.system, sy->cores);
+    if (b > 0) /* checked here, not by the run it would start */
+        snprintf(m, sizeof m,
+                 "scale_batch: %lld examples on %s, scaled to %d cores, is "
+                 "%lld, above run --batch's 1048576",
+                 (long long)s->g.global_batch, s->g.system, sy->cores,
+                 (long long)b);
+    else
+        snprintf(m, sizeof m,
+                 "scale_batch: %lld examples on %s, scaled to %d cores, is "
+                 "not a whole batch",
+                 (long long)s->g.global_batch, s->g.system, sy->cores);
     return sweep_bad(s, jp, "%s", m);
 }
 
@@ -670,6 +678,8 @@ static int value_arg(const sweep *s, sweep_kind kind, const cJSON *e,
         sweep_num_text(v->arg, sizeof v->arg, e->valuedouble);
         return 0;
     }
+    if (cJSON_IsNumber(e)) /* 1e400: a number, as --set K=1e400 says */
+        return sweep_bad(s, jp, "too large for a double");
     if (!cJSON_IsString(e))
         return sweep_bad(s, jp, "expected a string or a number");
     if (strlen(e->valuestring) >= sizeof v->arg || !e->valuestring[0])

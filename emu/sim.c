@@ -409,6 +409,17 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         if (r->step_time_s > out->step_time_s)
             out->step_time_s = r->step_time_s;
     }
+    if (!(out->step_time_s > 0)) {
+        /* Only relabellings (inputs, flatten, a concat of inputs): a
+         * report of a step that takes no time reads as a broken one, and
+         * has no timeline to draw (probe round 12). */
+        rc = tpu_fail(err, TPU_ERR_INPUT,
+                      "%s: graph.layers: the step does no work: no layer "
+                      "computes anything (inputs, flatten and concatenations "
+                      "of inputs only relabel data)",
+                      path);
+        goto fail_plan;
+    }
     for (int k = 0; k < p.cpr; k++)
         fw_program_free(&progs[k]);
     free(progs);

@@ -13,6 +13,16 @@
  *    gathered again (xla.dw_halo re-sends a halo; now a gather too).
  *    --functional now refuses a weight gradient that reads the forward's
  *    exchanged window, so a missing exchange shows as an error.
+ *
+ * and as an adversary (malformed and hostile input):
+ *
+ *  - a sweep whose values are a few ulps apart drew its chart forever
+ *    (v += step did not move v), deaf to SIGTERM;
+ *  - a step with no work wrote a report its own readers refuse (step
+ *    time 0) and a Chrome trace refusal that blamed the internals;
+ *  - a sweep accepted batches up to 2^40 (and scale_batch scaled past
+ *    run's limit), so its runs failed after the directory was made;
+ *  - 1e400 in a sweep's set was "expected a string or a number".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +161,79 @@ static void gather_cases(th_ctx *t, th_cmd_result *c)
     TH_CHECKF(t, c->status == 0, "status %d: %s", c->status, c->err);
 }
 
+static void sweep_cases(th_ctx *t, th_cmd_result *c)
+{
+    const char *dir = th_tmpdir();
+    char tr[512], sw[512], text[1024];
+    snprintf(tr, sizeof tr, "%s/p12-sw-trace.json", dir);
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"infer\",\"global_batch\":8},\"graph\":{"
+             "\"inputs\":[{\"name\":\"x\",\"shape\":[16,16,8]}],"
+             "\"layers\":[{\"name\":\"c\",\"op\":\"conv\",\"in\":\"x\","
+             "\"filters\":8,\"kernel\":[3,3]}]}}",
+             trace_head);
+    th_put(tr, text);
+    static const struct {
+        const char *grid, *what, *want; /* want NULL: the sweep runs */
+    } k[] = {
+        {"\"set\":{\"clock_hz\":[1000000000.0,1000000000.0000001]}",
+         "a sweep of values one ulp apart draws its chart and ends", NULL},
+        {"\"batch\":[2097152]",
+         "a sweep refuses a batch run refuses, before it starts",
+         "grid.batch[0]: expected a positive integer (at most 1048576"},
+        {"\"set\":{\"clock_hz\":[1e400]}",
+         "a sweep names a number too large for a double as one",
+         "grid.set.clock_hz[0]: too large for a double"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        snprintf(sw, sizeof sw, "%s/p12-sw%zu.json", dir, i);
+        snprintf(text, sizeof text,
+                 "{\"format\":\"tpuemu-sweep/"
+                 "1\",\"name\":\"p12\",\"trace\":\"p12-sw-trace.json\","
+                 "\"grid\":{%s}}",
+                 k[i].grid);
+        th_put(sw, text);
+        th_case(t, k[i].what);
+        th_run(c,
+               "rm -rf %s/p12-swout%zu; timeout 60 %s sweep %s --out "
+               "%s/p12-swout%zu; s=$?; test -e %s/p12-swout%zu; "
+               "echo made=$?; exit $s",
+               dir, i, th_bin(), sw, dir, i, dir, i);
+        if (!k[i].want)
+            TH_CHECKF(t, c->status == 0 && strstr(c->out, "2 done"),
+                      "status %d: %s", c->status, c->err);
+        else
+            TH_CHECKF(t,
+                      c->status == 2 && strstr(c->err, k[i].want) &&
+                          strstr(c->out, "made=1"),
+                      "status %d: %s %s", c->status, c->err, c->out);
+    }
+}
+
+static void nowork_cases(th_ctx *t, th_cmd_result *c)
+{
+    char path[512], text[1024];
+    snprintf(path, sizeof path, "%s/p12-nowork.json", th_tmpdir());
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"train\",\"global_batch\":8},\"graph\":{"
+             "\"inputs\":[{\"name\":\"x\",\"shape\":[16]}],\"layers\":["
+             "{\"name\":\"f\",\"op\":\"flatten\",\"in\":\"x\"}]}}",
+             trace_head);
+    th_put(path, text);
+    th_case(t, "a step with no work is refused, naming the graph, and "
+               "writes no report");
+    th_run(c,
+           "rm -f %s/p12-nw.json; %s run %s --report %s/p12-nw.json; "
+           "s=$?; test -e %s/p12-nw.json; echo made=$?; exit $s",
+           th_tmpdir(), th_bin(), path, th_tmpdir(), th_tmpdir());
+    TH_CHECKF(t,
+              c->status == 2 &&
+                  strstr(c->err, "graph.layers: the step "
+                                 "does no work") &&
+                  strstr(c->out, "made=1"),
+              "status %d: %s", c->status, c->err);
+}
+
 void th_suite_probe12(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c); /* 72 KiB: not on the stack */
@@ -159,5 +242,7 @@ void th_suite_probe12(th_ctx *t)
     loss_cases(t, c);
     skip_cases(t, c);
     gather_cases(t, c);
+    sweep_cases(t, c);
+    nowork_cases(t, c);
     free(c);
 }
