@@ -42,6 +42,7 @@ typedef struct {
     uint8_t *relu_fused;   /* relu layer fused into its producer's pass */
     uint8_t *remat;        /* activation recomputed in the backward pass */
     int *last_use;         /* per layer: its last consumer, -1 for none */
+    double *ends;          /* account_memory's scratch, per layer */
     uint8_t *kept_for;     /* per layer: a consumer's backward reads it
                               (saved_for_backward; once per lowering, not
                               a scan per layer: 14,000 layers took
@@ -2025,9 +2026,9 @@ static void account_memory(lc *c)
      * consumer (probe round 12: an inference U-shaped net fitted with 18
      * GiB live at once).  `open` sums those produced so far and still
      * waiting; `ends[l]` those whose last consumer is l. */
-    double open = 0;
-    double *ends = calloc((size_t)g->n_layers + 1, sizeof *ends);
-    for (int t = 0; ends && t < g->n_layers; t++)
+    double open = 0, *ends = c->ends;
+    memset(ends, 0, sizeof *ends * (size_t)g->n_layers);
+    for (int t = 0; t < g->n_layers; t++)
         if (!g->layers[t].unused && !held_for_step(c, t) &&
             c->last_use[t] > t)
             ends[c->last_use[t]] += out_bytes(c, t);
@@ -2038,7 +2039,7 @@ static void account_memory(lc *c)
         double ob = out_bytes(c, l);
         if (held_for_step(c, l))
             saved += ob;
-        double in = 0, across = ends ? open - ends[l] : 0;
+        double in = 0, across = open - ends[l];
         for (int k = 0; k < L->n_in; k++) {
             int i = L->in[k];
             halo_t h;
@@ -2051,7 +2052,7 @@ static void account_memory(lc *c)
             int first = 1;
             for (int q = 0; q < k; q++)
                 first &= L->in[q] != i;
-            if (ends && first && !held_for_step(c, i) && c->last_use[i] > l)
+            if (first && !held_for_step(c, i) && c->last_use[i] > l)
                 across -= out_bytes(c, i);
         }
         /* Live at once besides the saved set: the layer's input and output
@@ -2060,13 +2061,10 @@ static void account_memory(lc *c)
         double live = in + ob + (across > 0 ? across : 0);
         if (live > ws)
             ws = live;
-        if (ends) {
-            open -= ends[l];
-            if (!held_for_step(c, l) && c->last_use[l] > l)
-                open += ob;
-        }
+        open -= ends[l];
+        if (!held_for_step(c, l) && c->last_use[l] > l)
+            open += ob;
     }
-    free(ends);
     /* fp32 master weights; gradients and momentum for the trainable ones
      * only (a sharer counts no weights of its own). */
     double wt = (double)graph_trainable_weights(g) * 4;
@@ -2145,6 +2143,7 @@ static void lc_free(lc *c)
     free(c->relu_fused);
     free(c->remat);
     free(c->last_use);
+    free(c->ends);
     free(c->kept_for);
     free(c->apply_t);
     cost_dma_free(c->own_dc);
@@ -2178,9 +2177,10 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     c.relu_fused = calloc((size_t)g->n_layers + 1, 1);
     c.remat = calloc((size_t)g->n_layers + 1, 1);
     c.last_use = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
+    c.ends = malloc(sizeof(double) * ((size_t)g->n_layers + 1));
     c.kept_for = calloc((size_t)g->n_layers + 1, 1);
     if (!c.nconsumers || !c.relu_fused || !c.remat || !c.last_use ||
-        !c.kept_for) {
+        !c.ends || !c.kept_for) {
         lc_free(&c);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
