@@ -18,20 +18,22 @@ static double vpu_rate(const tpu_params *hw)
 
 /* N weight tiles are shared out between the core's MXUs; with fewer N
  * tiles than MXUs the rows are. */
-void cost_matmul_ps(const tpu_params *hw, const fw_insn *in, int64_t *mxu,
-                    int64_t *vec)
+void cost_matmul_ps(const tpu_params *hw, const fw_insn *in, int stream,
+                    int64_t *mxu, int64_t *vec)
 {
     int nm = hw->mxus_per_core > 0 ? hw->mxus_per_core : 1;
     int64_t m = in->a, k = in->b, n = in->c;
     int64_t cols = hw->mxu.cols;
     int64_t ntiles = (n + cols - 1) / cols;
+    uint64_t (*cycles)(const mxu_params *, int64_t, int64_t, int64_t) =
+        stream ? mxu_stream_cycles : mxu_fast_cycles;
     uint64_t cyc;
     if (ntiles >= nm) {
         int64_t per = (ntiles + nm - 1) / nm * cols;
-        cyc = mxu_fast_cycles(&hw->mxu, m, k, per < n ? per : n);
+        cyc = cycles(&hw->mxu, m, k, per < n ? per : n);
     } else {
         int64_t per = (m + nm - 1) / nm;
-        cyc = mxu_fast_cycles(&hw->mxu, per, k, n);
+        cyc = cycles(&hw->mxu, per, k, n);
     }
     double c = (double)cyc * (in->passes ? in->passes : 1) +
                hw->mxu_op_overhead_cycles;

@@ -21,9 +21,11 @@
 int64_t cost_cycles_ps(const tpu_params *hw, double cycles);
 
 /* A matrix instruction on the core's MXUs (*mxu) and its overlapped vector
- * epilogue (*vec). */
-void cost_matmul_ps(const tpu_params *hw, const fw_insn *in, int64_t *mxu,
-                    int64_t *vec);
+ * epilogue (*vec).  stream: it follows the previous product back to back
+ * (the MXUs busy until the instant it issues), so its first load, fill
+ * and drain are hidden (mxu_stream_cycles); otherwise a lone product's. */
+void cost_matmul_ps(const tpu_params *hw, const fw_insn *in, int stream,
+                    int64_t *mxu, int64_t *vec);
 /* A vector pass. */
 int64_t cost_vec_ps(const tpu_params *hw, const fw_insn *in);
 

@@ -27,12 +27,17 @@ typedef struct {
     int64_t now;
     int64_t cat[CAT_COUNT];
     int64_t pipe_free;            /* the HBM pipe: DMAs serialize on it */
+    int64_t mxu_end;              /* when the last product's MXU work ended
+                                     (-1: none yet): a product of the same
+                                     kernel issued at that instant streams
+                                     behind it */
+    int64_t mxu_key;              /* that product's kernel (mxu_kernel) */
     int64_t ld[QMAX], st[QMAX];   /* completion times, issue order */
     int nld, nst;
     size_t pc;
     int64_t loop_left;            /* iterations still to run */
     size_t loop_pc;               /* first instruction of the body */
-    int64_t it_rel[2 * QMAX + 3]; /* relative state after the last iteration */
+    int64_t it_rel[2 * QMAX + 4]; /* relative state after the last iteration */
     int it_rel_n, have_rel;
     int64_t it_start_now, it_start_cat[CAT_COUNT];
     double it_start_rd, it_start_wr, it_start_fl;
@@ -195,6 +200,7 @@ static int rel_state(const core_t *c, int64_t *out)
 {
     int n = 0;
     out[n++] = c->pipe_free > c->now ? c->pipe_free - c->now : 0;
+    out[n++] = c->mxu_end == c->now;
     out[n++] = c->nld;
     out[n++] = c->nst;
     for (int i = 0; i < c->nld; i++)
@@ -258,7 +264,7 @@ static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
 static void end_iteration(eng *e, int ci, const fw_insn *loop)
 {
     core_t *c = &e->cs[ci];
-    int64_t rel[2 * QMAX + 3];
+    int64_t rel[2 * QMAX + 4];
     retire(c);
     int n = rel_state(c, rel);
     int same = c->have_rel && n == c->it_rel_n &&
@@ -286,6 +292,8 @@ static void end_iteration(eng *e, int ci, const fw_insn *loop)
         c->now += r * dnow;
         if (c->pipe_free > 0)
             c->pipe_free += r * dnow;
+        if (c->mxu_end >= 0)
+            c->mxu_end += r * dnow;
         for (int i = 0; i < c->nld; i++)
             c->ld[i] += r * dnow;
         for (int i = 0; i < c->nst; i++)
@@ -301,6 +309,13 @@ static int is_collective(int op)
 {
     return op == FW_HALO || op == FW_ALLREDUCE || op == FW_ALLGATHER ||
            op == FW_BARRIER;
+}
+
+/* The kernel a matrix instruction belongs to: its layer's product of one
+ * kind (forward, input or weight gradient, a K part's) in one phase. */
+static int64_t mxu_kernel(const fw_insn *in)
+{
+    return ((int64_t)in->layer << 16) | ((int64_t)in->fx << 8) | in->phase;
 }
 
 /* Runs core ci until it reaches a collective or its end. */
@@ -328,8 +343,19 @@ static void run_core(eng *e, int ci)
             int64_t m, v;
             if (e->in->fx && !e->fx_rc)
                 e->fx_rc = fx_exec(e->in->fx, e->sim_core[ci], in, &e->fx_err);
-            cost_matmul_ps(hw, in, &m, &v);
+            /* Back to back within one kernel (nothing stalled the core
+             * since its previous product ended): the array never drains
+             * between them, as between the tiles of one product
+             * (docs/MXU.md; probe round 12: a lone product's load, fill
+             * and drain on every tile made a 256x256 array slower than
+             * 128x128 on a 128-channel layer).  Between kernels (another
+             * layer, or another of its products) the array drains. */
+            int64_t key = mxu_kernel(in);
+            cost_matmul_ps(hw, in, c->mxu_end == c->now && c->mxu_key == key,
+                           &m, &v);
             int64_t t0 = c->now;
+            c->mxu_end = t0 + m;
+            c->mxu_key = key;
             double fl = 2.0 * (double)in->a * (double)in->b * (double)in->c;
             add_event(e, c, UNIT_MXU, CAT_MXU, in, t0, t0 + m, 0, fl);
             advance(e, ci, t0 + m, CAT_MXU, in);
@@ -557,6 +583,7 @@ int64_t engine_local_ps(const tpu_params *hw, cost_dma *dc,
     in.dma_costs = dc;
     core_t core;
     memset(&core, 0, sizeof core);
+    core.mxu_end = -1;
     int zero = 0;
     eng e = {0};
     e.in = &in;
@@ -618,6 +645,7 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
         int k = in->no_dedup ? ci % p->cpr : ci;
         e.sim_core[ci] = p->core_of[rep * p->cpr + k];
         e.sim_shard[ci] = k;
+        e.cs[ci].mxu_end = -1;
     }
     size_t total_insns = in->progs[0].n ? in->progs[0].n : 1;
     for (;;) {

@@ -91,7 +91,7 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
     int64_t kp = in->kparts > 1 ? in->kparts : 1;
     /* the instruction's K: folded (slots = channels) or one lane-padded
      * slot per tap (as fx_mm.c's geom) */
-    int64_t sw = (!dx && in->b == (q.taps * depth + kp - 1) / kp)
+    int64_t sw = (in->b == (q.taps * depth + kp - 1) / kp)
                      ? depth
                      : (depth + Rr - 1) / Rr * Rr;
     int64_t npos = fxt_npos(dst), real = dst->B * npos;
@@ -128,6 +128,11 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
             ca = n0;
             cb = n1;
         }
+        /* a strided input gradient's row stands for s^d input rows (its
+         * stride phases: lower.c) */
+        int64_t per = dx && L->op == GOP_CONV ? fxt_stride_prod(L) : 1;
+        ra *= per;
+        rb *= per;
         if (rb > real)
             rb = real;
         if (ra >= rb || ca >= cb)

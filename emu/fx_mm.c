@@ -167,7 +167,7 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
     gm->depth = depth;
     /* with K cut into parts (lower.c), b is the first part's slice */
     int64_t kp = in->kparts > 1 ? in->kparts : 1;
-    gm->sw = (!dx && in->b == (kt * depth + kp - 1) / kp)
+    gm->sw = (in->b == (kt * depth + kp - 1) / kp)
                  ? depth
                  : (depth + rows - 1) / rows * rows;
     if (gm->sw < depth)
@@ -216,6 +216,11 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
     int64_t npos = fxt_npos(dst), real = dst->B * npos;
     int64_t r0, r1, n0, n1;
     fxm_next_tile(c, l, dx, in, width, &r0, &r1, &n0, &n1);
+    /* a strided convolution's input gradient: each row of the product
+     * stands for s^d input positions (lower.c, its stride phases) */
+    int64_t per = dx && L->op == GOP_CONV ? fxt_stride_prod(L) : 1;
+    r0 *= per;
+    r1 *= per;
     if (r1 > real)
         r1 = real;
     if (r0 >= r1 || n0 >= n1)

@@ -167,6 +167,16 @@ static inline int64_t fxt_dflt(int v)
     return v > 0 ? v : 1;
 }
 
+/* s^d: the product of a layer's strides (a strided convolution's input
+ * gradient runs in that many stride phases: lower.c) */
+static inline int64_t fxt_stride_prod(const glayer *L)
+{
+    int64_t sprod = 1;
+    for (int d = 0; d < L->out.nsp; d++)
+        sprod *= fxt_dflt(L->strides[d]);
+    return sprod;
+}
+
 static inline int64_t fxt_kernel_taps(const glayer *L)
 {
     int64_t t = 1;

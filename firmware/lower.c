@@ -604,6 +604,28 @@ static void emit_matmul_kparts(lc *c, int phase, int layer, int64_t m,
     c->fx = keep;
 }
 
+/* The engine's time for a product cut into K parts by plan pl (alone,
+ * from idle, as tiling_ps prices one tiling); -1 out of memory. */
+static double kparts_ps(lc *c, int64_t m, int64_t k, int64_t n,
+                        double ld_per_row, double st_per_row, double w_bytes,
+                        double acc_row_bytes, double epi_per_row, int passes,
+                        const mm_plan *pl)
+{
+    fw_program *keep = c->prog;
+    int keep_fx = c->fx;
+    c->scratch.n = 0;
+    c->prog = &c->scratch;
+    emit_matmul_kparts(c, 0, -1, m, k, n, ld_per_row, st_per_row, w_bytes,
+                       acc_row_bytes, epi_per_row, passes, pl);
+    c->prog = keep;
+    c->fx = keep_fx;
+    if (c->scratch.oom) {
+        c->scratch.oom = 0;
+        return -1;
+    }
+    return (double)engine_local_ps(c->hw, c->dc, &c->scratch);
+}
+
 /* A tiled matrix product over M rows: per tile, load ld_per_row bytes a
  * row (+ weights once per chunk), multiply [mt, k] x [k, n], store
  * st_per_row. */
@@ -617,8 +639,33 @@ static void emit_matmul(lc *c, int phase, int layer, int64_t m, int64_t k,
     mm_plan pl = matmul_plan(c, c->hw->vmem_bytes, m, k, n, ld_per_row,
                              st_per_row, w_bytes, acc_row_bytes);
     if (pl.kparts > 1) {
+        /* K parts too are chosen by the engine among the budgets' plans
+         * (each budget's largest tiles, ties keeping the larger): the
+         * largest tile alone made 20 MB of VMEM slower than 16 MiB once
+         * back-to-back products stopped paying a fill per tile (probe
+         * round 12, UNet 256's dec2_a_conv). */
+        mm_plan best_pl = pl;
+        double best = c->hw->xla_tile_search
+                          ? kparts_ps(c, m, k, n, ld_per_row, st_per_row,
+                                      w_bytes, acc_row_bytes, epi_per_row,
+                                      passes, &pl)
+                          : -1;
+        for (double v = c->hw->vmem_bytes, nb; best >= 0 &&
+                                               v > TILE_SEARCH_VMEM_FLOOR;
+             v = nb) {
+            nb = budget_below(v);
+            mm_plan nx = matmul_plan(c, nb, m, k, n, ld_per_row, st_per_row,
+                                     w_bytes, acc_row_bytes);
+            double t = kparts_ps(c, m, k, n, ld_per_row, st_per_row, w_bytes,
+                                 acc_row_bytes, epi_per_row, passes, &nx);
+            if (t >= 0 && t < best) {
+                best = t;
+                best_pl = nx;
+            }
+        }
         emit_matmul_kparts(c, phase, layer, m, k, n, ld_per_row, st_per_row,
-                           w_bytes, acc_row_bytes, epi_per_row, passes, &pl);
+                           w_bytes, acc_row_bytes, epi_per_row, passes,
+                           &best_pl);
         return;
     }
     tiling best_t;
@@ -1244,18 +1291,20 @@ static double fused_apply_ops(const lc *c, int i);
 
 typedef struct {
     int l, i;
-    int64_t G, taps, k_taps, k_taps_dx, cin, cout, cin_g, cout_g;
+    int64_t G, taps, k_taps, sprod, cin, cout, cin_g, cout_g;
     int64_t M, Min;        /* forward / input-gradient rows (padded batch) */
     double m_rows, in_rows;/* the same, per real row: elements of a channel */
     double in_b, o_b, in_nohalo, apply, wbytes_el, scale;
     int passes;
 } gconv;
 
-/* The dense product's K for taps x channels (lane-padded per tap, or
- * folded into K when that needs fewer passes), as an ordinary
- * convolution takes it. */
-static int64_t gc_k(const lc *c, const glayer *L, int64_t taps, int64_t ch,
-                    int *fold)
+/* A product's K over `taps` kernel taps of `ch` features each (the
+ * input's for the forward product, dY's for the input gradient): each
+ * tap's features padded to the lanes, or the taps folded into K (im2col)
+ * when that needs fewer passes of the array's depth and the small-batch
+ * layout does not keep them apart.  *fold says which. */
+static int64_t tap_k(const lc *c, const glayer *L, int64_t taps, int64_t ch,
+                     int *fold)
 {
     int64_t lane = c->hw->lane_pad, rows = c->hw->mxu.rows;
     int64_t unf = taps * rup(ch, lane);
@@ -1303,8 +1352,11 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
                          madd * (double)q->taps + 3 +
                              q->apply * (double)q->taps);
         else if (part == 1)
+            /* an input element takes its stride phase's taps: taps / s^d
+             * on average (a 1x1 stride-2 phase has one or none) */
             emit_pass_fx(c, fx, phase, q->l, q->o_b, q->in_nohalo, el,
-                         madd * (double)q->k_taps_dx * mult + 1);
+                         madd * (double)q->taps / (double)q->sprod * mult +
+                             1);
         else
             /* dW[t, c] += x(window) dY: taps multiply-adds per output
              * element into fp32 partial sums, reduced and stored once */
@@ -1318,7 +1370,7 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
         int fold;
         double dense_w = (double)q->taps * (double)q->cin * (double)q->cout;
         if (part == 0) {
-            int64_t K = gc_k(c, L, q->k_taps, q->cin, &fold);
+            int64_t K = tap_k(c, L, q->k_taps, q->cin, &fold);
             double npad = (double)rup(q->cout, lane);
             double epi = npad * ((double)cdiv(K, rows) - 1 + 3) +
                          (fold ? (double)K : 0) + q->apply * (double)K;
@@ -1332,18 +1384,22 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
                         (double)q->taps * (double)q->cin * npad * q->wbytes_el,
                         npad * 4, epi, q->passes);
         } else if (part == 1) {
-            int64_t Kdx = q->k_taps_dx * rup(q->cout, lane);
-            double ep = (double)rup(q->cin, lane) * ((double)cdiv(Kdx, rows) + 1);
+            /* stride phases as the ordinary input gradient's
+             * (lower_matrix_layer) */
+            int64_t Mdx = cdiv(q->Min, q->sprod);
+            int64_t Kdx = tap_k(c, L, q->taps, q->cout, &fold);
+            double ep = (double)rup(q->cin, lane) * ((double)cdiv(Kdx, rows) + 1) +
+                        (fold ? (double)Kdx : 0);
             emit_pass_fx(c, FX_NONE, phase, q->l, wcompact,
                          dense_w * q->wbytes_el, dense_w, 1);
             c->fx = fx;
-            emit_matmul(c, phase, q->l, q->Min, Kdx, q->cin,
-                        q->o_b / (double)q->Min, q->in_nohalo / (double)q->Min,
+            emit_matmul(c, phase, q->l, Mdx, Kdx, q->cin,
+                        q->o_b / (double)Mdx, q->in_nohalo / (double)Mdx,
                         (double)q->taps * (double)q->cin *
                             (double)rup(q->cout, lane) * q->wbytes_el,
                         (double)rup(q->cin, lane) * 4, ep, q->passes);
         } else {
-            int64_t K = gc_k(c, L, q->k_taps, q->cin, &fold);
+            int64_t K = tap_k(c, L, q->k_taps, q->cin, &fold);
             c->fx = fx;
             emit_dw(c, phase, q->l, K, q->M, q->cout, q->in_b, q->o_b,
                     (double)rup(q->cout, lane), q->apply, q->passes);
@@ -1367,7 +1423,7 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
     int64_t G = q->G;
     c->fx = fx;
     if (part == 0) {
-        int64_t K = gc_k(c, L, q->k_taps, q->cin_g, &fold);
+        int64_t K = tap_k(c, L, q->k_taps, q->cin_g, &fold);
         int64_t m = G * max64(q->M, rows);
         double npad = (double)rup(q->cout_g, lane);
         double epi = (double)q->M * G *
@@ -1379,10 +1435,12 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
                     q->o_b / (double)m, gw, npad * 4, epi / (double)m,
                     q->passes);
     } else if (part == 1) {
-        int64_t Kdx = q->k_taps_dx * rup(q->cout_g, lane);
-        int64_t m = G * max64(q->Min, rows);
-        double ep = (double)q->Min * G * (double)rup(q->cin_g, lane) *
-                    ((double)cdiv(Kdx, rows) + 1);
+        int64_t Mdx = cdiv(q->Min, q->sprod);
+        int64_t Kdx = tap_k(c, L, q->taps, q->cout_g, &fold);
+        int64_t m = G * max64(Mdx, rows);
+        double ep = (double)Mdx * G *
+                    ((double)rup(q->cin_g, lane) * ((double)cdiv(Kdx, rows) + 1) +
+                     (fold ? (double)Kdx : 0));
         double gw = (double)q->taps * (double)q->cin_g *
                     (double)rup(q->cout_g, lane) * q->wbytes_el;
         emit_matmul(c, phase, q->l, m, Kdx, q->cin_g,
@@ -1390,7 +1448,7 @@ static void gc_emit_body(lc *c, int phase, const gconv *q, int part, int cand)
                     q->in_nohalo / (double)m, gw,
                     (double)rup(q->cin_g, lane) * 4, ep / (double)m, q->passes);
     } else {
-        int64_t K = gc_k(c, L, q->k_taps, q->cin_g, &fold);
+        int64_t K = tap_k(c, L, q->k_taps, q->cin_g, &fold);
         emit_dw(c, phase, q->l, G * K, q->M, q->cout_g, q->in_b, q->o_b,
                 (double)rup(q->cout_g, lane), q->apply, q->passes);
     }
@@ -1462,10 +1520,8 @@ static void lower_matrix_layer(lc *c, int l, int phase)
      * a 256x256 array slower than 128x128 on a 3x3 convolution). */
     int64_t lane = c->hw->lane_pad;
     int64_t k_taps = L->op == GOP_CONV_T ? cdiv(taps, sprod) : taps;
-    int64_t k_unfold = k_taps * rup(cin, lane);
-    int fold = cdiv(k_taps * cin, rows) < cdiv(k_unfold, rows) &&
-               !conv_keeps_taps(c, L);
-    int64_t K = fold ? k_taps * cin : k_unfold;
+    int fold;
+    int64_t K = tap_k(c, L, k_taps, cin, &fold);
     /* Weights as the MXU reads them: bf16, or for an f32 layer the fp32
      * values its three bf16 passes split (audit: an f32 convolution read
      * 2 bytes a weight). */
@@ -1499,7 +1555,7 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         q.G = G;
         q.taps = taps;
         q.k_taps = k_taps;
-        q.k_taps_dx = cdiv(taps, sprod);
+        q.sprod = L->op == GOP_CONV ? sprod : 1;
         q.cin = cin;
         q.cout = cout;
         q.cin_g = cin / G;
@@ -1558,14 +1614,24 @@ static void lower_matrix_layer(lc *c, int l, int phase)
         halo_t hb;
         if (bwd_halo_of(c, l, i, &hb))
             emit_exchange(c, phase, l, i, &hb, 1);
-        /* dX = dY (*) W^T: same MACs as the forward product. */
+        /* dX = dY (*) W^T: same MACs as the forward product.  A strided
+         * convolution's input gradient reads the stride-dilated dY, which
+         * runs as s^d sub-convolutions, one per stride phase, whose taps
+         * add up to the kernel's: timed as one product of (input rows /
+         * s^d) rows by every tap, each row standing for one group of s^d
+         * input positions (fx_mm.c walks them so).  It charged every
+         * input position ceil(taps / s^d) taps: 4x the useful work of a
+         * 1x1 stride-2 convolution, whose other phases have no tap (probe
+         * round 12).  Taps fold into K as the forward's do (with dY's
+         * features), unless the small-batch layout keeps them apart. */
         if (conv_keeps_taps(c, L))
             Min = (int64_t)llround((double)Min * conv_batch_scale(c));
-        int64_t Kdx = (L->op == GOP_CONV ? cdiv(taps, sprod) : taps) *
-                      rup(cout, lane);
-        if (L->op == GOP_DENSE)
-            Kdx = rup(cout, lane);
+        int64_t Mdx = L->op == GOP_CONV ? cdiv(Min, sprod) : Min;
+        int fold_dx;
+        int64_t Kdx = tap_k(c, L, L->op == GOP_DENSE ? 1 : taps, cout, &fold_dx);
         double ep = (double)rup(cin, lane) * ((double)cdiv(Kdx, rows) + 1);
+        if (fold_dx)
+            ep += (double)Kdx; /* im2col shuffle, as the forward's */
         c->fx = FX_DX;
         int on_mxu = 1;
         if (G > 1 && Min > 0) {
@@ -1576,9 +1642,9 @@ static void lower_matrix_layer(lc *c, int l, int phase)
             int cand = gc_pick(c, phase, &q, 1);
             gc_emit(c, phase, &q, 1, cand);
             on_mxu = cand != FW_GC_VECTOR;
-        } else if (Min > 0)
-            emit_matmul(c, phase, l, Min, Kdx, cin, dy_b / (double)Min,
-                        in_nohalo / (double)Min, w_bytes,
+        } else if (Mdx > 0)
+            emit_matmul(c, phase, l, Mdx, Kdx, cin, dy_b / (double)Mdx,
+                        in_nohalo / (double)Mdx, w_bytes,
                         (double)rup(cin, lane) * 4, ep, passes);
         c->fx = FX_NONE;
         if (on_mxu)

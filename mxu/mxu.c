@@ -39,6 +39,14 @@ uint64_t mxu_fast_cycles(const mxu_params *p, int64_t m, int64_t k, int64_t n)
            mxu_latency_cycles(p);
 }
 
+uint64_t mxu_stream_cycles(const mxu_params *p, int64_t m, int64_t k,
+                           int64_t n)
+{
+    if (m <= 0 || k <= 0 || n <= 0)
+        return 0;
+    return mxu_tiles(p, k, n) * mxu_tile_cycles(p, m);
+}
+
 uint64_t mxu_checksum(const float *c, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ull;

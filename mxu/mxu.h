@@ -62,6 +62,16 @@ typedef struct {
  * whose count does not fit 64 bits are the caller's problem. */
 uint64_t mxu_fast_cycles(const mxu_params *p, int64_t m, int64_t k, int64_t n);
 
+/* Cycles the same product adds when it follows another on the same MXU
+ * back to back (pushed as the previous one's last tile computes): its
+ * first weight load went into the shadow and its fill overlaps the
+ * previous drain, so it costs its tiles' issue cycles alone, T x
+ * max(M, rows).  Two products streamed cost what one product of their
+ * tiles end to end costs: mxu_fast_cycles(m, k, n) + mxu_stream_cycles(m,
+ * k, n) == mxu_fast_cycles(m, k, 2n) when n is a multiple of cols. */
+uint64_t mxu_stream_cycles(const mxu_params *p, int64_t m, int64_t k,
+                           int64_t n);
+
 /* Building blocks of the formula, for an engine that streams tiles:
  * weight tiles of a K x N matrix; issue-to-issue cycles of one tile of
  * m rows in a back-to-back stream (max(m, rows)); the one-off latency of

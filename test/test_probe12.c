@@ -23,11 +23,21 @@
  *  - a sweep accepted batches up to 2^40 (and scale_batch scaled past
  *    run's limit), so its runs failed after the directory was made;
  *  - 1e400 in a sweep's set was "expected a string or a number".
+ *
+ * and as an architect asking what-ifs, against hand calculations:
+ *
+ *  - a strided convolution's input gradient charged every input position
+ *    ceil(taps / s^d) taps: 4x the useful work of a 1x1 stride-2 layer;
+ *    and it never folded taps into K as the forward does (64 channels,
+ *    3x3: 9 lane-padded passes, not 5);
+ *  - every matrix instruction paid a lone product's load, fill and drain,
+ *    so a 256x256 array was slower than 128x128 on a 128-channel layer.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mxu/mxu.h"
 #include "test/harness.h"
 
 static const char *const trace_head =
@@ -234,6 +244,96 @@ static void nowork_cases(th_ctx *t, th_cmd_result *c)
               "status %d: %s", c->status, c->err);
 }
 
+/* core 0's MXU milliseconds in layer `name` (run --layers), -1 if absent */
+static double layer_mxu_ms(const char *out, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(out, key);
+    double total = -1, mxu = -1;
+    if (p && sscanf(p + strlen(key), "%lf %*f%% %lf", &total, &mxu) == 2)
+        return mxu;
+    return -1;
+}
+
+static void mxu_cases(th_ctx *t, th_cmd_result *c)
+{
+    char path[512], text[1024];
+    snprintf(path, sizeof path, "%s/p12-stride.json", th_tmpdir());
+    /* b: 1x1 stride 2, 256 -> 512 on 56x56, 128 examples per core: three
+     * products of 128 x 28 x 28 x 256 x 512 = 1.315e10 MAC each, 1.28 ms
+     * on 2 x 128 x 128 at 940 MHz (it read 2.67: the input gradient
+     * charged all 56 x 56 positions a tap) */
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"train\",\"global_batch\":1024},\"graph\":{"
+             "\"inputs\":[{\"name\":\"x\",\"shape\":[56,56,%d]}],"
+             "\"layers\":["
+             "{\"name\":\"a\",\"op\":\"conv\",\"in\":\"x\",\"filters\":"
+             "%d,\"kernel\":[1,1]},"
+             "{\"name\":\"b\",\"op\":\"conv\",\"in\":\"a\",\"filters\":"
+             "%d,\"kernel\":[%d,%d]%s},"
+             "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"b\",\"kind\":"
+             "\"l2\"}]}}",
+             trace_head, 256, 256, 512, 1, 1, ",\"strides\":[2,2]");
+    th_put(path, text);
+    th_case(t, "a 1x1 stride-2 convolution's input gradient costs the "
+               "forward's MACs, not 4x");
+    th_run(c, "%s run %s --layers 3", th_bin(), path);
+    double b = layer_mxu_ms(c->out, "b");
+    TH_CHECKF(t, c->status == 0 && b > 1.2 && b < 1.45, "status %d, b %g ms",
+              c->status, b);
+    /* b: 3x3 on 64 channels: forward, input gradient and weight gradient
+     * each fold the taps into K = 576 (5 passes), 3.10 ms by hand (it read
+     * 3.99 with the input gradient's 9 lane-padded taps) */
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"train\",\"global_batch\":1024},\"graph\":{"
+             "\"inputs\":[{\"name\":\"x\",\"shape\":[56,56,%d]}],"
+             "\"layers\":["
+             "{\"name\":\"a\",\"op\":\"conv\",\"in\":\"x\",\"filters\":"
+             "%d,\"kernel\":[1,1]},"
+             "{\"name\":\"b\",\"op\":\"conv\",\"in\":\"a\",\"filters\":"
+             "%d,\"kernel\":[%d,%d]%s},"
+             "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"b\",\"kind\":"
+             "\"l2\"}]}}",
+             trace_head, 64, 64, 64, 3, 3, "");
+    th_put(path, text);
+    th_case(t, "the input gradient folds taps into K as the forward does");
+    th_run(c, "%s run %s --layers 3", th_bin(), path);
+    b = layer_mxu_ms(c->out, "b");
+    TH_CHECKF(t, c->status == 0 && b > 3.0 && b < 3.3, "status %d, b %g ms",
+              c->status, b);
+
+    th_case(t, "two streamed products cost one product of their tiles");
+    mxu_params mp = {128, 128};
+    TH_CHECK(t, mxu_fast_cycles(&mp, 5448, 128, 256) +
+                        mxu_stream_cycles(&mp, 5448, 128, 256) ==
+                    mxu_fast_cycles(&mp, 5448, 128, 512));
+    TH_CHECK(t, mxu_stream_cycles(&mp, 100, 300, 129) == 3 * 2 * 128);
+
+    /* one 1x1 128 -> 128 layer in 49 tiles, HBM out of the way: 262,144
+     * rows per core on 2 MXUs, 0.279 ms streamed on either array */
+    snprintf(path, sizeof path, "%s/p12-stream.json", th_tmpdir());
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"infer\",\"global_batch\":1024},\"graph\":{"
+             "\"inputs\":[{\"name\":\"x\",\"shape\":[64,64,128]}],"
+             "\"layers\":[{\"name\":\"c\",\"op\":\"conv\",\"in\":"
+             "\"x\",\"filters\":128,\"kernel\":[1,1]}]}}",
+             trace_head);
+    th_put(path, text);
+    th_case(t, "a 256x256 array is not slower than 128x128 on a 128-channel "
+               "layer (products stream within a kernel)");
+    double ms[2];
+    for (int big = 0; big < 2; big++) {
+        th_run(c, "%s run %s --quiet --set hbm.bandwidth_gbs=1000000%s",
+               th_bin(), path,
+               big ? " --set mxu.rows=256 --set mxu.cols=256" : "");
+        ms[big] = c->status == 0 ? atof(c->out) * 1e3 : -1;
+    }
+    TH_CHECKF(t,
+              ms[0] > 0.278 && ms[0] < 0.281 && ms[1] > 0.278 && ms[1] < 0.281,
+              "128x128 %g ms, 256x256 %g ms", ms[0], ms[1]);
+}
+
 void th_suite_probe12(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c); /* 72 KiB: not on the stack */
@@ -244,5 +344,6 @@ void th_suite_probe12(th_ctx *t)
     gather_cases(t, c);
     sweep_cases(t, c);
     nowork_cases(t, c);
+    mxu_cases(t, c);
     free(c);
 }
