@@ -1080,6 +1080,26 @@ static int text_wrap(view_app *a, int x, int y, const char *s, int maxw, uint32_
     return y;
 }
 
+/* Where a chip's number goes, as an offset from the chip's left edge;
+ * -1 for none.  Its line starts 2 pixels below the chip and ends above
+ * the next row's hover outline (3 pixels out).  Left of the chip's two
+ * vertical strokes (they span its middle less lw + 1 to its middle plus
+ * lw) with a pixel clear, else 2 pixels right of them and 4 short of the
+ * next chip, a place the link % labels (pct) take when they are on. */
+static int chip_label_dx(const view_app *a, int cell, int chip, int lw, int pct)
+{
+    char widest[16];
+    snprintf(widest, sizeof widest, "%d", a->r.chips > 0 ? a->r.chips - 1 : 0);
+    int tw = text_w(widest), mid = chip / 2;
+    if (cell - chip < 2 + FONT_H + 3)
+        return -1;
+    if (2 + tw <= mid - lw - 2)
+        return 2;
+    if (!pct && mid + lw + 3 + tw <= cell - 4)
+        return mid + lw + 3;
+    return -1;
+}
+
 static void draw_torus(view_app *a)
 {
     int cell, ox, oy, dx, dy;
@@ -1153,10 +1173,16 @@ static void draw_torus(view_app *a)
             frame_rect(a, px - 2, py - 2, chip + 4, chip + 4, 0x000000);
             frame_rect(a, px - 3, py - 3, chip + 6, chip + 6, 0x000000);
         }
-        if (cell >= 40) {
-            snprintf(buf, sizeof buf, "%d", ch);
-            view_text(a, px + 2, py + chip + 2, buf, 1, C_MUTED);
-        }
+    }
+    /* Chip numbers, after the strokes and never over one (drawn at the
+     * chip's left edge, across its vertical strokes, "16" read "1E" on a
+     * 16x16 torus), all in one place for the frame, chosen for the widest
+     * number; none when no place holds it: hovering a chip names it. */
+    int lab_x = chip_label_dx(a, cell, chip, lw, labels);
+    for (int ch = 0; lab_x >= 0 && ch < a->r.chips; ch++) {
+        int px = ox + ch % dx * cell, py = oy + ch / dx * cell;
+        snprintf(buf, sizeof buf, "%d", ch);
+        view_text(a, px + lab_x, py + chip + 2, buf, 1, C_MUTED);
     }
     for (int c = 0; c < a->r.cores; c++) {
         usum += a->r.per_core[c].mxu_utilization;
@@ -1189,8 +1215,10 @@ static void draw_torus(view_app *a)
     view_text(a, lx, ly + 52, buf, 1, C_INK);
     snprintf(buf, sizeof buf, "       busy %.1f%%", a->r.cores ? 100 * bsum / a->r.cores : 0);
     view_text(a, lx, ly + 68, buf, 1, C_INK);
-    view_text(a, lx, ly + 92, "hover a chip for", 1, C_MUTED);
-    view_text(a, lx, ly + 108, "its cores and links", 1, C_MUTED);
+    view_text(a, lx, ly + 92, lab_x >= 0 ? "hover a chip for" : "hover a chip for its", 1,
+              C_MUTED);
+    view_text(a, lx, ly + 108, lab_x >= 0 ? "its cores and links" : "number, cores and links",
+              1, C_MUTED);
 }
 
 /* ---- bars ------------------------------------------------------------ */

@@ -1,0 +1,183 @@
+/* Probe round 12c (what-if hardware, v2 against v3), the display and
+ * usability findings, each failing before its fix:
+ *
+ *  - the torus panel drew each chip's number at the chip's left edge,
+ *    right where its vertical link strokes leave it: on a 16x16 torus
+ *    (v2-512 at 1280x800, cells of 41 pixels) "16" read "1E" and the
+ *    numbers of 3 digits were lost in the strokes.  A number now goes
+ *    where no stroke is, or is not drawn (and the legend says hovering
+ *    a chip names it);
+ *  - the layers panel cut an "(other N layers)" bar longer than the scale
+ *    at the full width, stacked mxu-first: it showed only its first
+ *    category or two (RetinaNet's 209 other layers, half of them HBM
+ *    stalls, were all blue).  It now shows its categories in proportion;
+ *  - hbm.bandwidth_gbs's help called it the peak, but the row timings
+ *    stay, so the activate rate caps a stream at about 2 TB/s per core;
+ *  - `tpuemu mxu --set clock_hz=2e9` (or mxus_per_core) was accepted and
+ *    changed nothing: the command prints one product's cycles on one MXU.
+ *    Keys that cannot change them are refused, as probe hbm and probe
+ *    allreduce refuse theirs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/font.h"
+#include "test/harness.h"
+
+static const char *const ENV = "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER";
+
+/* The viewer's colours and layout (emu/view_draw.c, emu/view_app.h; the
+ * test does not include SDL). */
+#define V_BG 0xF7F7F7u
+#define V_INK 0x202020u
+#define V_MUTED 0x666666u
+enum { V_HEADER = 40, V_FOOTER = 40, V_TORUS_LEGEND = 210 };
+
+static unsigned char *shot(th_ctx *t, const char *args, int *w, int *h)
+{
+    char png[400];
+    th_cmd_result *c = malloc(sizeof *c);
+    unsigned char *rgb = NULL;
+    if (!c)
+        return NULL;
+    snprintf(png, sizeof png, "%s/p12c.png", th_tmpdir());
+    th_run(c, "%s %s view %s --screenshot %s", ENV, th_bin(), args, png);
+    if (TH_CHECKF(t, c->status == 0, "view %s: status %d: %s", args, c->status, c->err) &&
+        !th_png_rgb(png, w, h, &rgb))
+        rgb = NULL;
+    free(c);
+    return rgb;
+}
+
+static uint32_t px_at(const unsigned char *p, int w, int x, int y)
+{
+    const unsigned char *q = p + 3 * ((size_t)y * w + x);
+    return (uint32_t)q[0] << 16 | (uint32_t)q[1] << 8 | q[2];
+}
+
+/* Is s drawn at (x, y) in the muted label colour on nothing but the
+ * background: every glyph pixel muted, every other pixel of its cells the
+ * background (a link stroke through the label fails)? */
+static int readable_at(const unsigned char *p, int w, int h, int x, int y, const char *s)
+{
+    int n = (int)strlen(s);
+    if (x < 0 || y < 0 || x + n * FONT_W > w || y + FONT_H > h)
+        return 0;
+    for (int i = 0; i < n; i++)
+        for (int gy = 0; gy < FONT_H; gy++)
+            for (int gx = 0; gx < FONT_W; gx++) {
+                uint32_t v = px_at(p, w, x + i * FONT_W + gx, y + gy);
+                int bit = font_row((unsigned char)s[i], gy) >> gx & 1;
+                if (v != (bit ? V_MUTED : V_BG))
+                    return 0;
+            }
+    return 1;
+}
+
+/* The torus panel's cells (view_draw.c torus_geom): the plot left of a
+ * 210-pixel legend, 50 pixels of margins, 60 below the header. */
+typedef struct {
+    int cell, ox, oy, chip;
+} torus_at;
+
+static torus_at torus_geom(int w, int h, int dx, int dy)
+{
+    torus_at g;
+    int aw = w - V_TORUS_LEGEND - 50, ah = h - V_HEADER - V_FOOTER - 60;
+    g.cell = aw / dx < ah / dy ? aw / dx : ah / dy;
+    g.ox = 30 + (aw - g.cell * dx) / 2;
+    g.oy = V_HEADER + 44 + (ah - g.cell * dy) / 2;
+    g.chip = g.cell * 55 / 100;
+    return g;
+}
+
+/* Chip numbers that cannot be read anywhere below their chip, in its
+ * cell; the first one in *first. */
+static int unreadable_chips(const unsigned char *p, int w, int h, const torus_at *g, int dx,
+                            int chips, int *first)
+{
+    int bad = 0;
+    *first = -1;
+    for (int ch = 0; ch < chips; ch++) {
+        int px = g->ox + ch % dx * g->cell, py = g->oy + ch / dx * g->cell, found = 0;
+        char s[16];
+        snprintf(s, sizeof s, "%d", ch);
+        for (int y = py + g->chip; y < py + g->cell && !found; y++)
+            for (int x = px; x < px + g->cell && !found; x++)
+                found = readable_at(p, w, h, x, y, s);
+        if (!found && !bad++)
+            *first = ch;
+    }
+    return bad;
+}
+
+static void torus_labels(th_ctx *t)
+{
+    int w, h, first;
+    unsigned char *p;
+
+    th_case(t, "torus: every chip number of a 16x16 torus (v2-512, 41-pixel cells) reads "
+               "on the background, clear of the link strokes; v3-8 and v3-64 keep theirs");
+    p = shot(t, "traces/resnet50-224-v3-8.json --system v2-512 --batch 4096 --script 2", &w, &h);
+    if (p) {
+        torus_at g = torus_geom(w, h, 16, 16);
+        TH_CHECKF(t, g.cell == 41, "cell %d px (the probe's case is 41)", g.cell);
+        int bad = unreadable_chips(p, w, h, &g, 16, 256, &first);
+        TH_CHECKF(t, bad == 0, "%d of 256 chip numbers unreadable, the first chip %d", bad,
+                  first);
+        free(p);
+    }
+    static const struct {
+        const char *sys;
+        int batch, dx, dy;
+    } big[] = {{"v3-8", 1024, 2, 2}, {"v3-64", 512, 8, 4}};
+    for (int i = 0; i < 2; i++) {
+        char args[300];
+        snprintf(args, sizeof args,
+                 "traces/resnet50-224-v3-8.json --system %s --batch %d --script 2", big[i].sys,
+                 big[i].batch);
+        if (!(p = shot(t, args, &w, &h)))
+            continue;
+        torus_at g = torus_geom(w, h, big[i].dx, big[i].dy);
+        int chips = big[i].dx * big[i].dy, bad = unreadable_chips(p, w, h, &g, big[i].dx,
+                                                                  chips, &first);
+        TH_CHECKF(t, bad == 0, "%s: %d chip numbers unreadable, the first chip %d",
+                  big[i].sys, bad, first);
+        /* where they were: under the chip's left edge */
+        TH_CHECK(t, readable_at(p, w, h, g.ox + 2, g.oy + g.chip + 2, "0"));
+        free(p);
+    }
+
+    th_case(t, "torus: cells too small for a number (v3-2048) draw none, the legend says "
+               "hovering a chip names it, and the footer does");
+    p = shot(t, "traces/resnet50-224-v3-8.json --system v3-2048 --batch 16384 --script 2", &w,
+             &h);
+    if (p) {
+        torus_at g = torus_geom(w, h, 32, 32);
+        long muted = 0;
+        for (int y = g.oy; y < g.oy + 32 * g.cell; y++)
+            for (int x = g.ox; x < g.ox + 32 * g.cell; x++)
+                muted += px_at(p, w, x, y) == V_MUTED;
+        TH_CHECKF(t, muted == 0, "%ld label pixels on the torus", muted);
+        int lx = w - V_TORUS_LEGEND, ly = V_HEADER + 50 + 58 + 62;
+        TH_CHECK(t, th_text_at(p, w, h, lx, ly + 92, "hover a chip for its", V_MUTED));
+        TH_CHECK(t, th_text_at(p, w, h, lx, ly + 108, "number, cores and links", V_MUTED));
+        free(p);
+        /* chip 1000 is x 8, y 31 */
+        char args[300];
+        snprintf(args, sizeof args,
+                 "traces/resnet50-224-v3-8.json --system v3-2048 --batch 16384 "
+                 "--script '2 move:%d,%d'",
+                 g.ox + 8 * g.cell + 3, g.oy + 31 * g.cell + 3);
+        if ((p = shot(t, args, &w, &h))) {
+            TH_CHECK(t, th_text_at(p, w, h, 8, h - V_FOOTER + 6, "chip 1000 (x=8, y=31)", V_INK));
+            free(p);
+        }
+    }
+}
+
+void th_suite_probe12c(th_ctx *t)
+{
+    torus_labels(t);
+}
