@@ -1496,15 +1496,19 @@ static void draw_layers(view_app *a)
         text_fit(a, c.name_x, y + 2, name, c.name_w,
                  w->kind == VIEW_LROW_LAYER ? C_INK : C_MUTED);
         /* Stacked by category, each edge at its rounded cumulative time,
-         * so the bar's length is the row's time on the common scale. */
+         * so the bar's length is the row's time on the common scale.  A
+         * row longer than the scale (the other layers) fills the width
+         * with its categories in proportion: cut at the scale, stacked
+         * mxu first, it showed only the first one or two. */
         double csum = 0;
         for (int q = 0; q < CAT_COUNT; q++)
             csum += w->cat[q];
         double f = csum > 0 ? w->s / csum : 0, cum = 0;
         int cut = scale > 0 && w->s > scale, px = c.bar_x;
+        double rs = cut ? w->s : scale;
         for (int q = 0; q < CAT_COUNT && scale > 0; q++) {
             cum += w->cat[q] * f;
-            int xe = c.bar_x + (int)lround(fmin(cum, scale) / scale * c.bar_w);
+            int xe = c.bar_x + (int)lround(fmin(cum, rs) / rs * c.bar_w);
             if (xe > px)
                 fill(a, px, y + 2, xe - px, FONT_H, chart_cat_color((emu_cat)q));
             if (xe > px)
@@ -1549,7 +1553,8 @@ static int draw_layer_info(view_app *a, int y)
     else if (w.kind == VIEW_LROW_END)
         snprintf(buf + n, sizeof buf - (size_t)n, "  in no layer");
     else if (w.s > layer_scale(a))
-        snprintf(buf + n, sizeof buf - (size_t)n, "  (bar cut at the scale)");
+        snprintf(buf + n, sizeof buf - (size_t)n,
+                 "  (bar cut at the scale, its categories in proportion)");
     text_fit(a, 8, y + 6, buf, a->W - 16, C_INK);
     n = snprintf(buf, sizeof buf, "critical path:");
     int done[CAT_COUNT] = {0}, any = 0;

@@ -18,10 +18,12 @@
  *    Keys that cannot change them are refused, as probe hbm and probe
  *    allreduce refuse theirs.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/chart.h"
 #include "emu/font.h"
 #include "test/harness.h"
 
@@ -177,7 +179,87 @@ static void torus_labels(th_ctx *t)
     }
 }
 
+/* The layers panel (view_draw.c layer_cols) at 640x400: rows from y 68,
+ * 18 apart; the bar from x 10 + 26 cells + 8 to W - 14 - 15 cells - 8. */
+enum { L_TOP = 68, L_RH = 18 };
+
+static void layers_cut_bar(th_ctx *t)
+{
+    th_case(t, "layers: a cut '(other N layers)' bar shows its categories in proportion, "
+               "not the first one alone");
+    /* 40 layers: one of 10 ms (all mxu), 39 of 1 ms each 20% mxu, 20%
+     * vector, 60% HBM stall; 14 rows fit at 640x400, so the other 26
+     * layers (26 ms) are 2.6x the scale. */
+    emu_result r;
+    double cat[CAT_COUNT] = {0};
+    int n = 40;
+    th_result_make(&r, "p12c-layers", "v3-8", 8, 1, 8, cat, NULL);
+    r.n_layers = n;
+    r.layer_names = calloc((size_t)n, sizeof *r.layer_names);
+    r.layer_time_s = calloc((size_t)n * CAT_COUNT, sizeof(double));
+    if (!TH_CHECK(t, r.layer_names && r.layer_time_s)) {
+        emu_result_free(&r);
+        return;
+    }
+    for (int l = 0; l < n; l++) {
+        double *c = r.layer_time_s + (size_t)l * CAT_COUNT;
+        snprintf(r.layer_names[l], 64, "layer%d", l);
+        if (l == 0) {
+            c[CAT_MXU] = 10e-3;
+            continue;
+        }
+        c[CAT_MXU] = 0.2e-3;
+        c[CAT_VECTOR] = 0.2e-3;
+        c[CAT_HBM_STALL] = 0.6e-3;
+    }
+    for (int k = 0; k < r.cores; k++) {
+        double *b = r.per_core[k].breakdown_s;
+        for (int q = 0; q < CAT_COUNT; q++) {
+            b[q] = 0;
+            for (int l = 0; l < n; l++)
+                b[q] += r.layer_time_s[(size_t)l * CAT_COUNT + q];
+        }
+        b[CAT_ALLREDUCE] += 5e-6;
+    }
+    th_result_retime(&r);
+    char rep[512], args[700];
+    th_result_save(t, &r, "p12c-layers.json", rep, sizeof rep);
+    emu_result_free(&r);
+
+    int w, h, slots = (400 - V_FOOTER - L_TOP - 4) / L_RH, ls = slots - 2;
+    int bar_x = 10 + 26 * FONT_W + 8, bar_w = 640 - 14 - 15 * FONT_W - 8 - bar_x;
+    int k = ls, y = L_TOP + k * L_RH + 2 + FONT_H / 2;
+    snprintf(args, sizeof args, "%s --size 640x400 --script 4", rep);
+    unsigned char *p = shot(t, args, &w, &h);
+    if (p) {
+        TH_CHECK(t, th_text_at(p, w, h, 10, L_TOP + k * L_RH + 2, "(other 26 layers)", V_MUTED));
+        int got[CAT_COUNT] = {0};
+        for (int x = bar_x; x < bar_x + bar_w; x++)
+            for (int q = 0; q < CAT_COUNT; q++)
+                got[q] += px_at(p, w, x, y) == chart_cat_color((emu_cat)q);
+        /* 20%, 20% and 60% of the width; the break mark takes 4 pixels
+         * of the last segment */
+        int wm = (int)lround(0.2 * bar_w), wh = bar_w - 2 * wm - 4;
+        TH_CHECKF(t, abs(got[CAT_MXU] - wm) <= 1 && abs(got[CAT_VECTOR] - wm) <= 1 &&
+                         abs(got[CAT_HBM_STALL] - wh) <= 2,
+                  "mxu %d, vector %d, hbm_stall %d px; want %d, %d, %d of %d", got[CAT_MXU],
+                  got[CAT_VECTOR], got[CAT_HBM_STALL], wm, wm, wh, bar_w);
+        /* the break mark still says the bar is cut */
+        TH_CHECK(t, px_at(p, w, bar_x + bar_w - 9, y) == V_BG &&
+                        px_at(p, w, bar_x + bar_w - 5, y) == V_BG);
+        /* the rows that fit keep the common scale: layer0 fills it, the
+         * 1 ms layers a tenth */
+        int row1 = 0, y1 = L_TOP + L_RH + 2 + FONT_H / 2;
+        for (int x = bar_x; x < bar_x + bar_w; x++)
+            for (int q = 0; q < CAT_COUNT; q++)
+                row1 += px_at(p, w, x, y1) == chart_cat_color((emu_cat)q);
+        TH_CHECKF(t, abs(row1 - (int)lround(0.1 * bar_w)) <= 1, "row 2: %d px", row1);
+        free(p);
+    }
+}
+
 void th_suite_probe12c(th_ctx *t)
 {
     torus_labels(t);
+    layers_cut_bar(t);
 }
