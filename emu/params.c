@@ -256,7 +256,11 @@ static const pentry table[] = {
       "[U] no public figure"),
     {{"hbm.bandwidth_gbs", "GB/s",
       "per core: 350 v2 / 450 v3, half the chip's 700/900 [C] IEEE Micro "
-      "2021", 1, 1e6},
+      "2021. The peak data rate only: the row timings stay, so above about "
+      "2.2 TB/s the activate rate caps what a stream reaches (a row, "
+      "hbm.row_bytes, per channel every max(hbm.t_rrd_ns, hbm.t_faw_ns/4), "
+      "times hbm.channels: 16 x 1 KiB per 7.5 ns, 2.0 TB/s after refresh)",
+      1, 1e6},
      PK_HBM_PEAK, 0},
     {{"hbm.capacity_gib", "GiB", "[C] Cloud TPU docs", 1.0 / 1024, 1e6},
      PK_GIB, offsetof(tpu_params, hbm.capacity_bytes)},
