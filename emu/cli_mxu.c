@@ -34,7 +34,9 @@ static const char usage[] =
     "  --gen           chip generation for the array size.  Default v3.\n"
     "  --seed          A then B, row-major, from splitmix64(seed) mapped to\n"
     "                  [-1,1) and rounded to bf16.  Default 0.\n"
-    "  --set KEY=VAL   override a chip parameter (e.g. mxu.rows=8).\n"
+    "  --set KEY=VAL   the array's size: mxu.rows=R, mxu.cols=C.  Other\n"
+    "                  chip keys (clock_hz, mxus_per_core, ...) cannot change\n"
+    "                  one product's cycles on one MXU and are refused.\n"
     "\n"
     "Limits: A, B and C together at most 2 GiB; fast model at most 2^38\n"
     "multiply-adds (M x K x N, about 30 s on the build machine); PE model\n"
@@ -118,6 +120,18 @@ int cli_mxu(int argc, char **argv)
                              sets[i]);
         memcpy(key, sets[i], len);
         key[len] = '\0';
+        /* The command prints one product's cycles on one array: only its
+         * size changes them.  Another known key (the clock, the MXUs per
+         * core, the engine's issue overhead) would be accepted and change
+         * nothing, a what-if that silently is not one, so it is refused
+         * as probe hbm and probe allreduce refuse theirs. */
+        if (strcmp(key, "mxu.rows") != 0 && strcmp(key, "mxu.cols") != 0)
+            return cli_error(2, "mxu: --set %s: %s (it prints one product's "
+                                "cycles on one MXU; it takes mxu.rows and "
+                                "mxu.cols)",
+                             key, tpu_param_find(key)
+                                      ? "has no effect on this command"
+                                      : "unknown parameter");
         tpu_error e;
         if (tpu_params_set(&hw, key, eq + 1, &e) != TPU_OK)
             return cli_fail(&e);
