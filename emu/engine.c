@@ -64,7 +64,11 @@ typedef struct {
     ici *net;
     double *link_busy;            /* chips x 4 */
     double *bytes_sent;           /* per global core */
-    double *layer_time;           /* n_layers x CAT_COUNT (executed core 0: replica 0, shard 0) */
+    int64_t *layer_ps;            /* n_layers x CAT_COUNT (executed core 0:
+                                     replica 0, shard 0), in integer ps so
+                                     that the sums do not depend on how
+                                     loops were stepped (--no-dedup and
+                                     --functional step every iteration) */
     int max_dma;
     tpu_status fx_rc;             /* first failure of the functional values */
     tpu_error fx_err;
@@ -132,9 +136,8 @@ static void advance(eng *e, int ci, int64_t t, emu_cat cat, const fw_insn *in)
         return;
     add_event(e, c, UNIT_CORE, cat, in, c->now, t, 0, 0);
     c->cat[cat] += t - c->now;
-    if (ci == 0 && e->layer_time && in && in->layer >= 0)
-        e->layer_time[(size_t)in->layer * CAT_COUNT + cat] +=
-            (double)(t - c->now) / PS;
+    if (ci == 0 && e->layer_ps && in && in->layer >= 0)
+        e->layer_ps[(size_t)in->layer * CAT_COUNT + cat] += t - c->now;
     c->now = t;
 }
 
@@ -277,9 +280,8 @@ static void end_iteration(eng *e, int ci, const fw_insn *loop)
             int64_t dk = c->cat[k] - c->it_start_cat[k];
             dcat[k] = dk;
             c->cat[k] += r * dk;
-            if (ci == 0 && e->layer_time && loop->layer >= 0)
-                e->layer_time[(size_t)loop->layer * CAT_COUNT + k] +=
-                    (double)(r * dk) / PS;
+            if (ci == 0 && e->layer_ps && loop->layer >= 0)
+                e->layer_ps[(size_t)loop->layer * CAT_COUNT + k] += r * dk;
         }
         c->rd += (double)r * (c->rd - c->it_start_rd);
         c->wr += (double)r * (c->wr - c->it_start_wr);
@@ -622,15 +624,15 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
     e.cs = calloc((size_t)e.ncores_sim, sizeof(core_t));
     e.link_busy = calloc((size_t)chips * 4, sizeof(double));
     e.bytes_sent = calloc((size_t)p->cores, sizeof(double));
-    e.layer_time = calloc((size_t)in->g->n_layers * CAT_COUNT + 1,
-                          sizeof(double));
+    e.layer_ps = calloc((size_t)in->g->n_layers * CAT_COUNT + 1,
+                        sizeof(int64_t));
     e.dc = in->dma_costs;
     if (!e.dc)
         e.dc = e.own_dc = cost_dma_new(in->hw);
     e.net = ici_new(&in->hw->ici, p->sys->dim_x, p->sys->dim_y,
                     p->sys->full_pod);
     if (!e.sim_core || !e.sim_shard || !e.cs || !e.link_busy ||
-        !e.bytes_sent || !e.layer_time || !e.dc) {
+        !e.bytes_sent || !e.layer_ps || !e.dc) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (engine)");
         goto done;
     }
@@ -721,8 +723,14 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
     }
     out->link_busy_s = e.link_busy;
     e.link_busy = NULL;
-    out->layer_time_s = e.layer_time;
-    e.layer_time = NULL;
+    size_t nlt = (size_t)in->g->n_layers * CAT_COUNT + 1;
+    out->layer_time_s = malloc(nlt * sizeof(double));
+    if (!out->layer_time_s) {
+        rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (engine)");
+        goto done;
+    }
+    for (size_t i = 0; i < nlt; i++)
+        out->layer_time_s[i] = (double)e.layer_ps[i] / PS;
 done:
     if (e.cs)
         for (int ci = 0; ci < e.ncores_sim; ci++)
@@ -732,7 +740,7 @@ done:
     free(e.sim_shard);
     free(e.link_busy);
     free(e.bytes_sent);
-    free(e.layer_time);
+    free(e.layer_ps);
     cost_dma_free(e.own_dc);
     if (e.net)
         ici_free(e.net);

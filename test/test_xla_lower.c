@@ -46,6 +46,9 @@ typedef struct {
     int ar_part;    /* FW_ALLREDUCE over the partition group */
     int64_t ar_b;   /* their bytes */
     double vec_ops; /* vector element-operations beside the products */
+    double dx_rows; /* input-gradient products' M */
+    double dw_pos;  /* the other backward products' reduced positions (K) */
+    int64_t dw_k;   /* and their largest M (the weight gradient's K rows) */
 } tally;
 
 /* Loop bodies count once per iteration. */
@@ -91,6 +94,13 @@ static int lower_tally_core(const char *text, const char *key,
                 out->k_max = in->b;
             out->nmm++;
             out->vec_ops += (double)in->d * (double)rep;
+            if (in->fx == FX_DX) {
+                out->dx_rows += (double)in->a * (double)rep;
+            } else if (phase == PHASE_BWD) {
+                out->dw_pos += (double)in->b * (double)rep;
+                if (in->a > out->dw_k)
+                    out->dw_k = in->a;
+            }
         } else if (in->op == FW_VEC) {
             out->vec_ops += (double)in->a * (double)in->b / 100 * (double)rep;
         } else if (in->op == FW_DMA_ST) {
@@ -202,10 +212,12 @@ void th_suite_xla_lower(th_ctx *t)
                 t, lower_tally(buf, NULL, NULL, "c1", PHASE_BWD, &on, &e) == 0,
                 "%s", e.msg)) {
             /* dX streams 8 x 256 input rows; dW streams K = 9 x 128 rows
-             * of X^T, reducing over 8 x 256 positions. */
-            TH_CHECKF(t, on.m_rows == 8 * 256 + 9 * 128, "bwd M %g", on.m_rows);
-            TH_CHECKF(t, on.k_max == 8 * 256, "bwd K %lld",
-                      (long long)on.k_max);
+             * of X^T, reducing over 8 x 256 positions (in slabs the tile
+             * search sizes: one of 2048 until products streamed). */
+            TH_CHECKF(t, on.dx_rows == 8 * 256, "dX M %g", on.dx_rows);
+            TH_CHECKF(t, on.dw_k == 9 * 128, "dW rows %lld",
+                      (long long)on.dw_k);
+            TH_CHECKF(t, on.dw_pos == 8 * 256, "dW positions %g", on.dw_pos);
         }
     }
 
