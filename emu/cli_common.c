@@ -10,6 +10,7 @@
 
 #include "emu/cli.h"
 #include "emu/font.h"
+#include "emu/rfile.h"
 
 int cli_error(int code, const char *fmt, ...)
 {
@@ -28,14 +29,20 @@ int cli_error(int code, const char *fmt, ...)
 
 void cli_shown(char *buf, size_t cap, const char *text)
 {
-    size_t n = 0;
+    size_t n = 0, esc = 0;
     for (; *text; text++) {
         unsigned char c = (unsigned char)*text;
         char tmp[8];
-        if (c < 0x20 || c == 0x7f)
+        /* every byte of a C1 control or a bidi override too: the terminal
+         * would act on them as on ESC (emu/rfile.h) */
+        if (!esc)
+            esc = rfile_ctrl_len((const unsigned char *)text, NULL);
+        if (esc) {
+            esc--;
             snprintf(tmp, sizeof tmp, "\\x%02x", c);
-        else
+        } else {
             snprintf(tmp, sizeof tmp, "%c", c);
+        }
         size_t w = strlen(tmp);
         if (n + w + 4 > cap) {
             if (cap >= 4) {

@@ -245,6 +245,38 @@ char *rfile_mark_nuls(const char *text, size_t len, int *oom)
 }
 
 
+/* The code point of the valid k-byte UTF-8 sequence at s (k 2 or 3). */
+static unsigned long rfile_code_point(const unsigned char *s, size_t k)
+{
+    if (k == 2)
+        return (unsigned long)(s[0] & 0x1f) << 6 | (s[1] & 0x3f);
+    return (unsigned long)(s[0] & 0x0f) << 12 |
+           (unsigned long)(s[1] & 0x3f) << 6 | (s[2] & 0x3f);
+}
+
+size_t rfile_ctrl_len(const unsigned char *s, const char **what)
+{
+    const char *w = "a control character";
+    size_t n = 0;
+    if (s[0] < 0x20 || s[0] == 0x7f) {
+        n = 1;
+    } else if (s[0] == 0xc2 && s[1] >= 0x80 && s[1] <= 0x9f) {
+        n = 2;
+    } else if (s[0] == 0xe2 && s[1] == 0x80 &&
+               (s[2] == 0xa8 || s[2] == 0xa9)) {
+        n = 3;
+        w = s[2] == 0xa8 ? "a line separator" : "a paragraph separator";
+    } else if (s[0] == 0xe2 &&
+               ((s[1] == 0x80 && s[2] >= 0xaa && s[2] <= 0xae) ||
+                (s[1] == 0x81 && s[2] >= 0xa6 && s[2] <= 0xa9))) {
+        n = 3;
+        w = "a bidirectional text control";
+    }
+    if (what)
+        *what = w;
+    return n;
+}
+
 const char *rfile_text_problem(const char *s, int ctrl_ok, char *buf,
                                size_t cap)
 {
@@ -260,8 +292,15 @@ const char *rfile_text_problem(const char *s, int ctrl_ok, char *buf,
                          u[i], i);
             return buf;
         }
-        if (!ctrl_ok && (u[i] < 0x20 || u[i] == 0x7f)) {
-            snprintf(buf, cap, "contains a control character");
+        const char *what;
+        if (!ctrl_ok && rfile_ctrl_len(u + i, &what)) {
+            /* C0 keeps the message it always had; the others name the
+             * character, which no editor shows. */
+            if (k == 1)
+                snprintf(buf, cap, "contains %s", what);
+            else
+                snprintf(buf, cap, "contains %s (U+%04lX)", what,
+                         rfile_code_point(u + i, k));
             return buf;
         }
         i += k;

@@ -47,10 +47,23 @@ char *rfile_mark_nuls(const char *text, size_t len, int *oom);
  * included, as RFC 3629 says).  s must be NUL-terminated. */
 size_t rfile_utf8_len(const unsigned char *s);
 
+/* Length of the character at s (valid UTF-8, not NUL) when a name must not
+ * hold it, else 0.  Names and report strings are echoed on one terminal
+ * line, so this is every character that can move or restyle what follows
+ * it: C0 controls and DEL; C1 controls U+0080-U+009F (U+009B is CSI and
+ * U+0085 a newline to an xterm in UTF-8 mode); the line and paragraph
+ * separators U+2028/U+2029; and the bidirectional embeddings, overrides
+ * and isolates U+202A-U+202E and U+2066-U+2069, which reorder the rest of
+ * the line as displayed ("Trojan Source", CVE-2021-42574).  *what (when
+ * not NULL) gets a phrase for a message. */
+size_t rfile_ctrl_len(const unsigned char *s, const char **what);
+
 /* Checks a decoded string: NULL when it is UTF-8 without NUL marks and,
- * unless ctrl_ok, without control characters; otherwise what is wrong
- * ("contains a NUL character (\u0000)", "is not valid UTF-8 (byte 0xff at
- * offset 4)", "contains a control character"), in buf. */
+ * unless ctrl_ok, without a character rfile_ctrl_len refuses; otherwise
+ * what is wrong ("contains a NUL character (\u0000)", "is not valid UTF-8
+ * (byte 0xff at offset 4)", "contains a control character", "contains a
+ * control character (U+009B)", "contains a line separator (U+2028)"), in
+ * buf. */
 const char *rfile_text_problem(const char *s, int ctrl_ok, char *buf,
                                size_t cap);
 

@@ -52,6 +52,12 @@ static const char *trace_q(char *buf, size_t n, const char *s)
             j += 6;
             continue;
         }
+        if (u > 1 && rfile_ctrl_len((const unsigned char *)s + i, NULL)) {
+            /* a C1 control or a bidi override would act on the terminal */
+            buf[j++] = '?';
+            i += u;
+            continue;
+        }
         if (u > 1) {
             /* a whole character or nothing, so the message stays UTF-8 */
             memcpy(buf + j, s + i, u);
@@ -273,9 +279,10 @@ static tpu_status trace_name(trace_ctx *c, const cJSON *obj, const char *base,
         return trace_fail(c, p, "empty string");
     if (strlen(s) >= cap)
         return trace_fail(c, p, "longer than %zu characters", cap - 1);
-    for (const char *q = s; *q; q++)
-        if ((unsigned char)*q < 0x20 || *q == 0x7f)
-            return trace_fail(c, p, "contains a control character");
+    /* the reports' rule (rfile.h), so a name run accepts reads back */
+    char why[96];
+    if (rfile_text_problem(s, 0, why, sizeof why))
+        return trace_fail(c, p, "%s", why);
     memcpy(dst, s, strlen(s) + 1);
     return TPU_OK;
 }
@@ -1107,12 +1114,19 @@ static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
             while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
                 n--;
         }
-        memcpy(g->reference_source, s, n);
-        g->reference_source[n] = 0;
-        /* printed to the terminal: no escape sequences, one line */
-        for (char *q = g->reference_source; *q; q++)
-            if ((unsigned char)*q < 0x20 || *q == 0x7f)
-                *q = ' ';
+        /* printed to the terminal: no escape sequences, one line (a
+         * multi-byte control becomes one space) */
+        size_t j = 0;
+        for (size_t i = 0; i < n;) {
+            size_t k = rfile_ctrl_len((const unsigned char *)s + i, NULL);
+            if (k) {
+                g->reference_source[j++] = ' ';
+                i += k;
+            } else {
+                g->reference_source[j++] = s[i++];
+            }
+        }
+        g->reference_source[j] = 0;
     }
     return TPU_OK;
 }

@@ -1,0 +1,178 @@
+/* Probe round 12a's hostile names and reports (tests probe12b), each
+ * failing before its fix:
+ *
+ *  - C1 controls (U+0080-U+009F: U+009B is CSI to a UTF-8 xterm), the line
+ *    and paragraph separators and the bidi embeddings, overrides and
+ *    isolates passed the "no control characters" rule of trace names and
+ *    of the report's strings, and were printed raw.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test/harness.h"
+
+/* A report of tiny2d as run writes it, which the cases below edit. */
+static int base_report(th_ctx *t, th_cmd_result *c, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/p12b-base.json", th_tmpdir());
+    th_run(c, "%s run traces/small/tiny2d.json --quiet --report %s", th_bin(),
+           path);
+    return TH_CHECKF(t, c->status == 0, "run: %d %s", c->status, c->err);
+}
+
+/* src with every occurrence of `from` replaced by `to`, written to
+ * th_tmpdir()/name (its path in path); 0 when `from` is not there. */
+static int edited(const char *src, const char *from, const char *to,
+                  const char *name, char *path, size_t cap)
+{
+    char *text = th_slurp(src, NULL);
+    size_t nf = strlen(from), nt = strlen(to), hits = 0;
+    if (!text)
+        return 0;
+    for (char *p = strstr(text, from); p; p = strstr(p + nf, from))
+        hits++;
+    char *out = malloc(strlen(text) + hits * nt + 1);
+    if (!out || !hits) {
+        free(out);
+        free(text);
+        return 0;
+    }
+    char *o = out;
+    const char *p = text;
+    for (const char *q; (q = strstr(p, from)); p = q + nf) {
+        memcpy(o, p, (size_t)(q - p));
+        o += q - p;
+        memcpy(o, to, nt);
+        o += nt;
+    }
+    strcpy(o, p);
+    snprintf(path, cap, "%s/%s", th_tmpdir(), name);
+    th_put(path, out);
+    free(out);
+    free(text);
+    return 1;
+}
+
+/* `check` of the report against itself is refused with exit 2 and one
+ * line "tpuemu: error: PATH: want". */
+static void refused(th_ctx *t, th_cmd_result *c, const char *path,
+                    const char *want)
+{
+    char line[1024];
+    snprintf(line, sizeof line, "tpuemu: error: %s: %s", path, want);
+    th_run(c, "%s check --baseline %s %s", th_bin(), path, path);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, line) &&
+                     strchr(c->err, '\n') == c->err + strlen(c->err) - 1,
+              "status %d\n       got  '%s'\n       want '%s'", c->status,
+              c->err, line);
+}
+
+/* No byte sequence on a terminal line that a terminal would act on: C0
+ * (but the line's own newline), DEL, C1, U+2028/9 and the bidi controls. */
+static int terminal_safe(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; u[i]; i++) {
+        if ((u[i] < 0x20 && u[i] != '\n') || u[i] == 0x7f)
+            return 0;
+        if (u[i] == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
+            return 0;
+        if (u[i] == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xa8 &&
+            u[i + 2] <= 0xae)
+            return 0;
+        if (u[i] == 0xe2 && u[i + 1] == 0x81 && u[i + 2] >= 0xa6 &&
+            u[i + 2] <= 0xa9)
+            return 0;
+    }
+    return 1;
+}
+
+static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
+{
+    static const struct {
+        const char *from, *to, *want;
+    } k[] = {
+        {"\"trace\": \"tiny2d\"", "\"trace\": \"evil\\u009b2J\"",
+         "trace: the string contains a control character (U+009B)"},
+        {"\"trace\": \"tiny2d\"", "\"trace\": \"a\xc2\x85x\"",
+         "trace: the string contains a control character (U+0085)"},
+        {"{\"name\": \"relu1\"", "{\"name\": \"r\\u2028y\"",
+         "layers[3].name: the string contains a line separator (U+2028)"},
+        {"{\"name\": \"relu1\"", "{\"name\": \"r\\u2029y\"",
+         "layers[3].name: the string contains a paragraph separator "
+         "(U+2029)"},
+        {"\"overrides\": {}", "\"overrides\": {}, \"freeze\": \"a\\u202eb\"",
+         "freeze: the string contains a bidirectional text control "
+         "(U+202E)"},
+        {"\"overrides\": {}", "\"overrides\": {\"clock_hz\": \"1e9\\u2069\"}",
+         "overrides.clock_hz: the string contains a bidirectional text "
+         "control (U+2069)"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char path[512], name[64];
+        snprintf(name, sizeof name, "p12b-c1-%zu.json", i);
+        th_case(t, "report: C1 controls, line separators and bidi controls "
+                   "are refused in its strings (check)");
+        if (!TH_CHECKF(t, edited(base, k[i].from, k[i].to, name, path,
+                                 sizeof path),
+                       "no '%s' in the base report", k[i].from))
+            continue;
+        refused(t, c, path, k[i].want);
+        TH_CHECK(t, terminal_safe(c->out) && terminal_safe(c->err));
+    }
+
+    th_case(t, "report: view refuses them the same way");
+    {
+        char path[512];
+        if (TH_CHECK(t, edited(base, "\"trace\": \"tiny2d\"",
+                               "\"trace\": \"evil\\u009b2J\"", "p12b-c1v.json",
+                               path, sizeof path))) {
+            th_run(c, "SDL_VIDEODRIVER=dummy %s view %s --screenshot "
+                      "%s/p12b.png",
+                   th_bin(), path, th_tmpdir());
+            TH_CHECKF(t, c->status == 2 &&
+                             strstr(c->err, "p12b-c1v.json: trace: the string "
+                                            "contains a control character "
+                                            "(U+009B)"),
+                      "%d %s", c->status, c->err);
+        }
+    }
+
+    th_case(t, "run: a trace named with C1 controls is refused, and a "
+               "message quoting one shows it escaped");
+    {
+        char path[512];
+        if (TH_CHECK(t, edited("traces/small/tiny2d.json",
+                               "\"name\": \"tiny2d\"",
+                               "\"name\": \"evil\\u009b2J\\u0085x\"",
+                               "p12b-c1t.json", path, sizeof path))) {
+            th_run(c, "%s run %s --quiet", th_bin(), path);
+            TH_CHECKF(t, c->status == 2 && terminal_safe(c->out) &&
+                             terminal_safe(c->err) &&
+                             strstr(c->err, "p12b-c1t.json: name: contains a "
+                                            "control character (U+009B)"),
+                      "%d %s", c->status, c->err);
+        }
+        /* --freeze echoes an entry that names no layer */
+        th_run(c, "%s run traces/small/tiny2d.json --quiet --freeze "
+                  "\"$(printf 'x\\302\\233y')\"",
+               th_bin());
+        TH_CHECKF(t, c->status == 2 && terminal_safe(c->err) &&
+                         strstr(c->err, "x\\xc2\\x9by"),
+                  "%d %s", c->status, c->err);
+    }
+}
+
+void th_suite_probe12b(th_ctx *t)
+{
+    th_cmd_result *c = calloc(1, sizeof *c);
+    char base[512];
+    th_case(t, "run writes the base report");
+    if (!c || !base_report(t, c, base, sizeof base)) {
+        free(c);
+        return;
+    }
+    c1_cases(t, c, base);
+    free(c);
+}
