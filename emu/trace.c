@@ -1178,18 +1178,35 @@ static tpu_status trace_strings(trace_ctx *c, const cJSON *v, char *path,
     return TPU_OK;
 }
 
+/* The file name without directory and ".json".  A file name may hold any
+ * byte, but the trace's name is printed by run and written to the report,
+ * which check and view refuse unless it is UTF-8 without control
+ * characters (the "name" key's rule): so a control character (as
+ * rfile_ctrl_len counts them) or a byte that is not UTF-8 becomes '?',
+ * and a long name is cut before a character that does not fit whole. */
 static void trace_default_name(graph *g, const char *path)
 {
     const char *b = strrchr(path, '/');
-    size_t n;
+    size_t n, i = 0, j = 0;
     b = b ? b + 1 : path;
     n = strlen(b);
     if (n > 5 && strcmp(b + n - 5, ".json") == 0)
         n -= 5;
-    if (n >= sizeof g->name)
-        n = sizeof g->name - 1;
-    memcpy(g->name, b, n);
-    g->name[n] = 0;
+    while (i < n) {
+        const unsigned char *u = (const unsigned char *)b + i;
+        size_t k = rfile_utf8_len(u);
+        int bad = k == 0 || i + k > n || rfile_ctrl_len(u, NULL) != 0;
+        size_t w = bad ? 1 : k;
+        if (j + w >= sizeof g->name)
+            break;
+        if (bad)
+            g->name[j] = '?';
+        else
+            memcpy(g->name + j, b + i, k);
+        i += k ? k : 1;
+        j += w;
+    }
+    g->name[j] = 0;
 }
 
 /* graph.inputs or graph.layers: present, a list, not empty. */

@@ -4,7 +4,11 @@
  *  - C1 controls (U+0080-U+009F: U+009B is CSI to a UTF-8 xterm), the line
  *    and paragraph separators and the bidi embeddings, overrides and
  *    isolates passed the "no control characters" rule of trace names and
- *    of the report's strings, and were printed raw.
+ *    of the report's strings, and were printed raw;
+ *  - a trace without "name" is named after its file, whose name may hold
+ *    any byte: run printed an ESC raw and wrote invalid UTF-8 (a byte
+ *    0xFF, or a character cut at the 127-byte limit) into the report,
+ *    which check and view then refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +168,54 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
     }
 }
 
+/* A trace without "name" takes its file's name, which may hold any byte:
+ * run printed it raw and wrote a report that check and view refused. */
+static void filename_cases(th_ctx *t, th_cmd_result *c)
+{
+    char x126[160];
+    memset(x126, 'x', 126);
+    x126[126] = 0;
+    const struct {
+        const char *file, *name;
+    } k[] = {
+        {"a\nb\033[31m", "a?b?[31m"},
+        {"bad\377", "bad?"},
+        {"c1\302\233x\342\200\256y", "c1?x?y"},
+        {"\303\251t\303\251", "\303\251t\303\251"}, /* été is kept */
+        {NULL, x126}, /* 126 bytes and a 2-byte character: cut before it */
+    };
+    char *text = th_slurp("traces/small/tiny2d.json", NULL);
+    char *named = text ? strstr(text, "\"name\": \"tiny2d\",") : NULL;
+    th_case(t, "the base trace has a name to remove");
+    if (!TH_CHECK(t, named != NULL)) {
+        free(text);
+        return;
+    }
+    memset(named, ' ', strlen("\"name\": \"tiny2d\","));
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char file[512], rep[512], want[512];
+        snprintf(file, sizeof file, "%s/%s%s.json", th_tmpdir(),
+                 k[i].file ? k[i].file : x126, k[i].file ? "" : "\303\251");
+        th_put(file, text);
+        snprintf(rep, sizeof rep, "%s/p12b-fn%zu.json", th_tmpdir(), i);
+        th_case(t, "run: a trace's default name from a hostile file name is "
+                   "one line of UTF-8, and its report reads back");
+        th_run(c, "%s run '%s' --report %s", th_bin(), file, rep);
+        snprintf(want, sizeof want, "%s on v3-8: ", k[i].name);
+        TH_CHECKF(t, c->status == 0 && strncmp(c->out, want, strlen(want)) == 0 &&
+                         terminal_safe(c->out),
+                  "%d '%.80s' %s", c->status, c->out, c->err);
+        char *r = th_slurp(rep, NULL);
+        snprintf(want, sizeof want, "\"trace\": \"%s\",", k[i].name);
+        TH_CHECKF(t, r && strstr(r, want), "no %s in the report", want);
+        free(r);
+        th_run(c, "%s check --baseline %s %s", th_bin(), rep, rep);
+        TH_CHECKF(t, c->status == 0 && terminal_safe(c->out), "check: %d %s",
+                  c->status, c->err);
+    }
+    free(text);
+}
+
 void th_suite_probe12b(th_ctx *t)
 {
     th_cmd_result *c = calloc(1, sizeof *c);
@@ -174,5 +226,6 @@ void th_suite_probe12b(th_ctx *t)
         return;
     }
     c1_cases(t, c, base);
+    filename_cases(t, c);
     free(c);
 }
