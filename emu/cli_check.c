@@ -169,14 +169,39 @@ static int pct_digits(double r, double tol)
  * %f would print 300 digits. */
 #define CHECK_PCT_EFORM 1e6
 
-/* A change as a percentage; one at the tolerance (at_tol) is printed as
- * the tolerance, so the figure never contradicts the verdict.  At most 17
- * characters ("+999999.99999999%", "+1.00e+302%"). */
-static void pct(char *buf, size_t cap, double r, int digits, double tol)
+/* How many powers of ten now/base is: for changes whose percentage a
+ * double cannot hold. */
+static double growth_log10(double base, double now)
 {
-    if (isinf(r))
-        snprintf(buf, cap, "%s", r > 0 ? "from 0" : "to 0");
-    else if (at_tol(r, tol) && tol > 0)
+    return log10(now) - log10(base);
+}
+
+/* The change from base to now as a percentage; one at the tolerance
+ * (at_tol) is printed as the tolerance, so the figure never contradicts
+ * the verdict.  At most 17 characters ("+999999.99999999%",
+ * "+1.00e+302%"). */
+static void pct(char *buf, size_t cap, double base, double now, int digits,
+                double tol)
+{
+    double r = rel(base, now);
+    if (!isfinite(base) || !isfinite(now)) {
+        /* a layer's categories can sum past a double in an edited
+         * report; no percentage of that is true */
+        snprintf(buf, cap, "overflow");
+    } else if (base == 0 && now != 0) {
+        snprintf(buf, cap, "%s", now > 0 ? "from 0" : "to 0");
+    } else if (!isfinite(100 * r)) {
+        /* An edited report (1e308 s against 1e-4 s): the ratio overflows
+         * a double, so it is printed from its logarithm; now - base is
+         * now to every digit shown. */
+        double l = growth_log10(base, now) + 2, e = floor(l);
+        double m = pow(10, l - e);
+        if (m >= 9.995) {
+            m /= 10;
+            e += 1;
+        }
+        snprintf(buf, cap, "+%.2fe+%.0f%%", m, e);
+    } else if (at_tol(r, tol) && tol > 0)
         snprintf(buf, cap, "%c%.*f%%", r < 0 ? '-' : '+', digits, 100 * tol);
     else if (fabs(100 * r) >= CHECK_PCT_EFORM)
         snprintf(buf, cap, "%+.2e%%", 100 * r);
@@ -287,7 +312,7 @@ static void add_row(check_table *t, const char *what, double base,
     char b[32], n[32], p[40];
     snprintf(b, sizeof b, "%.6g", base);
     snprintf(n, sizeof n, "%.6g", now);
-    pct(p, sizeof p, rel(base, now), digits, tol);
+    pct(p, sizeof p, base, now, digits, tol);
     add_text(t, what, b, n, p, mark);
 }
 
@@ -641,7 +666,7 @@ static void print_layer_moves(const emu_result *b, const emu_result *n)
         char name[128], p[40];
         cli_fit_cols_mid(name, sizeof name, b->layer_names[l], 28);
         double sb = layer_sum(b, l), sn = layer_sum(n, l);
-        pct(p, sizeof p, rel(sb, sn), 2, -1); /* not a verdict: 2 decimals */
+        pct(p, sizeof p, sb, sn, 2, -1); /* not a verdict: 2 decimals */
         printf("  ");
         cli_put_cell(name, 28);
         printf(" %12.6g %12.6g %10s  %s %s%.3g s\n", sb, sn, p,
@@ -684,7 +709,7 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         free(rep);
         return cli_error(4, "out of memory");
     }
-    int ngroups = 0, core_regressed = 0, core_faster = 0;
+    int ngroups = 0, core_regressed = 0, core_faster = 0, wi = 0, bi = 0;
     double worst_core = -INFINITY, best_core = INFINITY;
     for (int i = 0; i < b->cores; i++) {
         const emu_core_result *bc = &b->per_core[i], *nc = &n->per_core[i];
@@ -701,10 +726,20 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         if (slower(bc->step_time_s, nc->step_time_s, tol))
             core_regressed = 1;
         double r = rel(bc->step_time_s, nc->step_time_s);
-        if (r > worst_core)
+        /* two overflowing changes (pct) differ in their logarithms */
+        if (r > worst_core ||
+            (isinf(r) && r == worst_core && bc->step_time_s > 0 &&
+             b->per_core[wi].step_time_s > 0 &&
+             growth_log10(bc->step_time_s, nc->step_time_s) >
+                 growth_log10(b->per_core[wi].step_time_s,
+                              n->per_core[wi].step_time_s))) {
             worst_core = r;
-        if (r < best_core)
+            wi = i;
+        }
+        if (r < best_core) {
             best_core = r;
+            bi = i;
+        }
         if (slower_rel(-r, tol))
             core_faster = 1;
     }
@@ -731,9 +766,11 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         if (core_faster && !step_faster &&
             (dc = pct_digits(best_core, tol)) > d)
             d = dc;
-        pct(p, sizeof p, step_rel, d, tol);
-        pct(q, sizeof q, worst_core, d, tol);
-        pct(f, sizeof f, best_core, d, tol);
+        pct(p, sizeof p, b->step_time_s, n->step_time_s, d, tol);
+        pct(q, sizeof q, b->per_core[wi].step_time_s,
+            n->per_core[wi].step_time_s, d, tol);
+        pct(f, sizeof f, b->per_core[bi].step_time_s,
+            n->per_core[bi].step_time_s, d, tol);
         tol_text(tt, sizeof tt, tol, d);
         printf("ok: %s on %s: step time %.6g s -> %.6g s (%s; slowest-"
                "changing core %s",
@@ -764,7 +801,7 @@ static int compare(const emu_result *b, const emu_result *n, double tol,
         }
     } else {
         int d = pct_digits(step_rel, tol);
-        pct(p, sizeof p, step_rel, d, tol);
+        pct(p, sizeof p, b->step_time_s, n->step_time_s, d, tol);
         tol_text(tt, sizeof tt, tol, d);
         printf("REGRESSION: %s on %s: step time %.6g s -> %.6g s (%s), "
                "tolerance %s\n",

@@ -8,7 +8,10 @@
  *  - a trace without "name" is named after its file, whose name may hold
  *    any byte: run printed an ESC raw and wrote invalid UTF-8 (a byte
  *    0xFF, or a character cut at the 127-byte limit) into the report,
- *    which check and view then refused.
+ *    which check and view then refused;
+ *  - check printed a change too large for a double (1e308 s against
+ *    1e-4 s) as "from 0", and a layer whose categories sum past a double
+ *    as "-nan%".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +219,84 @@ static void filename_cases(th_ctx *t, th_cmd_result *c)
     free(text);
 }
 
+/* A v3-8 result whose every core spends cat[k] in category k, and whose
+ * one layer (when layer is not NULL) spent layer[k], saved as name. */
+static void save_result(th_ctx *t, const double *cat, const double *layer,
+                        const char *name, char *path, size_t cap)
+{
+    emu_result r;
+    th_result_make(&r, "huge", "v3-8", 8, 1, 8, cat, NULL);
+    if (layer) {
+        r.layer_names = calloc(1, sizeof *r.layer_names);
+        r.layer_time_s = calloc(CAT_COUNT, sizeof *r.layer_time_s);
+        if (r.layer_names && r.layer_time_s) {
+            r.n_layers = 1;
+            snprintf(r.layer_names[0], sizeof r.layer_names[0], "conv");
+            memcpy(r.layer_time_s, layer, CAT_COUNT * sizeof *layer);
+        }
+    }
+    th_result_save(t, &r, name, path, cap);
+    emu_result_free(&r);
+}
+
+/* Whether the line of out that starts with label holds needle. */
+static int row_has(const char *out, const char *label, const char *needle)
+{
+    char head[64];
+    snprintf(head, sizeof head, "\n%s", label);
+    const char *row = strstr(out, head);
+    if (!row)
+        return 0;
+    const char *end = strchr(row + 1, '\n');
+    const char *hit = strstr(row, needle);
+    return hit && (!end || hit < end);
+}
+
+/* check's percentage of a change too large for a double read "from 0",
+ * which only a change from a zero base is. */
+static void huge_ratio_cases(th_ctx *t, th_cmd_result *c)
+{
+    static const double b4[CAT_COUNT] = {1e-4, 0, 0, 0, 0, 0};
+    static const double n308[CAT_COUNT] = {1e308, 0, 0, 1e-5, 0, 0};
+    static const double tiny[CAT_COUNT] = {5e-324, 0, 0, 0, 0, 0};
+    static const double one[CAT_COUNT] = {1, 0, 0, 0, 0, 0};
+    static const double lay_b[CAT_COUNT] = {1e-5, 0, 0, 0, 0, 0};
+    static const double lay_n[CAT_COUNT] = {1e308, 1e308, 0, 0, 0, 0};
+    char b[512], n[512];
+
+    th_case(t, "check: a ratio beyond a double is printed as its size, not "
+               "\"from 0\"; a category from 0 still is");
+    save_result(t, b4, NULL, "p12b-b4.json", b, sizeof b);
+    save_result(t, n308, NULL, "p12b-n308.json", n, sizeof n);
+    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
+    TH_CHECKF(t, c->status == 1 && strstr(c->out, "1e+308 s (+1.00e+314%)"),
+              "%d %s", c->status, c->out);
+    /* "from 0" once: on the halo row, which did grow from 0 */
+    TH_CHECKF(t, row_has(c->out, "step time", "+1.00e+314%  SLOWER") &&
+                     row_has(c->out, "  mxu", "+1.00e+314%  grew") &&
+                     row_has(c->out, "  halo", "from 0  grew") &&
+                     !strstr(strstr(c->out, "from 0") + 1, "from 0"),
+              "%s", c->out);
+
+    th_case(t, "check: from a denormal base, the ratio overflows too");
+    save_result(t, tiny, NULL, "p12b-tiny.json", b, sizeof b);
+    save_result(t, one, NULL, "p12b-one.json", n, sizeof n);
+    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
+    TH_CHECKF(t, c->status == 1 && strstr(c->out, "-> 1 s (+2.02e+325%)") &&
+                     !strstr(c->out, "from 0"),
+              "%d %s", c->status, c->out);
+
+    th_case(t, "check: a layer whose categories sum past a double has no "
+               "percentage (was nan or \"from 0\")");
+    save_result(t, b4, lay_b, "p12b-lb.json", b, sizeof b);
+    save_result(t, n308, lay_n, "p12b-ln.json", n, sizeof n);
+    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
+    TH_CHECKF(t, c->status == 1 && row_has(c->out, "  conv ", " inf   overflow") &&
+                     !row_has(c->out, "  conv ", "nan") &&
+                     !row_has(c->out, "  conv ", "from 0"),
+              "%d %s", c->status, c->out);
+}
+
 void th_suite_probe12b(th_ctx *t)
 {
     th_cmd_result *c = calloc(1, sizeof *c);
@@ -227,5 +308,6 @@ void th_suite_probe12b(th_ctx *t)
     }
     c1_cases(t, c, base);
     filename_cases(t, c);
+    huge_ratio_cases(t, c);
     free(c);
 }
