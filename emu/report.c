@@ -392,13 +392,15 @@ tpu_status tpu_write_atomic(const char *path, const void *data, size_t len,
 /* The reader is the gate for `check` and `view`, so it refuses what no run
  * can produce (docs/CHECK.md lists the rules): a negative, infinite or
  * missing time, a step time of zero where the step ran (fits), a core
- * index outside 0..cores-1 or given twice, an unknown system, strings that
+ * index outside 0..cores-1 or given twice, an unknown system or counts,
+ * torus and chips that are not its, two cores as one shard, strings that
  * are not UTF-8 or hold control characters (they are echoed to the
  * terminal).  Every refusal is one line "FILE: json.path: what". */
 
 typedef struct {
     const char *path;
     tpu_error *err;
+    int has_capacity; /* hbm_capacity_bytes is given (0 included) */
 } rd;
 
 static tpu_status bad(rd *c, const char *jpath, const char *what)
@@ -621,7 +623,7 @@ static tpu_status read_core_figures(rd *c, const cJSON *o, const char *jp,
 /* per_core[i] goes to r->per_core[its core index], so the array is in core
  * order whatever the file's order; seen[] catches a core given twice. */
 static tpu_status read_core(rd *c, const cJSON *o, int i, emu_result *r,
-                            unsigned char *seen)
+                            unsigned char *seen, int *pair_of)
 {
     char jp[64], sub[160], f[64];
     int cpr = r->cores_per_replica;
@@ -639,6 +641,14 @@ static tpu_status read_core(rd *c, const cJSON *o, int i, emu_result *r,
     v = 0;
     TRY(get_int(c, o, jp, "chip", 1, 0, r->chips - 1, &v));
     k->chip = (int)v;
+    /* cores are numbered chip by chip (engine.c; read_slice checked
+     * chips = cores / cores per chip) */
+    int per_chip = r->cores / r->chips;
+    if (k->chip != k->core / per_chip)
+        return badf(c, jp_key(sub, sizeof sub, jp, "chip"),
+                    "%d, but core %d is on chip %d (%d cores a chip, in "
+                    "core order)",
+                    k->chip, k->core, k->core / per_chip, per_chip);
     /* Reports with only the SPEC keys: cores are numbered replica-major
      * (DESIGN.md), so replica and shard follow from the core index. */
     v = k->core / cpr;
@@ -647,6 +657,18 @@ static tpu_status read_core(rd *c, const cJSON *o, int i, emu_result *r,
     v = k->core % cpr;
     TRY(get_int(c, o, jp, "shard", 0, 0, cpr - 1, &v));
     k->shard = (int)v;
+    /* Each core is one shard of one replica: the placement may put a
+     * replica's shards on any cores (plan.c's 2D blocks), but never two
+     * on one pair.  A does-not-fit report is exempt: run writes it before
+     * there is a placement, every core replica 0, shard 0 (cli_run.c). */
+    if (r->fits) {
+        int *owner = &pair_of[k->replica * cpr + k->shard];
+        if (*owner)
+            return badf(c, jp, "replica %d, shard %d is core %d's too "
+                               "(each core is one shard of one replica)",
+                        k->replica, k->shard, *owner - 1);
+        *owner = k->core + 1;
+    }
     TRY(get_num(c, o, jp, "step_time_s", 1, 0, &k->step_time_s));
     if (r->fits && !(k->step_time_s > 0))
         return bad(c, jp_key(sub, sizeof sub, jp, "step_time_s"),
@@ -691,6 +713,9 @@ static tpu_status read_format(rd *c, const cJSON *root)
 static tpu_status read_slice(rd *c, const cJSON *root, emu_result *r)
 {
     TRY(get_str(c, root, NULL, "trace", 1, r->trace, sizeof r->trace));
+    if (!r->trace[0])
+        return bad(c, "trace", "empty (a trace always has a name: its "
+                               "\"name\" or its file's)");
     TRY(get_str(c, root, NULL, "system", 1, r->system, sizeof r->system));
     const tpu_system *sys = tpu_system_find(r->system);
     if (!sys)
@@ -702,14 +727,36 @@ static tpu_status read_slice(rd *c, const cJSON *root, emu_result *r)
     r->gen = (int)v;
     TRY(get_int(c, root, NULL, "cores", 1, 1, REPORT_MAX_CORES, &v));
     r->cores = (int)v;
+    /* run writes the slice's own figures (sim.c), which view draws and
+     * check compares: a report whose counts disagree with its system is an
+     * edit, and would be drawn as a machine that does not exist */
+    if (r->cores != sys->cores)
+        return badf(c, "cores", "%d, but %s has %d cores", r->cores,
+                    sys->name, sys->cores);
+    tpu_params hw;
+    tpu_params_default(&hw, sys->gen);
     TRY(get_int(c, root, NULL, "chips", 1, 1, r->cores, &v));
     r->chips = (int)v;
+    if (r->chips != sys->cores / hw.cores_per_chip)
+        return badf(c, "chips", "%d, but %s has %d chip%s (%d cores a chip)",
+                    r->chips, sys->name, sys->cores / hw.cores_per_chip,
+                    sys->cores / hw.cores_per_chip == 1 ? "" : "s",
+                    hw.cores_per_chip);
+    /* 0, as when absent: not known (the torus is the slice's) */
     v = 0;
     TRY(get_int(c, root, NULL, "dim_x", 0, 0, REPORT_MAX_CORES, &v));
     r->dim_x = (int)v;
     v = 0;
     TRY(get_int(c, root, NULL, "dim_y", 0, 0, REPORT_MAX_CORES, &v));
     r->dim_y = (int)v;
+    if ((r->dim_x && r->dim_x != sys->dim_x) ||
+        (r->dim_y && r->dim_y != sys->dim_y))
+        return badf(c, r->dim_x && r->dim_x != sys->dim_x ? "dim_x" : "dim_y",
+                    "%d, but the chips of %s are a %dx%d torus (dim_x %d, "
+                    "dim_y %d)",
+                    r->dim_x && r->dim_x != sys->dim_x ? r->dim_x : r->dim_y,
+                    sys->name, sys->dim_x, sys->dim_y, sys->dim_x,
+                    sys->dim_y);
     r->train = 1;
     const cJSON *mode = cJSON_GetObjectItemCaseSensitive(root, "mode");
     if (!mode)
@@ -757,6 +804,8 @@ static tpu_status read_step(rd *c, const cJSON *root, emu_result *r)
                 &r->hbm_remat_bytes));
     TRY(get_num(c, root, NULL, "hbm_capacity_bytes", 0, 0,
                 &r->hbm_capacity_bytes));
+    c->has_capacity =
+        cJSON_GetObjectItemCaseSensitive(root, "hbm_capacity_bytes") != NULL;
     TRY(get_num(c, root, NULL, "step_time_s", 1, 0, &r->step_time_s));
     /* A step that does not fit is not timed: fits false, zero times. */
     if (r->fits && !(r->step_time_s > 0))
@@ -825,8 +874,11 @@ static tpu_status read_per_core(rd *c, const cJSON *root, emu_result *r)
                     r->cores, cJSON_GetArraySize(pc));
     r->per_core = calloc((size_t)r->cores, sizeof *r->per_core);
     unsigned char *seen = calloc((size_t)r->cores, 1);
-    if (!r->per_core || !seen) {
+    /* the core + 1 that is each (replica, shard), 0 for none yet */
+    int *pair_of = calloc((size_t)r->cores, sizeof *pair_of);
+    if (!r->per_core || !seen || !pair_of) {
         free(seen);
+        free(pair_of);
         return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
     }
     const cJSON *e;
@@ -834,10 +886,11 @@ static tpu_status read_per_core(rd *c, const cJSON *root, emu_result *r)
     tpu_status st = TPU_OK;
     cJSON_ArrayForEach(e, pc)
     {
-        if ((st = read_core(c, e, i++, r, seen)))
+        if ((st = read_core(c, e, i++, r, seen, pair_of)))
             break;
     }
     free(seen);
+    free(pair_of);
     return st;
 }
 
@@ -857,7 +910,9 @@ static tpu_status check_totals(rd *c, const emu_result *r)
                     r->step_time_s, slowest);
     /* hbm_needed_bytes is the largest core's peak, and a step that fits
      * needs no more than the capacity the report names (probe round 5: an
-     * edited report claimed both).  Either field may be absent (0). */
+     * edited report claimed both).  Either field may be absent; a capacity
+     * of 0 is a capacity (probe round 12: it skipped the check), a need of
+     * 0 is none. */
     for (int i = 0; r->hbm_needed_bytes > 0 && i < r->cores; i++) {
         const emu_core_result *k = &r->per_core[i];
         if (k->hbm_peak_bytes > r->hbm_needed_bytes * (1 + 1e-9)) {
@@ -868,7 +923,7 @@ static tpu_status check_totals(rd *c, const emu_result *r)
                         k->hbm_peak_bytes, r->hbm_needed_bytes);
         }
     }
-    if (r->fits && r->hbm_capacity_bytes > 0 &&
+    if (r->fits && c->has_capacity &&
         r->hbm_needed_bytes > r->hbm_capacity_bytes * (1 + 1e-9))
         return badf(c, "fits", "true, but hbm_needed_bytes (%.17g) is above "
                                "hbm_capacity_bytes (%.17g)",
@@ -971,6 +1026,11 @@ static tpu_status read_layers(rd *c, const cJSON *root, emu_result *r)
             return bad(c, jp, "expected an object");
         TRY(get_str(c, e, jp, "name", 1, r->layer_names[i],
                     sizeof r->layer_names[i]));
+        if (!r->layer_names[i][0]) {
+            char sub[80];
+            return bad(c, jp_key(sub, sizeof sub, jp, "name"),
+                       "empty (every input and layer of a trace is named)");
+        }
         TRY(get_breakdown(c, e, jp, "time_s",
                           r->layer_time_s + (size_t)i * CAT_COUNT));
         TRY(read_gconv(c, e, jp, r, i, n));
@@ -1036,6 +1096,9 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     /* The --freeze list of the run (optional): a string as given, no
      * control characters. */
     TRY(get_str(c, root, NULL, "freeze", 0, r->freeze, sizeof r->freeze));
+    if (cJSON_GetObjectItemCaseSensitive(root, "freeze") && !r->freeze[0])
+        return bad(c, "freeze", "empty (a run without --freeze writes no "
+                                "freeze key)");
     TRY(read_per_core(c, root, r));
     TRY(check_totals(c, r));
     TRY(read_values(c, root, r));
@@ -1068,7 +1131,7 @@ tpu_status report_parse(emu_result *r, const char *text, size_t len,
         return tpu_fail(err, TPU_ERR_INPUT, "%s: %s", path, why);
     }
     free(marked);
-    rd c = {path, err};
+    rd c = {path, err, 0};
     tpu_status st = TPU_OK;
     /* A repeated key reads as its first value here and as its last in
      * Python's json or jq: a second "trace" would pass `check` against a

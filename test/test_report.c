@@ -138,7 +138,7 @@ void th_suite_report(th_ctx *t)
                "refused, naming it (probe round 4: check compared it)");
     {
         emu_result r, back;
-        make_result(&r, 4, 0);
+        make_result(&r, 8, 0);
         r.per_core[2].breakdown_s[CAT_MXU] *= 0.9;
         snprintf(path, sizeof path, "%s/badsum.json", th_tmpdir());
         TH_CHECK(t, report_write(&r, path, &err) == TPU_OK);
@@ -201,7 +201,7 @@ void th_suite_report(th_ctx *t)
         snprintf(path, sizeof path, "%s/spec_only.json", th_tmpdir());
         write_text(path,
                    "{\"format\": \"tpuemu-report/1\", \"trace\": \"x\", "
-                   "\"system\": \"v3-8\", \"chips\": 1, \"cores\": 2,"
+                   "\"system\": \"v3-2\", \"chips\": 1, \"cores\": 2,"
                    "\"global_batch\": 64, \"num_cores_per_replica\": 2, "
                    "\"replicas\": 1, \"fits\": true, \"step_time_s\": 0.91, "
                    "\"flops_per_step\": 1.0e15, \"overrides\": {\"a.b\": 3},"
@@ -241,7 +241,7 @@ void th_suite_report(th_ctx *t)
             {"{\"format\": \"tpuemu-trace/1\"}", "format"},
             {"{\"format\": \"tpuemu-report/1\", \"trace\": \"x\"}", "system"},
             {"{\"format\": \"tpuemu-report/1\", \"trace\": \"x\", \"system\":"
-             " \"v3-8\", \"chips\": 1, \"cores\": 2, \"global_batch\": 8, "
+             " \"v3-2\", \"chips\": 1, \"cores\": 2, \"global_batch\": 8, "
              "\"num_cores_per_replica\": 1, \"replicas\": 2, \"fits\": true,"
              " \"step_time_s\": 1, \"flops_per_step\": 1, \"overrides\": {},"
              " \"per_core\": []}",
