@@ -894,7 +894,7 @@ static tpu_status freeze_validate(const graph *g, const char *list,
     size_t total = strlen(list);
     if (total >= GRAPH_FREEZE_MAX)
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "--freeze: the list is %zu characters long, more "
+                        "--freeze: the list is %zu bytes long, more "
                         "than %d (use prefixes: 'res2*')",
                         total, GRAPH_FREEZE_MAX - 1);
     int none = 0;

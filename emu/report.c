@@ -425,11 +425,16 @@ static tpu_status badf(rd *c, const char *jpath, const char *fmt, ...)
     return bad(c, jpath, msg);
 }
 
-/* "found -5", "found null", "found a string": what was there instead. */
+/* "found -5", "found null", "found a string": what was there instead.
+ * A number of 2^53 or more is shown as the approximation it is (the
+ * double of 9007199254740993 is ...992, another exact number). */
 static const char *found(char *buf, size_t n, const cJSON *v)
 {
     if (!v)
         snprintf(buf, n, "found nothing");
+    else if (cJSON_IsNumber(v) && fabs(v->valuedouble) >= 9007199254740992.0)
+        snprintf(buf, n, "found about %.5g (beyond 2^53: not exact)",
+                 v->valuedouble);
     else if (cJSON_IsNumber(v))
         snprintf(buf, n, "found %.17g", v->valuedouble);
     else if (cJSON_IsNull(v))
@@ -693,12 +698,23 @@ static tpu_status read_format(rd *c, const cJSON *root)
         return bad(c, "format", "missing: this looks like a trace (what run "
                                 "reads), not a report: tpuemu run TRACE "
                                 "--report R.json writes one");
+    if (!cJSON_IsString(fmt) && cJSON_GetObjectItemCaseSensitive(root, "grid"))
+        return bad(c, "format", "missing: this looks like a sweep file (what "
+                                "sweep reads), not a report: tpuemu sweep "
+                                "FILE --out DIR writes one per run, in "
+                                "DIR/reports/");
     if (!cJSON_IsString(fmt))
         return bad(c, "format", "missing (not a tpuemu report?)");
     if (strncmp(fmt->valuestring, "tpuemu-trace/", 13) == 0)
         return badf(c, "format", "\"%s\": this is a trace (what run reads), "
                                  "not a report: tpuemu run TRACE --report "
                                  "R.json writes one", fmt->valuestring);
+    if (strncmp(fmt->valuestring, "tpuemu-sweep/", 13) == 0)
+        return badf(c, "format", "\"%s\": this is a sweep file (what sweep "
+                                 "reads), not a report: tpuemu sweep FILE "
+                                 "--out DIR writes one per run, in "
+                                 "DIR/reports/",
+                    fmt->valuestring);
     if (strncmp(fmt->valuestring, "tpuemu-validation/", 18) == 0)
         return badf(c, "format", "\"%s\": this is a validate report, not a "
                                  "run report (tpuemu run TRACE --report "
@@ -722,9 +738,14 @@ static tpu_status read_slice(rd *c, const cJSON *root, emu_result *r)
         return badf(c, "system", "unknown slice '%s' (SPEC.md: v2-8 ... "
                                  "v2-512, v3-8 ... v3-2048)",
                     r->system);
-    int64_t v = sys->gen;
-    TRY(get_int(c, root, NULL, "gen", 0, sys->gen, sys->gen, &v));
-    r->gen = (int)v;
+    /* One value fits: "an integer from 3 to 3" said it badly. */
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(root, "gen");
+    char f[96];
+    if (gen && !(cJSON_IsNumber(gen) && gen->valuedouble == sys->gen))
+        return badf(c, "gen", "expected %d, the generation of %s, %s",
+                    sys->gen, sys->name, found(f, sizeof f, gen));
+    r->gen = sys->gen;
+    int64_t v;
     TRY(get_int(c, root, NULL, "cores", 1, 1, REPORT_MAX_CORES, &v));
     r->cores = (int)v;
     /* run writes the slice's own figures (sim.c), which view draws and

@@ -100,10 +100,15 @@ static tpu_status trace_fail(trace_ctx *c, const char *path, const char *fmt,
 static const char *trace_type(const cJSON *v);
 
 /* "found 0", "found 2.5" for numbers (the value is the useful part),
- * "found a string" otherwise. */
+ * "found a string" otherwise.  From 2^53 on a double no longer holds
+ * every integer (9007199254740993 reads as ...992): such a number is
+ * shown as the approximation it is, not as another exact one. */
 static const char *trace_found(char *buf, size_t n, const cJSON *v)
 {
-    if (cJSON_IsNumber(v))
+    if (cJSON_IsNumber(v) && fabs(v->valuedouble) >= 9007199254740992.0)
+        snprintf(buf, n, "found about %.5g (beyond 2^53: not exact)",
+                 v->valuedouble);
+    else if (cJSON_IsNumber(v))
         snprintf(buf, n, "found %.17g", v->valuedouble);
     else
         snprintf(buf, n, "found %s", trace_type(v));
@@ -278,7 +283,7 @@ static tpu_status trace_name(trace_ctx *c, const cJSON *obj, const char *base,
     if (!s[0])
         return trace_fail(c, p, "empty string");
     if (strlen(s) >= cap)
-        return trace_fail(c, p, "longer than %zu characters", cap - 1);
+        return trace_fail(c, p, "longer than %zu bytes", cap - 1);
     /* the reports' rule (rfile.h), so a name run accepts reads back */
     char why[96];
     if (rfile_text_problem(s, 0, why, sizeof why))

@@ -13,10 +13,14 @@
  *    1e-4 s) as "from 0", and a layer whose categories sum past a double
  *    as "-nan%";
  *  - the report reader accepted reports no run writes: a capacity of 0
- *    that skipped the fit check (a need above it is refused as any is), cores and chips that are not the
- *    system's, a torus that is not its, a core on another core's chip,
- *    two cores as one shard of one replica, an empty trace, layer or
- *    freeze name.
+ *    that skipped the fit check (a need above it is refused as any is), cores
+ * and chips that are not the system's, a torus that is not its, a core on
+ * another core's chip, two cores as one shard of one replica, an empty trace,
+ * layer or freeze name;
+ *  - messages: byte limits said "characters", a number beyond 2^53 was
+ *    echoed as another number (9007199254740993 as ...992), gen was
+ *    "an integer from 3 to 3", and check took a sweep file for a file of
+ *    an unknown format.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,8 +78,9 @@ static void refused(th_ctx *t, th_cmd_result *c, const char *path,
     char line[1024];
     snprintf(line, sizeof line, "tpuemu: error: %s: %s", path, want);
     th_run(c, "%s check --baseline %s %s", th_bin(), path, path);
-    TH_CHECKF(t, c->status == 2 && strstr(c->err, line) &&
-                     strchr(c->err, '\n') == c->err + strlen(c->err) - 1,
+    TH_CHECKF(t,
+              c->status == 2 && strstr(c->err, line) &&
+                  strchr(c->err, '\n') == c->err + strlen(c->err) - 1,
               "status %d\n       got  '%s'\n       want '%s'", c->status,
               c->err, line);
 }
@@ -126,9 +131,9 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
         snprintf(name, sizeof name, "p12b-c1-%zu.json", i);
         th_case(t, "report: C1 controls, line separators and bidi controls "
                    "are refused in its strings (check)");
-        if (!TH_CHECKF(t, edited(base, k[i].from, k[i].to, name, path,
-                                 sizeof path),
-                       "no '%s' in the base report", k[i].from))
+        if (!TH_CHECKF(
+                t, edited(base, k[i].from, k[i].to, name, path, sizeof path),
+                "no '%s' in the base report", k[i].from))
             continue;
         refused(t, c, path, k[i].want);
         TH_CHECK(t, terminal_safe(c->out) && terminal_safe(c->err));
@@ -140,13 +145,15 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
         if (TH_CHECK(t, edited(base, "\"trace\": \"tiny2d\"",
                                "\"trace\": \"evil\\u009b2J\"", "p12b-c1v.json",
                                path, sizeof path))) {
-            th_run(c, "SDL_VIDEODRIVER=dummy %s view %s --screenshot "
-                      "%s/p12b.png",
+            th_run(c,
+                   "SDL_VIDEODRIVER=dummy %s view %s --screenshot "
+                   "%s/p12b.png",
                    th_bin(), path, th_tmpdir());
-            TH_CHECKF(t, c->status == 2 &&
-                             strstr(c->err, "p12b-c1v.json: trace: the string "
-                                            "contains a control character "
-                                            "(U+009B)"),
+            TH_CHECKF(t,
+                      c->status == 2 &&
+                          strstr(c->err, "p12b-c1v.json: trace: the string "
+                                         "contains a control character "
+                                         "(U+009B)"),
                       "%d %s", c->status, c->err);
         }
     }
@@ -155,23 +162,26 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
                "message quoting one shows it escaped");
     {
         char path[512];
-        if (TH_CHECK(t, edited("traces/small/tiny2d.json",
-                               "\"name\": \"tiny2d\"",
-                               "\"name\": \"evil\\u009b2J\\u0085x\"",
-                               "p12b-c1t.json", path, sizeof path))) {
+        if (TH_CHECK(t,
+                     edited("traces/small/tiny2d.json", "\"name\": \"tiny2d\"",
+                            "\"name\": \"evil\\u009b2J\\u0085x\"",
+                            "p12b-c1t.json", path, sizeof path))) {
             th_run(c, "%s run %s --quiet", th_bin(), path);
-            TH_CHECKF(t, c->status == 2 && terminal_safe(c->out) &&
-                             terminal_safe(c->err) &&
-                             strstr(c->err, "p12b-c1t.json: name: contains a "
-                                            "control character (U+009B)"),
+            TH_CHECKF(t,
+                      c->status == 2 && terminal_safe(c->out) &&
+                          terminal_safe(c->err) &&
+                          strstr(c->err, "p12b-c1t.json: name: contains a "
+                                         "control character (U+009B)"),
                       "%d %s", c->status, c->err);
         }
         /* --freeze echoes an entry that names no layer */
-        th_run(c, "%s run traces/small/tiny2d.json --quiet --freeze "
-                  "\"$(printf 'x\\302\\233y')\"",
+        th_run(c,
+               "%s run traces/small/tiny2d.json --quiet --freeze "
+               "\"$(printf 'x\\302\\233y')\"",
                th_bin());
-        TH_CHECKF(t, c->status == 2 && terminal_safe(c->err) &&
-                         strstr(c->err, "x\\xc2\\x9by"),
+        TH_CHECKF(t,
+                  c->status == 2 && terminal_safe(c->err) &&
+                      strstr(c->err, "x\\xc2\\x9by"),
                   "%d %s", c->status, c->err);
     }
 }
@@ -208,8 +218,9 @@ static void filename_cases(th_ctx *t, th_cmd_result *c)
         th_put(file, text);
         th_run(c, "%s run '%s' --report %s", th_bin(), file, rep);
         snprintf(want, sizeof want, "%s on v3-8: ", k[i].name);
-        TH_CHECKF(t, c->status == 0 && strncmp(c->out, want, strlen(want)) == 0 &&
-                         terminal_safe(c->out),
+        TH_CHECKF(t,
+                  c->status == 0 && strncmp(c->out, want, strlen(want)) == 0 &&
+                      terminal_safe(c->out),
                   "%d '%.80s' %s", c->status, c->out, c->err);
         char *r = th_slurp(rep, NULL);
         snprintf(want, sizeof want, "\"trace\": \"%s\",", k[i].name);
@@ -275,18 +286,20 @@ static void huge_ratio_cases(th_ctx *t, th_cmd_result *c)
     TH_CHECKF(t, c->status == 1 && strstr(c->out, "1e+308 s (+1.00e+314%)"),
               "%d %s", c->status, c->out);
     /* "from 0" once: on the halo row, which did grow from 0 */
-    TH_CHECKF(t, row_has(c->out, "step time", "+1.00e+314%  SLOWER") &&
-                     row_has(c->out, "  mxu", "+1.00e+314%  grew") &&
-                     row_has(c->out, "  halo", "from 0  grew") &&
-                     !strstr(strstr(c->out, "from 0") + 1, "from 0"),
+    TH_CHECKF(t,
+              row_has(c->out, "step time", "+1.00e+314%  SLOWER") &&
+                  row_has(c->out, "  mxu", "+1.00e+314%  grew") &&
+                  row_has(c->out, "  halo", "from 0  grew") &&
+                  !strstr(strstr(c->out, "from 0") + 1, "from 0"),
               "%s", c->out);
 
     th_case(t, "check: from a denormal base, the ratio overflows too");
     save_result(t, tiny, NULL, "p12b-tiny.json", b, sizeof b);
     save_result(t, one, NULL, "p12b-one.json", n, sizeof n);
     th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
-    TH_CHECKF(t, c->status == 1 && strstr(c->out, "-> 1 s (+2.02e+325%)") &&
-                     !strstr(c->out, "from 0"),
+    TH_CHECKF(t,
+              c->status == 1 && strstr(c->out, "-> 1 s (+2.02e+325%)") &&
+                  !strstr(c->out, "from 0"),
               "%d %s", c->status, c->out);
 
     th_case(t, "check: a layer whose categories sum past a double has no "
@@ -294,9 +307,10 @@ static void huge_ratio_cases(th_ctx *t, th_cmd_result *c)
     save_result(t, b4, lay_b, "p12b-lb.json", b, sizeof b);
     save_result(t, n308, lay_n, "p12b-ln.json", n, sizeof n);
     th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
-    TH_CHECKF(t, c->status == 1 && row_has(c->out, "  conv ", " inf   overflow") &&
-                     !row_has(c->out, "  conv ", "nan") &&
-                     !row_has(c->out, "  conv ", "from 0"),
+    TH_CHECKF(t,
+              c->status == 1 && row_has(c->out, "  conv ", " inf   overflow") &&
+                  !row_has(c->out, "  conv ", "nan") &&
+                  !row_has(c->out, "  conv ", "from 0"),
               "%d %s", c->status, c->out);
 }
 
@@ -323,8 +337,7 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
         {"{\"core\": 1, \"chip\": 0, \"replica\": 1",
          "{\"core\": 1, \"chip\": 0, \"replica\": 0",
          "per_core[1]: replica 0, shard 0 is core 0's too"},
-        {"{\"name\": \"relu1\"", "{\"name\": \"\"",
-         "layers[3].name: empty"},
+        {"{\"name\": \"relu1\"", "{\"name\": \"\"", "layers[3].name: empty"},
         {"\"trace\": \"tiny2d\"", "\"trace\": \"\"", "trace: empty"},
         {"\"overrides\": {}", "\"overrides\": {}, \"freeze\": \"\"",
          "freeze: empty"},
@@ -334,8 +347,8 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
         snprintf(name, sizeof name, "p12b-rep-%zu.json", i);
         th_case(t, "report: counts, torus, chips, replicas and names that "
                    "no run writes are refused (check)");
-        if (TH_CHECKF(t, edited(base, k[i].from, k[i].to, name, path,
-                                sizeof path),
+        if (TH_CHECKF(t,
+                      edited(base, k[i].from, k[i].to, name, path, sizeof path),
                       "no '%s' in the base report", k[i].from))
             refused(t, c, path, k[i].want);
     }
@@ -345,11 +358,13 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
         char path[512];
         if (TH_CHECK(t, edited(base, "\"chips\": 4", "\"chips\": 3",
                                "p12b-repv.json", path, sizeof path))) {
-            th_run(c, "SDL_VIDEODRIVER=dummy %s view %s --screenshot "
-                      "%s/p12b.png",
+            th_run(c,
+                   "SDL_VIDEODRIVER=dummy %s view %s --screenshot "
+                   "%s/p12b.png",
                    th_bin(), path, th_tmpdir());
-            TH_CHECKF(t, c->status == 2 &&
-                             strstr(c->err, "p12b-repv.json: chips: 3, but "),
+            TH_CHECKF(t,
+                      c->status == 2 &&
+                          strstr(c->err, "p12b-repv.json: chips: 3, but "),
                       "%d %s", c->status, c->err);
         }
     }
@@ -385,11 +400,10 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
         TH_CHECKF(t, c->status == 0 || c->status == 3, "run %s: %d %s",
                   rk[i].run, c->status, c->err);
         th_run(c, "%s check --baseline %s %s", th_bin(), rep, rep);
-        TH_CHECKF(t, c->status == 0, "%s: %d %s", rk[i].run, c->status,
-                  c->err);
-        if (TH_CHECKF(t, edited(rep, rk[i].from, rk[i].to, name, path,
-                                sizeof path),
-                      "no '%s' in the report of %s", rk[i].from, rk[i].run))
+        TH_CHECKF(t, c->status == 0, "%s: %d %s", rk[i].run, c->status, c->err);
+        if (TH_CHECKF(
+                t, edited(rep, rk[i].from, rk[i].to, name, path, sizeof path),
+                "no '%s' in the report of %s", rk[i].from, rk[i].run))
             refused(t, c, path, rk[i].want);
     }
     th_case(t, "report: a torus of 0 is unknown, as when absent, and reads; "
@@ -405,8 +419,71 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
         if (TH_CHECK(t, edited(base, "\"dim_x\": 2,\n  \"dim_y\": 2",
                                "\"dim_x\": 0,\n  \"dim_y\": 3",
                                "p12b-dim03.json", path, sizeof path)))
-            refused(t, c, path, "dim_y: 3, but the chips of v3-8 are a 2x2 "
-                                "torus (dim_x 2, dim_y 2)");
+            refused(t, c, path,
+                    "dim_y: 3, but the chips of v3-8 are a 2x2 "
+                    "torus (dim_x 2, dim_y 2)");
+    }
+}
+
+/* Messages that said what is not so: "63 characters" of a byte limit, a
+ * number the file does not hold, "an integer from 3 to 3", and a sweep
+ * file given to check taken for an unknown format. */
+static void message_cases(th_ctx *t, th_cmd_result *c, const char *base)
+{
+    static const struct {
+        const char *from, *to, *want;
+    } k[] = {
+        {"\"gen\": 3", "\"gen\": \"v9\"",
+         "gen: expected 3, the generation of v3-8, found a string"},
+        {"\"cores\": 8", "\"cores\": 9007199254740993",
+         "cores: expected an integer from 1 to 65536, found about 9.0072e+15 "
+         "(beyond 2^53: not exact)"},
+        {"\"global_batch\": 16", "\"global_batch\": -18014398509481985",
+         "global_batch: expected an integer from 1 to 9000000000000000, "
+         "found about -1.8014e+16 (beyond 2^53: not exact)"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char path[512], name[64];
+        snprintf(name, sizeof name, "p12b-msg-%zu.json", i);
+        th_case(t, "report: gen names the one value it may be; a number "
+                   "beyond 2^53 is not echoed as another number");
+        if (TH_CHECKF(t,
+                      edited(base, k[i].from, k[i].to, name, path, sizeof path),
+                      "no '%s' in the base report", k[i].from))
+            refused(t, c, path, k[i].want);
+    }
+
+    th_case(t, "check: a sweep file is named as one (with its format, and "
+               "without, by its grid)");
+    {
+        char sw[512], nofmt[512];
+        snprintf(sw, sizeof sw, "%s/p12b-sweep.json", th_tmpdir());
+        th_put(sw, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"s\", "
+                   "\"trace\": \"tiny2d.json\", \"grid\": {\"batch\": [8]}}");
+        refused(t, c, sw,
+                "format: \"tpuemu-sweep/1\": this is a sweep file "
+                "(what sweep reads), not a report: tpuemu sweep "
+                "FILE --out DIR writes one per run");
+        snprintf(nofmt, sizeof nofmt, "%s/p12b-sweep-nofmt.json", th_tmpdir());
+        th_put(nofmt, "{\"name\": \"s\", \"trace\": \"tiny2d.json\", "
+                      "\"grid\": {\"batch\": [8]}}");
+        refused(t, c, nofmt,
+                "format: missing: this looks like a sweep file "
+                "(what sweep reads), not a report");
+    }
+
+    th_case(t, "run: a --freeze list over the limit is counted in bytes");
+    {
+        char list[1100];
+        memset(list, 'a', 1024);
+        list[1024] = 0;
+        th_run(c, "%s run traces/small/tiny2d.json --quiet --freeze %s",
+               th_bin(), list);
+        TH_CHECKF(t,
+                  c->status == 2 &&
+                      strstr(c->err, "--freeze: the list is 1024 bytes "
+                                     "long, more than 1023"),
+                  "%d %s", c->status, c->err);
     }
 }
 
@@ -421,5 +498,6 @@ void th_suite_probe12b(th_ctx *t)
     filename_cases(t, c);
     huge_ratio_cases(t, c);
     consistency_cases(t, c, base);
+    message_cases(t, c, base);
     free(c);
 }
