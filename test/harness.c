@@ -369,3 +369,24 @@ int th_text_at(const unsigned char *rgb, int w, int h, int x, int y,
     free(m);
     return ok;
 }
+
+unsigned char *th_view_shot(th_ctx *t, const char *args, const char *name,
+                            int *w, int *h)
+{
+    char png[400];
+    th_cmd_result *c = malloc(sizeof *c);
+    unsigned char *rgb = NULL;
+    if (!c)
+        return NULL;
+    snprintf(png, sizeof png, "%s/%s", th_tmpdir(), name);
+    th_run(c,
+           "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER %s view %s "
+           "--screenshot %s",
+           th_bin(), args, png);
+    if (TH_CHECKF(t, c->status == 0, "view %s: status %d: %s", args,
+                  c->status, c->err) &&
+        !th_png_rgb(png, w, h, &rgb))
+        rgb = NULL;
+    free(c);
+    return rgb;
+}

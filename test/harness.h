@@ -58,6 +58,11 @@ int th_run(th_cmd_result *r, const char *fmt, ...);
 /* Reads a PNG as 8-bit RGB rows (*rgb owned by the caller, NULL on
  * failure).  1 on success. */
 int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb);
+/* `tpuemu view ARGS --screenshot TMP/NAME` with no display in the
+ * environment (SDL's offscreen driver): its pixels as th_png_rgb gives
+ * them, or NULL after a failed check. */
+unsigned char *th_view_shot(th_ctx *t, const char *args, const char *name,
+                            int *w, int *h);
 /* Pixels that differ between RGB images a and b of width w, in rows
  * y0..y1-1 and columns x0..x1-1. */
 long th_rgb_diff(const unsigned char *a, const unsigned char *b, int w, int x0,

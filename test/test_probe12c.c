@@ -27,7 +27,6 @@
 #include "emu/font.h"
 #include "test/harness.h"
 
-static const char *const ENV = "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER";
 
 /* The viewer's colours and layout (emu/view_draw.c, emu/view_app.h; the
  * test does not include SDL). */
@@ -38,18 +37,7 @@ enum { V_HEADER = 40, V_FOOTER = 40, V_TORUS_LEGEND = 210 };
 
 static unsigned char *shot(th_ctx *t, const char *args, int *w, int *h)
 {
-    char png[400];
-    th_cmd_result *c = malloc(sizeof *c);
-    unsigned char *rgb = NULL;
-    if (!c)
-        return NULL;
-    snprintf(png, sizeof png, "%s/p12c.png", th_tmpdir());
-    th_run(c, "%s %s view %s --screenshot %s", ENV, th_bin(), args, png);
-    if (TH_CHECKF(t, c->status == 0, "view %s: status %d: %s", args, c->status, c->err) &&
-        !th_png_rgb(png, w, h, &rgb))
-        rgb = NULL;
-    free(c);
-    return rgb;
+    return th_view_shot(t, args, "p12c.png", w, h);
 }
 
 static uint32_t px_at(const unsigned char *p, int w, int x, int y)

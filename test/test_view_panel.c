@@ -25,7 +25,6 @@ enum { P_TOP = 68, P_RH = 18, P_FOOTER = 40 };
 #define P_INK 0x202020u
 #define P_MUTED 0x666666u
 
-static const char *const ENV = "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODRIVER";
 
 typedef struct {
     int name_cells, bar_x, bar_w, num_r, slots;
@@ -61,18 +60,7 @@ static void fmt_t(char *buf, size_t cap, double s)
 
 static unsigned char *shot(th_ctx *t, const char *args, int *w, int *h)
 {
-    char png[400];
-    th_cmd_result *c = malloc(sizeof *c);
-    unsigned char *rgb = NULL;
-    if (!c)
-        return NULL;
-    snprintf(png, sizeof png, "%s/view_panel.png", th_tmpdir());
-    th_run(c, "%s %s view %s --screenshot %s", ENV, th_bin(), args, png);
-    if (TH_CHECKF(t, c->status == 0, "view %s: status %d: %s", args, c->status, c->err) &&
-        !th_png_rgb(png, w, h, &rgb))
-        rgb = NULL;
-    free(c);
-    return rgb;
+    return th_view_shot(t, args, "view_panel.png", w, h);
 }
 
 static int is_cat(const unsigned char *p, int w, int x, int y)
