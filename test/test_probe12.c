@@ -256,14 +256,12 @@ static double layer_mxu_ms(const char *out, const char *name)
     return -1;
 }
 
-static void mxu_cases(th_ctx *t, th_cmd_result *c)
+/* 56x56 examples, 1024 on v3-8 (128 per core): a = 1x1 conv to ch
+ * channels, b = k x k conv to cout (extra: more of b's keys), l2 loss */
+static void ab_trace(const char *path, int ch, int cout, int k,
+                     const char *extra)
 {
-    char path[512], text[1024];
-    snprintf(path, sizeof path, "%s/p12-stride.json", th_tmpdir());
-    /* b: 1x1 stride 2, 256 -> 512 on 56x56, 128 examples per core: three
-     * products of 128 x 28 x 28 x 256 x 512 = 1.315e10 MAC each, 1.28 ms
-     * on 2 x 128 x 128 at 940 MHz (it read 2.67: the input gradient
-     * charged all 56 x 56 positions a tap) */
+    char text[1024];
     snprintf(text, sizeof text,
              "%s\"mode\":\"train\",\"global_batch\":1024},\"graph\":{"
              "\"inputs\":[{\"name\":\"x\",\"shape\":[56,56,%d]}],"
@@ -274,8 +272,19 @@ static void mxu_cases(th_ctx *t, th_cmd_result *c)
              "%d,\"kernel\":[%d,%d]%s},"
              "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"b\",\"kind\":"
              "\"l2\"}]}}",
-             trace_head, 256, 256, 512, 1, 1, ",\"strides\":[2,2]");
+             trace_head, ch, ch, cout, k, k, extra);
     th_put(path, text);
+}
+
+static void mxu_cases(th_ctx *t, th_cmd_result *c)
+{
+    char path[512], text[1024];
+    snprintf(path, sizeof path, "%s/p12-stride.json", th_tmpdir());
+    /* b: 1x1 stride 2, 256 -> 512 on 56x56, 128 examples per core: three
+     * products of 128 x 28 x 28 x 256 x 512 = 1.315e10 MAC each, 1.28 ms
+     * on 2 x 128 x 128 at 940 MHz (it read 2.67: the input gradient
+     * charged all 56 x 56 positions a tap) */
+    ab_trace(path, 256, 512, 1, ",\"strides\":[2,2]");
     th_case(t, "a 1x1 stride-2 convolution's input gradient costs the "
                "forward's MACs, not 4x");
     th_run(c, "%s run %s --layers 3", th_bin(), path);
@@ -285,18 +294,7 @@ static void mxu_cases(th_ctx *t, th_cmd_result *c)
     /* b: 3x3 on 64 channels: forward, input gradient and weight gradient
      * each fold the taps into K = 576 (5 passes), 3.10 ms by hand (it read
      * 3.99 with the input gradient's 9 lane-padded taps) */
-    snprintf(text, sizeof text,
-             "%s\"mode\":\"train\",\"global_batch\":1024},\"graph\":{"
-             "\"inputs\":[{\"name\":\"x\",\"shape\":[56,56,%d]}],"
-             "\"layers\":["
-             "{\"name\":\"a\",\"op\":\"conv\",\"in\":\"x\",\"filters\":"
-             "%d,\"kernel\":[1,1]},"
-             "{\"name\":\"b\",\"op\":\"conv\",\"in\":\"a\",\"filters\":"
-             "%d,\"kernel\":[%d,%d]%s},"
-             "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"b\",\"kind\":"
-             "\"l2\"}]}}",
-             trace_head, 64, 64, 64, 3, 3, "");
-    th_put(path, text);
+    ab_trace(path, 64, 64, 3, "");
     th_case(t, "the input gradient folds taps into K as the forward does");
     th_run(c, "%s run %s --layers 3", th_bin(), path);
     b = layer_mxu_ms(c->out, "b");
