@@ -8,8 +8,11 @@
  * first `banks` visits can meet a row left open by earlier calls and the
  * rest repeat one pattern, summed in one step.  A strided block of small
  * chunks is summarised by its repeating pattern (bursts per chunk, rows
- * per stripe, channels it can reach).  hbm_access_reference applies the
- * same per-visit rules chunk by chunk; the tests hold the two close.
+ * per stripe, channels it can reach, how it comes back to the banks).
+ * hbm_access_reference applies the same per-visit rules chunk by chunk;
+ * the tests hold the two close.  Every bank keeps when it may activate
+ * again (tRC after its last activate, tRP after its precharge), across
+ * calls: a visit's time is a position on its channel's data timeline.
  */
 #include "hbm/hbm.h"
 
@@ -103,6 +106,8 @@ typedef struct {
  * cheaper. */
 typedef struct {
     int64_t *open_row, *last_row;
+    double *act_ok; /* act_ok[ch * B + bank] */
+    double *ok_max; /* per channel */
     double *last_d, *s0;
     int *last_bank, *touched;
     unsigned char *piped;
@@ -116,14 +121,24 @@ struct hbm {
     uint64_t I, R, BB, upr, Z, cap;
     /* seconds */
     double t_burst, rcd, rp, cl, ras, rfc, refi, actrate;
+    double rc; /* row cycle, activate to activate in one bank: tRAS + tRP */
     double Q;
     /* channel state */
     double *free_at, *last_d, *phase;
     int *last_bank;
     int64_t *last_row, *epoch, *open_row; /* open_row[ch * B + bank] */
+    /* When each bank may be activated again (command time, seconds;
+     * act_ok[ch * B + bank]): its last activate + tRC, and its precharge
+     * (after the row's last data) + tRP.  ok_max[ch] is the latest of a
+     * channel's (at least), so a call can see at once that no bank holds
+     * it up. */
+    double *act_ok, *ok_max;
     /* scratch for one call */
     chw *acc, *scratch;
     double *s0;
+    /* scratch of strided_bank_cost: per channel and bank */
+    double *sim_ok, *sim_pos;
+    int64_t *sim_s;
     unsigned char *piped;
     int *touched;      /* channels touched by this call, in order */
     int ntouched;
@@ -139,6 +154,8 @@ struct hbm {
 static int snap_alloc(hbm_snap *s, size_t C, size_t CB)
 {
     s->open_row = calloc(CB, sizeof *s->open_row);
+    s->act_ok = calloc(CB, sizeof *s->act_ok);
+    s->ok_max = calloc(C, sizeof *s->ok_max);
     s->last_row = calloc(C, sizeof *s->last_row);
     s->last_d = calloc(C, sizeof *s->last_d);
     s->s0 = calloc(C, sizeof *s->s0);
@@ -146,13 +163,15 @@ static int snap_alloc(hbm_snap *s, size_t C, size_t CB)
     s->touched = calloc(C, sizeof *s->touched);
     s->piped = calloc(C, 1);
     s->acc = calloc(C, sizeof *s->acc);
-    return s->open_row && s->last_row && s->last_d && s->s0 &&
-           s->last_bank && s->touched && s->piped && s->acc;
+    return s->open_row && s->act_ok && s->ok_max && s->last_row && s->last_d &&
+           s->s0 && s->last_bank && s->touched && s->piped && s->acc;
 }
 
 static void snap_free(hbm_snap *s)
 {
     free(s->open_row);
+    free(s->act_ok);
+    free(s->ok_max);
     free(s->last_row);
     free(s->last_d);
     free(s->s0);
@@ -166,6 +185,8 @@ static void snap_copy(hbm_snap *to, const hbm_snap *from, size_t C,
                       size_t CB)
 {
     memcpy(to->open_row, from->open_row, CB * sizeof *to->open_row);
+    memcpy(to->act_ok, from->act_ok, CB * sizeof *to->act_ok);
+    memcpy(to->ok_max, from->ok_max, C * sizeof *to->ok_max);
     memcpy(to->last_row, from->last_row, C * sizeof *to->last_row);
     memcpy(to->last_d, from->last_d, C * sizeof *to->last_d);
     memcpy(to->s0, from->s0, C * sizeof *to->s0);
@@ -179,8 +200,9 @@ static void snap_copy(hbm_snap *to, const hbm_snap *from, size_t C,
 /* h's live state viewed as a snapshot (no copy). */
 static hbm_snap live(hbm *h)
 {
-    hbm_snap s = {h->open_row, h->last_row, h->last_d, h->s0, h->last_bank,
-                  h->touched, h->piped, h->acc, h->ntouched};
+    hbm_snap s = {h->open_row, h->last_row, h->act_ok,    h->ok_max,
+                  h->last_d,   h->s0,       h->last_bank, h->touched,
+                  h->piped,    h->acc,      h->ntouched};
     return s;
 }
 
@@ -226,6 +248,10 @@ hbm *hbm_new(const hbm_params *p)
     h->rp = p->t_rp_ns * 1e-9;
     h->cl = p->t_cl_ns * 1e-9;
     h->ras = p->t_ras_ns * 1e-9;
+    /* JESD235 allows a bank's next activate tRC after its last one; the
+     * published HBM2 configurations derive tRC as tRAS + tRP (DRAMsim3
+     * sets tRC = tRAS + tRP; Ramulator's HBM nRC 24 = nRAS 17 + nRP 7). */
+    h->rc = h->ras + h->rp;
     h->rfc = p->t_rfc_ns * 1e-9;
     h->refi = p->t_refi_ns * 1e-9;
     h->actrate = dmax(p->t_rrd_ns, p->t_faw_ns / 4.0) * 1e-9;
@@ -238,6 +264,11 @@ hbm *hbm_new(const hbm_params *p)
     h->last_row = calloc(C, sizeof *h->last_row);
     h->epoch = calloc(C, sizeof *h->epoch);
     h->open_row = calloc(CB, sizeof *h->open_row);
+    h->act_ok = calloc(CB, sizeof *h->act_ok);
+    h->ok_max = calloc(C, sizeof *h->ok_max);
+    h->sim_ok = calloc(CB, sizeof *h->sim_ok);
+    h->sim_pos = calloc(C, sizeof *h->sim_pos);
+    h->sim_s = calloc(C, sizeof *h->sim_s);
     h->acc = calloc(C, sizeof *h->acc);
     h->scratch = calloc(C, sizeof *h->scratch);
     h->s0 = calloc(C, sizeof *h->s0);
@@ -247,6 +278,7 @@ hbm *hbm_new(const hbm_params *p)
                 snap_alloc(&h->snap[1], C, CB);
     if (!snaps || !h->touched || !h->free_at || !h->last_d || !h->phase ||
         !h->last_bank || !h->last_row || !h->epoch || !h->open_row ||
+        !h->act_ok || !h->ok_max || !h->sim_ok || !h->sim_pos || !h->sim_s ||
         !h->acc || !h->scratch || !h->s0 || !h->piped) {
         hbm_free(h);
         return NULL;
@@ -274,6 +306,11 @@ void hbm_free(hbm *h)
     free(h->last_row);
     free(h->epoch);
     free(h->open_row);
+    free(h->act_ok);
+    free(h->ok_max);
+    free(h->sim_ok);
+    free(h->sim_pos);
+    free(h->sim_s);
     free(h->acc);
     free(h->scratch);
     free(h->s0);
@@ -292,9 +329,12 @@ void hbm_reset(hbm *h)
         h->last_bank[c] = -1;
         h->last_row[c] = -1;
         h->epoch[c] = 0;
+        h->ok_max[c] = 0;
     }
-    for (int i = 0; i < h->C * h->B; i++)
+    for (int i = 0; i < h->C * h->B; i++) {
         h->open_row[i] = -1;
+        h->act_ok[i] = 0;
+    }
     for (int c = 0; c < h->C; c++)
         h->acc[c] = (chw){0, 0, 0, 0, 0, 0};
     h->ntouched = 0;
@@ -366,22 +406,80 @@ static void touch(hbm *h, chw *acc, int c)
     h->s0[c] = h->piped[c] ? h->free_at[c] : h->t0;
     double k = refresh_count(h, c, h->s0[c]);
     if ((double)h->epoch[c] != k) {
-        for (int b = 0; b < h->B; b++)
+        /* The refresh precharged every bank and held the channel for
+         * tRFC: no bank waits for an earlier activate any more. */
+        for (int b = 0; b < h->B; b++) {
             h->open_row[c * h->B + b] = -1;
+            h->act_ok[c * h->B + b] = 0;
+        }
+        h->ok_max[c] = 0;
+        h->last_bank[c] = -1;
         h->last_row[c] = -1;
     }
 }
 
-/* Activate cost of a miss to bank (c, b) following a visit of data d.
+/* Where channel c's data stands in this call: the time its next visit's
+ * data could start (data time: a read's data comes CL after its command,
+ * and a channel that was idle pays CL once, in lat0). */
+static double chan_pos(const hbm *h, const chw *a, int c)
+{
+    return h->s0[c] + a->lat0 + a->bursts * h->t_burst + a->exposed;
+}
+
+/* How long a visit whose data could start at `start` waits for bank (c, b)
+ * before its activate (JESD235: activate to activate in one bank tRC,
+ * precharge to activate tRP): its data comes tRCD + CL after the
+ * activate. */
+static double bank_wait(const hbm *h, int c, int b, double start)
+{
+    return dmax(0.0, h->act_ok[c * h->B + b] + h->rcd + h->cl - start);
+}
+
+/* Bank (c, b) served data over [start, end) (data time), opening its row
+ * first when act.  The row's activate came tRCD + CL before its data, so
+ * the next may come tRC after it; a precharge may follow the row's last
+ * data (tRAS after the activate is implied by tRC - tRP), and an activate
+ * tRP after that. */
+static inline void bank_served(hbm *h, int c, int b, double start,
+                               double end, int act)
+{
+    double *ok = &h->act_ok[c * h->B + b];
+    double t = end - h->cl + h->rp;
+    if (act) /* a new row: the old one's times no longer count */
+        *ok = dmax(t, start - h->cl - h->rcd + h->rc);
+    else
+        *ok = dmax(*ok, t);
+    if (*ok > h->ok_max[c])
+        h->ok_max[c] = *ok;
+}
+
+/* The row open in bank (c, b) delivered its last data so far at `end`.
+ * visit() records this only when the channel leaves the bank (or the call
+ * ends, finish): a run of visits to one bank costs nothing more. */
+static void row_left(hbm *h, int c, int b, double end)
+{
+    bank_served(h, c, b, end, end, 0);
+}
+
+/* Activate cost of a miss on channel c following a visit of data d.
  * With queue_depth activates in flight, a run of misses to other banks
  * takes (tRP + tRCD) / Q per visit (Little's law); the visit's data covers
- * that much of it. */
-static double miss_cost(const hbm *h, int c, int b, double tact)
+ * that much of it.  The bank's own cycle (bank_wait) comes on top of
+ * this, whichever binds. */
+static double miss_cost(const hbm *h, int c, double tact)
 {
-    double d = h->last_d[c];
-    if (b == h->last_bank[c])   /* same bank: no overlap, tRAS holds it */
-        return dmax(h->rp + h->rcd, h->ras + h->rp - d);
-    return dmax(0.0, tact / h->Q - d);
+    return dmax(0.0, tact / h->Q - h->last_d[c]);
+}
+
+/* The exposure per activate of a run of misses, each with data d, cycling
+ * over nb banks of a channel: Little's law, or the banks' cycle, a bank
+ * serving one activate per max(tRC, d + tRP + tRCD) (its precharge waits
+ * for the row's data), whichever binds.  nb = 1 is a run on one bank:
+ * max(tRP + tRCD, tRAS + tRP - d). */
+static double cycle_cost(const hbm *h, double d, double nb)
+{
+    double cyc = dmax(h->rc, d + h->rp + h->rcd);
+    return dmax(dmax(0.0, (h->rp + h->rcd) / h->Q - d), cyc / nb - d);
 }
 
 /* One run of nb bursts in row `row` of bank b of channel c. */
@@ -392,26 +490,44 @@ static void visit(hbm *h, chw *acc, int c, int b, int64_t row, double nb)
     touch(h, acc, c);
     double d = nb * h->t_burst;
     int64_t *orow = &h->open_row[c * h->B + b];
-    a->bursts += nb;
+    int lb = h->last_bank[c];
     if (*orow == row) {
         if (first && !h->piped[c])
             a->lat0 = h->cl;
-        if (b == h->last_bank[c] && row == h->last_row[c])
+        if (!first && lb >= 0 && lb != b)
+            row_left(h, c, lb, chan_pos(h, a, c));
+        if (b == lb && row == h->last_row[c])
             h->last_d[c] += d;
         else
             h->last_d[c] = d;
     } else {
         double tact = (*orow >= 0 ? h->rp : 0) + h->rcd;
         a->nact += 1;
+        double start;
         if (first && !h->piped[c]) {
             a->lat0 = h->cl + tact;
             a->act_in_lat0 = 1;
+            start = h->s0[c] + a->lat0;
+            double w = bank_wait(h, c, b, start);
+            a->lat0 += w;
+            start += w;
         } else {
-            a->exposed += miss_cost(h, c, b, tact);
+            start = chan_pos(h, a, c);
+            if (!first && lb >= 0)
+                row_left(h, c, lb, start);
+            double e = dmax(miss_cost(h, c, tact), bank_wait(h, c, b, start));
+            a->exposed += e;
+            start += e;
         }
+        /* This row's data end is recorded when the channel leaves it. */
+        double *ok = &h->act_ok[c * h->B + b];
+        *ok = start - h->cl - h->rcd + h->rc;
+        if (*ok > h->ok_max[c])
+            h->ok_max[c] = *ok;
         *orow = row;
         h->last_d[c] = d;
     }
+    a->bursts += nb;
     h->last_bank[c] = b;
     h->last_row[c] = row;
 }
@@ -444,6 +560,24 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
     double head = (double)((x & (h->I - 1)) >> h->lBB);
     double tail = (double)((h->I - 1 - ((end - 1) & (h->I - 1))) >> h->lBB);
     double full = bpu * (double)h->upr, dfull = full * h->t_burst;
+    /* A full row hides its activate whether or not the row was open, and
+     * activates cannot bind: hits change nothing but the activate count,
+     * so every visit counts as a miss (the stats' activates are an upper
+     * bound here). */
+    int hidden = h->rp + h->rcd <= h->Q * dfull && h->actrate <= dfull;
+    /* ... and if a bank comes back only after its cycle (B - 1 full rows),
+     * only banks left cycling by earlier calls can delay the visits. */
+    int quick = hidden && dmax(h->rc, dfull + h->rp + h->rcd) <=
+                              (double)(h->B - 1) * dfull;
+    /* A full-row miss whose data starts at st lets its bank activate again
+     * at st + okd (bank_served). */
+    double okd = dmax(dfull - h->cl + h->rp, h->rc - h->cl - h->rcd);
+    double tr = ceil((okd + h->rcd + h->cl) / dfull);
+    uint64_t trail = tr < (double)h->B ? (uint64_t)tr : (uint64_t)h->B;
+    /* Little's law for a full row after a full row, the bank's row open or
+     * closed. */
+    double el_open = (h->rp + h->rcd) / h->Q - dfull;
+    double el_shut = h->rcd / h->Q - dfull;
     for (uint64_t j = 0; j < (uint64_t)h->C; j++) {
         int c = (int)((u0 + j) & Cm);
         uint64_t uf = u0 + j;
@@ -451,12 +585,19 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
         uint64_t vf = uf >> h->lC, vl = ul >> h->lC;
         uint64_t wf = vf >> h->lupr, wl = vl >> h->lupr, nv = wl - wf + 1;
         double hs = j == 0 ? head : 0, ts = ul == u1 ? tail : 0;
+        /* The latest time earlier calls left a bank of c busy to. */
+        double okmax = h->ok_max[c];
+        int fast = 0;
         /* First visit: may meet an open row, starts the channel. */
         uint64_t ub0 = nv == 1 ? vl : ((wf + 1) << h->lupr) - 1;
         visit(h, acc, c, (int)(wf & Bm), (int64_t)(wf >> h->lB),
               (double)(ub0 - vf + 1) * bpu - hs - (nv == 1 ? ts : 0));
         if (nv == 1)
             continue;
+        /* The first visit's row ends here (needed unless a later visit
+         * returns to its bank or its time can hold nothing up: below). */
+        if (!quick || nv - 1 <= trail)
+            row_left(h, c, (int)(wf & Bm), chan_pos(h, &acc[c], c));
         /* Full visits 1 .. kend-1, each to the next bank: only the first
          * `banks` of them can find their row still open from earlier
          * calls.  A miss hides its activate behind the queue's data. */
@@ -464,37 +605,73 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
                                                     : (uint64_t)h->B + 1;
         int64_t *orows = &h->open_row[c * h->B];
         chw *a = &acc[c];
-        if (h->B > 1 && h->rp + h->rcd <= h->Q * dfull &&
-            h->actrate <= dfull) {
-            /* A full row hides its activate whether or not the row was
-             * open, and activates cannot bind: hits change nothing but
-             * the activate count, so count every visit as a miss (the
-             * stats' activates are an upper bound here). */
-            for (uint64_t k = 1; k < kend; k++) {
-                uint64_t w = wf + k;
-                orows[w & Bm] = (int64_t)(w >> h->lB);
-            }
-            a->nact += (double)(kend - 1);
-            a->bursts += (double)(kend - 1) * full;
-            if (kend > 1) {
-                uint64_t w = wf + kend - 1;
-                h->last_d[c] = dfull;
-                h->last_bank[c] = (int)(w & Bm);
-                h->last_row[c] = (int64_t)(w >> h->lB);
-            }
-        } else if (h->B > 1) {
-            double qd = dfull;
-            for (uint64_t k = 1; k < kend; k++) {
-                uint64_t w = wf + k;
-                int64_t *o = &orows[w & Bm], r = (int64_t)(w >> h->lB);
-                if (*o != r) {
-                    double e = ((*o >= 0 ? h->rp : 0) + h->rcd) / h->Q - qd;
-                    a->nact += 1;
-                    if (e > 0)
-                        a->exposed += e;
+        if (h->B > 1) {
+            /* Visit k's data starts at base + k dfull, later by what the
+             * visits before it waited. */
+            double base = chan_pos(h, a, c) - dfull;
+            double *oks = &h->act_ok[c * h->B], gap = h->rcd + h->cl;
+            /* These visits reach each bank once (visit B returns to the
+             * first visit's bank), so their banks' times matter only for
+             * the last B full visits: later ones overwrite the others'. */
+            uint64_t klast = nv - 1 > (uint64_t)h->B ? nv - 1 - (uint64_t)h->B
+                                                     : 0;
+            uint64_t nmiss = 0;
+            fast = quick && okmax + gap <= base + dfull;
+            if (fast) {
+                /* No bank can hold the full visits up and none exposes its
+                 * activate: visit k starts at base + k dfull.  Their banks'
+                 * times (bank_served, inline: a miss lets its bank activate
+                 * again okd after its data starts, a hit dfull - CL + tRP
+                 * after, at the latest) matter only for the last `trail`
+                 * visits: any later access starts after this one's data,
+                 * (nv - 1 - k) dfull after visit k, and the banks' earlier
+                 * times, all below it, can hold none up either. */
+                double okh = dfull - h->cl + h->rp;
+                uint64_t kb = nv - 1 > trail ? nv - 1 - trail : 1;
+                if (kb < klast)
+                    kb = klast;
+                if (kb < 1)
+                    kb = 1;
+                double pos = base + (double)(int64_t)kb * dfull;
+                for (; kb < kend; kb++, pos += dfull) {
+                    uint64_t w = wf + kb;
+                    int b = (int)(w & Bm);
+                    oks[b] = orows[b] == (int64_t)(w >> h->lB)
+                                 ? dmax(oks[b], pos + okh)
+                                 : pos + okd;
+                }
+                for (; kb < nv - 1; kb++, pos += dfull)
+                    oks[(wf + kb) & Bm] = pos + okd;
+                h->ok_max[c] = dmax(h->ok_max[c], pos - dfull + okd);
+                for (uint64_t k = 1; k < kend; k++) {
+                    uint64_t w = wf + k;
+                    orows[w & Bm] = (int64_t)(w >> h->lB);
+                }
+            } else {
+                for (uint64_t k = 1; k < kend; k++) {
+                    uint64_t w = wf + k;
+                    int b = (int)(w & Bm);
+                    int64_t *o = &orows[b], r = (int64_t)(w >> h->lB);
+                    int act = *o != r;
+                    double pos = base + (double)k * dfull;
+                    if (act) {
+                        /* Little's law, or a bank this call or an earlier
+                         * one left cycling. */
+                        double e = dmax(*o >= 0 ? el_open : el_shut,
+                                        oks[b] + gap - pos);
+                        if (e > 0) {
+                            a->exposed += e;
+                            base += e;
+                            pos += e;
+                        }
+                    }
                     *o = r;
+                    nmiss += (uint64_t)act;
+                    if (k >= klast)
+                        bank_served(h, c, b, pos, pos + dfull, act);
                 }
             }
+            a->nact += (double)(hidden ? kend - 1 : nmiss);
             a->bursts += (double)(kend - 1) * full;
             if (kend > 1) {
                 uint64_t w = wf + kend - 1;
@@ -507,11 +684,10 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
                 visit(h, acc, c, 0, (int64_t)(wf + k), full);
         }
         /* Visits kend .. nv-2: full rows, each a miss in a bank this call
-         * already moved to an earlier row. */
+         * already moved to an earlier row, the banks taken in turn. */
         uint64_t m = nv - 1 - kend;
         if (m > 0) {
-            double e = h->B == 1 ? dmax(h->rp + h->rcd, h->ras + h->rp - dfull)
-                                 : dmax(0.0, (h->rp + h->rcd) / h->Q - dfull);
+            double e = cycle_cost(h, dfull, (double)h->B);
             a->bursts += (double)m * full;
             a->nact += (double)m;
             a->exposed += (double)m * e;
@@ -519,14 +695,28 @@ static void seg_nowrap(hbm *h, chw *acc, uint64_t x, uint64_t L)
             h->last_d[c] = dfull;
             h->last_bank[c] = (int)(wp & Bm);
             h->last_row[c] = (int64_t)(wp >> h->lB);
-            /* The rows this call leaves open: its last visit per bank. */
+            /* The rows this call leaves open, its last visit per bank, and
+             * when those banks may cycle again. */
             uint64_t k0 = nv - 1 > (uint64_t)h->B ? nv - 1 - (uint64_t)h->B
                                                   : kend;
             if (k0 < kend)
                 k0 = kend;
-            for (uint64_t k = k0; k < nv - 1; k++) {
-                uint64_t w = wf + k;
-                orows[w & Bm] = (int64_t)(w >> h->lB);
+            if (fast) { /* the banks' times are set */
+                for (uint64_t k = k0; k < nv - 1; k++) {
+                    uint64_t w = wf + k;
+                    orows[w & Bm] = (int64_t)(w >> h->lB);
+                }
+            } else {
+                double *oks = &h->act_ok[c * h->B];
+                double ok = chan_pos(h, a, c) - dfull + okd -
+                            (double)(nv - 2 - k0) * (dfull + e);
+                for (uint64_t k = k0; k < nv - 1; k++) {
+                    uint64_t w = wf + k;
+                    orows[w & Bm] = (int64_t)(w >> h->lB);
+                    oks[w & Bm] = ok + (double)(k - k0) * (dfull + e);
+                }
+                h->ok_max[c] = dmax(h->ok_max[c],
+                                    ok + (double)(nv - 2 - k0) * (dfull + e));
             }
         }
         uint64_t lo = wl << h->lupr;
@@ -556,6 +746,69 @@ static uint64_t gcd_u(uint64_t a, uint64_t b)
         b = t;
     }
     return a;
+}
+
+/* Chunks of a strided block simulated to find how its visits come back to
+ * the banks; enough for 16 visits per channel to a 16-channel pattern. */
+enum { BANK_SIM_CHUNKS = 256 };
+
+/* Exposure per activate of a strided block of small chunks whose channels
+ * may come back to a bank before the others had their turn (a stride of
+ * 64 KiB takes 4 banks of one channel in turn, 17008 B mostly the same
+ * bank).  The first BANK_SIM_CHUNKS chunks are walked: each channel
+ * activates a row when a chunk reaches it in another stripe, with data dv
+ * per activate, and waits for Little's law or the bank's cycle as
+ * visit() does.  Beyond them, the walk's second half stands for the rest
+ * of the `nrest` activates after each channel's first. */
+static double strided_bank_cost(hbm *h, const hbm_xfer *x, uint64_t a,
+                                double dv, double nrest)
+{
+    uint64_t c = x->chunk_bytes, S = x->stride, C = (uint64_t)h->C;
+    uint64_t K = x->nchunks < BANK_SIM_CHUNKS ? x->nchunks : BANK_SIM_CHUNKS;
+    double el = dmax(0.0, (h->rp + h->rcd) / h->Q - dv);
+    double cyc = dmax(h->rc, dv + h->rp + h->rcd);
+    int lst = h->lC + h->lupr; /* unit -> stripe */
+    for (size_t i = 0; i < (size_t)h->C * (size_t)h->B; i++)
+        h->sim_ok[i] = -1; /* data times start at 0: never binds */
+    for (int ch = 0; ch < h->C; ch++) {
+        h->sim_s[ch] = -1;
+        h->sim_pos[ch] = 0;
+    }
+    double x1 = 0, n1 = 0, x2 = 0, n2 = 0;
+    uint64_t ad = a;
+    for (uint64_t j = 0; j < K; j++, ad += S) {
+        /* A chunk below a stripe meets a channel in at most two stripes:
+         * its first and last unit there tell which. */
+        uint64_t u0 = ad >> h->lI, u1 = (ad + c - 1) >> h->lI;
+        uint64_t e1 = u1 - u0 < C ? u1 : u0 + C - 1;
+        uint64_t r2 = u1 >= e1 + C ? u1 - C + 1 : e1 + 1;
+        for (uint64_t u = u0; u <= u1; u = u == e1 ? r2 : u + 1) {
+            int ch = (int)(u & (C - 1));
+            int64_t s = (int64_t)(u >> lst);
+            if (h->sim_s[ch] == s)
+                continue; /* the row is open */
+            double *ok = &h->sim_ok[ch * h->B + (int)(s & (h->B - 1))];
+            double *pos = &h->sim_pos[ch];
+            if (h->sim_s[ch] >= 0) {
+                double ex = dmax(el, *ok - *pos);
+                *pos += ex;
+                x1 += ex;
+                n1 += 1;
+                if (2 * j >= K) {
+                    x2 += ex;
+                    n2 += 1;
+                }
+            }
+            h->sim_s[ch] = s;
+            *ok = *pos + cyc; /* data time of the bank's next row */
+            *pos += dv;
+        }
+    }
+    if (n1 == 0)
+        return el;
+    if (K == x->nchunks || nrest <= n1)
+        return x1 / n1;
+    return (x1 + (nrest - n1) * (n2 > 0 ? x2 / n2 : x1 / n1)) / nrest;
 }
 
 /* Chunks smaller than a stripe, stride > chunk.  Per chunk: its bursts and
@@ -611,7 +864,7 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
             }
         }
     /* Row activations. */
-    double nact, conflict = h->B == 1;
+    double nact;
     if (S < h->Z) {
         uint64_t last = a + (x->nchunks - 1) * S + c - 1;
         double nstr = (double)((last / h->Z) - (a / h->Z) + 1);
@@ -620,15 +873,20 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
         nact = dmin(nstr * cps, n * upc);
     } else {
         nact = n * upc;
-        double r = dmax(1.0, floor((double)used / upc));
-        uint64_t rs = (uint64_t)r * S;
-        if (rs % h->Z == 0 && ((rs / h->Z) & (uint64_t)(h->B - 1)) == 0)
-            conflict = 1;
     }
     double bch = n * bpc / used, ach = dmax(1.0, nact / used);
     double dv = bch / ach * h->t_burst;
-    double e = conflict ? dmax(h->rp + h->rcd, h->ras + h->rp - dv)
-                        : dmax(0.0, (h->rp + h->rcd) / h->Q - dv);
+    /* Banks: a channel whose visits are at most a stripe apart (every
+     * unit touched, or the channel's chunks a whole number of units apart,
+     * at most a stripe) opens a row in every stripe, the banks in turn;
+     * any other stride may come back to a bank sooner. */
+    double e;
+    uint64_t st = (S >> h->lI) & (uint64_t)(C - 1);
+    if (S <= h->I || ((S & (h->I - 1)) == 0 &&
+                      (uint64_t)C / gcd_u(st, (uint64_t)C) * S <= h->Z))
+        e = cycle_cost(h, dv, (double)h->B);
+    else
+        e = strided_bank_cost(h, x, a, dv, (double)used * (ach - 1));
     for (int ch = 0; ch < C; ch++) {
         if (!h->scratch[ch].touched)
             continue;
@@ -640,7 +898,9 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
             w->lat0 = h->cl + tact;
             w->act_in_lat0 = 1;
         } else {
-            w->exposed += miss_cost(h, ch, -2, tact);
+            /* Earlier calls' bank cycles are not looked up for the first
+             * chunk (hbm_access_reference applies them). */
+            w->exposed += miss_cost(h, ch, tact);
         }
         w->bursts += bch;
         w->nact += ach;
@@ -658,6 +918,29 @@ static void strided(hbm *h, chw *acc, const hbm_xfer *x)
         h->open_row[ch * h->B + b] = (int64_t)(w >> h->lB);
         h->last_bank[ch] = b;
         h->last_row[ch] = (int64_t)(w >> h->lB);
+    }
+    /* When their banks may cycle again: back from each channel's end, one
+     * activate of dv + e per chunk (the latest per bank counts). */
+    for (int ch = 0; ch < C; ch++) {
+        h->sim_pos[ch] = acc[ch].touched ? chan_pos(h, &acc[ch], ch) : 0;
+        h->sim_s[ch] = 0;
+    }
+    double oka = dmax(dv - h->cl + h->rp, h->rc - h->cl - h->rcd);
+    for (uint64_t i = 0; i < m; i++) {
+        uint64_t j = x->nchunks - 1 - i;
+        uint64_t ad = a + j * S, u;
+        if (ad >= h->cap)
+            ad %= h->cap;
+        u = ad >> h->lI;
+        uint64_t w = (u >> h->lC) >> h->lupr;
+        int ch = (int)(u & (uint64_t)(C - 1));
+        int b = (int)(w & (uint64_t)(h->B - 1));
+        if (!acc[ch].touched)
+            continue;
+        double *ok = &h->act_ok[ch * h->B + b];
+        double t = h->sim_pos[ch] - dv - (double)h->sim_s[ch]++ * (dv + e);
+        *ok = dmax(*ok, t + oka); /* bank_served of a miss, the latest */
+        h->ok_max[ch] = dmax(h->ok_max[ch], *ok);
     }
 }
 
@@ -691,6 +974,8 @@ static double finish(hbm *h, double t0, const hbm_xfer *x)
         int c = h->touched[i];
         chw *a = &h->acc[c];
         double s = h->s0[c];
+        if (h->last_bank[c] >= 0)
+            row_left(h, c, h->last_bank[c], chan_pos(h, a, c));
         double work = chan_work(h, a);
         double end, nref = 0;
         if (s >= h->win_lo && s + work < h->win_hi) {

@@ -16,8 +16,10 @@
  * precharge (tRP, when another row is open) and an activate (tRCD); up to
  * queue_depth activates to other banks are in flight, so a run of misses
  * takes max(data, (tRP + tRCD) / queue_depth) per visit;
- * activates are rate-limited by tRRD and tFAW; a miss to the bank that
- * was just used waits out tRAS + tRP.  Every tREFI each channel stops for
+ * activates are rate-limited by tRRD and tFAW; each bank activates at most
+ * once per tRC = tRAS + tRP, and tRP after its precharge, which follows its
+ * row's last data (a stream that cycles over n banks of one channel opens
+ * at most one row per tRC / n).  Every tREFI each channel stops for
  * tRFC (all-bank refresh) and loses its open rows; all channels refresh
  * on the same tick, the first tREFI after power-on (hbm_reset).
  */

@@ -60,6 +60,28 @@ void th_suite_hbm_probe(th_ctx *t)
                          field(r2.out, "seconds") * (1 + 1e-9),
               "%s / %s", r.out, r2.out);
 
+    th_case(t, "probe hbm: 64 B reads cycling over 4 or 2 banks of one "
+               "channel are bound by the row cycle (probe round 12)");
+    /* 1 MiB of 64 B reads, 16384 of them; a 64 KiB stride takes 4 banks of
+     * channel 0 in turn, 128 KiB 2.  A bank opens one row per tRC = tRAS +
+     * tRP = 34 + 14 ns, so 12 and 24 ns per read, and refresh keeps
+     * 1 - tRFC / tREFI = 1 - 260 / 3900 of the time: 210.7 and 421.3 us
+     * (both were 131.9 us, the tFAW / 4 activate rate of 16 banks). */
+    static const struct {
+        const char *stride;
+        double want;
+    } bk[] = {{"65536", 16384 * 12e-9 / (1 - 260.0 / 3900)},
+              {"131072", 16384 * 24e-9 / (1 - 260.0 / 3900)}};
+    for (int i = 0; i < 2; i++) {
+        th_run(&r, "%s probe hbm --gen v3 --bytes 1048576 --chunk 64 "
+                   "--stride %s", bin, bk[i].stride);
+        double sec = field(r.out, "seconds");
+        TH_CHECKF(t, r.status == 0 && sec > 0.98 * bk[i].want &&
+                         sec < 1.02 * bk[i].want,
+                  "stride %s: %s (by hand %.1f us)", bk[i].stride, r.out,
+                  bk[i].want * 1e6);
+    }
+
     th_case(t, "probe hbm --set changes the model (no refresh is faster)");
     th_run(&r, "%s probe hbm --bytes 268435456", bin);
     th_run(&r2, "%s probe hbm --bytes 268435456 --set hbm.t_rfc_ns=0", bin);
