@@ -317,7 +317,10 @@ static int is_collective(int op)
  * kind (forward, input or weight gradient, a K part's) in one phase. */
 static int64_t mxu_kernel(const fw_insn *in)
 {
-    return ((int64_t)in->layer << 16) | ((int64_t)in->fx << 8) | in->phase;
+    /* a product of no layer (-1: the tile search's candidates) is a
+     * kernel too: multiplied, not shifted (a negative left shift is
+     * undefined) */
+    return ((int64_t)in->layer * 256 + in->fx) * 256 + in->phase;
 }
 
 /* Runs core ci until it reaches a collective or its end. */
