@@ -37,14 +37,22 @@ typedef struct {
     size_t pc;
     int64_t loop_left;            /* iterations still to run */
     size_t loop_pc;               /* first instruction of the body */
-    int64_t it_rel[2 * QMAX + 4]; /* relative state after the last iteration */
-    int it_rel_n, have_rel;
-    int64_t it_start_now, it_start_cat[CAT_COUNT];
-    double it_start_rd, it_start_wr, it_start_fl;
-    /* Per unit, what add_event recorded so far (merged or not), and its
-     * value when the iteration began: a unit's event that began before
-     * the iteration and was extended by it still counts its share. */
-    unit_tally ut[UNIT_COUNT], it_start_ut[UNIT_COUNT];
+    /* Relative state after the last two iterations ([0] the last): a
+     * loop whose state repeats every iteration, or every second one (a
+     * product that streams behind its predecessor every other iteration
+     * and waits on HBM in between), is extrapolated (end_iteration). */
+    int64_t it_rel[2][2 * QMAX + 4];
+    int it_rel_n[2], have_rel[2];
+    /* The core's counters at the start of the last two iterations. */
+    struct it_snap {
+        int64_t now, cat[CAT_COUNT];
+        double rd, wr, fl;
+        /* Per unit, what add_event recorded so far (merged or not): a
+         * unit's event that began before the iteration and was extended
+         * by it still counts its share. */
+        unit_tally ut[UNIT_COUNT];
+    } it_start[2];
+    unit_tally ut[UNIT_COUNT];
     double rd, wr, flops;
     int done;
     emu_event *ev;
@@ -216,18 +224,21 @@ static int rel_state(const core_t *c, int64_t *out)
 static void mark_iteration(eng *e, core_t *c)
 {
     (void)e;
-    c->it_start_now = c->now;
-    memcpy(c->it_start_cat, c->cat, sizeof c->cat);
-    c->it_start_rd = c->rd;
-    c->it_start_wr = c->wr;
-    c->it_start_fl = c->flops;
-    memcpy(c->it_start_ut, c->ut, sizeof c->ut);
+    c->it_start[1] = c->it_start[0];
+    struct it_snap *s = &c->it_start[0];
+    s->now = c->now;
+    memcpy(s->cat, c->cat, sizeof c->cat);
+    s->rd = c->rd;
+    s->wr = c->wr;
+    s->fl = c->flops;
+    memcpy(s->ut, c->ut, sizeof c->ut);
 }
 
-/* Appends the timeline of r skipped iterations starting at t (ps), span
- * ps long, summarizing the events of the last iteration. */
+/* Appends the timeline of r skipped periods starting at t (ps), span ps
+ * long, summarizing the events of the last period, which began at *from. */
 static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
-                           int64_t t, int64_t span, const int64_t *dcat)
+                           int64_t t, int64_t span, const int64_t *dcat,
+                           const struct it_snap *from)
 {
     int64_t at = t;
     for (int k = 0; k < CAT_COUNT; k++) {
@@ -243,7 +254,7 @@ static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
         }
     }
     for (int u = UNIT_MXU; u < UNIT_COUNT; u++) {
-        const unit_tally *now = &c->ut[u], *then = &c->it_start_ut[u];
+        const unit_tally *now = &c->ut[u], *then = &from->ut[u];
         int64_t busy = now->busy - then->busy;
         uint32_t n = now->count - then->count;
         if (busy <= 0)
@@ -262,49 +273,75 @@ static void skipped_events(eng *e, core_t *c, const fw_insn *loop, int64_t r,
     }
 }
 
+static int same_rel(const core_t *c, int h, const int64_t *rel, int n)
+{
+    return c->have_rel[h] && n == c->it_rel_n[h] &&
+           memcmp(rel, c->it_rel[h], (size_t)n * sizeof rel[0]) == 0;
+}
+
+/* Advances core ci over r more periods of the loop like the last one,
+ * which began at *from: every counter and pending completion moves by r
+ * times the period's change. */
+static void skip_periods(eng *e, int ci, const fw_insn *loop, int64_t r,
+                         const struct it_snap *from)
+{
+    core_t *c = &e->cs[ci];
+    int64_t dnow = c->now - from->now;
+    int64_t dcat[CAT_COUNT];
+    for (int k = 0; k < CAT_COUNT; k++) {
+        int64_t dk = c->cat[k] - from->cat[k];
+        dcat[k] = dk;
+        c->cat[k] += r * dk;
+        if (ci == 0 && e->layer_ps && loop->layer >= 0)
+            e->layer_ps[(size_t)loop->layer * CAT_COUNT + k] += r * dk;
+    }
+    c->rd += (double)r * (c->rd - from->rd);
+    c->wr += (double)r * (c->wr - from->wr);
+    c->flops += (double)r * (c->flops - from->fl);
+    /* Timeline: the skipped iterations as one span per category on the
+     * critical path and one per unit (their busy time summed), so events
+     * never overlap and the totals stay exact. */
+    if (e->in->record_timeline && r > 0)
+        skipped_events(e, c, loop, r, c->now, r * dnow, dcat, from);
+    c->now += r * dnow;
+    if (c->pipe_free > 0)
+        c->pipe_free += r * dnow;
+    if (c->mxu_end >= 0)
+        c->mxu_end += r * dnow;
+    for (int i = 0; i < c->nld; i++)
+        c->ld[i] += r * dnow;
+    for (int i = 0; i < c->nst; i++)
+        c->st[i] += r * dnow;
+}
+
 /* At the end of one loop iteration: when the relative state repeats the
- * previous iteration's, all remaining iterations are this one again. */
+ * previous iteration's, all remaining iterations are this one again;
+ * when it repeats the one before (a period of two iterations), the
+ * remaining pairs are the last pair again and an odd one runs as usual.
+ * Exact either way: a period's state at its end is its state at its
+ * start, and the next period starts from it. */
 static void end_iteration(eng *e, int ci, const fw_insn *loop)
 {
     core_t *c = &e->cs[ci];
     int64_t rel[2 * QMAX + 4];
     retire(c);
     int n = rel_state(c, rel);
-    int same = c->have_rel && n == c->it_rel_n &&
-               memcmp(rel, c->it_rel, (size_t)n * sizeof rel[0]) == 0;
-    if (same && !e->in->no_dedup && c->loop_left > 0) {
-        int64_t r = c->loop_left;
-        int64_t dnow = c->now - c->it_start_now;
-        int64_t dcat[CAT_COUNT];
-        for (int k = 0; k < CAT_COUNT; k++) {
-            int64_t dk = c->cat[k] - c->it_start_cat[k];
-            dcat[k] = dk;
-            c->cat[k] += r * dk;
-            if (ci == 0 && e->layer_ps && loop->layer >= 0)
-                e->layer_ps[(size_t)loop->layer * CAT_COUNT + k] += r * dk;
+    if (!e->in->no_dedup && c->loop_left > 0) {
+        if (same_rel(c, 0, rel, n)) {
+            skip_periods(e, ci, loop, c->loop_left, &c->it_start[0]);
+            c->loop_left = 0;
+        } else if (c->loop_left >= 2 && same_rel(c, 1, rel, n)) {
+            int64_t pairs = c->loop_left / 2;
+            skip_periods(e, ci, loop, pairs, &c->it_start[1]);
+            c->loop_left -= 2 * pairs;
         }
-        c->rd += (double)r * (c->rd - c->it_start_rd);
-        c->wr += (double)r * (c->wr - c->it_start_wr);
-        c->flops += (double)r * (c->flops - c->it_start_fl);
-        /* Timeline: the skipped iterations as one span per category on
-         * the critical path and one per unit (their busy time summed), so
-         * events never overlap and the totals stay exact. */
-        if (e->in->record_timeline && r > 0)
-            skipped_events(e, c, loop, r, c->now, r * dnow, dcat);
-        c->now += r * dnow;
-        if (c->pipe_free > 0)
-            c->pipe_free += r * dnow;
-        if (c->mxu_end >= 0)
-            c->mxu_end += r * dnow;
-        for (int i = 0; i < c->nld; i++)
-            c->ld[i] += r * dnow;
-        for (int i = 0; i < c->nst; i++)
-            c->st[i] += r * dnow;
-        c->loop_left = 0;
     }
-    memcpy(c->it_rel, rel, (size_t)n * sizeof rel[0]);
-    c->it_rel_n = n;
-    c->have_rel = 1;
+    memcpy(c->it_rel[1], c->it_rel[0], sizeof c->it_rel[0]);
+    c->it_rel_n[1] = c->it_rel_n[0];
+    c->have_rel[1] = c->have_rel[0];
+    memcpy(c->it_rel[0], rel, (size_t)n * sizeof rel[0]);
+    c->it_rel_n[0] = n;
+    c->have_rel[0] = 1;
 }
 
 static int is_collective(int op)
@@ -383,7 +420,7 @@ static void run_core(eng *e, int ci)
         case FW_LOOP:
             c->loop_left = in->a;
             c->loop_pc = c->pc + 1;
-            c->have_rel = 0;
+            c->have_rel[0] = c->have_rel[1] = 0;
             c->loop_left--;
             mark_iteration(e, c);
             break;

@@ -162,9 +162,14 @@ void th_suite_engine(th_ctx *t)
     {
         /* Replica dedup and loop skipping off (--no-dedup) vs on: every
          * figure identical, on 2D and 3D, partitioned and not. */
+        /* The two RetinaNet traces have loops whose state repeats every
+         * second iteration (a product that streams behind its predecessor
+         * every other iteration: end_iteration's period of two). */
         const char *files[] = {"traces/small/tiny2d.json",
                                "traces/small/tiny3d-p4.json",
-                               "traces/cifar10-keras-v2-8.json"};
+                               "traces/cifar10-keras-v2-8.json",
+                               "traces/retinanet-2560-v3-8-p8.json",
+                               "traces/reference/retinanet-1280-v3-8.json"};
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
             emu_result a, b;
             sim_opts full = o;
