@@ -214,9 +214,8 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
                           lo / (double)(L->out.c > 0 ? L->out.c : 1));
             } else {
                 kk = (double)fxt_kernel_taps(L) * (double)depth;
-                /* a strided input gradient's row stands for s^d rows */
-                if (in->fx == FX_DX && L->op == GOP_CONV)
-                    rows *= (double)fxt_stride_prod(L);
+                /* a stride-phase product's row stands for s^d rows */
+                rows *= (double)fxt_rows_per(L, in->fx == FX_DX);
             }
             double cols = (double)in->c;
             ma = fmax(ma, rows * kk);

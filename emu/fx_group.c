@@ -130,7 +130,7 @@ static tpu_status g_rows(fx_state *x, int core, int l, const fw_insn *in,
         }
         /* a strided input gradient's row stands for s^d input rows (its
          * stride phases: lower.c) */
-        int64_t per = dx && L->op == GOP_CONV ? fxt_stride_prod(L) : 1;
+        int64_t per = fxt_rows_per(L, dx);
         ra *= per;
         rb *= per;
         if (rb > real)

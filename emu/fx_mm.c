@@ -158,12 +158,8 @@ static tpu_status geom(const fx_state *x, int l, const fw_insn *in, int dx,
     gm->spatial = L->op == GOP_DENSE ? 0 : L->out.nsp;
     int64_t depth = dx ? gm->cout : gm->cin;
     int64_t kt = gm->taps;
-    if (L->op == GOP_CONV_T && !dx) {
-        int64_t sprod = 1;
-        for (int d = 0; d < L->out.nsp; d++)
-            sprod *= fxt_dflt(L->strides[d]);
-        kt = (gm->taps + sprod - 1) / sprod;
-    }
+    if (L->op == GOP_CONV_T && !dx && gm->taps % fxt_stride_prod(L) == 0)
+        kt = gm->taps / fxt_stride_prod(L); /* even stride phases: lower.c */
     gm->depth = depth;
     /* with K cut into parts (lower.c), b is the first part's slice */
     int64_t kp = in->kparts > 1 ? in->kparts : 1;
@@ -218,7 +214,7 @@ tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
     fxm_next_tile(c, l, dx, in, width, &r0, &r1, &n0, &n1);
     /* a strided convolution's input gradient: each row of the product
      * stands for s^d input positions (lower.c, its stride phases) */
-    int64_t per = dx && L->op == GOP_CONV ? fxt_stride_prod(L) : 1;
+    int64_t per = fxt_rows_per(L, dx);
     r0 *= per;
     r1 *= per;
     if (r1 > real)

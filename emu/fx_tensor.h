@@ -187,6 +187,20 @@ static inline int64_t fxt_kernel_taps(const glayer *L)
     return t;
 }
 
+/* Rows of the layer's tensor one row of its product stands for: s^d for a
+ * product lower.c runs as stride phases (a strided convolution's input
+ * gradient, dx; a transposed convolution whose kernel does not split
+ * evenly over its phases, forward), else 1. */
+static inline int64_t fxt_rows_per(const glayer *L, int dx)
+{
+    int64_t sprod = fxt_stride_prod(L);
+    if (dx && L->op == GOP_CONV)
+        return sprod;
+    if (!dx && L->op == GOP_CONV_T && fxt_kernel_taps(L) % sprod)
+        return sprod;
+    return 1;
+}
+
 /* Tap index -> kernel offsets (row-major over the kernel dims). */
 static inline void fxt_tap_decode(const glayer *L, int64_t t,
                                   int64_t k[GRAPH_MAX_SP])

@@ -1585,8 +1585,23 @@ static void lower_matrix_layer(lc *c, int l, int phase)
             return;
         }
         c->fx = FX_FWD;
-        emit_matmul(c, phase, l, M, K, cout, in_b / (double)M, o_b / (double)M,
-                    w_bytes, npad * 4, epi, passes);
+        if (L->op == GOP_CONV_T && taps % sprod) {
+            /* A transposed convolution whose kernel does not split evenly
+             * over its stride phases (3x3 at stride 2: 4, 2, 2 and 1 taps)
+             * runs as s^d sub-convolutions, timed as the strided input
+             * gradient is: rows / s^d rows by every tap (ceil(taps / s^d)
+             * taps at every output position charged 1.33x the work, 4x
+             * for 1x1; probe round 12).  An even split keeps taps / s^d
+             * per output row. */
+            int fold_t;
+            int64_t Mt = cdiv(M, sprod), Kt = tap_k(c, L, taps, cin, &fold_t);
+            double epi_t = npad * ((double)cdiv(Kt, rows) - 1 + 3) +
+                           (fold_t ? (double)Kt : 0) + apply * (double)Kt;
+            emit_matmul(c, phase, l, Mt, Kt, cout, in_b / (double)Mt,
+                        o_b / (double)Mt, w_bytes, npad * 4, epi_t, passes);
+        } else
+            emit_matmul(c, phase, l, M, K, cout, in_b / (double)M,
+                        o_b / (double)M, w_bytes, npad * 4, epi, passes);
         c->fx = FX_NONE;
         c->mem->useful_macs += L->macs * c->B * out_fraction(c, l);
         return;

@@ -30,6 +30,7 @@
  *    ceil(taps / s^d) taps: 4x the useful work of a 1x1 stride-2 layer;
  *    and it never folded taps into K as the forward does (64 channels,
  *    3x3: 9 lane-padded passes, not 5);
+ *    and a 3x3 stride-2 transposed convolution the same way (1.33x);
  *  - every matrix instruction paid a lone product's load, fill and drain,
  *    so a 256x256 array was slower than 128x128 on a 128-channel layer.
  */
@@ -300,6 +301,27 @@ static void mxu_cases(th_ctx *t, th_cmd_result *c)
     b = layer_mxu_ms(c->out, "b");
     TH_CHECKF(t, c->status == 0 && b > 3.0 && b < 3.3, "status %d, b %g ms",
               c->status, b);
+
+    /* a 3x3 stride-2 transposed convolution, 256 -> 256 on 56x56 (out
+     * 112x112), 128 examples per core: every input position meets 9 taps,
+     * 9 x 256 x 256 x 56 x 56 x 128 = 2.37e11 MAC, 7.69 ms on 2 MXUs (it
+     * read 10.35: ceil(9/4) = 3 taps at every output position) */
+    snprintf(path, sizeof path, "%s/p12-convt.json", th_tmpdir());
+    snprintf(text, sizeof text,
+             "%s\"mode\":\"infer\",\"global_batch\":1024},\"graph\":{"
+             "\"inputs\":[{\"name\":\"x\",\"shape\":[56,56,256]}],"
+             "\"layers\":[{\"name\":\"t\",\"op\":\"conv_transpose\","
+             "\"in\":\"x\",\"filters\":256,\"kernel\":[3,3],"
+             "\"strides\":[2,2]}]}}",
+             trace_head);
+    th_put(path, text);
+    th_case(t, "a 3x3 stride-2 transposed convolution costs its MACs (stride "
+               "phases), not ceil(9/4) taps at every output");
+    th_run(c, "%s run %s --quiet --set hbm.bandwidth_gbs=1000000", th_bin(),
+           path);
+    double ct = c->status == 0 ? atof(c->out) * 1e3 : -1;
+    TH_CHECKF(t, ct > 7.6 && ct < 7.9, "status %d, %g ms: %s", c->status, ct,
+              c->err);
 
     th_case(t, "two streamed products cost one product of their tiles");
     mxu_params mp = {128, 128};
