@@ -105,11 +105,35 @@ static int terminal_safe(const char *s)
     return 1;
 }
 
+/* One edit of the base report and the message it must be refused with. */
+typedef struct {
+    const char *from, *to, *want;
+} rep_edit;
+
+/* Each edit as its own report (TMP/p12b-TAG-N.json), refused by check
+ * with its message under the case `what`; the output terminal-safe too
+ * when safe is set. */
+static void refuse_edits(th_ctx *t, th_cmd_result *c, const char *base,
+                         const rep_edit *k, size_t n, const char *tag,
+                         const char *what, int safe)
+{
+    for (size_t i = 0; i < n; i++) {
+        char path[512], name[64];
+        snprintf(name, sizeof name, "p12b-%s-%zu.json", tag, i);
+        th_case(t, what);
+        if (!TH_CHECKF(
+                t, edited(base, k[i].from, k[i].to, name, path, sizeof path),
+                "no '%s' in the base report", k[i].from))
+            continue;
+        refused(t, c, path, k[i].want);
+        if (safe)
+            TH_CHECK(t, terminal_safe(c->out) && terminal_safe(c->err));
+    }
+}
+
 static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
 {
-    static const struct {
-        const char *from, *to, *want;
-    } k[] = {
+    static const rep_edit k[] = {
         {"\"trace\": \"tiny2d\"", "\"trace\": \"evil\\u009b2J\"",
          "trace: the string contains a control character (U+009B)"},
         {"\"trace\": \"tiny2d\"", "\"trace\": \"a\xc2\x85x\"",
@@ -126,18 +150,10 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
          "overrides.clock_hz: the string contains a bidirectional text "
          "control (U+2069)"},
     };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char path[512], name[64];
-        snprintf(name, sizeof name, "p12b-c1-%zu.json", i);
-        th_case(t, "report: C1 controls, line separators and bidi controls "
-                   "are refused in its strings (check)");
-        if (!TH_CHECKF(
-                t, edited(base, k[i].from, k[i].to, name, path, sizeof path),
-                "no '%s' in the base report", k[i].from))
-            continue;
-        refused(t, c, path, k[i].want);
-        TH_CHECK(t, terminal_safe(c->out) && terminal_safe(c->err));
-    }
+    refuse_edits(t, c, base, k, sizeof k / sizeof k[0], "c1",
+                 "report: C1 controls, line separators and bidi controls are "
+                 "refused in its strings (check)",
+                 1);
 
     th_case(t, "report: view refuses them the same way");
     {
@@ -318,9 +334,7 @@ static void huge_ratio_cases(th_ctx *t, th_cmd_result *c)
  * of a report run wrote is refused, naming its JSON path. */
 static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
 {
-    static const struct {
-        const char *from, *to, *want;
-    } k[] = {
+    static const rep_edit k[] = {
         {"\"hbm_capacity_bytes\": 17179869184", "\"hbm_capacity_bytes\": 0",
          "fits: true, but hbm_needed_bytes (1261048) is above "
          "hbm_capacity_bytes (0)"},
@@ -342,16 +356,10 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
         {"\"overrides\": {}", "\"overrides\": {}, \"freeze\": \"\"",
          "freeze: empty"},
     };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char path[512], name[64];
-        snprintf(name, sizeof name, "p12b-rep-%zu.json", i);
-        th_case(t, "report: counts, torus, chips, replicas and names that "
-                   "no run writes are refused (check)");
-        if (TH_CHECKF(t,
-                      edited(base, k[i].from, k[i].to, name, path, sizeof path),
-                      "no '%s' in the base report", k[i].from))
-            refused(t, c, path, k[i].want);
-    }
+    refuse_edits(t, c, base, k, sizeof k / sizeof k[0], "rep",
+                 "report: counts, torus, chips, replicas and names that no run "
+                 "writes are refused (check)",
+                 0);
 
     th_case(t, "report: view refuses them too");
     {
@@ -430,9 +438,7 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
  * file given to check taken for an unknown format. */
 static void message_cases(th_ctx *t, th_cmd_result *c, const char *base)
 {
-    static const struct {
-        const char *from, *to, *want;
-    } k[] = {
+    static const rep_edit k[] = {
         {"\"gen\": 3", "\"gen\": \"v9\"",
          "gen: expected 3, the generation of v3-8, found a string"},
         {"\"cores\": 8", "\"cores\": 9007199254740993",
@@ -442,16 +448,10 @@ static void message_cases(th_ctx *t, th_cmd_result *c, const char *base)
          "global_batch: expected an integer from 1 to 9000000000000000, "
          "found about -1.8014e+16 (beyond 2^53: not exact)"},
     };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char path[512], name[64];
-        snprintf(name, sizeof name, "p12b-msg-%zu.json", i);
-        th_case(t, "report: gen names the one value it may be; a number "
-                   "beyond 2^53 is not echoed as another number");
-        if (TH_CHECKF(t,
-                      edited(base, k[i].from, k[i].to, name, path, sizeof path),
-                      "no '%s' in the base report", k[i].from))
-            refused(t, c, path, k[i].want);
-    }
+    refuse_edits(t, c, base, k, sizeof k / sizeof k[0], "msg",
+                 "report: gen names the one value it may be; a number beyond "
+                 "2^53 is not echoed as another number",
+                 0);
 
     th_case(t, "check: a sweep file is named as one (with its format, and "
                "without, by its grid)");
