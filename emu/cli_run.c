@@ -721,13 +721,17 @@ static int simulate(run_args *ra, emu_result *r, tpu_status *st,
 static int write_nofit_report(emu_result *r, const char *report,
                               const tpu_error *err)
 {
-    if (r->per_core || r->cores <= 0)
+    if (r->cores <= 0)
         return 0;
-    r->per_core = calloc((size_t)r->cores, sizeof *r->per_core);
-    for (int c = 0; r->per_core && c < r->cores; c++) {
-        r->per_core[c].core = c;
-        r->per_core[c].chip = c / 2;
-        r->per_core[c].hbm_peak_bytes = r->hbm_needed_bytes;
+    /* the simulation placed the cores (replica, shard, each one's need);
+     * without that, every core with the worst need */
+    if (!r->per_core) {
+        r->per_core = calloc((size_t)r->cores, sizeof *r->per_core);
+        for (int c = 0; r->per_core && c < r->cores; c++) {
+            r->per_core[c].core = c;
+            r->per_core[c].chip = c / 2;
+            r->per_core[c].hbm_peak_bytes = r->hbm_needed_bytes;
+        }
     }
     tpu_error werr = {0};
     if (r->per_core && report_write(r, report, &werr))

@@ -374,6 +374,18 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         for (int k = 1; k < p.cpr; k++)
             if (mems[k].peak_bytes > m->peak_bytes)
                 m = &mems[k];
+        /* The cores as the plan places them, with their own need, for the
+         * report of a step that does not fit (no per_core: the caller
+         * makes a plain one when this allocation fails). */
+        out->per_core = calloc((size_t)p.cores, sizeof *out->per_core);
+        for (int core = 0; out->per_core && core < p.cores; core++) {
+            emu_core_result *r = &out->per_core[core];
+            r->core = core;
+            r->chip = core / 2;
+            r->replica = p.replica_of[core];
+            r->shard = p.shard_of[core];
+            r->hbm_peak_bytes = mems[r->shard].peak_bytes;
+        }
         rc = nofit_fail(err, path, sys, &hw, &p, m);
         goto fail_plan;
     }

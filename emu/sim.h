@@ -44,7 +44,9 @@ typedef struct {
 void sim_opts_default(sim_opts *o);
 
 /* Simulates one step.  TPU_ERR_NOFIT (with the figures in err) when the
- * workload does not fit; the result is still filled (fits = 0) then. */
+ * workload does not fit; the result is still filled then (fits = 0, the
+ * header, and per_core with each core's placement and HBM need, no
+ * timing): emu_result_free it as any other. */
 tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
                    tpu_error *err);
 

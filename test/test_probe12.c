@@ -33,6 +33,9 @@
  *    and a 3x3 stride-2 transposed convolution the same way (1.33x);
  *  - every matrix instruction paid a lone product's load, fill and drain,
  *    so a 256x256 array was slower than 128x128 on a 128-channel layer.
+ *
+ * and one the adversary's fixes showed: a no-fit report gave every core
+ * replica 0, shard 0.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -354,6 +357,28 @@ static void mxu_cases(th_ctx *t, th_cmd_result *c)
               "128x128 %g ms, 256x256 %g ms", ms[0], ms[1]);
 }
 
+static void nofit_cases(th_ctx *t, th_cmd_result *c)
+{
+    /* RetinaNet 2560 split 4 ways on v3-8 at batch 64: 2 replicas of 4
+     * cores, 29.9 GiB per core: no fit, but a report that places them */
+    char rep[512];
+    snprintf(rep, sizeof rep, "%s/p12-nofit.json", th_tmpdir());
+    th_case(t, "a report of a step that does not fit places each core in "
+               "its replica and shard (every core read replica 0, shard 0)");
+    th_run(c,
+           "%s run traces/retinanet-2560-v3-8-p4.json --batch 64 --report "
+           "%s",
+           th_bin(), rep);
+    char *text = th_slurp(rep, NULL);
+    TH_CHECKF(t,
+              c->status == 3 && text &&
+                  strstr(text, "{\"core\": 5, \"chip\": 2, \"replica\": 1, "
+                               "\"shard\": 1,") &&
+                  strstr(text, "\"fits\": false"),
+              "status %d: %s", c->status, c->err);
+    free(text);
+}
+
 void th_suite_probe12(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c); /* 72 KiB: not on the stack */
@@ -365,5 +390,6 @@ void th_suite_probe12(th_ctx *t)
     sweep_cases(t, c);
     nowork_cases(t, c);
     mxu_cases(t, c);
+    nofit_cases(t, c);
     free(c);
 }
