@@ -105,6 +105,21 @@ static int terminal_safe(const char *s)
     return 1;
 }
 
+/* One edit of the base report given to view: refused (exit 2) with
+ * `want` in its message. */
+static void view_refuses(th_ctx *t, th_cmd_result *c, const char *base,
+                         const char *from, const char *to, const char *name,
+                         const char *want)
+{
+    char path[512];
+    if (!TH_CHECK(t, edited(base, from, to, name, path, sizeof path)))
+        return;
+    th_run(c, "SDL_VIDEODRIVER=dummy %s view %s --screenshot %s/p12b.png",
+           th_bin(), path, th_tmpdir());
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, want), "%d %s", c->status,
+              c->err);
+}
+
 /* One edit of the base report and the message it must be refused with. */
 typedef struct {
     const char *from, *to, *want;
@@ -156,23 +171,10 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
                  1);
 
     th_case(t, "report: view refuses them the same way");
-    {
-        char path[512];
-        if (TH_CHECK(t, edited(base, "\"trace\": \"tiny2d\"",
-                               "\"trace\": \"evil\\u009b2J\"", "p12b-c1v.json",
-                               path, sizeof path))) {
-            th_run(c,
-                   "SDL_VIDEODRIVER=dummy %s view %s --screenshot "
-                   "%s/p12b.png",
-                   th_bin(), path, th_tmpdir());
-            TH_CHECKF(t,
-                      c->status == 2 &&
-                          strstr(c->err, "p12b-c1v.json: trace: the string "
-                                         "contains a control character "
-                                         "(U+009B)"),
-                      "%d %s", c->status, c->err);
-        }
-    }
+    view_refuses(t, c, base, "\"trace\": \"tiny2d\"",
+                 "\"trace\": \"evil\\u009b2J\"", "p12b-c1v.json",
+                 "p12b-c1v.json: trace: the string contains a control "
+                 "character (U+009B)");
 
     th_case(t, "run: a trace named with C1 controls is refused, and a "
                "message quoting one shows it escaped");
@@ -362,20 +364,8 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
                  0);
 
     th_case(t, "report: view refuses them too");
-    {
-        char path[512];
-        if (TH_CHECK(t, edited(base, "\"chips\": 4", "\"chips\": 3",
-                               "p12b-repv.json", path, sizeof path))) {
-            th_run(c,
-                   "SDL_VIDEODRIVER=dummy %s view %s --screenshot "
-                   "%s/p12b.png",
-                   th_bin(), path, th_tmpdir());
-            TH_CHECKF(t,
-                      c->status == 2 &&
-                          strstr(c->err, "p12b-repv.json: chips: 3, but "),
-                      "%d %s", c->status, c->err);
-        }
-    }
+    view_refuses(t, c, base, "\"chips\": 4", "\"chips\": 3", "p12b-repv.json",
+                 "p12b-repv.json: chips: 3, but ");
 
     /* What run writes reads, and the same report with one figure edited
      * does not: one chip, v2, 4-core replicas, a step that does not fit
