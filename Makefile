@@ -1,8 +1,9 @@
 # tpuemu — build, test, bench.  See README.md and CONTRIBUTING.md.
 #
-# The simulator core (mxu/, hbm/, interconnect/, firmware/, emu/ minus the
-# front ends) builds into build/libtpuemu.a with no SDL dependency.  The CLI
-# (emu/cli_*.c) and the SDL viewer (emu/view_*.c) link that library.
+# The simulator core (mxu/, hbm/, interconnect/, firmware/, emu/, emu/fx/,
+# emu/out/) builds into build/libtpuemu.a with no SDL dependency.  The front
+# ends, the CLI (emu/cli/) and the SDL viewer (emu/view/), link that library.
+# docs/ARCHITECTURE.md draws the layers.
 
 CC      ?= cc
 PKGS_CORE := libcjson libpng
@@ -22,11 +23,10 @@ CFLAGS  ?=
 ALL_CFLAGS = $(CSTD) $(OPT) -g $(WARN) -I. $(CORE_CFLAGS) -MMD -MP $(CFLAGS) $(VIEWFLAGS)
 LDFLAGS ?=
 
-FRONT_SRCS := $(wildcard emu/cli_*.c) $(wildcard emu/view_*.c)
-CORE_SRCS  := $(wildcard mxu/*.c hbm/*.c interconnect/*.c firmware/*.c) \
-              $(filter-out $(FRONT_SRCS) emu/main.c,$(wildcard emu/*.c))
-CLI_SRCS   := emu/main.c $(wildcard emu/cli_*.c)
-VIEW_SRCS  := $(wildcard emu/view_*.c)
+CORE_DIRS  := mxu hbm interconnect firmware emu emu/fx emu/out
+CORE_SRCS  := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.c))
+CLI_SRCS   := $(wildcard emu/cli/*.c emu/cli/sweep/*.c)
+VIEW_SRCS  := $(wildcard emu/view/*.c)
 TEST_SRCS  := $(wildcard test/test_*.c) test/harness.c
 
 CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/%.o)
@@ -39,7 +39,7 @@ LIB       := $(BUILD)/libtpuemu.a
 all: tpuemu
 
 # Only the viewer objects see SDL's headers.
-$(BUILD)/emu/view_%.o: VIEWFLAGS = $(VIEW_CFLAGS)
+$(BUILD)/emu/view/%.o: VIEWFLAGS = $(VIEW_CFLAGS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -120,8 +120,8 @@ fuzz-sweep: deps
 	@mkdir -p build-fuzz/corpus-sweep
 	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -I. $(CORE_CFLAGS) \
 	  -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_sweep \
-	  test/fuzz/fuzz_sweep.c emu/cli_common.c emu/cli_sweep_file.c \
-	  emu/cli_sweep_grid.c emu/cli_sweep_run.c $(CORE_SRCS) $(CORE_LIBS)
+	  test/fuzz/fuzz_sweep.c emu/cli/common.c emu/cli/sweep/file.c \
+	  emu/cli/sweep/grid.c emu/cli/sweep/run.c $(CORE_SRCS) $(CORE_LIBS)
 	build-fuzz/fuzz_sweep -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	  -timeout=20 -dict=test/fuzz/sweep.dict \
 	  build-fuzz/corpus-sweep test/fuzz/corpus-sweep

@@ -27,7 +27,7 @@
 #include "emu/cost.h"
 #include "emu/graph.h"
 #include "emu/params.h"
-#include "emu/fexec.h"
+#include "emu/fx/fexec.h"
 #include "emu/plan.h"
 #include "emu/result.h"
 #include "firmware/isa.h"

@@ -25,7 +25,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "emu/outfile.h"
+#include "emu/out/outfile.h"
 #include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/rfile.h"

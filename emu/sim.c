@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "emu/engine.h"
-#include "emu/fexec.h"
+#include "emu/fx/fexec.h"
 #include "emu/plan.h"
 #include "firmware/lower.h"
 

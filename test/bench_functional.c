@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "test/bench.h"
-#include "emu/chart.h"
+#include "emu/out/chart.h"
 #include "emu/sim.h"
 
 /* Median host seconds of one run; r keeps the last result. */

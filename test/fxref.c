@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/fxdata.h"
+#include "emu/fx/fxdata.h"
 #include "mxu/bf16.h"
 
 static double fxref_rb16(double x)

@@ -11,7 +11,7 @@
 
 #include <png.h>
 
-#include "emu/font.h"
+#include "emu/out/font.h"
 #include "emu/report.h"
 #include "firmware/lower.h"
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/chart.h"
-#include "emu/font.h"
+#include "emu/out/chart.h"
+#include "emu/out/font.h"
 #include "test/harness.h"
 
 typedef struct {

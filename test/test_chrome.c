@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/chrome_trace.h"
+#include "emu/out/chrome_trace.h"
 #include "test/harness.h"
 
 static cJSON *load_json(const char *path)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/chrome_trace.h"
+#include "emu/out/chrome_trace.h"
 #include "test/harness.h"
 
 static uint64_t fnv1a(const char *p, size_t n)

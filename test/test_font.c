@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/font.h"
+#include "emu/out/font.h"
 #include "test/harness.h"
 
 /* s in a heap block of exactly strlen + 1 bytes: under `make asan` a read

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/fxdata.h"
+#include "emu/fx/fxdata.h"
 #include "mxu/bf16.h"
 #include "emu/sim.h"
 #include "test/fxref.h"

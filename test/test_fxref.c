@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/fxdata.h"
+#include "emu/fx/fxdata.h"
 #include "mxu/bf16.h"
 #include "test/fxref.c"
 #include "test/harness.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/fxdata.h"
+#include "emu/fx/fxdata.h"
 #include "emu/graph.h"
 #include "emu/result.h"
 #include "emu/sim.h"

@@ -18,10 +18,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "emu/chart.h"
-#include "emu/chrome_trace.h"
-#include "emu/npy.h"
-#include "emu/outfile.h"
+#include "emu/out/chart.h"
+#include "emu/out/chrome_trace.h"
+#include "emu/out/npy.h"
+#include "emu/out/outfile.h"
 #include "emu/report.h"
 #include "test/harness.h"
 

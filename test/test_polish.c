@@ -10,8 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "emu/chart.h"
-#include "emu/outfile.h"
+#include "emu/out/chart.h"
+#include "emu/out/outfile.h"
 #include "emu/report.h"
 #include "emu/rfile.h"
 #include "test/harness.h"

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "emu/outfile.h"
+#include "emu/out/outfile.h"
 #include "test/harness.h"
 
 #define TINY "traces/small/tiny2d.json"

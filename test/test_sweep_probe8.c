@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "emu/chart.h"
+#include "emu/out/chart.h"
 #include "test/harness.h"
 
 #define TINY "traces/small/tiny2d.json"

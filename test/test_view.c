@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "emu/font.h"
+#include "emu/out/font.h"
 #include "firmware/isa.h"
 #include "test/harness.h"
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/font.h"
+#include "emu/out/font.h"
 #include "emu/graph.h"
 #include "emu/sim.h"
 #include "test/harness.h"

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/chart.h"
-#include "emu/font.h"
+#include "emu/out/chart.h"
+#include "emu/out/font.h"
 #include "emu/report.h"
 #include "test/harness.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "emu/chart.h"
+#include "emu/out/chart.h"
 #include "emu/report.h"
 #include "emu/sim.h"
 #include "test/harness.h"

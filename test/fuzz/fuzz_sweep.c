@@ -44,7 +44,7 @@
 
 #include <sanitizer/common_interface_defs.h>
 
-#include "emu/cli_sweep.h"
+#include "emu/cli/sweep/sweep.h"
 
 #define FUZZ_DIR "/tmp/tpuemu-fuzz-sweep"
 #define FUZZ_NAME FUZZ_DIR "/SWEEP.json"
