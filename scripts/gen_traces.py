@@ -28,8 +28,30 @@ LINE_WIDTH = 150       # pretty printer: inline a value when it fits
 SRC_LARGE_IMAGES = (
     "Cloud TPU guide 'Processing large images with Cloud TPU' (Dec 2019) and "
     "Google Cloud blog 'Train ML models on large images and 3D volumes with "
-    "spatial partitioning on Cloud TPUs' (seeds/cloud-tpu-large-images-guide.txt, "
-    "seeds/spatial-partitioning-blog.txt)")
+    "spatial partitioning on Cloud TPUs' (Oct 2019; "
+    "cloud.google.com/tpu/docs/spatial-partitioning, "
+    "cloud.google.com/blog/products/ai-machine-learning/"
+    "train-ml-models-on-large-images-and-3d-volumes-with-spatial-partitioning-on-cloud-tpus)")
+
+# MLPerf Training v0.6, Google's closed-division submission: every run's log,
+# code and flags are public.  A step time is the median spacing of the log's
+# consecutive `block_start` lines (one training loop each, first and last
+# dropped) divided by the loop's steps.
+SRC_MLPERF06 = ("MLPerf Training v0.6, Google submission "
+                "(github.com/mlcommons/training_results_v0.6 at f312518, "
+                "Google/results/%s/%s/result_0..4.txt; code and flags under "
+                "Google/benchmarks/%s/implementations)")
+
+# (slice, global batch, loop steps, step time s, runs' spread) of the six
+# ResNet-50 v1.5 runs; every run_and_time.sh sets --enable_lars=True.
+RESNET_MLPERF06 = (
+    ("v3-32", 4096, 1252, 0.1311, None),
+    ("v3-128", 16384, 313, 0.1309, None),
+    ("v3-256", 32768, 157, 0.1358, "135.5-155.7 ms"),
+    ("v3-512", 32768, 157, 0.0788, "78.7-92.4 ms"),
+    ("v3-1024", 32768, 157, 0.0441, "42.4-45.4 ms"),
+    ("v3-2048", 32768, 157, 0.0253, None),
+)
 
 
 class TraceError(Exception):
@@ -574,6 +596,16 @@ def all_traces():
     out.append(("traces/reference/unet3d-256-v3-128.json",
                 trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256),
                 u256))
+    for system, batch, loop, step, spread in RESNET_MLPERF06:
+        cores = int(system.split("-")[1])
+        src = (SRC_MLPERF06 % ("tpu-" + system, "resnet", "resnet")
+               + ": ResNet-50 v1.5, 224x224, %s, global batch %d (%d per core), "
+               "bf16, LARS; step time %.1f ms = median block_start spacing / %d "
+               "steps%s" % (system, batch, batch // cores, step * 1e3, loop,
+                            " (runs %s)" % spread if spread else ""))
+        out.append(("traces/reference/resnet50-%s.json" % system,
+                    trace("resnet50-v1.5-%s" % system, rn50, system, batch, 1,
+                          [1, 1, 1, 1], (step, src)), rn50))
     # The seeds' memory boundary: 8 examples of 2560x2560 on one core do not
     # fit; the same 8 per replica fit again when split 4 or 8 ways.
     out.append(("traces/retinanet-2560-v3-8.json",
