@@ -9,7 +9,7 @@
 Recomputes, in float64 with numpy and independently of the emulator's code
 (and of test/fxref.c), the output of the last non-loss layer of TRACE for the
 whole global batch in the global layout [global_batch, spatial..., channels],
-from the inputs and weights that emu/fxdata.h defines (its counter-based
+from the inputs and weights that emu/fx/fxdata.h defines (its counter-based
 generator is re-implemented here with uint64 arithmetic), then compares it with
 OUT.npy (the emulator's output: `tpuemu run TRACE --functional --seed S
 --output-npy OUT.npy`, float32).  Prints the max absolute and relative error,
