@@ -388,9 +388,9 @@ static void run_core(eng *e, int ci)
             /* Back to back within one kernel (nothing stalled the core
              * since its previous product ended): the array never drains
              * between them, as between the tiles of one product
-             * (docs/MXU.md; probe round 12: a lone product's load, fill
-             * and drain on every tile made a 256x256 array slower than
-             * 128x128 on a 128-channel layer).  Between kernels (another
+             * (docs/MXU.md: a load, fill and drain on every product would
+             * make a 256x256 array slower than 128x128 on a 128-channel
+             * layer).  Between kernels (another
              * layer, or another of its products) the array drains. */
             int64_t key = mxu_kernel(in);
             cost_matmul_ps(hw, in, c->mxu_end == c->now && c->mxu_key == key,

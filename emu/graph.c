@@ -248,8 +248,8 @@ static tpu_status check_share(const graph *g, const glayer *L,
     for (int d = 0; same && d < lin->out.nsp; d++)
         same = S->kernel[d] == L->kernel[d];
     if (!same) {
-        /* name the first thing that differs (probe round 11: groups 8 vs
-         * 4 was reported as "32 input channels here, 32 there") */
+        /* name the first thing that differs (groups 8 against 4 with 32
+         * input channels each differ in groups, not in channels) */
         char what[160];
         if (S->op != L->op)
             snprintf(what, sizeof what, "%s here, %s there",

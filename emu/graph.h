@@ -116,7 +116,7 @@ typedef struct {
      * towards the trainable variables: a frozen stem costs no backward). */
     int needs_grad;
     /* derived by graph_finish; 0 in a graph it has not seen (every layer
-     * computed and reached by the loss, as before it existed).
+     * computed and reached by the loss).
      * no_loss: no loss depends on this layer (a loss-less graph counts its
      * sinks as losses): its gradient is zero, so TensorFlow gives its
      * weights none and nothing below it learns through it.
@@ -170,8 +170,8 @@ typedef struct {
     int n_indexed;
 
     /* The --freeze list graph_freeze applied ("" when none was), which
-     * reports record: the trace's trainable flags are no longer the
-     * whole story. */
+     * reports record: the trace's trainable flags alone do not say what
+     * trained. */
     char freeze[GRAPH_FREEZE_MAX];
 } graph;
 

@@ -1,5 +1,5 @@
 /* The chip data.  Every hardware value tpuemu uses is here, once, with
- * where it comes from.  Tags follow ../shared/REFERENCE.md:
+ * where it comes from.  Tags:
  *   [C] read in the named source, [D] derived from [C] values,
  *   [U] unconfirmed: an assumption, stated, revisited when a source turns up.
  * Calibrated values say what measurement they were fitted to.
@@ -113,16 +113,18 @@ void tpu_params_default(tpu_params *p, int gen)
     /* [U] Whether the TPU backend fused batchnorm's statistics (a reduce
      * over batch and space) into the producing convolution's output
      * fusion, or ran them as their own reduction fusion reading the
-     * activation once more.  REFERENCE.md: how much is fused is a
-     * modelling choice.  1 is the cheaper reading; 0 measures the
-     * other. */
+     * activation once more.  XLA's TPU profiles name fusions
+     * ("convolution fusion", "loop fusion") but not what each holds, so
+     * how much is fused is a modelling choice.  1 is the cheaper reading;
+     * 0 measures the other. */
     p->xla_bn_stats_fused = 1;
     /* [U] Whether batchnorm's normalise (scale, shift and a following
      * relu) runs as its own loop fusion, one HBM round trip of the
      * activation (0, the documented default), or is fused into what reads
      * it: the next convolution's operand or a residual add's pass (1).
-     * REFERENCE.md: XLA fuses elementwise work into the producing or
-     * consuming convolution; how much is [U].  1 is the what-if. */
+     * XLA fuses elementwise work into the producing or consuming
+     * convolution (XLA operation semantics, TPU profiler op names); how
+     * much is [U].  1 is the what-if. */
     p->xla_bn_apply_fused = 0;
     p->xla_halo_fused = 1;
     /* [C] openxla/xla spmd/convolution_handler.cc: the weight-gradient
@@ -384,9 +386,9 @@ static int is_set(const tpu_params *p, const char *key)
 }
 
 /* Keys whose value is spread over other keys' current values.  Applying
- * them in command-line order made `--set hbm.bandwidth_gbs=450 --set
- * hbm.channels=32` twice as fast as the other order (probe round 7), so a
- * derived key is applied after the keys it is spread over, whatever the
+ * them in command-line order would make `--set hbm.bandwidth_gbs=450
+ * --set hbm.channels=32` twice as fast as the other order, so a derived
+ * key is applied after the keys it is spread over, whatever the
  * order, and refused together with the key it fixes (both would set the
  * same quantity).  hbm.bandwidth_gbs is the only setter that reads other
  * keys: ici.onchip_gbs's default is 2x ici.link_gbs, but setting either

@@ -1,8 +1,8 @@
 /* params — the hardware of a TPU v2/v3 chip and pod slice, as data.
  *
- * Every value lives in one table in emu/params.c with its source (see
- * ../shared/REFERENCE.md: [C] confirmed, [D] derived, [U] unconfirmed and
- * assumed).  `--set KEY=VALUE` overrides any entry by name.
+ * Every value lives in one table in emu/params.c with its source ([C]
+ * confirmed in the named source, [D] derived from [C] values, [U]
+ * unconfirmed and assumed).  `--set KEY=VALUE` overrides any entry by name.
  */
 #ifndef EMU_PARAMS_H
 #define EMU_PARAMS_H

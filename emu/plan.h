@@ -1,7 +1,9 @@
 /* plan — the partition plan of a trace on a slice: replicas, each core's
  * shard of every tensor, and where each replica's cores sit on the torus.
  *
- * Semantics follow TPUEstimator + XLA SPMD (../shared/REFERENCE.md):
+ * Semantics follow TPUEstimator's input_partition_dims and XLA SPMD
+ * (openxla/xla xla/service/spmd/convolution_handler.cc; Xu et al.,
+ * "GSPMD", arXiv 2105.04663):
  *  - cores / num_cores_per_replica replicas, each with global_batch /
  *    replicas examples; the cores of a replica split each example.
  *  - A tensor is split along a spatial dimension with factor f when

@@ -11,7 +11,7 @@
 
 #include "emu/graph.h" /* GRAPH_FREEZE_MAX */
 
-/* The report's exclusive categories, in report order (SPEC.md). */
+/* The report's exclusive categories, in report order (docs/SPEC.md). */
 typedef enum {
     CAT_MXU,        /* critical path in matrix work */
     CAT_VECTOR,     /* vector unit work */
@@ -115,7 +115,7 @@ typedef struct {
     /* Per layer, how core 0's grouped convolution lowered each part
      * (forward, input gradient, weight gradient): fw_gconv values,
      * FW_GC_NONE for a part it lacks or a layer that is not grouped; NULL
-     * when no layer is grouped (and in reports written before it). */
+     * when no layer is grouped or a report read back lacks it). */
     uint8_t (*layer_gconv)[3];
     /* --functional */
     int has_values;

@@ -2,7 +2,7 @@
  *
  * The core never prints or exits: a function that can fail returns a
  * tpu_status and, on failure, fills a tpu_error with one line of text.
- * The status values are the CLI's exit codes (SPEC.md), so a front end can
+ * The status values are the CLI's exit codes (docs/SPEC.md), so a front end can
  * print "tpuemu: error: <msg>" and exit with the code as it is.
  */
 #ifndef EMU_STATUS_H

@@ -1,7 +1,6 @@
 /* dma — the DMA engine between a core's HBM and its VMEM.
  * Several transfers in flight; each returns a completion time the engine
  * can wait on; with values on, it also moves the bytes.
- * CONTRACT header.
  *
  * A block is an hbm_xfer: 1-D (nchunks == 1 or stride == chunk_bytes),
  * 2-D (nchunks rows of chunk_bytes, row pitch stride in HBM) or strided

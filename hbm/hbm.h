@@ -1,6 +1,6 @@
 /* hbm — one TensorCore's HBM2: channels and banks with JEDEC-style timing,
  * an address map that interleaves channels, an open-row policy and refresh.
- * CONTRACT header.  Parameter values and their sources live in emu/params.c
+ * Parameter values and their sources live in emu/params.c
  * next to each value; docs/HBM.md describes the model and its curve.
  *
  * Address map (low bits first), all sizes powers of two by default:

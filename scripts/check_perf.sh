@@ -1,5 +1,5 @@
 #!/bin/sh
-# The performance gate (issue 7, docs/CHECK.md).  For every
+# The performance gate (docs/CHECK.md).  For every
 # traces/reference/*.json: `tpuemu run T --report build/perf/X.json --quiet`,
 # then `tpuemu check --baseline baselines/X.json build/perf/X.json`.
 # Exit 1 on any regression, missing baseline, baseline without a reference

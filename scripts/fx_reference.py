@@ -9,7 +9,7 @@
 Recomputes, in float64 with numpy and independently of the emulator's code
 (and of test/fxref.c), the output of the last non-loss layer of TRACE for the
 whole global batch in the global layout [global_batch, spatial..., channels],
-from the inputs and weights that emu/fxdata.h defines (its counter-based
+from the inputs and weights that emu/fx/fxdata.h defines (its counter-based
 generator is re-implemented here with uint64 arithmetic), then compares it with
 OUT.npy (the emulator's output: `tpuemu run TRACE --functional --seed S
 --output-npy OUT.npy`, float32).  Prints the max absolute and relative error,
@@ -71,8 +71,8 @@ TRACE --functional --seed S --output-layer NAME` (with --system/--batch) for
 every stored tensor, then recomputes each layer from the emulator's OWN stored
 inputs (which carry no error bound then: they are the values the emulator
 read) and checks the emulator's output for that layer within the same
-first-order bound, now one layer deep (interval rounding at the store, gamma_K
-for the fp32 sums): the bound no longer compounds, so it stays a fraction of
+first-order bound, one layer deep (interval rounding at the store, gamma_K
+for the fp32 sums): the bound does not compound, so it stays a fraction of
 an ulp-level flip instead of growing with depth.  It is as sound as the
 end-to-end bound (the same per-op analysis with the input error set to 0,
 which it is: the inputs are the emulator's exact values), so a correct
@@ -83,11 +83,10 @@ itself, so OUT.npy must come from the same trace, seed, --system and --batch
 the emulator does not compute (a branch no loss reads, in training) keep the
 reference's value and end-to-end bound.  A layer whose local bound is
 >= |ref| on at least LOOSE_SHARE of its elements makes the result 3 (a
-65536-term dense, whose gamma_K is ~|ref|, in chunks.json).  Measured
-(2026-12): 0 on every right-seed output of traces/functional/ but chunks, and
-on the unsplit deep nets of /work/probe/r9/fx/ tried (unet, hrnet and
-deeplab infer, deeplab train; up to 224 stored tensors; vnet and the splits
-not tried), largest local bound used 1.000 (one flip of one ulp, what the
+65536-term dense, whose gamma_K is ~|ref|, in chunks.json).  Measured: 0 on
+every right-seed output of traces/functional/ but chunks, and on unsplit deep
+nets written for the purpose (UNet, HRNet and DeepLab inference, DeepLab
+training; up to 224 stored tensors), largest local bound used 1.000 (one flip of one ulp, what the
 bound allows); 1 on every wrong-seed output tried.  Cost: one emulator run per layer (deep-chain 2 s, deeplab
 133 layers 35 s on 2 cores).
 """
@@ -538,15 +537,15 @@ def make_ref(trace_path, seed, system=None, batch=None, step=0, mode=None):
 # on at least LOOSE_SHARE of the elements, a pass says nothing and the
 # script exits 3 (inconclusive) instead of 0.  Elements whose bound is 0
 # (the output must match exactly) are informative whatever |ref| is.
-# Chosen from measurements (2026-12, seed 1 against the emulator's seed-1
-# and seed-2 outputs, every trace in traces/functional/ and the probe's
-# small unet/hrnet/deeplab/vnet nets of /work/probe/r9/fx/, infer and
-# train, every split): the share of elements with bound >= |ref| is
+# Chosen from measurements (seed 1 against the emulator's seed-1 and
+# seed-2 outputs, every trace in traces/functional/ and small UNet, HRNet,
+# DeepLab and V-Net nets written for the purpose, infer and train, every
+# split): the share of elements with bound >= |ref| is
 # 0-0.04 on conv2d, conv3d, deconv, dense-heads, pool-up-concat, resadd,
 # tiny-train, train-ops, views-dtype, 0.225 on frozen-stem, 0.509 on
 # cifar-nobn (there the wrong seed still fails on 200 of 320 elements),
 # and 1.000 on every trace whose wrong-seed output passed: chunks,
-# cifar-small and all 4 x 2 x 9 probe nets (bounds 1e0 to 1e31 x |ref|,
+# cifar-small and all 4 x 2 x 9 of those nets (bounds 1e0 to 1e31 x |ref|,
 # inf on deeplab train).  Nothing lies between 0.51 and 1.0; the line is
 # drawn at one half ("most elements cannot fail"), on the cautious side,
 # so cifar-nobn is inconclusive too.

@@ -664,9 +664,8 @@ def render(t):
 
 
 def check_refs(t):
-    """Re-checks the written form: every `in` defined before use, keys only
-    from SPEC.md's list plus share_weights, trainable and groups
-    (docs/TRACE.md)."""
+    """Re-checks the written form: every `in` defined before use, each
+    layer's keys only those of its op in docs/TRACE.md's op table."""
     allowed = {
         "conv": {"filters", "kernel", "strides", "padding", "dilation", "use_bias",
                  "share_weights", "trainable", "groups"},

@@ -1,4 +1,4 @@
-/* tpuemu check — the performance gate (SPEC.md, issue 7).
+/* tpuemu check — the performance gate (docs/SPEC.md).
  *
  * A regression is NEW slower than BASE by more than the tolerance in the
  * step time or in any core's step time, or NEW no longer fitting where
@@ -278,7 +278,7 @@ static void group_label(const emu_result *r, const int *group, int g,
 /* The table of `check`: rows are gathered first and printed with each
  * column as wide as its widest entry, so a long core-group label or an
  * extreme change widens its column rather than shifting the row or being
- * cut (probe round 7 saw a change cut to 38 digits and no %). */
+ * cut (a change of 38 digits keeps its %). */
 #define CHECK_MAX_ROWS (1 + CHECK_MAX_GROUPS_SHOWN * (1 + CAT_COUNT))
 
 /* cells: what, base s, new s, change; then the mark, unpadded */

@@ -1,6 +1,6 @@
-/* cli — the command-line front end.  One file per command (cli_NAME.c),
+/* cli — the command-line front end.  One file per command (emu/cli/NAME.c),
  * each exporting `int cli_NAME(int argc, char **argv)` where argv[0] is
- * the command's name; the return value is the exit status (SPEC.md). */
+ * the command's name; the return value is the exit status (docs/SPEC.md). */
 #ifndef EMU_CLI_H
 #define EMU_CLI_H
 
@@ -74,8 +74,8 @@ void cli_fit_cols(char *dst, size_t cap, const char *text, int cols,
  * only there ("..._conv_a", "..._conv_b"). */
 void cli_fit_cols_mid(char *dst, size_t cap, const char *text, int cols);
 /* Option rule for every command: an option that takes a value is given
- * as "--name VALUE" or "--name=VALUE" (emu/main.c splits the second form
- * before any command parses), at most once (--set,
+ * as "--name VALUE" or "--name=VALUE" (emu/cli/main.c splits the second
+ * form before any command parses), at most once (--set,
  * which adds one override each time, is the one exception); a second
  * one is an error (exit 2) naming both, never a silent override.
  *
@@ -100,7 +100,7 @@ int cli_freeze_same(const char *a, const char *b);
 int cli_wants_help(int argc, char **argv);
 
 /* The what-if options of every command that simulates a trace (run,
- * lower, view; emu/cli_whatif.c): --system NAME, --batch N, --set
+ * lower, view; emu/cli/whatif.c): --system NAME, --batch N, --set
  * KEY=VALUE (repeatable) and --freeze LIST, under the option rule above.
  * Parse with cli_whatif_take in the command's loop, then cli_whatif_check
  * once, then cli_whatif_apply on the loaded graph. */

@@ -1,4 +1,4 @@
-/* tpuemu — command dispatch.  Each command lives in emu/cli_NAME.c. */
+/* tpuemu — command dispatch.  Each command lives in emu/cli/NAME.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -75,7 +75,7 @@ static int listed(const char *const *list, const char *a, size_t len)
     return 0;
 }
 
-/* The option rule (emu/cli.h): "--name=VALUE" means "--name VALUE" for
+/* The option rule (emu/cli/cli.h): "--name=VALUE" means "--name VALUE" for
  * every option that takes a value, so each command matches option names
  * exactly.  The first '=' splits: "--set=hbm.bandwidth_gbs=900" is --set
  * with "hbm.bandwidth_gbs=900".  "--quiet=1" is an error (*bad names it);

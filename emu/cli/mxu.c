@@ -1,4 +1,4 @@
-/* tpuemu mxu: one matrix product on one MXU (SPEC.md, docs/MXU.md). */
+/* tpuemu mxu: one matrix product on one MXU (docs/SPEC.md, docs/MXU.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -199,15 +199,13 @@ static void print_rates(const emu_result *r, int slow)
 }
 
 /* How much padding costs is the first thing a user of a partitioned run
- * needs to know (probe round 9: the small-batch layout set a V-Net's step
- * 17x over its folded time and the run never said how much): the matrix
- * units' executed FLOPs, padding included, against the model's share of a
- * core.  A ratio, not a time: the time without the small-batch layout is
- * a second run, which the line names when that layout applies; without
- * it the padding is the MXU's own (whole 128-wide tiles: few channels,
- * small products) and halo rows, which no switch removes (probe round
- * 10: it was printed only with the layout, and its advice implied the
- * switch removed all of it). */
+ * needs to know (the small-batch layout can set a V-Net's step 17x over
+ * its folded time): the matrix units' executed FLOPs, padding included,
+ * against the model's share of a core.  A ratio, not a time: the time
+ * without the small-batch layout is a second run, which the line names
+ * when that layout applies.  The line is printed with or without the
+ * layout, since the MXU's own padding (whole 128-wide tiles: few
+ * channels, small products) and halo rows remain whatever the switch. */
 static void print_padding_share(const emu_result *r)
 {
     int slow = cli_slowest_core(r);
@@ -264,8 +262,7 @@ static void print_memory(const emu_result *r)
         for (int i = 0; i < 3; i++)
             part_bytes(t[i], sizeof t[i], v[i], own ? 0 : u);
         /* the capacity in its own unit by the same rule: "519 MiB of
-         * 532.5 MiB", "55.5 MiB of 16 GiB" (it read "519 MiB of 0.52 GiB",
-         * probe round 10) */
+         * 532.5 MiB", "55.5 MiB of 16 GiB" (not "519 MiB of 0.52 GiB") */
         double uc = r->hbm_capacity_bytes >= gib ? gib : gib / 1024;
         /* inference keeps nothing for a backward pass: not named */
         char kept[64] = "";
@@ -496,7 +493,7 @@ static int check_outputs(const char *trace, const char *const *path)
 }
 
 /* Writes every requested output all-or-nothing: each into its temporary,
- * then all renamed (emu/outfile.h); on a failure none is left behind. */
+ * then all renamed (emu/out/outfile.h); on a failure none is left behind. */
 static tpu_status write_outputs(const emu_result *r, const char *trace,
                                 const char *const *path, tpu_error *err)
 {

@@ -1,15 +1,15 @@
-/* tpuemu validate — predicted against published step times (SPEC.md,
- * issue 7).
+/* tpuemu validate — predicted against published step times
+ * (docs/SPEC.md).
  *
  * Runs every .json file in traces/reference (sorted by file name, so the table
  * and the --report summary are the same on every machine) through
  * graph_load + sim_run with the trace's own system and batch, and prints
  * name, system, predicted and published step time, the signed error and
  * the source; then whether the predictions order the traces as the
- * published times do (every pair: the issue's trends, e.g. 2560x2560 on
- * v3-64 faster per step than 1280x1280 on v3-8, are such pairs); the last
- * line is the mean absolute error over the traces that have a published
- * figure.
+ * published times do (every pair: the published trends, e.g. 2560x2560
+ * on v3-64 faster per step than 1280x1280 on v3-8, are such pairs); the
+ * last line is the mean absolute error over the traces that have a
+ * published figure.
  *
  * validate reports, it does not gate: a prediction far from its published
  * figure is a finding for docs/VALIDATION.md, not a failed build (the CI

@@ -1,8 +1,8 @@
 /* fexec: the values of a --functional run (see fexec.h and
  * docs/FUNCTIONAL.md): state, allocation, inputs, the tensors' accessors,
  * dispatch, the weight update and the results.  The kernels, losses and
- * collectives are in emu/fx_*.c; what they share, and how the tensors are
- * stored, is in emu/fx_internal.h.
+ * collectives are in emu/fx/fx_*.c; what they share, and how the tensors
+ * are stored, is in emu/fx/fx_internal.h.
  */
 #include "emu/fx/fexec.h"
 
@@ -553,7 +553,7 @@ tpu_status fx_fwin_of(fx_state *x, int core, int l, const fxt_tens **out,
 /* The weight gradient's window: with xla.dw_halo the forward's exchanged
  * window is gone (only the shard is saved), so the firmware must have
  * exchanged it again; reading the forward's would hide a missing
- * exchange (probe round 12: a gathered window's weight gradient). */
+ * exchange (a gathered window's weight gradient, for one). */
 tpu_status fx_dwin_of(fx_state *x, int core, int l, const fxt_tens **out,
                       tpu_error *err)
 {

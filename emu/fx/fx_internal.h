@@ -1,16 +1,16 @@
 /* fx_internal — what the parts of the --functional executor share
- * (internal: emu/fexec.c and emu/fx_*.c include it; everyone else uses
- * emu/fexec.h).
+ * (internal: emu/fx/fexec.c and emu/fx/fx_*.c include it; everyone else
+ * uses emu/fx/fexec.h).
  *
- *   emu/fexec.c     state, allocation, inputs, the tensors' accessors
+ *   fexec.c         state, allocation, inputs, the tensors' accessors
  *                   (values formed when first read), dispatch (fx_exec),
  *                   the weight update and gradient reduction, results
- *   emu/fx_tensor.* boxes of tensors, kernel-tap coordinates (fxt_)
- *   emu/fx_mm.c     the matrix products on the MXU model (fxm_)
- *   emu/fx_vec.c    the vector passes, forward and backward (fxv_)
- *   emu/fx_loss.c   the losses and their gradients (fxl_)
- *   emu/fx_coll.c   halo exchange, all-gather, all-reduce (fx_collective)
- *   emu/fx_group.c  grouped and depthwise convolutions' candidates (fxg_)
+ *   fx_tensor.*     boxes of tensors, kernel-tap coordinates (fxt_)
+ *   fx_mm.c         the matrix products on the MXU model (fxm_)
+ *   fx_vec.c        the vector passes, forward and backward (fxv_)
+ *   fx_loss.c       the losses and their gradients (fxl_)
+ *   fx_coll.c       halo exchange, all-gather, all-reduce (fx_collective)
+ *   fx_group.c      grouped and depthwise convolutions' candidates (fxg_)
  *
  * Storage.  Every core holds, per layer, its shard of the layer's output
  * (`act`) and of the output's gradient (`grad`), and the windows its
@@ -90,7 +90,7 @@ struct fx_state {
     size_t scratch_cap[FX_NSCRATCH]; /* bytes */
 };
 
-/* ---- emu/fexec.c -------------------------------------------------------- */
+/* ---- emu/fx/fexec.c ----------------------------------------------------- */
 
 tpu_status fx_oom(tpu_error *err);
 /* Zeroed scratch buffer i of at least n floats (NULL: out of memory). */
@@ -150,7 +150,7 @@ tpu_status fx_ensure_grad(fx_state *x, int core, int l, tpu_error *err);
  * fx_state's wsum, the partials freed. */
 tpu_status fx_reduce_grads(fx_state *x, tpu_error *err);
 
-/* ---- emu/fx_mm.c -------------------------------------------------------- */
+/* ---- emu/fx/fx_mm.c ----------------------------------------------------- */
 
 /* One forward (dx = 0) or input-gradient (dx = 1) matmul instruction. */
 tpu_status fxm_rows(fx_state *x, int core, int l, const fw_insn *in, int dx,
@@ -177,7 +177,7 @@ tpu_status fxm_row_operands(fx_state *x, int core, int l, int dx,
                             const fxt_tens **src, fxt_tens **dst,
                             tpu_error *err);
 
-/* ---- emu/fx_group.c ----------------------------------------------------- */
+/* ---- emu/fx/fx_group.c -------------------------------------------------- */
 
 /* A grouped convolution's instruction (fw_insn.gconv: dense expansion,
  * per-group products, or the depthwise vector pass), forward (fx FWD),
@@ -185,7 +185,7 @@ tpu_status fxm_row_operands(fx_state *x, int core, int l, int dx,
 tpu_status fxg_exec(fx_state *x, int core, int l, const fw_insn *in,
                     tpu_error *err);
 
-/* ---- emu/fx_vec.c ------------------------------------------------------- */
+/* ---- emu/fx/fx_vec.c ---------------------------------------------------- */
 
 /* Layer l's forward vector pass (the whole layer). */
 tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err);
@@ -201,7 +201,7 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err);
  * before any all-reduce. */
 void fxv_bn_local_stats(const fxt_tens *in, float *sum, float *sq);
 
-/* ---- emu/fx_loss.c ------------------------------------------------------ */
+/* ---- emu/fx/fx_loss.c --------------------------------------------------- */
 
 tpu_status fxl_forward(fx_state *x, int core, int l, tpu_error *err);
 tpu_status fxl_backward(fx_state *x, int core, int l, tpu_error *err);

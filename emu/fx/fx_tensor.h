@@ -1,5 +1,5 @@
 /* fx_tensor — boxes of a --functional tensor and the coordinates a
- * kernel tap reaches (internal to emu/fexec.c and its emu/fx_*.c parts).
+ * kernel tap reaches (internal to emu/fx/fexec.c and its fx_*.c parts).
  *
  * A box is a core's part of a layer's tensor: the examples B, the channels
  * C (innermost), and per spatial dimension its global offset `lo`, its
@@ -8,7 +8,7 @@
  * outside the box it is a row the core does not hold.
  *
  * The per-element helpers are inline: the kernels call them in their
- * innermost loops, as they did when all of fexec was one file.
+ * innermost loops, across the files of the executor.
  */
 #ifndef EMU_FX_TENSOR_H
 #define EMU_FX_TENSOR_H

@@ -209,8 +209,8 @@ static double nice_step(double range, int want)
 
 /* The ticks of [lo, hi] at multiples of step: the first multiple's index
  * in *k0 and how many, counted by index so that the loop ends whatever
- * the doubles do (a range of a few ulps made v += step a no-op: a sweep
- * drew its chart forever, probe round 12), at most 100. */
+ * the doubles do (over a range of a few ulps, v += step is a no-op and a
+ * loop on v would never end), at most 100. */
 static int tick_span(double lo, double hi, double step, double *k0)
 {
     double a = ceil(lo / step), b = floor(hi / step + 1e-6);

@@ -83,12 +83,12 @@ void chart_text(chart_image *im, int x, int y, const char *s, int scale,
                 uint32_t c);
 
 /* Writes a packed RGB (stride 3*w) or RGBA (channels 4) image as PNG,
- * atomically through emu/outfile.h (temporary beside the target, renamed
+ * atomically through emu/out/outfile.h (temporary beside the target, renamed
  * into place; devices, FIFOs and directories refused). */
 tpu_status chart_png_write(const char *path, const uint8_t *pix, int w, int h,
                            int channels, tpu_error *err);
 
-/* The same three writers into an open outfile (emu/outfile.h), which the
+/* The same three writers into an open outfile (emu/out/outfile.h), which the
  * caller commits or discards: several outputs written all-or-nothing. */
 tpu_status chart_png_put(outfile *o, const uint8_t *pix, int w, int h,
                          int channels, tpu_error *err);

@@ -13,7 +13,7 @@
 tpu_status npy_write_f32(const char *path, const float *data, int rank,
                          const int64_t *shape, tpu_error *err);
 /* The same file's bytes (malloc'd into *out; path names it in messages),
- * for a caller that stages several outputs (emu/outfile.h). */
+ * for a caller that stages several outputs (emu/out/outfile.h). */
 tpu_status npy_encode_f32(const char *path, const float *data, int rank,
                           const int64_t *shape, unsigned char **out,
                           size_t *out_len, tpu_error *err);

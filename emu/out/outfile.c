@@ -91,7 +91,7 @@ static tpu_status resolve(const char *path, char **target, int *existed,
     if (!path || !*path)
         return tpu_fail(err, TPU_ERR_INPUT, "output path is empty");
     /* Unix tools read '-' as standard output; a file named '-' in the
-     * working directory would surprise (probe round 4). */
+     * working directory would surprise. */
     if (strcmp(path, "-") == 0)
         return tpu_fail(err, TPU_ERR_INPUT,
                         "-: cannot create: '-' (standard output) is not an "

@@ -1,4 +1,4 @@
-/* outfile — the one way tpuemu writes an output file (SPEC.md: no input
+/* outfile — the one way tpuemu writes an output file (docs/SPEC.md: no input
  * may crash, hang or leave a partial output file).
  *
  * Every output is written to a temporary `.tpuemu.XXXXXX` in the target's

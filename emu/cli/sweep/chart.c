@@ -1,4 +1,4 @@
-/* tpuemu sweep: OUT/step_time.png (emu/cli_sweep.h), the step time
+/* tpuemu sweep: OUT/step_time.png (emu/cli/sweep/sweep.h), the step time
  * against the x axis, one line per combination of the other axes (at
  * most SWEEP_MAX_SERIES, the first in run order); runs that do not fit or
  * failed are gaps, and the stdout lines say which x values have no point
@@ -164,7 +164,7 @@ static int plotted_at(const lines *L, double x)
     return 0;
 }
 
-/* The x axis spans every swept value (emu/chart.c keeps the place of a
+/* The x axis spans every swept value (emu/out/chart.c keeps the place of a
  * point without a value); those where no drawn line has a point are
  * named, so an empty stretch of the axis is explained. */
 static void note_missing(const sweep *s, const lines *L)

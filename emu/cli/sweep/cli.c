@@ -1,8 +1,9 @@
-/* tpuemu sweep --trace: the command-line form of a sweep (emu/cli_sweep.h).
+/* tpuemu sweep --trace: the command-line form of a sweep
+ * (emu/cli/sweep/sweep.h).
  *
  * "How should I partition my model, on how many cores?" is the first
- * question a user asks, and it should not need a second file format
- * (probe round 9, finding 3).  The options stand for one sweep file,
+ * question a user asks, and it should not need a second file format.
+ * The options stand for one sweep file,
  *
  *   {"format": "tpuemu-sweep/1", "name": STEM, "trace": TRACE,
  *    "grid": {"partition_dims": "all", "system": [...], "batch": [...],
@@ -252,7 +253,7 @@ static char *sweep_text(const sweep_cli *c, const char *trace)
 /* ---- the file's messages in the options' words -------------------------- */
 
 /* A value as the message shows it: quoted when spaces at its ends would
- * otherwise be invisible ("--system ' v3-8'", probe round 10). */
+ * otherwise be invisible ("--system ' v3-8'"). */
 static void shown_value(char *buf, size_t cap, const char *v)
 {
     size_t n = strlen(v);
@@ -362,7 +363,7 @@ static int check_batches(const char *list)
 
 /* The sweep reads its base trace more than once (the grid's checks, then
  * each split's variant), so a pipe or FIFO would be empty the second
- * time ("changed while being read", probe round 10): refused at once
+ * time ("changed while being read"): refused at once
  * with what to do.  A missing or unreadable file is left to the sweep
  * file's own check, which names it. */
 static int check_trace_file(const char *trace)

@@ -1,4 +1,4 @@
-/* tpuemu sweep: OUT/results.csv (emu/cli_sweep.h), one row per run: the
+/* tpuemu sweep: OUT/results.csv (emu/cli/sweep/sweep.h), one row per run: the
  * swept values, exit status, fits, step time, the slowest core's
  * categories, HBM needed and the global batch.  Numbers read back
  * exactly; a step that was never timed (does not fit, failed) leaves its

@@ -1,4 +1,4 @@
-/* tpuemu sweep: the sweep file (emu/cli_sweep.h).  Read whole as JSON
+/* tpuemu sweep: the sweep file (emu/cli/sweep/sweep.h).  Read whole as JSON
  * with no duplicate key, its top level and the shape of its grid checked
  * (axes, their lengths, the number of runs) before the base trace is read;
  * then each axis parsed into values with their command-line arguments,
@@ -212,7 +212,7 @@ static size_t skip_ws(const char *text, size_t pos, size_t len)
 }
 
 /* The sweep's text as JSON: the whole text one value, no duplicate keys
- * (text is the file's, or the command-line form's, emu/cli_sweep_cli.c). */
+ * (text is the file's, or the command-line form's, emu/cli/sweep/cli.c). */
 static int parse_doc(sweep *s, const char *text, size_t len, cJSON **out)
 {
     size_t pos = skip_ws(text, 0, len);
@@ -685,8 +685,8 @@ static int value_arg(const sweep *s, sweep_kind kind, const cJSON *e,
     if (strlen(e->valuestring) >= sizeof v->arg || !e->valuestring[0])
         return sweep_bad(s, jp, "expected a short non-empty string");
     /* runs are exec'd, and --print-commands quotes every word,
-     * apostrophes included: only control characters would break
-     * a command line (probe round 6 found O'Brien refused) */
+     * apostrophes included (O'Brien is a fine value): only control
+     * characters would break a command line */
     if (sweep_has_ctrl(e->valuestring))
         return sweep_bad(s, jp, "control characters are not allowed");
     snprintf(v->arg, sizeof v->arg, "%s", e->valuestring);

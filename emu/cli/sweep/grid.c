@@ -1,4 +1,4 @@
-/* tpuemu sweep: the grid (emu/cli_sweep.h).  "partition_dims": "all"
+/* tpuemu sweep: the grid (emu/cli/sweep/sweep.h).  "partition_dims": "all"
  * expanded into the splits valid on every system and batch of the grid;
  * each partitioning's trace (the base trace with its run section
  * changed); and every grid point checked as `run` checks it (--set values

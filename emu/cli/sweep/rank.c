@@ -1,6 +1,6 @@
 /* tpuemu sweep: the runs that fit, fastest first by examples per second
  * (the step time when every run has the same batch): what a user of the
- * sweep wants to read first (emu/cli_sweep.h).  The first
+ * sweep wants to read first (emu/cli/sweep/sweep.h).  The first
  * SWEEP_RANK_ROWS rows; all of them are in results.csv. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* tpuemu sweep: the runs (emu/cli_sweep.h).  Every grid point is one
+/* tpuemu sweep: the runs (emu/cli/sweep/sweep.h).  Every grid point is one
  * `tpuemu run` command line, deterministic, so the same grid runs under
  * GNU parallel, make -j or a Slurm array from --print-commands (one line
  * per run, in run order).  Otherwise the runs execute here, N at a time
@@ -10,7 +10,7 @@
  * timeout, `kill PID`) must not orphan its runs, which would go on
  * writing into the output directory after the sweep ended.  While runs
  * are under way the sweep forwards the signal to each of them, waits for
- * them, gathers nothing and dies of the same signal (cli_sweep.c).  The
+ * them, gathers nothing and dies of the same signal (sweep.c).  The
  * handler only records the signal in a volatile sig_atomic_t; the loop
  * keeps the signals blocked and waits in sigsuspend, so one that arrives
  * between a check and the wait still ends the wait. */

@@ -1,5 +1,5 @@
 /* tpuemu sweep — a grid of configurations as independent `tpuemu run`
- * processes (issue 7, DESIGN.md "Beyond one machine").
+ * processes, so that a grid can also run beyond one machine.
  *
  * A sweep file names a base trace and a grid:
  *
@@ -34,7 +34,7 @@
  * inputs (check_clobber).  A bad sweep is one `tpuemu: error: SWEEP.json:
  * json.path: ...` line and exit 2, leaving nothing behind.
  *
- * This file is the command and the order of its steps; emu/cli_sweep.h
+ * This file is the command and the order of its steps; emu/cli/sweep/sweep.h
  * lists the files that do each. */
 #include <errno.h>
 #include <limits.h>
@@ -110,7 +110,7 @@ typedef struct {
 } sweep_opts;
 
 /* -j and --jobs are one option: given twice in any spelling is refused,
- * as every repeated option is (emu/cli.h). */
+ * as every repeated option is (emu/cli/cli.h). */
 static int take_jobs(sweep_opts *o, int argc, char **argv, int *i)
 {
     if (o->jobs_as) {

@@ -1,19 +1,19 @@
-/* The pieces of `tpuemu sweep` (emu/cli_sweep*.c), shared among its files
- * only; the command's entry point is cli_sweep (emu/cli.h).
+/* The pieces of `tpuemu sweep` (the files of emu/cli/sweep/), shared among
+ * them only; the command's entry point is cli_sweep (emu/cli/cli.h).
  *
- *   cli_sweep.c        the command: options, the output directory, the
+ *   sweep.c            the command: options, the output directory, the
  *                      order of the steps
- *   cli_sweep_file.c   the sweep file: JSON, top-level shape, the axes
- *   cli_sweep_cli.c    the command-line form (--trace, --system, ...):
+ *   file.c             the sweep file: JSON, top-level shape, the axes
+ *   cli.c              the command-line form (--trace, --system, ...):
  *                      the sweep file it stands for, parsed as a file is
- *   cli_sweep_grid.c   the grid: "partition_dims": "all", the
+ *   grid.c             the grid: "partition_dims": "all", the
  *                      partitionings' traces, every grid point checked as
  *                      `run` checks it
- *   cli_sweep_run.c    command lines, running them N at a time, reading
+ *   run.c              command lines, running them N at a time, reading
  *                      back their reports
- *   cli_sweep_csv.c    results.csv
- *   cli_sweep_chart.c  step_time.png
- *   cli_sweep_rank.c   the fastest-first table
+ *   csv.c              results.csv
+ *   chart.c            step_time.png
+ *   rank.c             the fastest-first table
  *
  * A grid is the Cartesian product of its axes (partition_dims, system,
  * batch, freeze, then the --set keys in file order), the last axis
@@ -47,8 +47,8 @@
 /* "partition_dims": "all" splits into at most this many cores per
  * replica: the 2-16 of spatial partitioning's published runs. */
 #define SWEEP_ALL_MAX_CPR 16
-/* Same bound as `run --batch` and a trace's global_batch (it read 2^40,
- * so a sweep started runs that run refused: probe round 12). */
+/* Same bound as `run --batch` and a trace's global_batch, so that a sweep
+ * never starts a run that `run` would refuse. */
 #define SWEEP_MAX_BATCH ((double)GRAPH_DIM_MAX)
 /* Output paths are "OUT/..." with OUT cut at this many bytes. */
 #define SWEEP_OUT_MAX 900
@@ -82,7 +82,7 @@ typedef struct {
 /* How the parser's errors name where they are (sweep_bad).  A sweep
  * file's name the file and a JSON path, "SWEEP.json: grid.system[1]:
  * unknown system ..." (no namer); the command-line form
- * (cli_sweep_cli.c) names the option and value that stand for the path
+ * (cli.c) names the option and value that stand for the path
  * instead, "--system v3-65: unknown system ...". */
 typedef struct sweep_namer sweep_namer;
 struct sweep_namer {
@@ -145,7 +145,7 @@ typedef struct {
     int argc;
 } sweep_cmd;
 
-/* ---- cli_sweep_file.c: the sweep file and the axes -------------------- */
+/* ---- file.c: the sweep file and the axes ------------------------------ */
 
 /* Reads, checks and expands the sweep file at path into s (sweep_free it
  * whatever the result): 0, or the exit status with one error printed. */
@@ -185,12 +185,12 @@ int sweep_scaled_ok(const sweep *s, const char *jp, const char *sys);
 void sweep_out_path(char *buf, size_t cap, const char *out, const char *rest);
 
 /* Values and messages the batch and system axes share with "all"
- * (cli_sweep_grid.c checks them before choosing splits). */
+ * (grid.c checks them before choosing splits). */
 int sweep_batch_ok(const cJSON *e);
 extern const char sweep_bad_batch_msg[];
 extern const char sweep_bad_system_msg[];
 
-/* ---- cli_sweep_cli.c: the command-line form ---------------------------- */
+/* ---- cli.c: the command-line form -------------------------------------- */
 
 /* --set options the command-line form holds (the grid takes at most
  * SWEEP_MAX_AXES axes, and says so itself). */
@@ -222,7 +222,7 @@ int sweep_cli_parse(sweep *s, const sweep_cli *c);
 void sweep_cli_file(const char *out, char *buf, size_t cap);
 int sweep_cli_write(const sweep *s, const sweep_cli *c, const char *out);
 
-/* ---- cli_sweep_grid.c: partitionings and grid points ------------------ */
+/* ---- grid.c: partitionings and grid points ---------------------------- */
 
 /* "partition_dims": "all" as the list of splits it stands for (*out,
  * cJSON_Delete it). */
@@ -247,7 +247,7 @@ void sweep_variant_paths(sweep *s, const char *out);
 /* Writes every partitioning's trace (and sets its path in the axis). */
 int sweep_write_variants(sweep *s, const char *out);
 
-/* ---- cli_sweep_run.c: the runs ---------------------------------------- */
+/* ---- run.c: the runs -------------------------------------------------- */
 
 /* From here until sweep_release_signals, a stop signal (SIGINT, SIGTERM,
  * SIGHUP; one ignored at start stays ignored) is only recorded:
@@ -285,7 +285,7 @@ int sweep_run_all(const sweep *s, const char *bin, const char *out,
 int sweep_read_reports(const sweep *s, const char *bin, const char *out,
                        sweep_run *res, sweep_tally *t);
 
-/* ---- cli_sweep_csv.c, cli_sweep_chart.c, cli_sweep_rank.c ------------- */
+/* ---- csv.c, chart.c, rank.c ------------------------------------------- */
 
 int sweep_write_csv(const sweep *s, const char *out, long long nruns,
                     const sweep_run *res);
