@@ -2310,6 +2310,9 @@ tpu_status keras_to_trace(const cJSON *doc, const char *shown,
     if (!t)
         return koom(&x);
     cJSON_AddStringToObject(t, "format", "tpuemu-trace/1");
+    /* filled once the layers are known; first after the format, where a
+     * reader looks */
+    cJSON_AddStringToObject(t, "comment", "");
     {
         const char *nm = layer_name(model);
         char name[128];
@@ -2372,12 +2375,13 @@ tpu_status keras_to_trace(const cJSON *doc, const char *shown,
                  x.passed_len ? x.passed : "");
         if (x.passed_len > 900)
             snprintf(c + sizeof c - 5, 5, "...");
-        cJSON_AddStringToObject(t, "comment", c);
-    }
-    /* the comment goes first after the format, where a reader looks */
-    {
-        cJSON *c = cJSON_DetachItemFromObjectCaseSensitive(t, "comment");
-        cJSON_InsertItemInArray(t, 1, c);
+        cJSON *cj = cJSON_CreateString(c);
+        if (!cj || !cJSON_ReplaceItemInObjectCaseSensitive(t, "comment",
+                                                            cj)) {
+            cJSON_Delete(cj);
+            st = koom(&x);
+            goto fail;
+        }
     }
     *trace = t;
     *notes = x.notes;
