@@ -6,7 +6,7 @@
 # docs/ARCHITECTURE.md draws the layers.
 
 CC      ?= cc
-PKGS_CORE := libcjson libpng
+PKGS_CORE := libcjson libpng libzip
 PKGS_VIEW := sdl2
 PKG_CONFIG ?= pkg-config
 
@@ -23,7 +23,7 @@ CFLAGS  ?=
 ALL_CFLAGS = $(CSTD) $(OPT) -g $(WARN) -I. $(CORE_CFLAGS) -MMD -MP $(CFLAGS) $(VIEWFLAGS)
 LDFLAGS ?=
 
-CORE_DIRS  := mxu hbm interconnect firmware emu emu/fx emu/out
+CORE_DIRS  := mxu hbm interconnect firmware emu emu/fx emu/out emu/imp
 CORE_SRCS  := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.c))
 CLI_SRCS   := $(wildcard emu/cli/*.c emu/cli/sweep/*.c)
 VIEW_SRCS  := $(wildcard emu/view/*.c)

@@ -10,8 +10,9 @@ if command -v pkg-config >/dev/null 2>&1; then
   pkg-config --exists sdl2 || need="$need libsdl2-dev"
   pkg-config --exists libcjson || need="$need libcjson-dev"
   pkg-config --exists libpng || need="$need libpng-dev"
+  pkg-config --exists libzip || need="$need libzip-dev"
 else
-  need="$need libsdl2-dev libcjson-dev libpng-dev"
+  need="$need libsdl2-dev libcjson-dev libpng-dev libzip-dev"
 fi
 # The tests: numpy for the independent functional reference
 # (scripts/fx_reference.py, Debian's /usr/bin/python3, not a pyenv one), and

@@ -22,6 +22,8 @@ static const command commands[] = {
     {"validate", cli_validate, "predicted vs published step times"},
     {"probe", cli_probe, "microbenchmarks: probe hbm|allreduce|permute"},
     {"sweep", cli_sweep, "run a grid of configurations, gather CSV + chart"},
+    {"import", cli_import, "a Keras model file (.json, .keras) as a trace"},
+    {"summary", cli_summary, "a trace's layers: shapes, parameters, MACs"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Writes the Keras 2 architecture JSON (what `model.to_json()` gives) of
+Keras applications, for the import tests, without TensorFlow.
+
+Each builder follows the application's code in keras/applications/ (Keras
+2.x: vgg16.py, resnet.py) layer by layer, with the same names, so the
+parameter totals can be checked against the ones Keras publishes
+(https://keras.io/api/applications/): VGG16 138,357,544, ResNet50
+25,636,712.
+
+    python3 scripts/keras_apps.py OUTDIR      # writes OUTDIR/vgg16.json, ...
+
+The outputs are committed under test/keras/; run this again after
+changing a builder and review the diff.
+"""
+import json
+import os
+import sys
+
+
+class Functional:
+    """A tf.keras 2 Functional config being built."""
+
+    def __init__(self, name):
+        self.name = name
+        self.layers = []
+        self.inputs = []
+
+    def _add(self, cls, name, config, inbound):
+        config = dict(config)
+        config["name"] = name
+        config.setdefault("trainable", True)
+        config.setdefault("dtype", "float32")
+        nodes = [] if inbound is None else [
+            [[src, 0, 0, {}] for src in inbound]]
+        self.layers.append({"class_name": cls, "config": config,
+                            "name": name, "inbound_nodes": nodes})
+        return name
+
+    def input(self, name, shape):
+        self.inputs.append(name)
+        return self._add("InputLayer", name, {
+            "batch_input_shape": [None] + list(shape), "sparse": False,
+            "ragged": False}, None)
+
+    def conv(self, x, name, filters, k, strides=1, padding="valid",
+             activation="linear", use_bias=True):
+        return self._add("Conv2D", name, {
+            "filters": filters, "kernel_size": [k, k],
+            "strides": [strides, strides], "padding": padding,
+            "data_format": "channels_last", "dilation_rate": [1, 1],
+            "groups": 1, "activation": activation, "use_bias": use_bias,
+            "kernel_initializer": {"class_name": "GlorotUniform",
+                                   "config": {"seed": None}},
+            "bias_initializer": {"class_name": "Zeros", "config": {}},
+            "kernel_regularizer": None, "bias_regularizer": None,
+            "activity_regularizer": None, "kernel_constraint": None,
+            "bias_constraint": None}, [x])
+
+    def bn(self, x, name):
+        return self._add("BatchNormalization", name, {
+            "axis": [3], "momentum": 0.99, "epsilon": 1.001e-5,
+            "center": True, "scale": True}, [x])
+
+    def act(self, x, name, a):
+        return self._add("Activation", name, {"activation": a}, [x])
+
+    def pad(self, x, name, p):
+        return self._add("ZeroPadding2D", name, {
+            "padding": [[p, p], [p, p]], "data_format": "channels_last"},
+            [x])
+
+    def maxpool(self, x, name, k, s):
+        return self._add("MaxPooling2D", name, {
+            "pool_size": [k, k], "padding": "valid", "strides": [s, s],
+            "data_format": "channels_last"}, [x])
+
+    def gap(self, x, name):
+        return self._add("GlobalAveragePooling2D", name, {
+            "data_format": "channels_last", "keepdims": False}, [x])
+
+    def flatten(self, x, name):
+        return self._add("Flatten", name, {"data_format": "channels_last"},
+                         [x])
+
+    def dense(self, x, name, units, activation="linear"):
+        return self._add("Dense", name, {
+            "units": units, "activation": activation, "use_bias": True},
+            [x])
+
+    def add(self, xs, name):
+        return self._add("Add", name, {}, xs)
+
+    def model(self, outputs):
+        return {"class_name": "Functional",
+                "config": {"name": self.name, "layers": self.layers,
+                           "input_layers": [[n, 0, 0] for n in self.inputs],
+                           "output_layers": [[n, 0, 0] for n in outputs]},
+                "keras_version": "2.12.0", "backend": "tensorflow"}
+
+
+def vgg16():
+    """keras/applications/vgg16.py, include_top=True."""
+    m = Functional("vgg16")
+    x = m.input("input_1", [224, 224, 3])
+    for b, (filters, n) in enumerate([(64, 2), (128, 2), (256, 3),
+                                      (512, 3), (512, 3)], 1):
+        for i in range(1, n + 1):
+            x = m.conv(x, "block%d_conv%d" % (b, i), filters, 3,
+                       padding="same", activation="relu")
+        x = m.maxpool(x, "block%d_pool" % b, 2, 2)
+    x = m.flatten(x, "flatten")
+    x = m.dense(x, "fc1", 4096, "relu")
+    x = m.dense(x, "fc2", 4096, "relu")
+    x = m.dense(x, "predictions", 1000, "softmax")
+    return m.model([x])
+
+
+def resnet50():
+    """keras/applications/resnet.py: ResNet50 (block1, stack1),
+    include_top=True.  Its ZeroPadding2D layers have no trace op yet:
+    import it with --allow-identity ZeroPadding2D (the parameters do not
+    change; the spatial extents do)."""
+    m = Functional("resnet50")
+
+    def block1(x, filters, stride=1, conv_shortcut=True, name=None):
+        if conv_shortcut:
+            sc = m.conv(x, name + "_0_conv", 4 * filters, 1, strides=stride)
+            sc = m.bn(sc, name + "_0_bn")
+        else:
+            sc = x
+        x = m.conv(x, name + "_1_conv", filters, 1, strides=stride)
+        x = m.bn(x, name + "_1_bn")
+        x = m.act(x, name + "_1_relu", "relu")
+        x = m.conv(x, name + "_2_conv", filters, 3, padding="same")
+        x = m.bn(x, name + "_2_bn")
+        x = m.act(x, name + "_2_relu", "relu")
+        x = m.conv(x, name + "_3_conv", 4 * filters, 1)
+        x = m.bn(x, name + "_3_bn")
+        x = m.add([sc, x], name + "_add")
+        return m.act(x, name + "_out", "relu")
+
+    def stack1(x, filters, blocks, stride1=2, name=None):
+        x = block1(x, filters, stride=stride1, name=name + "_block1")
+        for i in range(2, blocks + 1):
+            x = block1(x, filters, conv_shortcut=False,
+                       name=name + "_block" + str(i))
+        return x
+
+    x = m.input("input_1", [224, 224, 3])
+    x = m.pad(x, "conv1_pad", 3)
+    x = m.conv(x, "conv1_conv", 64, 7, strides=2)
+    x = m.bn(x, "conv1_bn")
+    x = m.act(x, "conv1_relu", "relu")
+    x = m.pad(x, "pool1_pad", 1)
+    x = m.maxpool(x, "pool1_pool", 3, 2)
+    x = stack1(x, 64, 3, stride1=1, name="conv2")
+    x = stack1(x, 128, 4, name="conv3")
+    x = stack1(x, 256, 6, name="conv4")
+    x = stack1(x, 512, 3, name="conv5")
+    x = m.gap(x, "avg_pool")
+    x = m.dense(x, "predictions", 1000, "softmax")
+    return m.model([x])
+
+
+APPS = {"vgg16": vgg16, "resnet50": resnet50}
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: keras_apps.py OUTDIR")
+    for name, build in APPS.items():
+        path = os.path.join(sys.argv[1], name + ".json")
+        with open(path, "w") as f:
+            json.dump(build(), f, indent=1)
+            f.write("\n")
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

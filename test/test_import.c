@@ -1,0 +1,301 @@
+/* tpuemu import (emu/imp/keras.c): the Keras schemas it reads (Keras 2
+ * Sequential, Functional, a nested model, a shared layer; Keras 3
+ * config.json and the same as a .keras zip; a TensorFlow.js model.json),
+ * parameter totals against Keras's (the fixtures' by hand, VGG16 and
+ * ResNet50 as Keras publishes them), and refusals with file and JSON path. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/graph.h"
+#include "emu/imp/keras.h"
+#include "test/harness.h"
+
+#define KDIR "test/keras/"
+
+/* Keras's count: the trace's weights plus each batchnorm's moving mean
+ * and variance. */
+static int64_t keras_total(const graph *g, int64_t *nontrain)
+{
+    int64_t t = 0, nt = 0;
+    for (int i = 0; i < g->n_layers; i++) {
+        const glayer *L = &g->layers[i];
+        int64_t s = L->op == GOP_BATCHNORM ? 2 * L->out.c : 0;
+        t += L->weights + s;
+        nt += s + (L->frozen && L->share_from < 0 ? L->weights : 0);
+    }
+    if (nontrain)
+        *nontrain = nt;
+    return t;
+}
+
+/* Imports path under o into g (a failed check when it fails). */
+static int imp(th_ctx *t, const char *path, const keras_opts *o, graph *g,
+               char **notes_out)
+{
+    char *text = NULL, *notes = NULL;
+    tpu_error e;
+    memset(g, 0, sizeof *g);
+    if (keras_import(path, o, &text, &notes, &e)) {
+        TH_FAIL(t, "import %s: %s", path, e.msg);
+        return 0;
+    }
+    int ok = graph_parse(g, text, strlen(text), path, &e) == TPU_OK;
+    TH_CHECKF(t, ok, "parse of the import of %s: %s", path, e.msg);
+    free(text);
+    if (notes_out)
+        *notes_out = notes;
+    else
+        free(notes);
+    return ok;
+}
+
+static int find(const graph *g, const char *name)
+{
+    return graph_find(g, name);
+}
+
+static void schemas(th_ctx *t)
+{
+    keras_opts o;
+    graph g;
+    char *notes = NULL;
+    memset(&o, 0, sizeof o);
+
+    th_case(t, "Keras 2 Sequential CNN: shapes, biases, BN, softmax in loss");
+    if (imp(t, KDIR "seq_cnn.json", &o, &g, &notes)) {
+        TH_CHECK(t, keras_total(&g, NULL) == 41930);
+        int c = find(&g, "conv2d"), d = find(&g, "dense");
+        TH_CHECK(t, c > 0 && g.layers[c].use_bias && g.layers[c].out.sp[0] == 26);
+        TH_CHECK(t, find(&g, "conv2d/relu") > c);
+        TH_CHECK(t, find(&g, "dropout_1") < 0); /* rate 0: identity */
+        TH_CHECK(t, find(&g, "average_pooling2d") > 0 &&
+                        g.layers[find(&g, "average_pooling2d")].out.sp[0] == 6);
+        int l = find(&g, "loss");
+        TH_CHECK(t, l > 0 && g.layers[l].n_in == 1 && g.layers[l].in[0] == d);
+        TH_CHECK(t, notes && strstr(notes, "softmax_xent"));
+        TH_CHECK(t, g.global_batch == 64 && g.train);
+    }
+    free(notes);
+    notes = NULL;
+    graph_free(&g);
+
+    th_case(t, "functional block with Add; an intermediate output trains as one net");
+    if (imp(t, KDIR "resblock.json", &o, &g, NULL)) {
+        int a = find(&g, "add"), l = find(&g, "loss");
+        TH_CHECK(t, a > 0 && g.layers[a].op == GOP_ADD && g.layers[a].n_in == 2);
+        TH_CHECK(t, g.layers[g.layers[a].in[0]].op == GOP_INPUT);
+        TH_CHECK(t, l > 0 && g.layers[l].n_in == 1 &&
+                        g.layers[l].in[0] == find(&g, "logits"));
+        TH_CHECK(t, keras_total(&g, NULL) == 4906);
+    }
+    graph_free(&g);
+
+    th_case(t, "a model nested as a layer: prefixed names, frozen, node 1");
+    if (imp(t, KDIR "nested.json", &o, &g, NULL)) {
+        int64_t nt;
+        int c = find(&g, "backbone/conv");
+        TH_CHECK(t, c > 0 && g.layers[c].frozen);
+        TH_CHECK(t, keras_total(&g, &nt) == 301 && nt == 256);
+        TH_CHECK(t, g.layers[find(&g, "gap")].in[0] == find(&g, "backbone/pool"));
+    }
+    graph_free(&g);
+
+    th_case(t, "a layer called twice shares its weights");
+    if (imp(t, KDIR "shared.json", &o, &g, NULL)) {
+        int a = find(&g, "tower"), b = find(&g, "tower@1");
+        TH_CHECK(t, a > 0 && b > 0 && g.layers[b].share_from == a);
+        TH_CHECK(t, g.n_inputs == 2 && keras_total(&g, NULL) == 481);
+        TH_CHECK(t, graph_weights(&g) == 481);
+    }
+    graph_free(&g);
+
+    th_case(t, "Keras 3 config.json with --input, and the same as a .keras zip");
+    o.input = "64x64x1";
+    o.loss = "dice";
+    if (imp(t, KDIR "k3_config.json", &o, &g, NULL)) {
+        TH_CHECK(t, keras_total(&g, NULL) == 233);
+        int s = find(&g, "skip");
+        TH_CHECK(t, s > 0 && g.layers[s].op == GOP_CONCAT && g.layers[s].out.c == 9);
+        TH_CHECK(t, g.layers[find(&g, "loss")].loss == GLOSS_DICE);
+        graph_free(&g);
+        char zip[512];
+        th_cmd_result r;
+        snprintf(zip, sizeof zip, "%s/m.keras", th_tmpdir());
+        th_run(&r, "python3 -c 'import zipfile,sys; z=zipfile.ZipFile(sys.argv[1],\"w\"); "
+                   "z.write(\"" KDIR "k3_config.json\",\"config.json\"); "
+                   "z.writestr(\"metadata.json\",\"{}\"); z.close()' %s", zip);
+        TH_CHECKF(t, r.status == 0, "python3 zipfile: %s", r.err);
+        if (imp(t, zip, &o, &g, NULL)) {
+            TH_CHECK(t, keras_total(&g, NULL) == 233 && g.n_layers == 9);
+        }
+    }
+    graph_free(&g);
+    memset(&o, 0, sizeof o);
+
+    th_case(t, "TensorFlow.js model.json: Conv1D as a row of height 1");
+    if (imp(t, KDIR "tfjs_model.json", &o, &g, NULL)) {
+        int c = find(&g, "conv1d_Conv1D1");
+        TH_CHECK(t, c > 0 && g.layers[c].out.sp[0] == 1 &&
+                        g.layers[c].out.sp[1] == 96 && g.layers[c].out.c == 16);
+        TH_CHECK(t, keras_total(&g, NULL) == 387);
+    }
+    graph_free(&g);
+
+    th_case(t, "infer mode: no loss; --partition sets the replica size");
+    o.infer = 1;
+    o.partition = "1,2,2,1";
+    o.batch = 4;
+    if (imp(t, KDIR "seq_cnn.json", &o, &g, NULL)) {
+        TH_CHECK(t, find(&g, "loss") < 0 && !g.train);
+        TH_CHECK(t, g.cores_per_replica == 4 && g.pdims[1] == 2 &&
+                        g.pdims[2] == 2 && g.global_batch == 4);
+    }
+    graph_free(&g);
+}
+
+static void applications(th_ctx *t)
+{
+    keras_opts o;
+    graph g;
+    int64_t nt;
+    memset(&o, 0, sizeof o);
+    th_case(t, "VGG16: 138,357,544 parameters (Keras's published count)");
+    if (imp(t, KDIR "vgg16.json", &o, &g, NULL))
+        TH_CHECKF(t, keras_total(&g, NULL) == 138357544, "%lld",
+                  (long long)keras_total(&g, NULL));
+    graph_free(&g);
+
+    th_case(t, "ResNet50 (ZeroPadding2D passed through): 25,636,712 / 53,120");
+    o.allow_identity = "ZeroPadding2D";
+    if (imp(t, KDIR "resnet50.json", &o, &g, NULL)) {
+        TH_CHECKF(t, keras_total(&g, &nt) == 25636712, "%lld",
+                  (long long)keras_total(&g, NULL));
+        TH_CHECK(t, nt == 53120);
+    }
+    graph_free(&g);
+}
+
+/* `tpuemu import ARGS` must exit 2 with a message holding every string
+ * of want (NULL-terminated), and leave out untouched. */
+static void refuses(th_ctx *t, const char *args, const char *const *want)
+{
+    char out[512];
+    th_cmd_result r;
+    snprintf(out, sizeof out, "%s/keep.json", th_tmpdir());
+    th_put(out, "keep\n");
+    th_run(&r, "%s import %s -o %s", th_bin(), args, out);
+    TH_CHECKF(t, r.status == 2, "exit %d for %s: %s", r.status, args, r.err);
+    TH_CHECKF(t, strncmp(r.err, "tpuemu: error: ", 15) == 0 &&
+                     strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
+              "not one error line: %s", r.err);
+    for (; *want; want++)
+        TH_CHECKF(t, strstr(r.err, *want), "'%s' not in: %s", *want, r.err);
+    char *k = th_slurp(out, NULL);
+    TH_CHECKF(t, k && strcmp(k, "keep\n") == 0, "the output was touched");
+    free(k);
+}
+
+static void bad(th_ctx *t)
+{
+    char path[512], cmd[700];
+    th_cmd_result r;
+
+    th_case(t, "every unmapped class at once, with the layer's path");
+    {
+        static const char *const w[] = {
+            "bad_unmapped.json: config.layers[1].config.activation:",
+            "layer 'c'", "activation 'swish' x1", "Lambda x2", "LeakyReLU x1",
+            "ReLU(max_value=6) x1", "--allow-identity", NULL};
+        refuses(t, KDIR "bad_unmapped.json", w);
+    }
+
+    th_case(t, "--allow-identity passes them through, on stderr and in the trace");
+    snprintf(path, sizeof path, "%s/allowed.json", th_tmpdir());
+    th_run(&r, "%s import " KDIR "bad_unmapped.json -o %s --allow-identity "
+               "Lambda,LeakyReLU --allow-identity ReLU --allow-identity swish",
+           th_bin(), path);
+    TH_CHECKF(t, r.status == 0, "%s", r.err);
+    TH_CHECK(t, strstr(r.err, "note: layer 'lam' (Lambda) at config.layers[2] "
+                              "passed through as an identity"));
+    {
+        char *txt = th_slurp(path, NULL);
+        TH_CHECK(t, txt && strstr(txt, "passed through as identities: c (swish), "
+                                       "lam (Lambda), leaky (LeakyReLU)"));
+        free(txt);
+    }
+
+    th_case(t, "truncated JSON");
+    {
+        size_t n = 0;
+        char *s = th_slurp(KDIR "seq_cnn.json", &n);
+        snprintf(path, sizeof path, "%s/cut.json", th_tmpdir());
+        if (s) {
+            s[n / 2] = 0;
+            th_put(path, s);
+        }
+        free(s);
+        snprintf(cmd, sizeof cmd, "%s", path);
+        static const char *const w[] = {"cut.json: not valid JSON: the text "
+                                        "ends too early", NULL};
+        refuses(t, cmd, w);
+    }
+
+    th_case(t, "wrong types name the key");
+    snprintf(path, sizeof path, "%s/types.json", th_tmpdir());
+    th_put(path, "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", "
+                 "\"layers\": [{\"class_name\": \"Dense\", \"config\": {\"name\": "
+                 "\"d\", \"units\": \"32\", \"batch_input_shape\": [null, 8]}}]}}");
+    {
+        static const char *const w[] = {"types.json: config.layers[0].config.units: "
+                                        "expected an integer", "found a string", NULL};
+        refuses(t, path, w);
+    }
+    th_put(path, "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", "
+                 "\"layers\": 3, \"input_layers\": [], \"output_layers\": []}}");
+    {
+        static const char *const w[] = {"types.json: config.layers: expected the "
+                                        "model's list of layers, found a number",
+                                        NULL};
+        refuses(t, path, w);
+    }
+    th_put(path, "[1, 2]");
+    {
+        static const char *const w[] = {"types.json: (top level): not a Keras model",
+                                        NULL};
+        refuses(t, path, w);
+    }
+
+    th_case(t, "unknown input shape, and --input with the batch folded in");
+    {
+        static const char *const w[] = {
+            "k3_config.json: config.layers[0].config.batch_shape: dimension 1 "
+            "of input 'input_layer' is not given (None)", "--input", NULL};
+        refuses(t, KDIR "k3_config.json", w);
+        static const char *const w2[] = {"--input: 4 dimensions for input "
+                                         "'input_1'", "the batch seems included",
+                                         NULL};
+        refuses(t, KDIR "vgg16.json --input 1x224x224x3", w2);
+        static const char *const w3[] = {"--partition: 3 factors", NULL};
+        refuses(t, KDIR "vgg16.json --partition 1,4,2", w3);
+    }
+
+    th_case(t, "a shared Dense is refused (the trace shares conv weights only)");
+    snprintf(path, sizeof path, "%s/shdense.json", th_tmpdir());
+    th_put(path, "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
+                 "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8], \"name\": \"a\"}, \"name\": \"a\", \"inbound_nodes\": []},"
+                 "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 8}, \"name\": \"d\", \"inbound_nodes\": [[[\"a\", 0, 0, {}]], [[\"d\", 0, 0, {}]]]}],"
+                 "\"input_layers\": [[\"a\", 0, 0]], \"output_layers\": [[\"d\", 1, 0]]}}");
+    {
+        static const char *const w[] = {"shdense.json: config.layers[1]: 'd' (Dense) "
+                                        "is called 2 times", NULL};
+        refuses(t, path, w);
+    }
+}
+
+void th_suite_import(th_ctx *t)
+{
+    schemas(t);
+    applications(t);
+    bad(t);
+}
