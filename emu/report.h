@@ -1,4 +1,5 @@
-/* report — the `tpuemu-report/1` JSON (SPEC.md): write and read.
+/* report — the `tpuemu-report/1` JSON (docs/CHECK.md lists its keys):
+ * emu/report.c writes it, emu/report_read.c reads and checks it.
  * Writing goes to a temporary name and is renamed into place, so a failed
  * run never leaves a half-written report. */
 #ifndef EMU_REPORT_H
@@ -23,6 +24,11 @@ tpu_status report_read(emu_result *r, const char *path, tpu_error *err);
 /* Same, from text in memory; path only names it in messages. */
 tpu_status report_parse(emu_result *r, const char *text, size_t len,
                         const char *path, tpu_error *err);
+
+/* The report's names of a grouped layer's three parts ("grouped":
+ * {"forward": ..., "input_gradient": ..., "weight_gradient": ...}),
+ * indexed like emu_result's layer_gconv. */
+extern const char *const report_gconv_part[3];
 
 /* Writes data to path atomically (temporary file in the same directory,
  * then rename).  Used by every output file. */

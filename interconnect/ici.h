@@ -1,7 +1,6 @@
 /* ici — the inter-chip interconnect: chips on a 2D torus, four links per
  * chip, dimension-order routing, per-direction link queues, and the
- * collectives built from link transfers.
- * CONTRACT header: the implementation owner completes it.
+ * collectives built from link transfers (docs/ICI.md).
  *
  * Core numbering: core c lives on chip c / 2 (two TensorCores per chip);
  * chip i sits at x = i % dim_x, y = i / dim_x.
@@ -43,11 +42,10 @@ typedef struct {
 /* Out of host memory.  The calls that simulate (ici_permute,
  * ici_allreduce, ici_allreduce_groups) return ICI_NO_MEMORY instead of a
  * time when an allocation fails (with t_start >= 0 a time is never
- * negative: test `< 0`); ici_allreduce_values returns -1 and
- * ici_allreduce_links -1.  Such a call changes nothing: statistics and
- * buffers are as before it, the object stays usable (a later call with
- * memory to spare gives the same figures as on a fresh object) and
- * ici_free frees everything.  Callers report it as TPU_ERR_SYSTEM "out of
+ * negative: test `< 0`); ici_allreduce_links returns -1.  Such a call
+ * changes nothing: statistics are as before it, the object stays usable
+ * (a later call with memory to spare gives the same figures as on a
+ * fresh object) and ici_free frees everything.  Callers report it as TPU_ERR_SYSTEM "out of
  * host memory (interconnect)". */
 #define ICI_NO_MEMORY (-1.0)
 
@@ -60,14 +58,7 @@ double ici_permute(ici *n, const ici_flow *flows, int nflows, double t_start);
 double ici_allreduce(ici *n, const int *cores, int ncores, double bytes,
                      double t_start);
 
-/* Values: sums bufs[0..ncores) element-wise into every buffer, in the
- * order the all-reduce algorithm above sums them (deterministic).
- * 0, or -1 out of host memory (the buffers untouched). */
-int ici_allreduce_values(ici *n, const int *cores, int ncores, float **bufs,
-                         size_t len);
-
-/* ---- additions (owner: interconnect) ----------------------------------
- * Model, in one paragraph (docs/ICI.md has the details): every link
+/* Model, in one paragraph (docs/ICI.md has the details): every link
  * direction (chip, dir) and each direction of a chip's on-chip core-to-core
  * path is a resource with a bandwidth; a transfer is a flow over the
  * resources of its dimension-order route (x then y, the shorter way round

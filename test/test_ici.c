@@ -1,5 +1,5 @@
 /* ICI: topology, routing, contention, collectives against their bounds,
- * values, determinism, statistics and the probe CLI. */
+ * determinism, statistics and the probe CLI. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,49 +277,6 @@ void th_suite_ici(th_ctx *t)
         double bb = ici_allreduce(n, c, nc, 3e7, 0.25);
         TH_CHECK(t, memcmp(&a, &bb, sizeof a) == 0);
         TH_CHECK(t, ici_link_busy_s(n, 5, 2) == busy);
-        free(c);
-        ici_free(n);
-    }
-
-    th_case(t, "allreduce_values sums real buffers, identical on every core");
-    const char *vs[] = {"v2-8", "v3-32", "v3-64"};
-    for (int si = 0; si < 3; si++) {
-        n = mk(vs[si], &p);
-        int nc = ici_num_cores(n);
-        size_t len = 1000;
-        float **bufs = malloc((size_t)nc * sizeof(float *));
-        double *ref = calloc(len, sizeof(double));
-        int *c = all_cores(nc);
-        unsigned seed = 12345;
-        for (int i = 0; i < nc; i++) {
-            bufs[i] = malloc(len * sizeof(float));
-            for (size_t k = 0; k < len; k++) {
-                seed = seed * 1103515245u + 12345u;
-                bufs[i][k] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
-                ref[k] += bufs[i][k];
-            }
-        }
-        ici_allreduce_values(n, c, nc, bufs, len);
-        int bad = 0, differ = 0;
-        for (size_t k = 0; k < len; k++) {
-            if (fabs(bufs[0][k] - ref[k]) > 1e-4 * (1 + fabs(ref[k])))
-                bad++;
-            for (int i = 1; i < nc; i++)
-                if (memcmp(&bufs[i][k], &bufs[0][k], sizeof(float)))
-                    differ++;
-        }
-        TH_CHECKF(t, bad == 0, "%s: %d wrong sums", vs[si], bad);
-        TH_CHECKF(t, differ == 0, "%s: %d differing copies", vs[si], differ);
-        /* a sub-group leaves the others alone */
-        float keep = bufs[nc - 1][0];
-        int sub[3] = {0, 1, 2};
-        ici_allreduce_values(n, sub, 3, bufs, len);
-        TH_CHECK(t, bufs[nc - 1][0] == keep);
-        TH_CHECK(t, bufs[0][0] == bufs[2][0]);
-        for (int i = 0; i < nc; i++)
-            free(bufs[i]);
-        free(bufs);
-        free(ref);
         free(c);
         ici_free(n);
     }

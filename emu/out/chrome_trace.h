@@ -8,10 +8,10 @@
  * must nest, and a unit's events can overlap (DMAs in flight together):
  * an event that would overlap its unit's earlier one goes to an overflow
  * lane of that unit, tid CHROME_LANE_TID0 + (core * UNIT_COUNT + unit) *
- * CHROME_LANES + lane (chrome_trace_tid decodes either form).  Every event is a complete
- * ("X") event, times in microseconds from the start of the step, with args
- * layer, phase, opcode (the listing's mnemonic, "ici.allreduce"), count
- * and (when non-zero) bytes and flops.
+ * CHROME_LANES + lane (chrome_trace_tid decodes either form).  Every event
+ * is a complete ("X") event, times in microseconds from the start of the
+ * step, with args layer, phase, opcode (the listing's mnemonic,
+ * "ici.allreduce"), count and (when non-zero) bytes and flops.
  *
  * Size cap (so a v3-2048 trace still loads): when the result holds more
  * events than the budget, these steps apply in order until it fits:

@@ -1,0 +1,505 @@
+/* trace_layer — graph.inputs and graph.layers of a trace: each op's keys
+ * (docs/TRACE.md), the names a layer takes as input (defined earlier),
+ * and the layer's shape, inferred as it is added (graph_infer_layer) so a
+ * refusal names the key at fault. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "emu/graph.h"
+#include "emu/rfile.h"
+#include "emu/trace_internal.h"
+
+/* Where a layer index lives in the trace, for "already defined" notes. */
+static void trace_where(const graph *g, int idx, char *buf, size_t n)
+{
+    if (idx < g->n_inputs)
+        snprintf(buf, n, "graph.inputs[%d]", idx);
+    else
+        snprintf(buf, n, "graph.layers[%d]", idx - g->n_inputs);
+}
+
+/* Where in graph.layers a name not defined yet stands: the first entry at
+ * or after self with that name, -1 when there is none. */
+static int trace_defined_at(const cJSON *all, const char *name, int self)
+{
+    int j = 0;
+    for (const cJSON *l = all ? all->child : NULL; l; l = l->next, j++) {
+        const cJSON *nm = cJSON_IsObject(l)
+                              ? cJSON_GetObjectItemCaseSensitive(l, "name")
+                              : NULL;
+        if (j >= self && cJSON_IsString(nm) && nm->valuestring &&
+            strcmp(nm->valuestring, name) == 0)
+            return j;
+    }
+    return -1;
+}
+
+/* Resolves one name of `in` to an earlier layer; a name not defined yet
+ * is told apart: itself, later in the list (out of order), or nowhere. */
+static tpu_status trace_ref(trace_ctx *c, const graph *g, const cJSON *all,
+                            const cJSON *v, const char *p, int self,
+                            int *out)
+{
+    char q[64];
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return trace_fail(c, p, "expected a layer or input name, found %s",
+                          trace_type(v));
+    int idx = graph_find(g, v->valuestring);
+    if (idx >= 0) {
+        *out = idx;
+        return TPU_OK;
+    }
+    int at = trace_defined_at(all, v->valuestring, self);
+    if (at == self)
+        return trace_fail(c, p, "layer '%s' takes itself as input",
+                          trace_q(q, sizeof q, v->valuestring));
+    if (at > self)
+        return trace_fail(c, p,
+                          "'%s' is used before it is defined "
+                          "(graph.layers[%d]); layers must come in order",
+                          trace_q(q, sizeof q, v->valuestring), at);
+    return trace_fail(c, p, "no input or layer named '%s'",
+                      trace_q(q, sizeof q, v->valuestring));
+}
+
+static const char *const trace_op_words[] = {
+    "input",   "conv",    "conv_transpose", "dense",   "batchnorm",
+    "relu",    "sigmoid", "flatten",        "global_avgpool",
+    "add",     "concat",  "maxpool",        "avgpool", "upsample",
+    "dropout", "loss",    NULL};
+static const char *const trace_loss_words[] = {
+    "softmax_xent", "sigmoid_focal", "dice", "l2", "smooth_l1", NULL};
+static const char *const trace_pad_words[] = {"valid", "same", NULL};
+static const char *const trace_dtype_words[] = {"bf16", "f32", NULL};
+
+/* Keys each op accepts beyond name, op, in, dtype, comment. */
+static const char *const *trace_op_keys(graph_op op)
+{
+    static const char *const conv[] = {
+        "name",    "op",       "in",       "dtype",        "comment", "filters",
+        "kernel",  "strides",  "padding",  "dilation",     "use_bias",
+        "share_weights", "trainable", "groups", NULL};
+    static const char *const conv_t[] = {
+        "name",    "op",      "in",       "dtype",        "comment",
+        "filters", "kernel",  "strides",  "padding",      "use_bias",
+        "share_weights", "trainable", NULL};
+    static const char *const dense[] = {"name",     "op",    "in",
+                                        "dtype",    "comment", "units",
+                                        "use_bias", "trainable", NULL};
+    static const char *const bn[] = {"name",    "op",        "in", "dtype",
+                                     "comment", "trainable", NULL};
+    static const char *const plain[] = {"name", "op", "in", "dtype",
+                                        "comment", NULL};
+    static const char *const pool[] = {"name",   "op",      "in",
+                                       "dtype",  "comment", "window",
+                                       "strides", "padding", NULL};
+    static const char *const up[] = {"name",    "op",     "in", "dtype",
+                                     "comment", "factor", NULL};
+    static const char *const drop[] = {"name",    "op",   "in", "dtype",
+                                       "comment", "rate", NULL};
+    static const char *const loss[] = {"name",    "op",   "in", "dtype",
+                                       "comment", "kind", NULL};
+    switch (op) {
+    case GOP_CONV: return conv;
+    case GOP_CONV_T: return conv_t;
+    case GOP_DENSE: return dense;
+    case GOP_BATCHNORM: return bn;
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL: return pool;
+    case GOP_UPSAMPLE: return up;
+    case GOP_DROPOUT: return drop;
+    case GOP_LOSS: return loss;
+    default: return plain;
+    }
+}
+
+/* A per-dimension list's length must match the input's spatial rank (a
+ * flat input is refused by shape inference with its own message). */
+static tpu_status trace_rank(trace_ctx *c, const glayer *src, const char *base,
+                             const char *key, int rank)
+{
+    char p[320], q[64];
+    if (rank <= 0 || src->out.nsp == 0 || rank == src->out.nsp)
+        return TPU_OK;
+    trace_path(p, sizeof p, base, key);
+    return trace_fail(c, p, "%d numbers for the %dD input '%s'; expected %d",
+                      rank, src->out.nsp, trace_q(q, sizeof q, src->name),
+                      src->out.nsp);
+}
+
+/* A layer's or input's name must be new: names are how layers refer to
+ * each other. */
+static tpu_status trace_new_name(trace_ctx *c, const graph *g,
+                                 const char *base, const char *name)
+{
+    char p[320], q[64], w[64];
+    int prev = graph_find(g, name);
+    if (prev < 0)
+        return TPU_OK;
+    trace_where(g, prev, w, sizeof w);
+    trace_path(p, sizeof p, base, "name");
+    return trace_fail(c, p, "'%s' is already defined (%s)",
+                      trace_q(q, sizeof q, name), w);
+}
+
+/* Adds the layer read into g->layers[g->n_layers] and infers its shape; a
+ * refusal is placed at base.at, or (at NULL) at the key the inference
+ * names. */
+static tpu_status trace_commit(trace_ctx *c, graph *g, const char *base,
+                               const char *at)
+{
+    const char *key = "";
+    char p[320];
+    g->n_layers++;
+    graph_index_add(g, g->n_layers - 1);
+    tpu_status st = graph_infer_layer(g, g->n_layers - 1, at ? NULL : &key,
+                                      c->err);
+    if (!st)
+        return TPU_OK;
+    char why[sizeof c->err->msg];
+    memcpy(why, c->err->msg, sizeof why);
+    trace_path(p, sizeof p, base, at ? at : key);
+    return trace_fail(c, p, "%s", why);
+}
+
+/* What every layer has: an object with a known op (which decides the
+ * allowed keys), a new name, a dtype; and the defaults of the rest. */
+static tpu_status trace_layer_head(trace_ctx *c, const graph *g,
+                                   const cJSON *o, const char *base,
+                                   glayer *L)
+{
+    char p[320];
+    int op = -1, dt = 0;
+    const char *cm;
+    tpu_status st;
+    if (!cJSON_IsObject(o))
+        return trace_fail(c, base, "expected an object, found %s",
+                          trace_type(o));
+    if ((st = trace_enum(c, o, base, "op", 1, trace_op_words, &op)))
+        return st;
+    if (op == GOP_INPUT) {
+        trace_path(p, sizeof p, base, "op");
+        return trace_fail(c, p, "'input' is not a layer op; list inputs in "
+                          "graph.inputs");
+    }
+    L->op = (graph_op)op;
+    if ((st = trace_keys(c, o, base, trace_op_keys(L->op),
+                         graph_op_name(L->op))))
+        return st;
+    if ((st = trace_name(c, o, base, "name", 1, L->name, sizeof L->name)))
+        return st;
+    if ((st = trace_new_name(c, g, base, L->name)))
+        return st;
+    L->dtype_bytes = 2;
+    L->share_from = -1;
+    L->pad_same = 1;
+    for (int d = 0; d < GRAPH_MAX_SP; d++)
+        L->kernel[d] = L->strides[d] = L->dilation[d] = L->factor[d] = 1;
+    if ((st = trace_enum(c, o, base, "dtype", 0, trace_dtype_words, &dt)))
+        return st;
+    L->dtype_bytes = dt ? 4 : 2;
+    return trace_str(c, o, base, "comment", 0, &cm);
+}
+
+/* in: one name, or a list for add, concat and loss. */
+static tpu_status trace_layer_in(trace_ctx *c, const graph *g,
+                                 const cJSON *all, const cJSON *o,
+                                 const char *base, int j, glayer *L)
+{
+    char p[320], pe[340];
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "in");
+    tpu_status st;
+    trace_path(p, sizeof p, base, "in");
+    if (!in)
+        return trace_fail(c, base, "missing key 'in'");
+    if (!cJSON_IsArray(in)) {
+        if (L->op == GOP_ADD || L->op == GOP_CONCAT)
+            return trace_fail(c, p, "expected a list of 2 to %d names, "
+                              "found %s", GRAPH_MAX_IN, trace_type(in));
+        if ((st = trace_ref(c, g, all, in, p, j, &L->in[0])))
+            return st;
+        L->n_in = 1;
+        return TPU_OK;
+    }
+    int n = cJSON_GetArraySize(in), k = 0;
+    int min = L->op == GOP_LOSS ? 1 : 2;
+    if (L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_LOSS)
+        return trace_fail(c, p, "expected one layer name (only add, "
+                          "concat and loss take a list), found a list");
+    if (n < min || n > GRAPH_MAX_IN)
+        return trace_fail(c, p, "expected a list of %d to %d names, "
+                          "found %d", min, GRAPH_MAX_IN, n);
+    for (const cJSON *e = in->child; e; e = e->next, k++) {
+        snprintf(pe, sizeof pe, "%s[%d]", p, k);
+        if ((st = trace_ref(c, g, all, e, pe, j, &L->in[k])))
+            return st;
+    }
+    L->n_in = n;
+    return TPU_OK;
+}
+
+/* strides and dilation list one number per kernel dimension. */
+static tpu_status trace_like_kernel(trace_ctx *c, const char *base,
+                                    const char *key, int rank, int krank)
+{
+    char p[320];
+    if (rank <= 0 || rank == krank)
+        return TPU_OK;
+    trace_path(p, sizeof p, base, key);
+    return trace_fail(c, p, "%d numbers for a %d-number kernel", rank, krank);
+}
+
+/* share_weights: an earlier conv or conv_transpose; a chain of sharers
+ * resolves to the owner. */
+static tpu_status trace_share(trace_ctx *c, const graph *g, const cJSON *o,
+                              const char *base, glayer *L)
+{
+    char p[320], q[64];
+    const char *sh;
+    tpu_status st;
+    if ((st = trace_str(c, o, base, "share_weights", 0, &sh)) || !sh)
+        return st;
+    int t = graph_find(g, sh);
+    trace_path(p, sizeof p, base, "share_weights");
+    if (t < 0)
+        return trace_fail(c, p, "no earlier layer named '%s'",
+                          trace_q(q, sizeof q, sh));
+    if (g->layers[t].op != GOP_CONV && g->layers[t].op != GOP_CONV_T)
+        return trace_fail(c, p, "'%s' is a %s, not a conv",
+                          trace_q(q, sizeof q, sh),
+                          graph_op_name(g->layers[t].op));
+    if (g->layers[t].share_from >= 0)
+        t = g->layers[t].share_from;
+    L->share_from = t;
+    return TPU_OK;
+}
+
+static tpu_status trace_conv(trace_ctx *c, const graph *g, const cJSON *o,
+                             const char *base, const glayer *src, glayer *L)
+{
+    int64_t n64;
+    int pad = 1, rank, krank;
+    tpu_status st;
+    if ((st = trace_int(c, o, base, "filters", 1, 1, GRAPH_DIM_MAX, &n64)))
+        return st;
+    L->filters = (int)n64;
+    if ((st = trace_dims(c, o, base, "kernel", 1, 0, L->kernel, &krank)))
+        return st;
+    if ((st = trace_rank(c, src, base, "kernel", krank)))
+        return st;
+    if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
+        return st;
+    if ((st = trace_like_kernel(c, base, "strides", rank, krank)))
+        return st;
+    if (L->op == GOP_CONV) {
+        /* whether it divides the channels is shape inference's check */
+        n64 = 1;
+        if ((st = trace_int(c, o, base, "groups", 0, 1, GRAPH_DIM_MAX,
+                            &n64)))
+            return st;
+        L->groups = (int)n64;
+        if ((st = trace_dims(c, o, base, "dilation", 0, 1, L->dilation,
+                             &rank)))
+            return st;
+        if ((st = trace_like_kernel(c, base, "dilation", rank, krank)))
+            return st;
+    }
+    if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words, &pad)))
+        return st;
+    L->pad_same = pad;
+    L->use_bias = 0;
+    if ((st = trace_bool(c, o, base, "use_bias", &L->use_bias)))
+        return st;
+    return trace_share(c, g, o, base, L);
+}
+
+static tpu_status trace_pool(trace_ctx *c, const cJSON *o, const char *base,
+                             const glayer *src, glayer *L)
+{
+    int pad = 0, rank, krank;
+    tpu_status st;
+    if ((st = trace_dims(c, o, base, "window", 1, 1, L->kernel, &krank)))
+        return st;
+    if ((st = trace_rank(c, src, base, "window", krank)))
+        return st;
+    /* strides default to the window (Keras) */
+    memcpy(L->strides, L->kernel, sizeof L->strides);
+    if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
+        return st;
+    if ((st = trace_rank(c, src, base, "strides", rank)))
+        return st;
+    if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words, &pad)))
+        return st;
+    L->pad_same = pad;
+    return TPU_OK;
+}
+
+static tpu_status trace_dropout(trace_ctx *c, const cJSON *o,
+                                const char *base, glayer *L)
+{
+    char p[320], f[64];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "rate");
+    trace_path(p, sizeof p, base, "rate");
+    if (!v)
+        return trace_fail(c, base, "missing key 'rate'");
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+        !(v->valuedouble < 1))
+        return trace_fail(c, p, "expected a number in [0, 1), %s",
+                          trace_found(f, sizeof f, v));
+    L->rate = v->valuedouble;
+    return TPU_OK;
+}
+
+/* The keys particular to the layer's op. */
+static tpu_status trace_op_params(trace_ctx *c, const graph *g,
+                                  const cJSON *o, const char *base,
+                                  glayer *L)
+{
+    const glayer *src = &g->layers[L->in[0]];
+    int64_t n64;
+    int rank, k = 0;
+    tpu_status st;
+    switch (L->op) {
+    case GOP_CONV:
+    case GOP_CONV_T:
+        return trace_conv(c, g, o, base, src, L);
+    case GOP_DENSE:
+        if ((st = trace_int(c, o, base, "units", 1, 1, GRAPH_DIM_MAX, &n64)))
+            return st;
+        L->filters = (int)n64;
+        L->use_bias = 1;
+        return trace_bool(c, o, base, "use_bias", &L->use_bias);
+    case GOP_MAXPOOL:
+    case GOP_AVGPOOL:
+        return trace_pool(c, o, base, src, L);
+    case GOP_UPSAMPLE:
+        if ((st = trace_dims(c, o, base, "factor", 1, 1, L->factor, &rank)))
+            return st;
+        return trace_rank(c, src, base, "factor", rank);
+    case GOP_DROPOUT:
+        return trace_dropout(c, o, base, L);
+    case GOP_LOSS:
+        if ((st = trace_enum(c, o, base, "kind", 1, trace_loss_words, &k)))
+            return st;
+        L->loss = (graph_loss)k;
+        return TPU_OK;
+    default:
+        return TPU_OK;
+    }
+}
+
+/* trainable, on the layers with weights.  Shared weights are frozen or
+ * trained together: a sharer takes its owner's setting and may only
+ * repeat it. */
+static tpu_status trace_trainable(trace_ctx *c, const graph *g,
+                                  const cJSON *o, const char *base,
+                                  glayer *L)
+{
+    char p[320], q[64];
+    int tr = -1;
+    tpu_status st;
+    if (L->op != GOP_CONV && L->op != GOP_CONV_T && L->op != GOP_DENSE &&
+        L->op != GOP_BATCHNORM)
+        return TPU_OK;
+    if ((st = trace_bool(c, o, base, "trainable", &tr)))
+        return st;
+    if (L->share_from < 0) {
+        L->frozen = tr == 0;
+        return TPU_OK;
+    }
+    const glayer *O = &g->layers[L->share_from];
+    if (tr >= 0 && tr == O->frozen) {
+        trace_path(p, sizeof p, base, "trainable");
+        return trace_fail(c, p,
+                          "%s, but the weights it shares with '%s' are %s",
+                          tr ? "true" : "false",
+                          trace_q(q, sizeof q, O->name),
+                          O->frozen ? "frozen" : "trainable");
+    }
+    L->frozen = O->frozen;
+    return TPU_OK;
+}
+
+/* graph.layers[j]: read into the next free slot, then added. */
+tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
+                       const cJSON *o, int j)
+{
+    char base[64];
+    glayer *L = &g->layers[g->n_layers];
+    tpu_status st;
+    snprintf(base, sizeof base, "graph.layers[%d]", j);
+    if ((st = trace_layer_head(c, g, o, base, L)) ||
+        (st = trace_layer_in(c, g, all, o, base, j, L)) ||
+        (st = trace_op_params(c, g, o, base, L)) ||
+        (st = trace_trainable(c, g, o, base, L)))
+        return st;
+    return trace_commit(c, g, base, NULL);
+}
+
+/* shape: [C], [H,W,C] or [D,H,W,C], channels last. */
+static tpu_status trace_shape(trace_ctx *c, const cJSON *o, const char *base,
+                              glayer *L)
+{
+    char p[320];
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
+    int n = 0, ok;
+    trace_path(p, sizeof p, base, "shape");
+    if (!sh)
+        return trace_fail(c, base, "missing key 'shape'");
+    ok = cJSON_IsArray(sh);
+    if (ok) {
+        n = cJSON_GetArraySize(sh);
+        ok = n == 1 || n == 3 || n == 4;
+    }
+    int d = 0;
+    for (const cJSON *e = ok ? sh->child : NULL; e && ok; e = e->next, d++) {
+        ok = trace_is_int(e, 1, GRAPH_DIM_MAX);
+        if (ok && d == n - 1)
+            L->out.c = (int64_t)e->valuedouble;
+        else if (ok)
+            L->out.sp[d] = (int64_t)e->valuedouble;
+    }
+    if (!ok)
+        return trace_fail(c, p,
+                          "expected 1, 3 or 4 positive integers ([C], "
+                          "[H,W,C] or [D,H,W,C]), each at most %d",
+                          GRAPH_DIM_MAX);
+    L->out.nsp = n - 1;
+    return TPU_OK;
+}
+
+tpu_status trace_input(trace_ctx *c, graph *g, const cJSON *o, int j)
+{
+    static const char *const keys[] = {"name", "shape", "dtype", "comment",
+                                       NULL};
+    char base[64];
+    glayer *L = &g->layers[g->n_layers];
+    int dt = 0;
+    tpu_status st;
+    const char *cm;
+
+    snprintf(base, sizeof base, "graph.inputs[%d]", j);
+    if (!cJSON_IsObject(o))
+        return trace_fail(c, base, "expected an object, found %s",
+                          trace_type(o));
+    if ((st = trace_keys(c, o, base, keys, "an input")))
+        return st;
+    if ((st = trace_name(c, o, base, "name", 1, L->name, sizeof L->name)))
+        return st;
+    if ((st = trace_new_name(c, g, base, L->name)))
+        return st;
+    if ((st = trace_enum(c, o, base, "dtype", 0, trace_dtype_words, &dt)))
+        return st;
+    if ((st = trace_str(c, o, base, "comment", 0, &cm)))
+        return st;
+    L->op = GOP_INPUT;
+    L->dtype_bytes = dt ? 4 : 2;
+    L->share_from = -1;
+    if ((st = trace_shape(c, o, base, L)))
+        return st;
+    return trace_commit(c, g, base, "shape");
+}

@@ -1,0 +1,971 @@
+/* flow — the DAG of flows a call builds and its fluid simulation (the
+ * time model of interconnect/ici.c's calls).
+ *
+ * A flow-level (fluid) model, not flits.  Each link direction and each
+ * direction of the on-chip path is a resource; all flows in flight share
+ * every resource they cross max-min fairly, which is what per-direction
+ * queues served round robin converge to once a packet is small against a
+ * transfer.  Rates are recomputed whenever a flow starts or ends; a
+ * flow's data arrives hops x hop_latency after its last byte leaves
+ * (cut-through routers).  Collectives are DAGs of flows: a send starts
+ * when every arrival it needs has happened, so pipelining and contention
+ * come out of the simulation, not out of a formula.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interconnect/ici_internal.h"
+
+/* Events closer than this are one event: a ring's chips finish the same
+ * step at times that differ by rounding only, and merging them keeps the
+ * number of rate recomputations proportional to steps, not to flows. */
+#define ICI_TOL_T 1e-12
+
+
+static double res_bps(const ici *n, int r)
+{
+    return r < 4 * n->nchips ? n->link_bps : n->onchip_bps;
+}
+
+/* ---- building the DAG --------------------------------------------------- */
+
+void flow_begin(ici *n)
+{
+    n->nfl = 0;
+    n->nroute = 0;
+    n->nedge = 0;
+}
+
+static void acc_res_add(ici *n, int r, double b)
+{
+    if (n->acc_res[r] == 0)
+        n->acc_res_list[n->nacc_res++] = r;
+    n->acc_res[r] += b;
+}
+
+static void acc_core_add(ici *n, int c, double b)
+{
+    if (n->acc_core[c] == 0)
+        n->acc_core_list[n->nacc_core++] = c;
+    n->acc_core[c] += b;
+}
+
+/* A transfer of `bytes` from core src to core dst; pref breaks routing
+ * ties.  Returns its id. */
+int flow_add(ici *n, int src, int dst, double bytes, int pref)
+{
+    n->fl = ici_grow(n, n->fl, &n->capfl, n->nfl + 1, sizeof(flow_fl));
+    int id = n->nfl++;
+    flow_fl *f = &n->fl[id];
+    memset(f, 0, sizeof *f);
+    f->head = NOFLOW;
+    f->rem = bytes > 0 ? bytes : 0;
+    f->r0 = n->nroute;
+    int a = src / 2, b = dst / 2;
+    if (src == dst) {
+        f->nr = 0;
+    } else if (a == b) {
+        n->route =
+            ici_grow(n, n->route, &n->caproute, n->nroute + 1, sizeof(int));
+        n->route[n->nroute++] = 4 * n->nchips + 2 * a + (src & 1);
+        f->nr = 1;
+    } else {
+        f->nr = ici_route_append(n, a, b, pref);
+    }
+    if (f->rem > 0 && f->nr > 0) {
+        for (int i = 0; i < f->nr; i++)
+            acc_res_add(n, n->route[f->r0 + i], f->rem);
+        acc_core_add(n, src, f->rem);
+    }
+    return id;
+}
+
+/* `after` may not start before `before` has arrived (sent = 0) or has
+ * sent its last byte (sent = 1: two messages queued on one engine). */
+static void add_dep_kind(ici *n, int before, int after, int sent)
+{
+    if (before == NOFLOW || after == NOFLOW)
+        return;
+    /* A flow's successors are visited in no particular order: arrive
+     * takes the latest of its predecessors and the event queue orders by
+     * (time, id) whatever the order of pushes. */
+    n->edge =
+        ici_grow(n, n->edge, &n->capedge, n->nedge + 1, sizeof(flow_edge));
+    n->edge[n->nedge].to2 = 2 * after + sent;
+    n->edge[n->nedge].next = n->fl[before].head;
+    n->fl[before].head = n->nedge++;
+    n->fl[after].deps++;
+}
+
+void flow_dep(ici *n, int before, int after)
+{
+    add_dep_kind(n, before, after, 0);
+}
+
+void flow_dep_sent(ici *n, int before, int after)
+{
+    add_dep_kind(n, before, after, 1);
+}
+
+/* ---- the fluid simulation ----------------------------------------------- */
+
+/* The ready queue: flows in (time, id) order, the order fill's start
+ * order and so every rate depends on.  Many flows become ready at the
+ * same instant (a step ends on every chip at once), so the queue keeps
+ * one bucket per distinct time, found by hashing the time's bits, with
+ * its ids in increasing order (they mostly arrive so), and a small heap
+ * of the buckets' times: a pop is O(1) instead of a sift through a heap
+ * of every ready flow (16 k on v3-2048, a fifth of its host time). */
+
+static uint64_t dbits(double t)
+{
+    uint64_t u;
+    if (t == 0)
+        t = 0; /* -0 and +0 are one time, as the comparisons see them */
+    memcpy(&u, &t, sizeof u);
+    return u;
+}
+
+static int bk_less(const ici *n, int a, int b)
+{
+    return n->bk[a].t < n->bk[b].t;
+}
+
+static void bh_push(ici *n, int b)
+{
+    n->bh = ici_grow(n, n->bh, &n->capbh, n->nbh + 1, sizeof(int));
+    int i = n->nbh++;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!bk_less(n, b, n->bh[p]))
+            break;
+        n->bh[i] = n->bh[p];
+        i = p;
+    }
+    n->bh[i] = b;
+}
+
+static void bh_pop(ici *n)
+{
+    int last = n->bh[--n->nbh], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n->nbh)
+            break;
+        if (c + 1 < n->nbh && bk_less(n, n->bh[c + 1], n->bh[c]))
+            c++;
+        if (!bk_less(n, n->bh[c], last))
+            break;
+        n->bh[i] = n->bh[c];
+        i = c;
+    }
+    if (n->nbh > 0)
+        n->bh[i] = last;
+}
+
+static int q_slot(const ici *n, double t)
+{
+    uint64_t u = dbits(t), h = u * 0x9E3779B97F4A7C15ULL;
+    int i = (int)(h >> 40) & (n->hcap - 1);
+    while (n->hash[i] >= 0 && dbits(n->bk[n->hash[i]].t) != u)
+        i = (i + 1) & (n->hcap - 1);
+    return i;
+}
+
+/* Empties the queue; clears only the hash slots in use (a call after a
+ * big one would otherwise clear a big table). */
+static void q_clear(ici *n)
+{
+    if (n->nbk > 0) {
+        /* all slots found before any is cleared: probes cross them */
+        int *slot = ici_tmp_alloc(&n->mem, (size_t)n->nbk * sizeof(int));
+        for (int i = 0; i < n->nbk; i++)
+            slot[i] = q_slot(n, n->bk[i].t);
+        for (int i = 0; i < n->nbk; i++) {
+            n->hash[slot[i]] = -1;
+            n->bk[i].n = n->bk[i].pos = 0;
+        }
+        ici_tmp_free(&n->mem, slot);
+    }
+    n->nbk = n->nbh = 0;
+}
+
+static void q_rehash(ici *n, int cap)
+{
+    if (cap != n->hcap) {
+        n->hash = ici_ralloc(&n->mem, n->hash, (size_t)cap * sizeof(int));
+        n->hcap = cap;
+    }
+    memset(n->hash, 0xff, (size_t)cap * sizeof(int));
+    for (int b = 0; b < n->nbk; b++) {
+        uint64_t h = dbits(n->bk[b].t) * 0x9E3779B97F4A7C15ULL;
+        int i = (int)(h >> 40) & (cap - 1);
+        while (n->hash[i] >= 0)
+            i = (i + 1) & (cap - 1);
+        n->hash[i] = b;
+    }
+}
+
+/* Keeps only the non-empty buckets (a later flow ready at the time of an
+ * emptied one gets a new bucket, which orders it the same), their heap
+ * positions unchanged; the others' id arrays are kept for reuse. */
+static void q_compact(ici *n)
+{
+    flow_bucket *nb =
+        ici_tmp_alloc(&n->mem, (size_t)n->capbk * sizeof(flow_bucket));
+    unsigned char *used = ici_tmp_calloc(&n->mem, (size_t)n->capbk, 1);
+    for (int j = 0; j < n->nbh; j++) {
+        nb[j] = n->bk[n->bh[j]];
+        used[n->bh[j]] = 1;
+        n->bh[j] = j;
+    }
+    int w = n->nbh;
+    for (int b = 0; b < n->capbk; b++)
+        if (!used[b]) {
+            nb[w] = n->bk[b];
+            nb[w].n = nb[w].pos = 0;
+            w++;
+        }
+    ici_tmp_free(&n->mem, used);
+    ici_tmp_keep(&n->mem, nb);
+    free(n->bk);
+    n->bk = nb;
+    n->nbk = n->nbh;
+    q_rehash(n, n->hcap);
+}
+
+/* The bucket of time t, created (empty) when there is none. */
+static int q_bucket(ici *n, double t)
+{
+    if (n->nbk == n->capbk && 2 * n->nbh < n->capbk)
+        q_compact(n);
+    if (2 * (n->nbk + 1) > n->hcap) {
+        q_rehash(n, n->hcap ? 2 * n->hcap : 1024);
+    }
+    uint64_t u = dbits(t), h = u * 0x9E3779B97F4A7C15ULL;
+    int i = (int)(h >> 40) & (n->hcap - 1);
+    while (n->hash[i] >= 0) {
+        int b = n->hash[i];
+        if (dbits(n->bk[b].t) == u)
+            return b;
+        i = (i + 1) & (n->hcap - 1);
+    }
+    if (n->nbk == n->capbk) {
+        int c = n->capbk ? 2 * n->capbk : 256;
+        flow_bucket *nb =
+            ici_ralloc(&n->mem, n->bk, (size_t)c * sizeof(flow_bucket));
+        memset(nb + n->capbk, 0, (size_t)(c - n->capbk) * sizeof(flow_bucket));
+        n->bk = nb;
+        n->capbk = c;
+    }
+    int b = n->nbk++;
+    n->bk[b].t = t;
+    n->bk[b].n = n->bk[b].pos = 0;
+    n->hash[i] = b;
+    return b;
+}
+
+static void q_push(ici *n, double t, int id)
+{
+    int b = q_bucket(n, t);
+    flow_bucket *k = &n->bk[b];
+    if (k->n == k->pos) {
+        /* empty: (back) in the heap of times */
+        k->n = k->pos = 0;
+        bh_push(n, b);
+    }
+    if (k->n == k->cap) {
+        int c = k->cap ? 2 * k->cap : 8;
+        int *ids = ici_ralloc(&n->mem, k->ids, (size_t)c * sizeof(int));
+        k->ids = ids;
+        k->cap = c;
+    }
+    int i = k->n++;
+    while (i > k->pos && k->ids[i - 1] > id) {
+        k->ids[i] = k->ids[i - 1];
+        i--;
+    }
+    k->ids[i] = id;
+}
+
+static int q_empty(const ici *n) { return n->nbh == 0; }
+
+static double q_top_t(const ici *n) { return n->bk[n->bh[0]].t; }
+
+static int q_pop(ici *n)
+{
+    flow_bucket *k = &n->bk[n->bh[0]];
+    int id = k->ids[k->pos++];
+    if (k->pos == k->n)
+        bh_pop(n);
+    return id;
+}
+
+/* A sorted table of distinct doubles, each with how many entries have
+ * it. */
+static int tab_find(const flow_tab *tb, double v)
+{
+    int lo = 0, hi = tb->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (tb->e[mid].v < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Adds d (+1 or -1) to v's count; returns 1 when v appeared or
+ * vanished. */
+static int tab_add(ici *n, flow_tab *tb, double v, int d)
+{
+    int lo = tab_find(tb, v);
+    if (lo < tb->n && tb->e[lo].v == v) {
+        tb->e[lo].cnt += d;
+        TPU_ASSERT(tb->e[lo].cnt >= 0);
+        if (tb->e[lo].cnt > 0)
+            return 0;
+        memmove(tb->e + lo, tb->e + lo + 1,
+                (size_t)(tb->n - lo - 1) * sizeof(flow_shv));
+        tb->n--;
+        return 1;
+    }
+    TPU_ASSERT(d > 0);
+    tb->e = ici_grow(n, tb->e, &tb->cap, tb->n + 1, sizeof(flow_shv));
+    memmove(tb->e + lo + 1, tb->e + lo,
+            (size_t)(tb->n - lo) * sizeof(flow_shv));
+    tb->e[lo].v = v;
+    tb->e[lo].cnt = d;
+    tb->n++;
+    return 1;
+}
+
+/* The share a round whose own share is l gets among other components,
+ * after a round at prev: the first round of the solve over all flows that
+ * reaches it, which is the smallest share s of the table g above prev
+ * with s < l <= s (1 + 1e-12) (fill's tolerance), or l itself. */
+static double snap_share(const flow_tab *g, double prev, double l)
+{
+    for (int i = tab_find(g, prev); i < g->n && g->e[i].v < l; i++) {
+        double s = g->e[i].v;
+        if (s > prev && !(l > s * (1 + 1e-12)))
+            return s;
+    }
+    return l;
+}
+
+/* Max-min fair rates by progressive filling: raise every unfrozen flow's
+ * rate together until some resource is full; the flows through it keep
+ * that rate; repeat with the capacity that is left.  ids[0..m) in the
+ * order the flows started; rate[i] receives flow ids[i]'s share.  With
+ * snap, one connected component solved alone, each round's share is
+ * snapped (snap_share) to the rounds of the others, and sh receives
+ * (own share, share) per round; returns the number of rounds, or -1 when
+ * a share is not positive (snapping not done). */
+static int fill(ici *n, const int *ids, int m, double *rate, double *sh,
+                const flow_tab *snap)
+{
+    n->ntouched = 0;
+    int nlist = 0, nsh = 0;
+    for (int i = 0; i < m; i++) {
+        const flow_fl *f = &n->fl[ids[i]];
+        for (int h = 0; h < f->nr; h++) {
+            int r = n->route[f->r0 + h];
+            if (n->res_cnt[r]++ == 0) {
+                n->touched[n->ntouched++] = r;
+                n->res_cap[r] = res_bps(n, r);
+            }
+        }
+        nlist += f->nr;
+    }
+    n->res_list = ici_grow(n, n->res_list, &n->caplist, nlist, sizeof(int));
+    int acc = 0;
+    for (int k = 0; k < n->ntouched; k++) {
+        int r = n->touched[k];
+        n->res_start[r] = acc;
+        n->res_len[r] = 0;
+        acc += n->res_cnt[r];
+    }
+    for (int i = 0; i < m; i++) {
+        const flow_fl *f = &n->fl[ids[i]];
+        for (int h = 0; h < f->nr; h++) {
+            int r = n->route[f->r0 + h];
+            n->res_list[n->res_start[r] + n->res_len[r]++] = i;
+        }
+    }
+    n->frozen = ici_grow(n, n->frozen, &n->capfrozen, m, 1);
+    memset(n->frozen, 0, (size_t)(unsigned)m);
+    int left = m, bad = 0;
+    double prev = 0;
+    while (left > 0) {
+        double share = INFINITY;
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            if (n->res_cnt[r] > 0) {
+                double s = n->res_cap[r] / n->res_cnt[r];
+                if (s < share)
+                    share = s;
+            }
+        }
+        TPU_ASSERT(share < INFINITY);
+        if (share < 0)
+            share = 0;
+        if (snap) {
+            sh[2 * nsh] = share;
+            if (share > 0 && !bad)
+                share = snap_share(snap, prev, share);
+            else
+                bad = 1;
+            sh[2 * nsh + 1] = share;
+            prev = share;
+        }
+        nsh++;
+        /* Resources within rounding of the bottleneck freeze together:
+         * symmetric collectives then need one round, not one per link. */
+        double lim = share * (1 + 1e-12);
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            int cnt = n->res_cnt[r];
+            if (cnt <= 0 || n->res_cap[r] / cnt > lim)
+                continue;
+            const int *lst = n->res_list + n->res_start[r];
+            for (int j = 0; j < n->res_len[r]; j++) {
+                int i = lst[j];
+                if (n->frozen[i])
+                    continue;
+                n->frozen[i] = 1;
+                left--;
+                const flow_fl *f = &n->fl[ids[i]];
+                rate[i] = share;
+                for (int h = 0; h < f->nr; h++) {
+                    int q = n->route[f->r0 + h];
+                    n->res_cap[q] -= share;
+                    n->res_cnt[q]--;
+                }
+            }
+        }
+    }
+    for (int k = 0; k < n->ntouched; k++)
+        n->res_cnt[n->touched[k]] = 0;
+    return bad ? -1 : nsh;
+}
+
+/* Incremental rates.  Max-min fairness decomposes over the connected
+ * components of the flow-resource graph, and only the components a start
+ * or a finish touched change.  The solve over all active flows (fill over
+ * them in start order) runs its rounds in increasing share; a component
+ * takes part in a round when its own smallest share is within fill's
+ * 1e-12 tolerance above the round's, and its resources are visited in the
+ * same relative order either way.  So each component is solved alone with
+ * each round's share snapped to the smallest round share of the others
+ * that would reach it (41e9 B/s where its own is 41e9 + 8e-6 by rounding,
+ * v3-256), and gives the very doubles the solve over all gives.  The
+ * rounds' shares of all components are kept in a table (g), their own
+ * shares in another (own); when a share appears in or vanishes from g,
+ * the components with an own share within the tolerance above it are
+ * solved again, until nothing changes.  A share that is not positive
+ * falls back to the solve over all flows, as does a chain of re-solves
+ * that does not settle. */
+
+static void res_dirty(ici *n, int r)
+{
+    if (n->res_isdirty[r])
+        return;
+    n->res_isdirty[r] = 1;
+    n->dirty[n->ndirty++] = r;
+}
+
+static void changed_add(ici *n, double v)
+{
+    n->chg = ici_grow(n, n->chg, &n->capchg, n->nchg + 1, sizeof(double));
+    n->chg[n->nchg++] = v;
+}
+
+/* The live component of resource r, or -1 (a resource keeps the id of a
+ * component that has ended until it is solved again, and ids are
+ * reused). */
+static int comp_of(const ici *n, int r)
+{
+    int c = n->res_comp[r];
+    return c >= 0 && n->comp[c].alive && n->comp[c].ser == n->res_ser[r] ? c
+                                                                        : -1;
+}
+
+static void comp_kill(ici *n, int c)
+{
+    if (c < 0 || !n->comp[c].alive)
+        return;
+    flow_comp *k = &n->comp[c];
+    for (int i = 0; i < k->nsh; i++) {
+        double own = n->shpool[k->off + 2 * i],
+               s = n->shpool[k->off + 2 * i + 1];
+        tab_add(n, &n->own, own, -1);
+        if (own == s && tab_add(n, &n->g, s, -1))
+            changed_add(n, s);
+    }
+    n->shlive -= k->nsh;
+    n->nbad -= k->bad;
+    k->alive = 0;
+    n->comp_free =
+        ici_grow(n, n->comp_free, &n->capfree, n->nfree + 1, sizeof(int));
+    n->comp_free[n->nfree++] = c;
+}
+
+static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
+{
+    int c;
+    if (n->nfree > 0) {
+        c = n->comp_free[--n->nfree];
+    } else {
+        n->comp =
+            ici_grow(n, n->comp, &n->capcomp, n->ncomp + 1, sizeof(flow_comp));
+        c = n->ncomp++;
+        n->comp[c].alive = 0;
+    }
+    /* the pool keeps only live components' shares when it would grow */
+    if (n->nshpool + 2 * nsh > n->capshpool && n->nshpool > 4 * n->shlive) {
+        double *pool =
+            ici_tmp_alloc(&n->mem, (size_t)n->capshpool * sizeof(double));
+        int w = 0;
+        for (int i = 0; i < n->ncomp; i++) {
+            flow_comp *k = &n->comp[i];
+            if (!k->alive)
+                continue;
+            memcpy(pool + w, n->shpool + k->off,
+                   (size_t)(2 * k->nsh) * sizeof(double));
+            k->off = w;
+            w += 2 * k->nsh;
+        }
+        ici_tmp_keep(&n->mem, pool);
+        free(n->shpool);
+        n->shpool = pool;
+        n->nshpool = w;
+    }
+    n->shpool = ici_grow(n, n->shpool, &n->capshpool, n->nshpool + 2 * nsh,
+                     sizeof(double));
+    flow_comp *k = &n->comp[c];
+    k->off = n->nshpool;
+    k->nsh = nsh;
+    k->rep = rep;
+    k->bad = bad;
+    k->alive = 1;
+    k->ser = ++n->ser;
+    memcpy(n->shpool + k->off, sh, (size_t)(2 * nsh) * sizeof(double));
+    n->nshpool += 2 * nsh;
+    n->shlive += nsh;
+    n->nbad += bad;
+    for (int i = 0; i < nsh; i++) {
+        double own = sh[2 * i], s = sh[2 * i + 1];
+        tab_add(n, &n->own, own, 1);
+        if (own == s && tab_add(n, &n->g, s, 1))
+            changed_add(n, s);
+    }
+    return c;
+}
+
+/* Flow id starts: it joins the active set (last) and its resources'
+ * lists. */
+/* The arrays indexed by slot hold as many flows as are active at once,
+ * not every flow of the call. */
+static void act_grow(ici *n)
+{
+    int c = n->capact ? 2 * n->capact : 1024;
+    size_t ci = (size_t)c * sizeof(int), cd = (size_t)c * sizeof(double);
+    /* an array that grew before another failed stays longer than
+     * capact, which is harmless */
+    n->aid = ici_ralloc(&n->mem, n->aid, ci);
+    n->fin = ici_ralloc(&n->mem, n->fin, ci);
+    n->bfl = ici_ralloc(&n->mem, n->bfl, ci);
+    n->amark = ici_ralloc(&n->mem, n->amark, ci);
+    n->arem = ici_ralloc(&n->mem, n->arem, cd);
+    n->arate = ici_ralloc(&n->mem, n->arate, cd);
+    n->atf = ici_ralloc(&n->mem, n->atf, cd);
+    n->crate = ici_ralloc(&n->mem, n->crate, cd);
+    memset(n->amark + n->capact, 0,
+           (size_t)(c - n->capact) * sizeof(int));
+    n->capact = c;
+}
+
+static void act_start(ici *n, int id)
+{
+    flow_fl *f = &n->fl[id];
+    if (n->nact == n->capact)
+        act_grow(n);
+    int s = n->nact++;
+    n->aid[s] = id;
+    n->arem[s] = f->rem;
+    n->arate[s] = 0;
+    f->deps = s;
+    for (int h = 0; h < f->nr; h++) {
+        int r = n->route[f->r0 + h];
+        if (n->rl_len[r] == n->rl_cap[r]) {
+            int c = n->rl_cap[r] ? 2 * n->rl_cap[r] : 4;
+            n->rl[r] = ici_ralloc(&n->mem, n->rl[r], (size_t)c * sizeof(int));
+            n->rl_cap[r] = c;
+        }
+        if (n->rl_len[r] == 0)
+            n->nbusy++;
+        n->rl[r][n->rl_len[r]++] = id;
+        res_dirty(n, r);
+    }
+}
+
+static void act_finish(ici *n, int id)
+{
+    const flow_fl *f = &n->fl[id];
+    for (int h = 0; h < f->nr; h++) {
+        int r = n->route[f->r0 + h];
+        int *l = n->rl[r], len = n->rl_len[r], j = 0;
+        while (j < len && l[j] != id)
+            j++;
+        TPU_ASSERT(j < len);
+        memmove(l + j, l + j + 1, (size_t)(len - j - 1) * sizeof(int));
+        n->rl_len[r] = len - 1;
+        if (len == 1)
+            n->nbusy--;
+        res_dirty(n, r);
+    }
+}
+
+static void tf_set(ici *n, int s, double t)
+{
+    n->atf[s] = t + n->arem[s] / n->arate[s];
+}
+
+static int cmp_int_(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts ids[0..m) by start order, which is the order of their slots in
+ * the active arrays. */
+static void sort_start(ici *n, int *ids, int m)
+{
+    if (m <= 32) {
+        for (int i = 1; i < m; i++) {
+            int v = ids[i], sv = n->fl[v].deps, k = i;
+            while (k > 0 && n->fl[ids[k - 1]].deps > sv) {
+                ids[k] = ids[k - 1];
+                k--;
+            }
+            ids[k] = v;
+        }
+        return;
+    }
+    for (int i = 0; i < m; i++)
+        ids[i] = n->fl[ids[i]].deps;
+    qsort(ids, (size_t)m, sizeof(int), cmp_int_);
+    for (int i = 0; i < m; i++)
+        ids[i] = n->aid[ids[i]];
+}
+
+/* Solves the component of resource r0 (not yet visited under stamp), whose
+ * previous component has been killed, alone; its flows are appended to
+ * n->bfl from *nsolved on and take their rate. */
+static void solve_comp(ici *n, int r0, int stamp, double t)
+{
+    int nres = 0, m = 0;
+    n->res_mark[r0] = stamp;
+    n->res_comp[r0] = -1;
+    if (n->rl_len[r0] == 0)
+        return;
+    n->bres[nres++] = r0;
+    int *fl = n->bfl;
+    for (int i = 0; i < nres; i++) {
+        int q = n->bres[i];
+        for (int j = 0; j < n->rl_len[q]; j++) {
+            int id = n->rl[q][j];
+            const flow_fl *f = &n->fl[id];
+            if (n->amark[f->deps] == stamp)
+                continue;
+            n->amark[f->deps] = stamp;
+            fl[m++] = id;
+            for (int h = 0; h < f->nr; h++) {
+                int q2 = n->route[f->r0 + h];
+                if (n->res_mark[q2] == stamp)
+                    continue;
+                n->res_mark[q2] = stamp;
+                comp_kill(n, comp_of(n, q2));
+                n->bres[nres++] = q2;
+            }
+        }
+    }
+    sort_start(n, fl, m);
+    n->cshares = ici_grow(n, n->cshares, &n->capcsh, 2 * m, sizeof(double));
+    int nsh = fill(n, fl, m, n->crate, n->cshares, &n->g);
+    int bad = nsh < 0;
+    if (bad)
+        nsh = 0;
+    int c = comp_new(n, n->cshares, nsh, bad, r0);
+    for (int i = 0; i < nres; i++)
+    {
+        n->res_comp[n->bres[i]] = c;
+        n->res_ser[n->bres[i]] = n->comp[c].ser;
+    }
+    for (int i = 0; i < m; i++) {
+        int s = n->fl[fl[i]].deps;
+        n->arate[s] = n->crate[i];
+        tf_set(n, s, t);
+    }
+}
+
+/* A visit stamp for res_mark and amark, never 0 (their initial value);
+ * the marks are cleared before the counter would overflow. */
+static int next_stamp(ici *n)
+{
+    if (n->stamp == INT_MAX) {
+        memset(n->res_mark, 0, (size_t)n->nres * sizeof(int));
+        memset(n->amark, 0, (size_t)n->capact * sizeof(int));
+        n->stamp = 0;
+    }
+    return ++n->stamp;
+}
+
+/* Kills component c and solves it again (its structure is unchanged: a
+ * share of g it depends on came or went); when its shares come out the
+ * same, the appearances and vanishings of the two steps cancel. */
+static void comp_redo(ici *n, int c, double t)
+{
+    flow_comp *k = &n->comp[c];
+    int nsh = k->nsh, r0 = k->rep, mark = n->nchg;
+    n->oldsh = ici_grow(n, n->oldsh, &n->capoldsh, 2 * nsh + 1, sizeof(double));
+    memcpy(n->oldsh, n->shpool + k->off, (size_t)(2 * nsh) * sizeof(double));
+    comp_kill(n, c);
+    solve_comp(n, r0, next_stamp(n), t);
+    int c2 = comp_of(n, r0);
+    TPU_ASSERT(c2 >= 0);
+    const flow_comp *k2 = &n->comp[c2];
+    if (k2->nsh == nsh && !k2->bad &&
+        memcmp(n->shpool + k2->off, n->oldsh,
+               (size_t)(2 * nsh) * sizeof(double)) == 0)
+        n->nchg = mark;
+}
+
+/* Forgets every component: the next update that is not a solve over all
+ * flows solves them all again. */
+static void comps_reset(ici *n)
+{
+    for (int c = 0; c < n->ncomp; c++)
+        n->comp[c].alive = 0;
+    n->ncomp = n->nfree = n->nshpool = n->shlive = n->nbad = 0;
+    n->g.n = n->own.n = 0;
+    n->invalid = 1;
+}
+
+static void fill_all(ici *n, double t)
+{
+    n->cshares = ici_grow(n, n->cshares, &n->capcsh, n->nact, sizeof(double));
+    fill(n, n->aid, n->nact, n->arate, n->cshares, NULL);
+    n->nglobal++;
+    for (int s = 0; s < n->nact; s++)
+        tf_set(n, s, t);
+}
+
+/* New rates after starts and finishes at time t (see above); each flow
+ * whose rate may have changed gets its finish time t + rem / rate
+ * again. */
+static void rates_update(ici *n, double t)
+{
+    /* Where most resources changed (a symmetric collective's step ends on
+     * every chip at once) the components would all be solved again one by
+     * one: the solve over all flows is cheaper, and the components are
+     * forgotten until an update touches few again (solving them all
+     * anew costs more than a solve over all: a tighter limit then; v3-2048
+     * alternates steps that end everywhere with ones that end on a third
+     * of the chips). */
+    if (2 * n->ndirty > n->nbusy || (n->invalid && 8 * n->ndirty > n->nbusy)) {
+        for (int i = 0; i < n->ndirty; i++)
+            n->res_isdirty[n->dirty[i]] = 0;
+        n->ndirty = 0;
+        if (!n->invalid)
+            comps_reset(n);
+        fill_all(n, t);
+        return;
+    }
+    if (n->invalid) {
+        n->invalid = 0;
+        for (int r = 0; r < n->nres; r++)
+            if (n->rl_len[r] > 0)
+                res_dirty(n, r);
+    }
+    int stamp = next_stamp(n);
+    n->nchg = 0;
+    for (int di = 0; di < n->ndirty; di++) {
+        int r0 = n->dirty[di];
+        n->res_isdirty[r0] = 0;
+        if (n->res_mark[r0] == stamp)
+            continue;
+        comp_kill(n, comp_of(n, r0));
+        solve_comp(n, r0, stamp, t);
+    }
+    n->ndirty = 0;
+    /* shares that appeared in or vanished from g: the components with an
+     * own share within the tolerance above one are solved again */
+    int rounds = 0, settled = 1;
+    while (n->nchg > 0 && n->nbad == 0) {
+        if (++rounds > 64) {
+            settled = 0;
+            break;
+        }
+        int nv = n->nchg, hit = 0;
+        n->chg2 = ici_grow(n, n->chg2, &n->capchg2, nv, sizeof(double));
+        memcpy(n->chg2, n->chg, (size_t)nv * sizeof(double));
+        n->nchg = 0;
+        for (int i = 0; i < nv && !hit; i++) {
+            double v = n->chg2[i], hi = v * (1 + 1e-12);
+            int j = tab_find(&n->own, v);
+            if (j < n->own.n && n->own.e[j].v == v)
+                j++;
+            hit = j < n->own.n && !(n->own.e[j].v > hi);
+        }
+        if (!hit)
+            continue;
+        for (int c = 0; c < n->ncomp; c++) {
+            flow_comp *k = &n->comp[c];
+            if (!k->alive)
+                continue;
+            int redo = 0;
+            for (int j = 0; j < k->nsh && !redo; j++) {
+                double own = n->shpool[k->off + 2 * j];
+                for (int i = 0; i < nv && !redo; i++) {
+                    double v = n->chg2[i];
+                    redo = own > v && !(own > v * (1 + 1e-12));
+                }
+            }
+            if (redo) {
+                comp_redo(n, c, t);
+                n->nredo++;
+            }
+        }
+    }
+    if (n->nbad > 0 || !settled) {
+        comps_reset(n);
+        fill_all(n, t);
+    }
+}
+
+/* Arrival of flow id at time t: successors whose last predecessor this
+ * was become ready. */
+static void arrive(ici *n, int id, double t, double *t_end)
+{
+    const flow_fl *f = &n->fl[id];
+    /* the same doubles flow_add stored before: hops x hop latency, the
+     * on-chip latency, or 0 (a core to itself) */
+    double lat = f->nr == 0 ? 0
+                 : n->route[f->r0] >= 4 * n->nchips
+                     ? n->p.onchip_latency_s
+                     : f->nr * n->p.hop_latency_s;
+    double arr = t + lat;
+    if (arr > *t_end)
+        *t_end = arr;
+    for (int k = f->head; k != NOFLOW; k = n->edge[k].next) {
+        int v = n->edge[k].to2, id2 = v >> 1;
+        double when = (v & 1) ? t : arr;
+        flow_fl *s = &n->fl[id2];
+        if (when > s->ready)
+            s->ready = when;
+        if (--s->deps == 0)
+            q_push(n, s->ready, id2);
+    }
+}
+
+/* Runs the DAG built since flow_begin from time 0; returns the last
+ * arrival. */
+double flow_run(ici *n)
+{
+    int nf = n->nfl;
+    if (nf == 0)
+        return 0;
+    q_clear(n);
+    for (int i = 0; i < nf; i++)
+        if (n->fl[i].deps == 0)
+            q_push(n, 0.0, i);
+    n->nact = 0;
+    comps_reset(n);
+    n->invalid = 0;
+    n->nbusy = 0;
+    /* the previous call's last finishes left resources marked dirty */
+    for (int i = 0; i < n->ndirty; i++)
+        n->res_isdirty[n->dirty[i]] = 0;
+    n->ndirty = 0;
+    /* every flow of the previous call finished: the resources' lists are
+     * empty, and their component ids stale (comp_of refuses them by
+     * serial number, which starts again only here, far from overflow) */
+    if (n->ser > INT_MAX / 2) {
+        for (int r = 0; r < n->nres; r++)
+            n->res_comp[r] = -1;
+        n->ser = 0;
+    }
+    double t = 0, t_end = 0;
+    int done = 0;
+    while (done < nf) {
+        /* start everything ready by now */
+        while (!q_empty(n) && q_top_t(n) <= t + ICI_TOL_T) {
+            int id = q_pop(n);
+            const flow_fl *f = &n->fl[id];
+            if (f->nr == 0 || f->rem <= 0) {
+                done++;
+                arrive(n, id, t, &t_end);
+            } else {
+                act_start(n, id);
+            }
+        }
+        int nact = n->nact;
+        if (nact == 0) {
+            if (q_empty(n))
+                break;
+            t = q_top_t(n);
+            continue;
+        }
+        if (n->ndirty > 0)
+            rates_update(n, t);
+        double tn = INFINITY;
+        for (int i = 0; i < nact; i++)
+            if (n->atf[i] < tn)
+                tn = n->atf[i];
+        if (!q_empty(n) && q_top_t(n) < tn)
+            tn = q_top_t(n);
+        double dt = tn - t;
+        t = tn;
+        int keep = 0, finished = 0;
+        for (int i = 0; i < nact; i++) {
+            int id = n->aid[i];
+            double rate = n->arate[i];
+            double rem = n->arem[i] - rate * dt;
+            if (rem <= rate * ICI_TOL_T) {
+                n->fin[finished++] = id;
+                act_finish(n, id);
+            } else {
+                n->aid[keep] = id;
+                n->arem[keep] = rem;
+                n->arate[keep] = rate;
+                n->atf[keep] = t + rem / rate;
+                n->fl[id].deps = keep;
+                keep++;
+            }
+        }
+        n->nact = keep;
+        for (int i = 0; i < finished; i++) {
+            done++;
+            arrive(n, n->fin[i], t, &t_end);
+        }
+    }
+    TPU_ASSERT(done == nf); /* a cycle in the DAG would stop short */
+    return t_end;
+}
+
+/* Puts the run state back to idle after a call that unwound (out of host
+ * memory): empty resource lists, no counts left by fill, no flows. */
+void flow_abort(ici *n)
+{
+    for (int r = 0; r < n->nres; r++) {
+        n->rl_len[r] = 0;
+        n->res_cnt[r] = 0;
+    }
+    n->nact = n->nbusy = 0;
+    flow_begin(n);
+}
