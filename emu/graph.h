@@ -155,6 +155,12 @@ typedef struct {
     int has_reference;
     double reference_step_s;
     char reference_source[512];
+    /* reference.family: the rows validate summarises together (one code
+     * base, e.g. "resnet"); "" when absent.  reference.baseline: the name
+     * of the trace this one is compared with at equal code (another
+     * per-core batch or partitioning of the same model); "" when none. */
+    char reference_family[32];
+    char reference_baseline[128];
 
     int n_layers;
     glayer *layers;              /* owned */

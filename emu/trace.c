@@ -71,7 +71,7 @@ static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
 static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
 {
     static const char *const keys[] = {"step_time_s", "source", "comment",
-                                       NULL};
+                                       "family", "baseline", NULL};
     const cJSON *v;
     const char *s;
     tpu_status st;
@@ -96,6 +96,13 @@ static tpu_status trace_reference(trace_ctx *c, graph *g, const cJSON *ref)
     if ((st = trace_str(c, ref, "reference", "source", 0, &s)))
         return st;
     if ((st = trace_str(c, ref, "reference", "comment", 0, &s)))
+        return st;
+    if ((st = trace_name(c, ref, "reference", "family", 0, g->reference_family,
+                         sizeof g->reference_family)))
+        return st;
+    if ((st = trace_name(c, ref, "reference", "baseline", 0,
+                         g->reference_baseline,
+                         sizeof g->reference_baseline)))
         return st;
     s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "source"));
     if (s) {
