@@ -5,12 +5,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/cost.h"
 #include "emu/engine.h"
 #include "emu/fx/fexec.h"
+#include "emu/params.h"
 #include "emu/plan.h"
 #include "firmware/lower.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The lowering's pricer: the engine's own timing of a core-local
+ * sequence, with the DMA block costs the engine then uses. */
+typedef struct {
+    const tpu_params *hw;
+    cost_dma *dc;
+} sim_pricing;
+
+static int64_t price_local(void *ctx, const fw_program *prog)
+{
+    const sim_pricing *sp = ctx;
+    return engine_local_ps(sp->hw, sp->dc, prog);
+}
 
 void sim_opts_default(sim_opts *o)
 {
@@ -341,9 +356,11 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
         goto fail_plan;
     }
+    sim_pricing sp = {&hw, dc};
+    fw_pricer pricer = {price_local, &sp};
     double need = 0;
     for (int k = 0; k < p.cpr; k++) {
-        rc = fw_lower(g, &p, &hw, k, dc, &progs[k], &mems[k], err);
+        rc = fw_lower(g, &p, &hw, k, &pricer, &progs[k], &mems[k], err);
         if (rc)
             goto fail_plan;
         if (mems[k].remat_bytes > out->hbm_remat_bytes) {
@@ -472,10 +489,18 @@ tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
     rc = plan_build(&p, g, sys, batch, err);
     if (rc)
         return rc;
-    rc = fw_lower(g, &p, &hw, p.shard_of[core], NULL, prog, mem, err);
+    cost_dma *dc = cost_dma_new(&hw);
+    if (!dc) {
+        plan_free(&p);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
+    }
+    sim_pricing sp = {&hw, dc};
+    fw_pricer pricer = {price_local, &sp};
+    rc = fw_lower(g, &p, &hw, p.shard_of[core], &pricer, prog, mem, err);
     if (!rc && mem->peak_bytes > hw.hbm.capacity_bytes)
         rc = nofit_fail(err, o->trace_path ? o->trace_path : g->name, sys,
                         &hw, &p, mem);
+    cost_dma_free(dc);
     plan_free(&p);
     return rc;
 }

@@ -18,8 +18,6 @@
 #include <cJSON.h>
 
 #include "emu/graph.h"
-#include "emu/params.h"
-#include "emu/plan.h"
 #include "emu/rfile.h"
 
 /* A trace of this size is already far larger than any real network

@@ -26,8 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/cost.h"
-#include "emu/engine.h"
 #include "emu/result.h"
 
 typedef struct {
@@ -53,8 +51,7 @@ typedef struct {
                               off (bn_apply_fused) */
     fw_memory *mem;
     int fx;                /* fx_kind stamped on compute instructions */
-    cost_dma *dc;          /* the engine's DMA costs (tile search) */
-    cost_dma *own_dc;      /* made here when the caller gave none */
+    const fw_pricer *pricer; /* prices candidate sequences (fw_lower) */
     fw_program scratch;    /* a candidate tile loop being priced */
     fw_program cand;       /* a grouped convolution's candidate lowering
                               being priced (its tile loops use scratch) */
@@ -478,7 +475,7 @@ static double tiling_ps(lc *c, const tiling *t)
         c->scratch.oom = 0;
         return -1;
     }
-    return (double)engine_local_ps(c->hw, c->dc, &c->scratch);
+    return (double)c->pricer->price(c->pricer->ctx, &c->scratch);
 }
 
 /* The tiles of a matrix product cut into mt-row tiles in each of nchunks N
@@ -623,7 +620,7 @@ static double kparts_ps(lc *c, int64_t m, int64_t k, int64_t n,
         c->scratch.oom = 0;
         return -1;
     }
-    return (double)engine_local_ps(c->hw, c->dc, &c->scratch);
+    return (double)c->pricer->price(c->pricer->ctx, &c->scratch);
 }
 
 /* A tiled matrix product over M rows: per tile, load ld_per_row bytes a
@@ -1478,7 +1475,7 @@ static int gc_pick(lc *c, int phase, const gconv *q, int part)
             c->cand.oom = 0;
             continue;
         }
-        double ps = (double)engine_local_ps(c->hw, c->dc, &c->cand);
+        double ps = (double)c->pricer->price(c->pricer->ctx, &c->cand);
         if (best_ps < 0 || ps < best_ps) {
             best_ps = ps;
             best = cand;
@@ -2227,26 +2224,20 @@ static void lc_free(lc *c)
     free(c->ends);
     free(c->kept_for);
     free(c->apply_t);
-    cost_dma_free(c->own_dc);
     fw_program_free(&c->scratch);
     fw_program_free(&c->cand);
 }
 
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
-                    int shard, cost_dma *dc, fw_program *out, fw_memory *mem,
-                    tpu_error *err)
+                    int shard, const fw_pricer *pricer, fw_program *out,
+                    fw_memory *mem, tpu_error *err)
 {
     lc c = {0};
     c.g = g;
     c.p = p;
     c.hw = hw;
-    c.dc = dc;
-    if (!c.dc) {
-        c.dc = c.own_dc = cost_dma_new(hw);
-        if (!c.dc)
-            return tpu_fail(err, TPU_ERR_SYSTEM,
-                            "out of host memory (lowering)");
-    }
+    TPU_ASSERT(pricer && pricer->price);
+    c.pricer = pricer;
     c.shard = shard;
     plan_coords(p, shard, c.coords);
     c.prog = out;
