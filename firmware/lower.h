@@ -27,8 +27,8 @@ typedef struct {
     double workspace_bytes; /* largest set of transient tensors */
     double remat_bytes;     /* activations dropped and recomputed (xla.remat) */
     int remat_layers;
-    double peak_bytes;      /* the sum: what must fit in the core's HBM */
-    double useful_macs;     /* unpadded multiply-adds this core executes */
+    double peak_bytes;  /* the sum: what must fit in the core's HBM */
+    double useful_macs; /* unpadded multiply-adds this core executes */
     /* XLA's small-batch convolution layout (xla.conv_pad), when some
      * convolution took it: the examples per core and what they are padded
      * to; 0 when none did. */
