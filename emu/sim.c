@@ -231,7 +231,7 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
 
 /* v bytes in unit u ("%.1f", no unit name) when that reads above 0.0 or
  * v is 0; NULL then.  Else the unit that fits, named: "19.5 KiB" rather
- * than "0.0" on a core of a few MiB (probe round 8). */
+ * than "0.0" on a core of a few MiB. */
 static const char *nofit_part(char *buf, size_t cap, double v, double u)
 {
     if (v <= 0 || v / u >= 0.05) {
@@ -265,7 +265,7 @@ static void nofit_parts(char *buf, size_t cap, const fw_memory *m, double u,
                      un);
     /* an inference step (or one with every layer frozen) holds weights
      * only: "weights+gradients+optimizer" would name what it has not, and
-     * with no backward pass nothing is kept for one (probe round 12) */
+     * with no backward pass nothing is kept for one */
     int state = m->grads_bytes + m->opt_bytes > 0;
     char kept[64] = "";
     if (state || m->saved_bytes > 0)
@@ -297,7 +297,7 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
     /* A split that cannot help is worth saying: spatial partitioning cuts
      * activations, never weights (every core of a replica holds them all,
      * with their gradients and optimizer state), so a user sweeping
-     * input_partition_dims would search in vain (probe round 9). */
+     * input_partition_dims would search in vain. */
     const char *state_only =
         m->weights_bytes + m->grads_bytes + m->opt_bytes <=
                 hw->hbm.capacity_bytes
@@ -309,7 +309,7 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
             : "; the weights alone exceed the core's HBM, and spatial "
               "partitioning does not split weights";
     /* as many decimals as it takes for the need to read above the
-     * capacity (probe round 6: "needs 16.0 GiB ... has 16 GiB") */
+     * capacity, never "needs 16.0 GiB ... has 16 GiB" */
     double need = m->peak_bytes / u, cap = hw->hbm.capacity_bytes / u;
     int d = 1;
     while (d < 6 && nearbyint(need * pow(10, d)) / pow(10, d) <= cap)
@@ -441,7 +441,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     if (!(out->step_time_s > 0)) {
         /* Only relabellings (inputs, flatten, a concat of inputs): a
          * report of a step that takes no time reads as a broken one, and
-         * has no timeline to draw (probe round 12). */
+         * has no timeline to draw. */
         rc = tpu_fail(err, TPU_ERR_INPUT,
                       "%s: graph.layers: the step does no work: no layer "
                       "computes anything (inputs, flatten and concatenations "

@@ -52,12 +52,12 @@ static void emit_part(lower_ctx *c, int phase, const gconv *q, int part,
     if (cand == FW_GC_VECTOR) {
         /* Elements the vector unit produces: the output (forward, weight
          * gradient's products) or the input gradient, counted as every
-         * other vector pass counts them (layout_out_elems: the stored layout's
-         * elements).  The small-batch rule pads a convolution's MXU
-         * operands (batch to 8, each tap's features to the lanes); applied
-         * here it made a 3-channel depthwise stem at one example per core
-         * 341x its elements, while the batchnorm beside it paid for 3
-         * (probe round 11). */
+         * other vector pass counts them (layout_out_elems: the stored
+         * layout's elements).  The small-batch rule pads a convolution's
+         * MXU operands (batch to 8, each tap's features to the lanes) and
+         * does not apply here: it would make a 3-channel depthwise stem at
+         * one example per core 341x its elements, while the batchnorm
+         * beside it pays for 3. */
         int64_t ch = part == 1 ? q->cin : q->cout;
         double rws = part == 1 ? q->in_rows : q->m_rows;
         double el = rws * (double)ch;
@@ -131,10 +131,10 @@ static void emit_part(lower_ctx *c, int phase, const gconv *q, int part,
      * rows (at least the array's rows each: a shorter group leaves the
      * array's pipeline as idle as a full tile would).  One group's weights
      * are resident at a time; the others' stream in with the rows, each
-     * group's while the previous group's rows go through.  (With every
-     * group's weights counted as one resident block, the VMEM planner cut
-     * a 2^15-group product of N = 2 into 8-row tiles and K parts, 17x the
-     * cost per channel of 2^14 groups: probe round 11.) */
+     * group's while the previous group's rows go through.  (Counting every
+     * group's weights as one resident block would make the VMEM planner
+     * cut a 2^15-group product of N = 2 into 8-row tiles and K parts, 17x
+     * the cost per channel of 2^14 groups.) */
     int fold;
     int64_t G = q->G;
     c->fx = fx;
@@ -174,7 +174,7 @@ static void emit_part(lower_ctx *c, int phase, const gconv *q, int part,
 
 /* The candidate a part takes: the forced one (xla.group_conv; the vector
  * pass only where a group has one channel, else the fastest of the MXU
- * ones), or the one the engine runs fastest, ties to the lower number. */
+ * ones), or the one the pricer finds fastest, ties to the lower number. */
 int gconv_pick(lower_ctx *c, int phase, const gconv *q, int part)
 {
     int forced = c->hw->xla_group_conv, vec_ok = q->cin_g == 1;

@@ -154,8 +154,8 @@ static void halo_of_shard(const lower_ctx *c, int l, int i, const int *coords,
  * the others at 0.  A shard's halo along dimension d depends on its
  * coordinate along d alone, so whether any shard gathers or exchanges is
  * decided by these sum-of-the-factors shards as by all product-of-the-
- * factors ones (probe round 6: 1024 cores per replica made the lowering
- * quadratic in the cores, 53 s a step). */
+ * factors ones, and the lowering stays linear in the cores (asking every
+ * shard is quadratic: 53 s a step at 1024 cores per replica). */
 static int axis_coords(const lower_ctx *c, int idx, int co[GRAPH_MAX_SP])
 {
     for (int d = 0; d < GRAPH_MAX_SP; d++)
@@ -413,8 +413,8 @@ void halo_exchange(lower_ctx *c, int phase, int l, int i, const halo_t *h,
  * the activation's halos again, concatenated per dimension, unmasked
  * (openxla/xla spmd/convolution_handler.cc; xla.dw_halo).  A window too
  * wide for the neighbours is all-gathered again, as the forward pass did:
- * only the shard is saved for the backward pass (probe round 12: the
- * product read the forward's gathered window, which nothing kept). */
+ * only the shard is saved for the backward pass, not the forward's
+ * gathered window. */
 void halo_dw_exchange(lower_ctx *c, int l, int i, const halo_t *h)
 {
     if (!c->hw->xla_dw_halo || !halo_needed(c, l, i))

@@ -62,8 +62,8 @@ double layout_batch_scale(const lower_ctx *c)
  * A spatial dimension of extent 1 takes no part in the (8, 128) tiling:
  * layout assignment is free to place a degenerate dimension major, so the
  * tiled pair is the channels and the innermost dimension longer than one
- * [U] (the hardware audit found a 1-column halo along W shipped padded to
- * 8 columns, 8x its bytes; a 33-row one along H is not). */
+ * [U]: a 1-column halo along W is not shipped padded to 8 columns (8x
+ * its bytes), as a 33-row one along H is not. */
 double layout_bytes(const lower_ctx *c, int nsp, const int64_t ext[],
                     int64_t ch, int dtype)
 {

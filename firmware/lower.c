@@ -3,9 +3,8 @@
  * beside it (firmware/lower_internal.h lists them) hold the layout, the
  * tile loops, the halos, grouped convolutions, fusion and memory.
  *
- * Lowering rules (docs/FIRMWARE.md has the same with the reasons):
- *
- * Layout: firmware/layout.c.
+ * Lowering rules (docs/FIRMWARE.md has them all with the reasons; the
+ * tiled layout's is in firmware/layout.c):
  *
  * Fusion (XLA "convolution fusion" / "loop fusion"; how much is fused on a
  * real TPU is [U]): bias and the batchnorm statistics are computed in the
@@ -30,6 +29,8 @@
 #include "emu/result.h"
 #include "firmware/lower_internal.h"
 
+/* Every instruction of the lowering goes through these two: c->prog is
+ * the step's program, or a candidate's being priced. */
 void lower_emit(lower_ctx *c, fw_op op, int phase, int layer, int64_t a,
                 int64_t b, int64_t cc, int64_t d)
 {
@@ -81,15 +82,14 @@ static void lower_matrix_layer(lower_ctx *c, int l, int phase)
      * or taps folded into K (im2col) when that needs fewer passes of the
      * array's depth.  The padding is the layout's, not the array's: with a
      * deeper array (--set mxu.rows=256) a 128-channel tap stays 128 deep
-     * and two taps share a pass (probe round 7: padding to the depth made
-     * a 256x256 array slower than 128x128 on a 3x3 convolution). */
+     * and two taps share a pass (padding to the depth would make a 256x256
+     * array slower than 128x128 on a 3x3 convolution). */
     int64_t lane = c->hw->lane_pad;
     int64_t k_taps = L->op == GOP_CONV_T ? cdiv(taps, sprod) : taps;
     int fold;
     int64_t K = layout_tap_k(c, L, k_taps, cin, &fold);
     /* Weights as the MXU reads them: bf16, or for an f32 layer the fp32
-     * values its three bf16 passes split (audit: an f32 convolution read
-     * 2 bytes a weight). */
+     * values its three bf16 passes split (4 bytes a weight, not 2). */
     double w_bytes = (double)taps * (double)cin * (double)rup(cout, lane) *
                      (L->dtype_bytes == 4 ? 4 : 2);
     int64_t M = (int64_t)llround(m_out * layout_rows_scale(c, L));
@@ -141,8 +141,8 @@ static void lower_matrix_layer(lower_ctx *c, int l, int phase)
             if (M > 0)
                 gconv_emit(c, phase, &q, 0, cand);
             /* MXU utilization counts the matrix unit's useful MACs: a
-             * depthwise part on the vector unit has none there (probe
-             * round 11: an MXU idle all step read 0.07%) */
+             * depthwise part on the vector unit has none there, and an
+             * MXU idle all step reads 0% */
             if (cand != FW_GC_VECTOR)
                 c->mem->useful_macs +=
                     L->macs * c->B * layout_out_fraction(c, l);
@@ -154,9 +154,9 @@ static void lower_matrix_layer(lower_ctx *c, int l, int phase)
              * over its stride phases (3x3 at stride 2: 4, 2, 2 and 1 taps)
              * runs as s^d sub-convolutions, timed as the strided input
              * gradient is: rows / s^d rows by every tap (ceil(taps / s^d)
-             * taps at every output position charged 1.33x the work, 4x
-             * for 1x1; probe round 12).  An even split keeps taps / s^d
-             * per output row. */
+             * taps at every output position would charge 1.33x the work,
+             * 4x for 1x1).  An even split keeps taps / s^d per output
+             * row. */
             int fold_t;
             int64_t Mt = cdiv(M, sprod),
                     Kt = layout_tap_k(c, L, taps, cin, &fold_t);
@@ -199,10 +199,10 @@ static void lower_matrix_layer(lower_ctx *c, int l, int phase)
          * runs as s^d sub-convolutions, one per stride phase, whose taps
          * add up to the kernel's: timed as one product of (input rows /
          * s^d) rows by every tap, each row standing for one group of s^d
-         * input positions (fx_mm.c walks them so).  It charged every
-         * input position ceil(taps / s^d) taps: 4x the useful work of a
-         * 1x1 stride-2 convolution, whose other phases have no tap (probe
-         * round 12).  Taps fold into K as the forward's do (with dY's
+         * input positions (emu/fx/fx_mm.c walks them so), not
+         * ceil(taps / s^d) taps at every input position: that is 4x the
+         * useful work of a 1x1 stride-2 convolution, whose other phases
+         * have no tap.  Taps fold into K as the forward's do (with dY's
          * features), unless the small-batch layout keeps them apart. */
         if (layout_keeps_taps(c, L))
             Min = (int64_t)llround((double)Min * layout_batch_scale(c));
@@ -236,12 +236,9 @@ static void lower_matrix_layer(lower_ctx *c, int l, int phase)
     halo_dw_exchange(c, l, i, &h);
     /* dW: m = K rows of X^T, k = M positions, n = cout; accumulated in
      * fp32 in VMEM over slabs of M, stored once (tile_dw; the slabs'
-     * loads overlap the products: probe round 6's audit found them timed
-     * after the product, 50% too long for a 1x1 convolution).  In the
-     * small-batch layout
-     * the guide pads the weight-gradient convolution's batch (the input
-     * features: K, unfolded) to 128 and its feature (the examples, in M)
-     * to 8. */
+     * loads overlap the products).  In the small-batch layout the guide
+     * pads the weight-gradient convolution's batch (the input features:
+     * K, unfolded) to 128 and its feature (the examples, in M) to 8. */
     c->fx = FX_DW;
     int dw_on_mxu = 1;
     if (G > 1 && M > 0) {

@@ -36,9 +36,9 @@ typedef struct {
     int *last_use;       /* per layer: its last consumer, -1 for none */
     double *ends;        /* mem_account's scratch, per layer */
     uint8_t *kept_for;   /* per layer: a consumer's backward reads it
-                            (saved_for_backward; once per lowering, not
-                            a scan per layer: 14,000 layers took
-                            seconds, probe round 6) */
+                            (saved_for_backward; marked once per
+                            lowering: a scan of the consumers per layer
+                            takes seconds at 14,000 layers) */
     int *apply_t;        /* xla.bn_apply_fused, per batchnorm: the layer
                             whose output is not stored (the batchnorm or
                             its fused relu), -1; NULL when the switch is
@@ -51,6 +51,8 @@ typedef struct {
                                 being priced (its tile loops use scratch) */
 } lower_ctx;
 
+/* Rounding up to a multiple of m, and divisions rounding up and (for
+ * negative operands too) down. */
 static inline int64_t rup(int64_t x, int64_t m)
 {
     return m > 0 ? (x + m - 1) / m * m : x;

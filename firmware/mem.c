@@ -61,8 +61,8 @@ void mem_account(lower_ctx *c)
     /* Tensors not held for the step that wait for a later consumer (a
      * skip connection in inference, a recomputed activation that a later
      * forward layer still reads): live from their producer to their last
-     * consumer (probe round 12: an inference U-shaped net fitted with 18
-     * GiB live at once).  `open` sums those produced so far and still
+     * consumer, so an inference U-shaped net with 18 GiB live at once
+     * does not fit.  `open` sums those produced so far and still
      * waiting; `ends[l]` those whose last consumer is l. */
     double open = 0, *ends = c->ends;
     memset(ends, 0, sizeof *ends * (size_t)g->n_layers);

@@ -157,7 +157,7 @@ static double tiling_ps(lower_ctx *c, const tiling *t);
  * for their weight loads and fill. */
 #define TILE_SEARCH_VMEM_FLOOR (256.0 * 1024)
 
-/* Takes the candidate when the engine runs it strictly faster than the
+/* Takes the candidate when the pricer finds it strictly faster than the
  * best so far: ties keep the earlier candidate, which has the larger
  * tiles. */
 static void keep_faster(lower_ctx *c, double *best, const tiling *cand,
@@ -173,8 +173,8 @@ static void keep_faster(lower_ctx *c, double *best, const tiling *cand,
 /* The next VMEM budget whose largest tiles are candidates, below v: the
  * largest power of two under it (at least the floor).  Powers of two
  * rather than VMEM / 2^j, so that any VMEM offers every candidate of each
- * power-of-two VMEM below it (40 MB keeps 32 MiB's tiles: probe round 5
- * found 40 MB slower than 32 MiB). */
+ * power-of-two VMEM below it: 40 MB keeps 32 MiB's tiles, so it is
+ * never slower than 32 MiB. */
 static double budget_below(double v)
 {
     double p = TILE_SEARCH_VMEM_FLOOR;
@@ -392,7 +392,7 @@ static void emit_matmul_kparts(lower_ctx *c, int phase, int layer, int64_t m,
     c->fx = keep;
 }
 
-/* The engine's time for a product cut into K parts by plan pl (alone,
+/* The pricer's time for a product cut into K parts by plan pl (alone,
  * from idle, as tiling_ps prices one tiling); -1 out of memory. */
 static double kparts_ps(lower_ctx *c, int64_t m, int64_t k, int64_t n,
                         double ld_per_row, double st_per_row, double w_bytes,
@@ -427,11 +427,11 @@ void tile_matmul(lower_ctx *c, int phase, int layer, int64_t m, int64_t k,
     mm_plan pl = matmul_plan(c, c->hw->vmem_bytes, m, k, n, ld_per_row,
                              st_per_row, w_bytes, acc_row_bytes);
     if (pl.kparts > 1) {
-        /* K parts too are chosen by the engine among the budgets' plans
-         * (each budget's largest tiles, ties keeping the larger): the
-         * largest tile alone made 20 MB of VMEM slower than 16 MiB once
-         * back-to-back products stopped paying a fill per tile (probe
-         * round 12, UNet 256's dec2_a_conv). */
+        /* K parts too are chosen by the pricer among the budgets' plans
+         * (each budget's largest tiles, ties keeping the larger): with
+         * the largest tile alone, 20 MB of VMEM is slower than 16 MiB
+         * where back-to-back products pay no fill per tile (UNet 256's
+         * dec2_a_conv). */
         mm_plan best_pl = pl;
         double best =
             c->hw->xla_tile_search

@@ -86,7 +86,8 @@ for f in $files; do
             continue
         fi
         if [ "${il%% *}" -gt "$fn" ]; then
-            echo "$f:$ln: includes \"$inc\": layer ${fl#* } ($fn) includes higher layer ${il#* } (${il%% *})"
+            why="layer ${fl#* } ($fn) includes higher layer"
+            echo "$f:$ln: includes \"$inc\": $why ${il#* } (${il%% *})"
             bad=1
         fi
     done
