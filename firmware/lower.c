@@ -623,13 +623,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
         free(head);
         free(next);
     }
-    {
-        double rb = mem->remat_bytes;
-        int rn = mem->remat_layers;
-        mem_account(&c);
-        mem->remat_bytes = rb;
-        mem->remat_layers = rn;
-    }
+    mem_account(&c);
     if (g->train && mem->grads_bytes > 0) {
         /* Only the trainable weights' gradients are all-reduced and
          * applied. */

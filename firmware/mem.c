@@ -53,6 +53,8 @@ static int held_for_step(const lower_ctx *c, int l)
     return c->g->train && saved_for_backward(c, l) && !c->remat[l];
 }
 
+/* Fills c->mem's state, saved, workspace and peak bytes from the
+ * decisions so far (the remat figures are mem_choose_remat's). */
 void mem_account(lower_ctx *c)
 {
     const graph *g = c->g;
@@ -147,11 +149,7 @@ void mem_choose_remat(lower_ctx *c)
         c->remat[best] = 1;
         c->mem->remat_bytes += bb;
         c->mem->remat_layers++;
-        double keep_b = c->mem->remat_bytes;
-        int keep_n = c->mem->remat_layers;
         mem_account(c);
-        c->mem->remat_bytes = keep_b;
-        c->mem->remat_layers = keep_n;
     }
 }
 

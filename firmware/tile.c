@@ -204,7 +204,7 @@ static int64_t pass_count(double vmem, double big)
     return nt < 1 ? 1 : nt;
 }
 
-/* A streaming vector pass: read in_bytes, write layout_out_bytes, `ops` vector
+/* A streaming vector pass: read in_bytes, write out_b, `ops` vector
  * operations per element over `elems` elements. */
 void tile_pass(lower_ctx *c, int phase, int layer, double in_bytes,
                double out_b, double elems, double ops)
