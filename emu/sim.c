@@ -5,12 +5,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/cost.h"
 #include "emu/engine.h"
 #include "emu/fx/fexec.h"
+#include "emu/params.h"
 #include "emu/plan.h"
 #include "firmware/lower.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The lowering's pricer: the engine's own timing of a core-local
+ * sequence, with the DMA block costs the engine then uses. */
+typedef struct {
+    const tpu_params *hw;
+    cost_dma *dc;
+} sim_pricing;
+
+static int64_t price_local(void *ctx, const fw_program *prog)
+{
+    const sim_pricing *sp = ctx;
+    return engine_local_ps(sp->hw, sp->dc, prog);
+}
 
 void sim_opts_default(sim_opts *o)
 {
@@ -216,7 +231,7 @@ static tpu_status run_functional(const graph *g, const sim_opts *o,
 
 /* v bytes in unit u ("%.1f", no unit name) when that reads above 0.0 or
  * v is 0; NULL then.  Else the unit that fits, named: "19.5 KiB" rather
- * than "0.0" on a core of a few MiB (probe round 8). */
+ * than "0.0" on a core of a few MiB. */
 static const char *nofit_part(char *buf, size_t cap, double v, double u)
 {
     if (v <= 0 || v / u >= 0.05) {
@@ -250,7 +265,7 @@ static void nofit_parts(char *buf, size_t cap, const fw_memory *m, double u,
                      un);
     /* an inference step (or one with every layer frozen) holds weights
      * only: "weights+gradients+optimizer" would name what it has not, and
-     * with no backward pass nothing is kept for one (probe round 12) */
+     * with no backward pass nothing is kept for one */
     int state = m->grads_bytes + m->opt_bytes > 0;
     char kept[64] = "";
     if (state || m->saved_bytes > 0)
@@ -282,7 +297,7 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
     /* A split that cannot help is worth saying: spatial partitioning cuts
      * activations, never weights (every core of a replica holds them all,
      * with their gradients and optimizer state), so a user sweeping
-     * input_partition_dims would search in vain (probe round 9). */
+     * input_partition_dims would search in vain. */
     const char *state_only =
         m->weights_bytes + m->grads_bytes + m->opt_bytes <=
                 hw->hbm.capacity_bytes
@@ -294,7 +309,7 @@ static tpu_status nofit_fail(tpu_error *err, const char *path,
             : "; the weights alone exceed the core's HBM, and spatial "
               "partitioning does not split weights";
     /* as many decimals as it takes for the need to read above the
-     * capacity (probe round 6: "needs 16.0 GiB ... has 16 GiB") */
+     * capacity, never "needs 16.0 GiB ... has 16 GiB" */
     double need = m->peak_bytes / u, cap = hw->hbm.capacity_bytes / u;
     int d = 1;
     while (d < 6 && nearbyint(need * pow(10, d)) / pow(10, d) <= cap)
@@ -341,9 +356,11 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
         goto fail_plan;
     }
+    sim_pricing sp = {&hw, dc};
+    fw_pricer pricer = {price_local, &sp};
     double need = 0;
     for (int k = 0; k < p.cpr; k++) {
-        rc = fw_lower(g, &p, &hw, k, dc, &progs[k], &mems[k], err);
+        rc = fw_lower(g, &p, &hw, k, &pricer, &progs[k], &mems[k], err);
         if (rc)
             goto fail_plan;
         if (mems[k].remat_bytes > out->hbm_remat_bytes) {
@@ -424,7 +441,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     if (!(out->step_time_s > 0)) {
         /* Only relabellings (inputs, flatten, a concat of inputs): a
          * report of a step that takes no time reads as a broken one, and
-         * has no timeline to draw (probe round 12). */
+         * has no timeline to draw. */
         rc = tpu_fail(err, TPU_ERR_INPUT,
                       "%s: graph.layers: the step does no work: no layer "
                       "computes anything (inputs, flatten and concatenations "
@@ -472,10 +489,18 @@ tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
     rc = plan_build(&p, g, sys, batch, err);
     if (rc)
         return rc;
-    rc = fw_lower(g, &p, &hw, p.shard_of[core], NULL, prog, mem, err);
+    cost_dma *dc = cost_dma_new(&hw);
+    if (!dc) {
+        plan_free(&p);
+        return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
+    }
+    sim_pricing sp = {&hw, dc};
+    fw_pricer pricer = {price_local, &sp};
+    rc = fw_lower(g, &p, &hw, p.shard_of[core], &pricer, prog, mem, err);
     if (!rc && mem->peak_bytes > hw.hbm.capacity_bytes)
         rc = nofit_fail(err, o->trace_path ? o->trace_path : g->name, sys,
                         &hw, &p, mem);
+    cost_dma_free(dc);
     plan_free(&p);
     return rc;
 }

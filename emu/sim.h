@@ -1,15 +1,15 @@
-/* sim — run one step of a trace on an emulated pod slice.
- * The whole pipeline of DESIGN.md: graph -> partition plan -> firmware ->
- * pod engine -> step accounting. */
+/* sim — run one step of a trace on an emulated pod slice: the whole
+ * pipeline, graph -> partition plan -> firmware -> pod engine -> step
+ * accounting (docs/ARCHITECTURE.md draws it). */
 #ifndef EMU_SIM_H
 #define EMU_SIM_H
 
 #include <stdint.h>
 
 #include "emu/graph.h"
-#include "emu/params.h"
 #include "emu/result.h"
 #include "emu/status.h"
+#include "firmware/lower.h"
 
 typedef struct {
     const char *trace_path;    /* names the trace in messages */
@@ -52,7 +52,6 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
 
 /* The firmware of one core (for `tpuemu lower`).  TPU_ERR_NOFIT, with prog
  * and mem filled, when that core's step does not fit in HBM. */
-#include "firmware/lower.h"
 tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
                      fw_program *prog, fw_memory *mem, tpu_error *err);
 

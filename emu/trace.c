@@ -14,8 +14,6 @@
 #include <cJSON.h>
 
 #include "emu/graph.h"
-#include "emu/params.h"
-#include "emu/plan.h"
 #include "emu/rfile.h"
 #include "emu/trace_internal.h"
 

@@ -67,7 +67,7 @@ typedef enum {
     FX_KIND_COUNT
 } fx_kind;
 
-/* How a grouped convolution's part was lowered (firmware/lower.c gc_pick;
+/* How a grouped convolution's part was lowered (firmware/gconv.c gconv_pick;
  * docs/FIRMWARE.md): the block-diagonal filter expanded to a dense one, one
  * MXU product per group, or a vector-unit pass (depthwise only).  The
  * numbers are xla.group_conv's, which forces one (0 there: the fastest). */
@@ -95,7 +95,7 @@ typedef struct {
                           dropped from the saved set (the listing marks
                           it); never read by the timing */
     uint8_t gconv;   /* fw_gconv: the grouped convolution's candidate this
-                        instruction belongs to (firmware/lower.c gc_emit),
+                        instruction belongs to (firmware/gconv.c gconv_emit),
                         FW_GC_NONE for any other; for --functional and the
                         listings, never read by the timing */
 } fw_insn;

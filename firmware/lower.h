@@ -11,7 +11,8 @@
 #ifndef FIRMWARE_LOWER_H
 #define FIRMWARE_LOWER_H
 
-#include "emu/cost.h"
+#include <stdint.h>
+
 #include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/plan.h"
@@ -26,20 +27,30 @@ typedef struct {
     double workspace_bytes; /* largest set of transient tensors */
     double remat_bytes;     /* activations dropped and recomputed (xla.remat) */
     int remat_layers;
-    double peak_bytes;      /* the sum: what must fit in the core's HBM */
-    double useful_macs;     /* unpadded multiply-adds this core executes */
+    double peak_bytes;  /* the sum: what must fit in the core's HBM */
+    double useful_macs; /* unpadded multiply-adds this core executes */
     /* XLA's small-batch convolution layout (xla.conv_pad), when some
      * convolution took it: the examples per core and what they are padded
      * to; 0 when none did. */
     double small_batch, small_batch_padded;
 } fw_memory;
 
+/* Prices a core-local instruction sequence for the lowering's choices
+ * (tile sizes, a grouped convolution's candidates): its duration in ps
+ * run alone on one core from an idle start until its last store has
+ * landed, collectives stepped over.  The pipeline hands it the engine's
+ * (engine_local_ps), so the compiler's cost model is the machine it
+ * compiles for. */
+typedef struct {
+    int64_t (*price)(void *ctx, const fw_program *prog);
+    void *ctx;
+} fw_pricer;
+
 /* Lowers the step for shard `shard` of a replica (all replicas run the
- * same program).  `dc` prices DMA blocks for the tile-size choice: pass
- * the engine's (engine_input.dma_costs) to measure each size once, or
- * NULL.  TPU_ERR_SYSTEM only when host memory runs out. */
+ * same program), asking `pricer` (not NULL) for the durations its
+ * choices compare.  TPU_ERR_SYSTEM only when host memory runs out. */
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
-                    int shard, cost_dma *dc, fw_program *out, fw_memory *mem,
-                    tpu_error *err);
+                    int shard, const fw_pricer *pricer, fw_program *out,
+                    fw_memory *mem, tpu_error *err);
 
 #endif

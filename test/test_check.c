@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "emu/params.h"
-#include "emu/report.h"
 #include "test/harness.h"
 
 /* Eight cores in two kinds (even and odd shards of 2-way replicas), so the

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/params.h"
-#include "emu/report.h"
 #include "test/harness.h"
 
 /* n cores (2 per chip, one-core replicas), every category of core i

@@ -12,7 +12,6 @@
 
 #include "emu/out/chart.h"
 #include "emu/out/outfile.h"
-#include "emu/report.h"
 #include "emu/rfile.h"
 #include "test/harness.h"
 

@@ -1,11 +1,10 @@
-/* xla.remat (firmware/lower.c, choose_remat): a training step that does
+/* xla.remat (firmware/mem.c, mem_choose_remat): a training step that does
  * not fit recomputes activations whose inputs are kept anyway, so it
  * fits at the cost of one vector pass each; the values do not change. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "emu/sim.h"
 #include "test/harness.h"
 
 void th_suite_remat(th_ctx *t)

@@ -11,7 +11,6 @@
 
 #include <cJSON.h>
 
-#include "emu/params.h"
 #include "emu/report.h"
 #include "emu/rfile.h"
 #include "test/harness.h"

@@ -1,4 +1,4 @@
-/* Tiling of matrix products whose weights do not fit VMEM (firmware/lower.c,
+/* Tiling of matrix products whose weights do not fit VMEM (firmware/tile.c,
  * matmul_plan): N is cut into chunks of whole MXU tiles, and K into parts
  * when one tile's column of weights is still too large.  Found by probe
  * round 4: ragged N chunks (342, 228 and 114 columns for a 1024-channel
@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "emu/sim.h"
-#include "firmware/lower.h"
 #include "test/harness.h"
 
 static int write_conv(const char *path, const char *mode, int64_t batch,
