@@ -10,7 +10,7 @@
 
 #include "emu/params.h"
 #include "firmware/isa.h"
-#include "emu/view/app.h"
+#include "emu/view/layout.h"
 
 typedef struct {
     emu_event *ev;
