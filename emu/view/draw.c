@@ -27,7 +27,7 @@ void view_frame_rect(view_app *a, int x, int y, int w, int h, uint32_t rgb)
     SDL_RenderDrawRect(a->ren, &rc);
 }
 
-/* Glyphs per row of the font atlas: every glyph of emu/font.h (each
+/* Glyphs per row of the font atlas: every glyph of emu/out/font.h (each
  * letter with each accent, about 2400) in a 384 x 481 texture, built once,
  * so drawing text stays one texture copy per character. */
 #define ATLAS_COLS 64
@@ -82,9 +82,9 @@ void view_text(view_app *a, int x, int y, const char *s, int scale,
 }
 
 /* Text cut to maxw pixels ("..": cut), counted in characters and cut
- * between them (emu/font.h), never inside a UTF-8 sequence. */
+ * between them (emu/out/font.h), never inside a UTF-8 sequence. */
 void view_text_fit(view_app *a, int x, int y, const char *s, int maxw,
-                     uint32_t rgb)
+                   uint32_t rgb)
 {
     char buf[1024];
     int n = maxw / FONT_W;
@@ -114,11 +114,11 @@ static void draw_nofit(view_app *a)
         y += 18;
     }
     view_text_fit(a, x, y + 36, "No step was timed, so there is no timeline or "
-             "breakdown to draw.", room, VIEW_MUTED);
+                  "breakdown to draw.", room, VIEW_MUTED);
     view_text_fit(a, x, y + 54, "tpuemu run on the trace says what the need is "
-             "made of; a larger slice or more", room, VIEW_MUTED);
+                  "made of; a larger slice or more", room, VIEW_MUTED);
     view_text_fit(a, x, y + 72, "ways of spatial partitioning (tpuemu sweep) "
-             "splits it.", room, VIEW_MUTED);
+                  "splits it.", room, VIEW_MUTED);
 }
 
 void view_draw(view_app *a)

@@ -115,7 +115,7 @@ static int draw_lane_info(view_app *a, int y)
              a->spans_core, a->n_spans);
     view_text_fit(a, 8, y + 6, buf, a->W - 16, VIEW_INK);
     view_text_fit(a, 8, y + 22, "hover or click a span for its times and categories; "
-             "it follows the first row shown", a->W - 16, VIEW_MUTED);
+                  "it follows the first row shown", a->W - 16, VIEW_MUTED);
     return 1;
 }
 

@@ -10,7 +10,7 @@
 #include "emu/view/layout.h"
 
 const emu_event *view_lane_ev(const view_app *a, int core, int unit,
-                                size_t i)
+                              size_t i)
 {
     return &a->r.per_core[a->src[core]].events[a->lanes[core * UNIT_COUNT + unit].idx[i]];
 }
@@ -171,7 +171,7 @@ typedef struct {
 } lay_time;
 
 /* Largest first, ties in graph order: the order of `tpuemu run --layers`
- * (emu/cli_run.c print_layers), so the panel and the table agree. */
+ * (emu/cli/run.c print_layers), so the panel and the table agree. */
 static int by_time(const void *x, const void *y)
 {
     const lay_time *a = x, *b = y;

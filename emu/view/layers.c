@@ -16,15 +16,15 @@ void view_draw_layers(view_app *a)
     int x0 = 20, room = a->W - 40;
     if (r->n_layers <= 0 || !r->layer_time_s) {
         view_text_fit(a, x0, VIEW_HEADER + 24,
-                 "This result has no per-layer times (a report without layers[]: an older or "
-                 "edited one).", room, VIEW_INK);
+                      "This result has no per-layer times (a report without layers[]: an older or "
+                      "edited one).", room, VIEW_INK);
         view_text_fit(a, x0, VIEW_HEADER + 42, "tpuemu run TRACE --report R.json writes them; "
-                 "press 3 for the per-core bars.", room, VIEW_MUTED);
+                      "press 3 for the per-core bars.", room, VIEW_MUTED);
         return;
     }
     if (a->lay_n == 0) {
         view_text_fit(a, x0, VIEW_HEADER + 24, "No layer has time on core 0's critical path.",
-                 room, VIEW_INK);
+                      room, VIEW_INK);
         return;
     }
     char buf[400], tb[48], sb[48];
@@ -48,12 +48,12 @@ void view_draw_layers(view_app *a)
         char name[300];
         view_lrow_label(a, w, name, sizeof name);
         view_text_fit(a, c.name_x, y + 2, name, c.name_w,
-                 w->kind == VIEW_LROW_LAYER ? VIEW_INK : VIEW_MUTED);
+                      w->kind == VIEW_LROW_LAYER ? VIEW_INK : VIEW_MUTED);
         /* Stacked by category, each edge at its rounded cumulative time,
          * so the bar's length is the row's time on the common scale.  A
          * row longer than the scale (the other layers) fills the width
-         * with its categories in proportion: cut at the scale, stacked
-         * mxu first, it showed only the first one or two. */
+         * with its categories in proportion (cut at the scale, stacked
+         * mxu first, it would show only the first one or two). */
         double csum = 0;
         for (int q = 0; q < CAT_COUNT; q++)
             csum += w->cat[q];

@@ -49,12 +49,12 @@ double view_x_of_t(const view_app *a, double t)
  * once per lane.  0 when the span starts at or past the plot's right
  * edge xr. */
 int view_span_cols(const view_app *a, double t0, double t1, int ceil_end,
-                     int drawn, int xr, int *x0, int *x1)
+                   int drawn, int xr, int *x0, int *x1)
 {
     /* Clamped as doubles: deep in a long step a span's ends lie 1e11
      * pixels and more outside the plot, past what an int holds (the
-     * conversion would be undefined: x86 gives INT_MIN, and a span
-     * covering the whole window was drawn as one column). */
+     * conversion is undefined: x86 gives INT_MIN, which would draw a span
+     * covering the whole window as one column). */
     double f0 = floor(view_x_of_t(a, t0)),
            f1 = ceil_end ? ceil(view_x_of_t(a, t1)) : floor(view_x_of_t(a, t1));
     *x0 = f0 < VIEW_LABELS ? VIEW_LABELS : f0 > xr ? xr : (int)f0;
@@ -190,7 +190,7 @@ int view_pick_span(const view_app *a, int x, int y, long *span)
 /* FLOPs and bytes of the unit events under a critical-path span, each
  * counted pro rata to its overlap (critical-path events carry none). */
 void view_span_work(const view_app *a, int core, double t0, double t1,
-                      double *flops, double *bytes)
+                    double *flops, double *bytes)
 {
     *flops = *bytes = 0;
     for (int u = 1; u < UNIT_COUNT; u++) {
@@ -210,7 +210,7 @@ void view_span_work(const view_app *a, int core, double t0, double t1,
 
 /* "replicas 1-7"; "replica 3" for one. */
 void view_fmt_reps(char *buf, size_t cap, const view_row *rw, const char *one,
-                     const char *many)
+                   const char *many)
 {
     if (rw->rep0 == rw->rep1)
         snprintf(buf, cap, "%s %d", one, rw->rep0);

@@ -190,7 +190,7 @@ static void draw_layer_lane(view_app *a, int y)
     view_text_fit(a, 6, y + 1, lab, VIEW_LABELS - 14, VIEW_INK);
     if (!a->n_spans) {
         view_text_fit(a, VIEW_LABELS + 4, y + 1, "no critical-path events on this core",
-                 xr - VIEW_LABELS - 8, VIEW_MUTED);
+                      xr - VIEW_LABELS - 8, VIEW_MUTED);
         return;
     }
     double px = (a->v1 - a->v0) / (xr - VIEW_LABELS);
@@ -231,8 +231,8 @@ void view_draw_timeline(view_app *a)
     if (!a->has_events) {
         /* A report stores no events: no axis, nothing to hover. */
         view_text_fit(a, 20, top + 10,
-                 "This result has no recorded timeline (a report JSON stores none).",
-                 a->W - 40, VIEW_INK);
+                      "This result has no recorded timeline (a report JSON stores none).",
+                      a->W - 40, VIEW_INK);
         view_text_fit(a, 20, top + 28, "Press 2 for the torus, 3 for the bars, 4 for the layers.", a->W - 40, VIEW_INK);
         return;
     }

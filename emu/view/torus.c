@@ -143,17 +143,17 @@ void view_draw_torus(view_app *a)
             if (core >= a->r.cores)
                 break;
             view_fill(a, px + 1 + k * (cw + 1), py + 1, cw, chip - 2,
-                 core_color(a->r.per_core[core].mxu_utilization));
+                      core_color(a->r.per_core[core].mxu_utilization));
         }
         if (ch == hover) {
             view_frame_rect(a, px - 2, py - 2, chip + 4, chip + 4, 0x000000);
             view_frame_rect(a, px - 3, py - 3, chip + 6, chip + 6, 0x000000);
         }
     }
-    /* Chip numbers, after the strokes and never over one (drawn at the
-     * chip's left edge, across its vertical strokes, "16" read "1E" on a
-     * 16x16 torus), all in one place for the frame, chosen for the widest
-     * number; none when no place holds it: hovering a chip names it. */
+    /* Chip numbers, after the strokes and never over one (across the
+     * vertical strokes "16" would read "1E" on a 16x16 torus), all in one
+     * place for the frame, chosen for the widest number; none when no
+     * place holds it: hovering a chip names it. */
     int lab_x = view_chip_label_dx(a, cell, chip, lw, labels);
     for (int ch = 0; lab_x >= 0 && ch < a->r.chips; ch++) {
         int px = ox + ch % dx * cell, py = oy + ch / dx * cell;
