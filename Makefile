@@ -26,20 +26,25 @@ LDFLAGS ?=
 CORE_DIRS  := mxu hbm interconnect firmware emu emu/fx emu/out emu/imp
 CORE_SRCS  := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.c))
 CLI_SRCS   := $(wildcard emu/cli/*.c emu/cli/sweep/*.c)
-VIEW_SRCS  := $(wildcard emu/view/*.c)
+# The viewer's files that draw include SDL; the rest (its state, layout,
+# hit testing and text: emu/view/layout.h) do not, and the test runner
+# links them too, so the tests call the viewer's own functions.
+VIEW_PURE_SRCS := emu/view/index.c emu/view/layout.c emu/view/demo.c
+VIEW_SRCS  := $(filter-out $(VIEW_PURE_SRCS),$(wildcard emu/view/*.c))
 TEST_SRCS  := $(wildcard test/test_*.c) test/harness.c
 
 CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 VIEW_OBJS := $(VIEW_SRCS:%.c=$(BUILD)/%.o)
+VIEW_PURE_OBJS := $(VIEW_PURE_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/registry.o
 LIB       := $(BUILD)/libtpuemu.a
 
 .PHONY: all deps run test bench asan clean fuzz fuzz-report fuzz-sim fuzz-sweep check-perf rebaseline
 all: tpuemu
 
-# Only the viewer objects see SDL's headers.
-$(BUILD)/emu/view/%.o: VIEWFLAGS = $(VIEW_CFLAGS)
+# Only the viewer objects that draw see SDL's headers.
+$(VIEW_OBJS): VIEWFLAGS = $(VIEW_CFLAGS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -49,8 +54,8 @@ $(LIB): $(CORE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-tpuemu: $(CLI_OBJS) $(VIEW_OBJS) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(VIEW_OBJS) $(LIB) $(VIEW_LIBS) $(CORE_LIBS)
+tpuemu: $(CLI_OBJS) $(VIEW_OBJS) $(VIEW_PURE_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(VIEW_OBJS) $(VIEW_PURE_OBJS) $(LIB) $(VIEW_LIBS) $(CORE_LIBS)
 
 # The test registry is generated from every `void th_suite_NAME(th_ctx *t)`
 # in test/test_*.c, so adding a suite is adding a file.
@@ -61,8 +66,8 @@ $(BUILD)/test/registry.c: $(wildcard test/test_*.c) scripts/gen_registry.sh
 $(BUILD)/test/registry.o: $(BUILD)/test/registry.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/test_runner: $(TEST_OBJS) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(LIB) $(CORE_LIBS)
+$(BUILD)/test_runner: $(TEST_OBJS) $(VIEW_PURE_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(VIEW_PURE_OBJS) $(LIB) $(CORE_LIBS)
 
 # First-time set-up on a fresh Debian machine: installs what pkg-config
 # cannot find (as root, with apt-get), otherwise says what to install.
@@ -157,8 +162,8 @@ asan: deps
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  TPUEMU=./build-asan/tpuemu TPUEMU_ASAN=1 build-asan/test_runner
 
-build-asan/tpuemu: $(CLI_OBJS) $(VIEW_OBJS) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(VIEW_OBJS) $(LIB) $(VIEW_LIBS) $(CORE_LIBS)
+build-asan/tpuemu: $(CLI_OBJS) $(VIEW_OBJS) $(VIEW_PURE_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(VIEW_OBJS) $(VIEW_PURE_OBJS) $(LIB) $(VIEW_LIBS) $(CORE_LIBS)
 
 clean:
 	rm -rf build build-asan build-fuzz tpuemu

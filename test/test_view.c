@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "emu/out/font.h"
+#include "emu/view/layout.h"
 #include "firmware/isa.h"
 #include "test/harness.h"
 
@@ -53,13 +54,13 @@ static long count_rgb_in(const unsigned char *p, int w, int x0, int y0, int x1, 
     return n;
 }
 
-/* Layout of emu/view_app.h (the test does not include SDL). */
-enum { V_HEADER = 40, V_AXIS = 24, V_FOOTER = 40, V_LABELS = 130 };
-/* The layer lane (VIEW_LANE) sits between the axis and the core rows:
- * a timeline with events has its rows V_LANE lower. */
-enum { V_LANE = 20 };
-#define C_INK 0x202020u
-#define C_MUTED 0x666666u
+/* The viewer's layout (emu/view/layout.h).  The layer lane sits between
+ * the axis and the core rows: a timeline with events has its rows V_LANE
+ * lower. */
+enum { V_HEADER = VIEW_HEADER, V_AXIS = VIEW_AXIS, V_FOOTER = VIEW_FOOTER };
+enum { V_LABELS = VIEW_LABELS, V_LANE = VIEW_LANE };
+#define C_INK ((unsigned)VIEW_INK)
+#define C_MUTED ((unsigned)VIEW_MUTED)
 
 /* Takes a screenshot; returns the pixels (caller frees) or NULL. */
 static unsigned char *shot(th_ctx *t, th_cmd_result *r, const char *args, int *w, int *h)
@@ -76,7 +77,7 @@ static unsigned char *shot(th_ctx *t, th_cmd_result *r, const char *args, int *w
     return p;
 }
 
-/* The reviewer's findings (docs/VIEWER.md), each checked on a frame. */
+/* What the viewer must get right (docs/VIEWER.md), each checked on a frame. */
 static void regressions(th_ctx *t, th_cmd_result *r)
 {
     int w, h;
@@ -168,7 +169,7 @@ static void regressions(th_ctx *t, th_cmd_result *r)
         TH_CHECK(t, has_text(p, w, h, 6, V_HEADER + 5, "time (us)", C_INK));
         TH_CHECK(t, count_rgb_in(p, w, w - 10, V_HEADER, w, V_HEADER + V_AXIS, C_INK) == 0);
         /* a label near the right end (the step's length decides which:
-         * 90 us of 95 since session 12's MXU streaming) */
+         * 90 us of a 95 us step) */
         TH_CHECK(t, count_rgb_in(p, w, w - 55, V_HEADER, w - 10, V_HEADER + V_AXIS, C_INK) > 10);
         free(p);
     }
@@ -182,8 +183,8 @@ static void regressions(th_ctx *t, th_cmd_result *r)
 
     th_case(t, "deep zoom: an event far wider than the window still fills it");
     /* 34 zooms of the demo's 938 ms step: a window of tens of ps, whose
-     * events start and end 1e10 pixels away, past an int (they were
-     * drawn as one column at the plot's left edge) */
+     * events start and end 1e10 pixels away, past an int (converted to
+     * int, they would be drawn as one column at the plot's left edge) */
     {
         char zs[200] = "--demo --size 640x400 --script 'move:400,90";
         for (int k = 0; k < 34; k++)

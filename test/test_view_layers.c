@@ -13,13 +13,14 @@
 #include "emu/out/font.h"
 #include "emu/graph.h"
 #include "emu/sim.h"
+#include "emu/view/layout.h"
 #include "test/harness.h"
 
-/* Layout of emu/view_app.h (the test does not include SDL). */
-enum { L_TOP = 40 + 24 + 2, L_BAR = 15, L_LABELS = 130, L_FOOTER = 40, L_MIN_CELLS = 6 };
-#define L_INK 0x202020u
-#define L_MUTED 0x666666u
-static const unsigned lane_shade[2] = {0xCFD8DC, 0xAEBAC2};
+/* The viewer's layout (emu/view/layout.h). */
+enum { L_TOP = VIEW_LANE_TOP, L_BAR = VIEW_LANE_BAR, L_LABELS = VIEW_LABELS };
+enum { L_FOOTER = VIEW_FOOTER };
+#define L_INK ((unsigned)VIEW_INK)
+#define L_MUTED ((unsigned)VIEW_MUTED)
 
 typedef struct {
     double t0, t1;
@@ -38,7 +39,7 @@ static const char *const ENV = "env -u DISPLAY -u WAYLAND_DISPLAY -u SDL_VIDEODR
 
 /* Screenshot with --lane-spans: the lane as the viewer drew it, and the
  * pixels.  1 on success. */
-static int view_lane(th_ctx *t, th_cmd_result *r, const char *args, lane_dump *d,
+static int lane_shot(th_ctx *t, th_cmd_result *r, const char *args, lane_dump *d,
                      unsigned char **rgb, int *w, int *h)
 {
     char png[400];
@@ -150,12 +151,8 @@ static unsigned px(const unsigned char *p, int w, int x, int y)
 /* The label the viewer gives span s: "NAME fwd", "NAME bwd", "update". */
 static void label_of(const emu_result *r, const lspan *s, char *buf, size_t cap)
 {
-    static const char *const ph[3] = {"fwd", "bwd", "update"};
-    const char *p = s->phase >= 0 && s->phase < 3 ? ph[s->phase] : "?";
-    if (s->layer >= 0 && s->layer < r->n_layers)
-        snprintf(buf, cap, "%s %s", r->layer_names[s->layer], p);
-    else
-        snprintf(buf, cap, "%s", s->phase == 2 ? "update" : p);
+    view_span sp = {s->t0, s->t1, s->layer, (uint8_t)s->phase, 0, s->n};
+    view_span_label(r, &sp, buf, cap);
 }
 
 typedef struct {
@@ -187,20 +184,16 @@ static label_counts check_labels(th_ctx *t, const emu_result *r, const lane_dump
         }
         char lab[300], cut[300];
         label_of(r, s, lab, sizeof lab);
-        int room = (x1 - x0 - 6) / FONT_W, cells = font_text_cells(lab);
+        int room = (x1 - x0 - 6) / FONT_W, fit = view_span_fit(cut, sizeof cut, lab, room);
         /* the span's shade at its first column, under any text */
-        if (px(p, d->w, x0, L_TOP) != lane_shade[i & 1] && !bad++)
+        if (px(p, d->w, x0, L_TOP) != VIEW_LANE_SHADE(i) && !bad++)
             TH_FAIL(t, "%s: span %zu (%s) at x %d: colour %06x", what, i, lab, x0,
                     px(p, d->w, x0, L_TOP));
-        if (room > 0 && cells <= room) {
+        if (fit == 1) {
             if (!th_text_at(p, d->w, d->h, x0 + 3, L_TOP + 1, lab, L_INK) && !bad++)
                 TH_FAIL(t, "%s: span %zu x %d..%d: no label '%s'", what, i, x0, x1, lab);
             n.full++;
-        } else if (room >= L_MIN_CELLS) {
-            font_fit(cut, sizeof cut, lab, room, "..");
-            size_t l = strlen(cut);
-            if (l >= 3 && cut[l - 3] == ' ')
-                memcpy(cut + l - 3, "..", 3);
+        } else if (fit == 2) {
             if (!th_text_at(p, d->w, d->h, x0 + 3, L_TOP + 1, cut, L_INK) && !bad++)
                 TH_FAIL(t, "%s: span %zu x %d..%d: no cut label '%s'", what, i, x0, x1, cut);
             n.cut++;
@@ -238,7 +231,7 @@ void th_suite_view_layers(th_ctx *t)
 
     th_case(t, "the lane's spans are core 0's layer runs (fwd, bwd apart; update its own)");
     have_tiny = simulate(t, "traces/small/tiny2d.json", &tiny);
-    if (have_tiny && view_lane(t, r, "traces/small/tiny2d.json --size 640x400", &d, &p, &w, &h)) {
+    if (have_tiny && lane_shot(t, r, "traces/small/tiny2d.json --size 640x400", &d, &p, &w, &h)) {
         TH_CHECK(t, d.core == 0);
         check_runs(t, &tiny, 0, &d);
         /* a training step: forward spans, backward spans, the update last */
@@ -258,7 +251,7 @@ void th_suite_view_layers(th_ctx *t)
     if (!th_asan()) {
         emu_result big;
         if (simulate(t, "traces/retinanet-1280-v3-8.json", &big)) {
-            if (view_lane(t, r, "traces/retinanet-1280-v3-8.json", &d, &p, &w, &h)) {
+            if (lane_shot(t, r, "traces/retinanet-1280-v3-8.json", &d, &p, &w, &h)) {
                 check_runs(t, &big, 0, &d);
                 TH_CHECKF(t, d.n > 100, "%zu spans", d.n);
                 label_counts n = check_labels(t, &big, &d, p, "retinanet 1280");
@@ -281,7 +274,7 @@ void th_suite_view_layers(th_ctx *t)
         "traces/small/tiny2d.json --size 700x400 --script 'move:300,150 z z right right'",
     };
     for (size_t v = 0; have_tiny && v < sizeof views / sizeof *views; v++) {
-        if (view_lane(t, r, views[v], &d, &p, &w, &h)) {
+        if (lane_shot(t, r, views[v], &d, &p, &w, &h)) {
             check_runs(t, &tiny, 0, &d);
             label_counts n = check_labels(t, &tiny, &d, p, views[v]);
             tot.full += n.full;
@@ -298,7 +291,7 @@ void th_suite_view_layers(th_ctx *t)
               tot.full, tot.cut, tot.none);
 
     th_case(t, "hover and click: the footer names the span, its phase and categories");
-    if (have_tiny && view_lane(t, r, "traces/small/tiny2d.json --size 640x400", &d, &p, &w, &h)) {
+    if (have_tiny && lane_shot(t, r, "traces/small/tiny2d.json --size 640x400", &d, &p, &w, &h)) {
         /* the widest span, hovered at its middle, then clicked */
         size_t best = 0;
         for (size_t i = 1; i < d.n; i++)
@@ -331,7 +324,7 @@ void th_suite_view_layers(th_ctx *t)
             char line[500];
             snprintf(args, sizeof args, "traces/small/tiny2d.json --size 640x400 --script '%s:%d,%d'",
                      k ? "click" : "move", x, L_TOP + 6);
-            if (view_lane(t, r, args, &d, &p, &w, &h)) {
+            if (lane_shot(t, r, args, &d, &p, &w, &h)) {
                 snprintf(line, sizeof line, "%s: %s", k ? "selected" : "hover", want);
                 TH_CHECKF(t, th_text_at(p, w, h, 8, h - L_FOOTER + 6, line, L_INK), "no '%s'",
                           line);
@@ -352,7 +345,7 @@ void th_suite_view_layers(th_ctx *t)
         /* off the lane (the axis), the footer does not name a span */
         snprintf(args, sizeof args, "traces/small/tiny2d.json --size 640x400 --script 'move:%d,50'",
                  x);
-        if (view_lane(t, r, args, &d, &p, &w, &h))
+        if (lane_shot(t, r, args, &d, &p, &w, &h))
             TH_CHECK(t, !th_text_at(p, w, h, 8, h - L_FOOTER + 6, "hover: core 0 layer", L_INK));
         free(p);
         p = NULL;
@@ -362,7 +355,7 @@ void th_suite_view_layers(th_ctx *t)
     th_case(t, "the lane follows the first shown row");
     have_p4 = simulate(t, "traces/small/tiny3d-p4.json", &p4);
     if (have_p4 &&
-        view_lane(t, r, "traces/small/tiny3d-p4.json --size 640x400 --script 'u down'", &d, &p,
+        lane_shot(t, r, "traces/small/tiny3d-p4.json --size 640x400 --script 'u down'", &d, &p,
                   &w, &h)) {
         TH_CHECKF(t, d.core == 1, "lane of core %d", d.core);
         TH_CHECK(t, th_text_at(p, w, h, 6, L_TOP + 1, "layers (core 1)", L_INK));
@@ -379,7 +372,7 @@ void th_suite_view_layers(th_ctx *t)
     th_run(r, "%s run traces/small/tiny2d.json --report %s", th_bin(), rep);
     if (TH_CHECKF(t, r->status == 0, "run: %s", r->err)) {
         snprintf(args, sizeof args, "%s --size 640x400 --script 1", rep);
-        if (view_lane(t, r, args, &d, &p, &w, &h)) {
+        if (lane_shot(t, r, args, &d, &p, &w, &h)) {
             TH_CHECK(t, d.n == 0 && d.core == -1);
             long shade = 0;
             /* the panel, between the header and the footer (the header's
@@ -387,7 +380,7 @@ void th_suite_view_layers(th_ctx *t)
             for (int y = 40; y < h - L_FOOTER; y++)
                 for (int x = 0; x < w; x++) {
                     unsigned c = px(p, w, x, y);
-                    shade += c == lane_shade[0] || c == lane_shade[1];
+                    shade += c == VIEW_LANE_SHADE(0) || c == VIEW_LANE_SHADE(1);
                 }
             TH_CHECKF(t, shade == 0, "%ld lane-shade pixels", shade);
             TH_CHECK(t, !th_text_at(p, w, h, 6, L_TOP + 1, "layers (", L_INK));

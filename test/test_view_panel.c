@@ -15,47 +15,28 @@
 #include "emu/out/chart.h"
 #include "emu/out/font.h"
 #include "emu/report.h"
+#include "emu/view/layout.h"
 #include "test/harness.h"
 
-/* Layout of emu/view_app.h and view_draw.c's layer_cols (the test does not
- * include SDL): rows from y 68, 18 apart; the name at x 10 in 26 cells
- * (36 from 960 pixels), the bar 8 pixels after it, the figures
- * right-aligned at W - 14 in 15 cells. */
-enum { P_TOP = 68, P_RH = 18, P_FOOTER = 40 };
-#define P_INK 0x202020u
-#define P_MUTED 0x666666u
-
+/* The panel's layout is the viewer's own (emu/view/layout.h): rows from
+ * VIEW_LROW_TOP, VIEW_LROW_H apart, in view_layer_cols' columns. */
+enum { P_TOP = VIEW_LROW_TOP, P_RH = VIEW_LROW_H, P_FOOTER = VIEW_FOOTER };
+#define P_INK ((uint32_t)VIEW_INK)
+#define P_MUTED ((uint32_t)VIEW_MUTED)
 
 typedef struct {
-    int name_cells, bar_x, bar_w, num_r, slots;
+    int name_x, name_cells, bar_x, bar_w, num_r, slots;
 } geom;
 
 static geom geom_of(int w, int h)
 {
-    geom g;
-    g.name_cells = w >= 960 ? 36 : 26;
-    g.bar_x = 10 + g.name_cells * FONT_W + 8;
-    g.num_r = w - 14;
-    g.bar_w = g.num_r - 15 * FONT_W - 8 - g.bar_x;
-    g.slots = (h - P_FOOTER - P_TOP - 4) / P_RH;
+    view_app a;
+    memset(&a, 0, sizeof a);
+    a.W = w;
+    a.H = h;
+    view_lcols c = view_layer_cols(&a);
+    geom g = {c.name_x, c.name_w / FONT_W, c.bar_x, c.bar_w, c.num_r, view_layer_slots(&a)};
     return g;
-}
-
-/* The viewer's time format (view_draw.c fmt_t): four significant digits
- * in the unit the value reads best in. */
-static void fmt_t(char *buf, size_t cap, double s)
-{
-    double a = fabs(s);
-    if (a == 0)
-        snprintf(buf, cap, "0");
-    else if (a >= 1)
-        snprintf(buf, cap, "%.4g s", s);
-    else if (a >= 1e-3)
-        snprintf(buf, cap, "%.4g ms", s * 1e3);
-    else if (a >= 1e-6)
-        snprintf(buf, cap, "%.4g us", s * 1e6);
-    else
-        snprintf(buf, cap, "%.4g ns", s * 1e9);
 }
 
 static unsigned char *shot(th_ctx *t, const char *args, int *w, int *h)
@@ -87,7 +68,7 @@ static int figures_at(const unsigned char *p, int w, int h, const geom *g, int k
                       double step)
 {
     char tb[48], buf[96];
-    fmt_t(tb, sizeof tb, s);
+    chart_fmt_time(tb, sizeof tb, s, CHART_TIME_SIG, 0);
     snprintf(buf, sizeof buf, "%s %5.1f%%", tb, 100 * s / step);
     return th_text_at(p, w, h, g->num_r - font_text_width(buf, 1), P_TOP + k * P_RH + 2, buf,
                       P_INK);
@@ -98,7 +79,7 @@ static int name_at(const unsigned char *p, int w, int h, const geom *g, int k, c
 {
     char cut[300];
     font_fit(cut, sizeof cut, name, g->name_cells, "..");
-    return th_text_at(p, w, h, 10, P_TOP + k * P_RH + 2, cut, col);
+    return th_text_at(p, w, h, g->name_x, P_TOP + k * P_RH + 2, cut, col);
 }
 
 typedef struct {
@@ -263,14 +244,14 @@ void th_suite_view_panel(th_ctx *t)
         if ((p = shot(t, args, &w, &h))) {
             const double *c = r.layer_time_s + (size_t)ord[1].layer * CAT_COUNT;
             char tb[48], sb[48], line[300], m1[48], m2[48], m3[48];
-            fmt_t(tb, sizeof tb, ord[1].s);
-            fmt_t(sb, sizeof sb, step);
+            chart_fmt_time(tb, sizeof tb, ord[1].s, CHART_TIME_SIG, 0);
+            chart_fmt_time(sb, sizeof sb, step, CHART_TIME_SIG, 0);
             snprintf(line, sizeof line, "hover: core 0 layer %s  %s (%.1f%% of the %s step)  #2 of 11",
                      r.layer_names[ord[1].layer], tb, 100 * ord[1].s / step, sb);
             TH_CHECKF(t, th_text_at(p, w, h, 8, h - P_FOOTER + 6, line, P_INK), "no '%s'", line);
-            fmt_t(m1, sizeof m1, c[CAT_MXU]);
-            fmt_t(m2, sizeof m2, c[CAT_HBM_STALL]);
-            fmt_t(m3, sizeof m3, c[CAT_VECTOR]);
+            chart_fmt_time(m1, sizeof m1, c[CAT_MXU], CHART_TIME_SIG, 0);
+            chart_fmt_time(m2, sizeof m2, c[CAT_HBM_STALL], CHART_TIME_SIG, 0);
+            chart_fmt_time(m3, sizeof m3, c[CAT_VECTOR], CHART_TIME_SIG, 0);
             if (c[CAT_VECTOR] > 0)
                 snprintf(line, sizeof line, "critical path: mxu %s, hbm_stall %s, vector %s", m1,
                          m2, m3);

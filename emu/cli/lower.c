@@ -6,6 +6,7 @@
 
 #include "emu/cli/cli.h"
 #include "emu/graph.h"
+#include "emu/out/chart.h"
 #include "emu/result.h"
 #include "emu/sim.h"
 
@@ -105,21 +106,6 @@ static double charge_events(block *bs, size_t nb, const emu_core_result *pc)
     return lost;
 }
 
-/* Seconds in the unit that gives 1 to 999 of it, 4 significant digits. */
-static void fmt_time(char *buf, size_t cap, double s)
-{
-    if (s == 0)
-        snprintf(buf, cap, "0 s");
-    else if (s >= 1)
-        snprintf(buf, cap, "%.4g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, cap, "%.4g ms", s * 1e3);
-    else if (s >= 1e-6)
-        snprintf(buf, cap, "%.4g us", s * 1e6);
-    else
-        snprintf(buf, cap, "%.4g ns", s * 1e9);
-}
-
 static double sum_cats(const double *t)
 {
     double s = 0;
@@ -134,7 +120,7 @@ static void put_times(const double *t, double step)
 {
     char b[32];
     double tot = sum_cats(t);
-    fmt_time(b, sizeof b, tot);
+    chart_fmt_time(b, sizeof b, tot, CHART_TIME_SIG_UNIT, 0);
     if (tot <= 0) {
         fputs("0 s", stdout);
         return;
@@ -144,7 +130,7 @@ static void put_times(const double *t, double step)
     for (int k = 0; k < CAT_COUNT; k++) {
         if (t[k] <= 0)
             continue;
-        fmt_time(b, sizeof b, t[k]);
+        chart_fmt_time(b, sizeof b, t[k], CHART_TIME_SIG_UNIT, 0);
         printf("%s %s %s", first ? "" : ",", emu_cat_name((emu_cat)k), b);
         first = 0;
     }
@@ -324,17 +310,17 @@ static void put_timed_head(const emu_result *r, int core,
            ";   layers[] (which holds core 0's); (step) blocks are %s.\n",
            r->train ? "the gradient all-reduce and the update"
                     : "the step's end (an inference step has no update)");
-    fmt_time(b, sizeof b, me->step_time_s);
+    chart_fmt_time(b, sizeof b, me->step_time_s, CHART_TIME_SIG_UNIT, 0);
     printf("; core %d: step %s", core, b);
     int first = 1;
     for (int k = 0; k < CAT_COUNT; k++) {
         if (me->breakdown_s[k] <= 0)
             continue;
-        fmt_time(b, sizeof b, me->breakdown_s[k]);
+        chart_fmt_time(b, sizeof b, me->breakdown_s[k], CHART_TIME_SIG_UNIT, 0);
         printf("%s %s %s", first ? " =" : ",", emu_cat_name((emu_cat)k), b);
         first = 0;
     }
-    fmt_time(b, sizeof b, r->step_time_s);
+    chart_fmt_time(b, sizeof b, r->step_time_s, CHART_TIME_SIG_UNIT, 0);
     printf("; the slowest core's: %s\n", b);
     if (pc != me)
         printf("; (its timeline is core %d's: same shard, same program, "
@@ -361,7 +347,7 @@ static void put_timed_head(const emu_result *r, int core,
         for (int i = 0; i < ntop; i++) {
             const block *x = &bs[top[i]];
             double t = sum_cats(x->t);
-            fmt_time(b, sizeof b, t);
+            chart_fmt_time(b, sizeof b, t, CHART_TIME_SIG_UNIT, 0);
             printf("%s %s %s%s %s (%.3g%%)", i ? "," : "",
                    x->layer >= 0 ? r->layer_names[x->layer] : "(step)",
                    emu_phase_name((emu_phase)x->phase),
@@ -371,7 +357,7 @@ static void put_timed_head(const emu_result *r, int core,
         putchar('\n');
     }
     if (lost > 0) {
-        fmt_time(b, sizeof b, lost);
+        chart_fmt_time(b, sizeof b, lost, CHART_TIME_SIG_UNIT, 0);
         printf("; %s of the critical path matched no block\n", b);
     }
 }

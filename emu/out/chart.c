@@ -295,16 +295,50 @@ static void axes_box(chart_image *im, const frame *f)
     chart_line(im, f->x0, f->y1, f->x1, f->y1, INK);
 }
 
-static void fmt_time(char *buf, size_t cap, double s)
+int chart_time_decimals(double res, double sc)
 {
-    if (s == 0)
-        snprintf(buf, cap, "0");
-    else if (s >= 1)
-        snprintf(buf, cap, "%.3f s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, cap, "%.1f ms", s * 1e3);
+    double r = res * sc;
+    if (!(r > 0) || r >= 1)
+        return 0;
+    int d = (int)ceil(-log10(r) - 1e-9);
+    return d > 9 ? 9 : d;
+}
+
+void chart_fmt_time(char *buf, size_t cap, double s, chart_time_style st,
+                    double res)
+{
+    if (st == CHART_TIME_CAPTION) {
+        /* a caption's step time: no ns, a step is never that short */
+        if (s == 0)
+            snprintf(buf, cap, "0");
+        else if (s >= 1)
+            snprintf(buf, cap, "%.3f s", s);
+        else if (s >= 1e-3)
+            snprintf(buf, cap, "%.1f ms", s * 1e3);
+        else
+            snprintf(buf, cap, "%.1f us", s * 1e6);
+        return;
+    }
+    if (s == 0) {
+        snprintf(buf, cap, st == CHART_TIME_SIG_UNIT ? "0 s" : "0");
+        return;
+    }
+    if (st == CHART_TIME_RES) {
+        const char *un;
+        double sc = chart_time_unit(s, &un);
+        snprintf(buf, cap, "%.*f %s", chart_time_decimals(res, sc), s * sc,
+                 un);
+        return;
+    }
+    double a = fabs(s);
+    if (a >= 1)
+        snprintf(buf, cap, "%.4g s", s);
+    else if (a >= 1e-3)
+        snprintf(buf, cap, "%.4g ms", s * 1e3);
+    else if (a >= 1e-6)
+        snprintf(buf, cap, "%.4g us", s * 1e6);
     else
-        snprintf(buf, cap, "%.1f us", s * 1e6);
+        snprintf(buf, cap, "%.4g ns", s * 1e9);
 }
 
 void chart_fmt_sig(char *buf, size_t cap, double v, int sig)
@@ -476,7 +510,7 @@ static const char *breakdown_titles(chart_image *im, const emu_result *r,
 {
     int W = im->w;
     char buf[512], tbuf[64];
-    fmt_time(tbuf, sizeof tbuf, r->step_time_s);
+    chart_fmt_time(tbuf, sizeof tbuf, r->step_time_s, CHART_TIME_CAPTION, 0);
     snprintf(buf, sizeof buf, "Step time per core: %s",
              r->trace[0] ? r->trace : "(unnamed trace)");
     int ts = font_text_width(buf, 2) <= W - 40 ? 2 : 1;

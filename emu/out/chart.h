@@ -63,6 +63,27 @@ uint32_t chart_cat_color(emu_cat c);
  * that converts seconds into it.  The chart's y axis and the viewer's time
  * axis share it. */
 double chart_time_unit(double range, const char **name);
+/* How chart_fmt_time writes a time.  One formatter for every time a
+ * person reads (charts, the viewer, `tpuemu lower`); the styles differ on
+ * purpose: a caption keeps fixed decimals, a column four significant
+ * digits, a position on a zoomed axis the digits its zoom resolves. */
+typedef enum {
+    CHART_TIME_SIG,      /* 4 significant digits in s, ms, us or ns, by
+                            |s|: "1.287 s", "26.41 us"; 0 is "0" */
+    CHART_TIME_SIG_UNIT, /* the same, 0 is "0 s" */
+    CHART_TIME_CAPTION,  /* "1.287 s", "30.5 ms", "89.2 us" (no ns): the
+                            breakdown chart's step time; 0 is "0" */
+    CHART_TIME_RES       /* in chart_time_unit(s)'s unit with the decimals
+                            that resolve res seconds ("938.213 ms" deep
+                            in a zoom); 0 is "0" */
+} chart_time_style;
+/* s seconds for people, in style st (res: CHART_TIME_RES's resolution in
+ * seconds, ignored by the other styles). */
+void chart_fmt_time(char *buf, size_t cap, double s, chart_time_style st,
+                    double res);
+/* Decimals that resolve res seconds in a unit of scale sc (seconds times
+ * sc: chart_time_unit's factor), at most 9: a tick step's or a zoom's. */
+int chart_time_decimals(double res, double sc);
 /* v with `sig` significant figures and no exponent ("79.2", "0.137",
  * "1235", "0"): the breakdown legend's values. */
 void chart_fmt_sig(char *buf, size_t cap, double v, int sig);

@@ -1,6 +1,6 @@
 /* A synthetic result shaped like a ResNet-style training step, built in
- * memory so the viewer can be developed and screenshotted before (and
- * without) the engine.  Nothing here is a model of the hardware: the
+ * memory so the viewer can be developed and screenshotted without the
+ * engine.  Nothing here is a model of the hardware: the
  * durations are made up, only the structure (critical path, unit events,
  * halo and all-reduce traffic, link busy times) follows emu/result.h. */
 #include <math.h>
@@ -10,7 +10,7 @@
 
 #include "emu/params.h"
 #include "firmware/isa.h"
-#include "emu/view/app.h"
+#include "emu/view/layout.h"
 
 typedef struct {
     emu_event *ev;

@@ -2,8 +2,8 @@
  * A front end: it gets an emu_result from the core (sim_run for a trace,
  * report_read for a report) and draws it; see docs/VIEWER.md.
  *
- * Options beyond SPEC.md: --size WxH (window size), --script "KEYS"
- * (injects key and mouse events through SDL's event queue before the
+ * Options for development and tests: --size WxH (window size), --script
+ * "KEYS" (injects key and mouse events through SDL's event queue before the
  * screenshot, for tests: "z z right tab", "move:400,200", "click:X,Y",
  * "wheelup", "wheeldown"), and the hidden --demo / --demo-2048 (synthetic
  * v3-64 / v3-2048 results, no engine needed; 'd' switches between them)
