@@ -18,6 +18,8 @@
 #                 The instruction set is here, not with the compiler: the
 #                 cost model, the engine and the writers all read
 #                 instructions, and none of them lowers anything.
+#                 emu/imp/ (other tools' model files read into a trace)
+#                 is here too: it needs only the trace reader below it.
 #   4 cost        emu/cost: one instruction's price on its unit.
 #   5 compiler    firmware/ (but isa): graph + plan -> one core's program.
 #                 It is handed its pricer (fw_pricer) rather than calling
@@ -41,7 +43,7 @@ layer_of() {
     mxu/*.[ch] | hbm/*.[ch] | interconnect/*.[ch])
         echo "2 hardware" ;;
     emu/params*.[ch] | emu/graph*.[ch] | emu/trace*.[ch] | emu/plan*.[ch] | \
-        emu/result*.[ch] | firmware/isa*.[ch])
+        emu/result*.[ch] | firmware/isa*.[ch] | emu/imp/*.[ch])
         echo "3 model" ;;
     emu/cost*.[ch])
         echo "4 cost" ;;
