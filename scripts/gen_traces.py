@@ -558,6 +558,12 @@ def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None):
     }
     if reference is not None:
         t["reference"] = {"step_time_s": reference[0], "source": reference[1]}
+        # family: the rows validate summarises together; baseline: the
+        # trace this one is compared with at equal code.
+        if len(reference) > 2:
+            t["reference"]["family"] = reference[2]
+        if len(reference) > 3:
+            t["reference"]["baseline"] = reference[3]
     t["graph"] = {"inputs": graph.inputs, "layers": graph.layers}
     return t
 
@@ -573,15 +579,17 @@ def all_traces():
     mnv2 = mobilenet_v2(224)
 
     ref_r1280 = (0.910, SRC_LARGE_IMAGES + ": RetinaNet 1280x1280, v3-8, 8 cores, "
-                 "global batch 64, step time 910 ms")
+                 "global batch 64, step time 910 ms", "seed")
     ref_r2560 = (0.822, SRC_LARGE_IMAGES + ": RetinaNet 2560x2560, v3-64, 64 cores, "
                  "global batch 64, step time 822 ms (8 cores per replica, "
-                 "[1,4,2,1] assumed: the code's default)")
+                 "[1,4,2,1] assumed: the code's default)", "seed",
+                 "retinanet-r50-fpn-1280")
     ref_u128 = (3.428, SRC_LARGE_IMAGES + ": 3D UNet 128x128x128, v3-8, 8 cores, "
-                "global batch 32, step time 3.428 s")
+                "global batch 32, step time 3.428 s", "seed")
     ref_u256 = (3.02, SRC_LARGE_IMAGES + ": 3D UNet 256x256x256 (the guide misprints "
                 "2560x2560; the blog gives 256^3 on 128 cores), v3-128, global batch "
-                "32, step time 3.02 s, 16-way spatial partitioning")
+                "32, step time 3.02 s, 16-way spatial partitioning", "seed",
+                "unet3d-128")
 
     out = []
     t = trace("retinanet-r50-fpn-1280", r1280, "v3-8", 64, 1, [1, 1, 1, 1], ref_r1280)
@@ -596,6 +604,7 @@ def all_traces():
     out.append(("traces/reference/unet3d-256-v3-128.json",
                 trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256),
                 u256))
+    prev = None
     for system, batch, loop, step, spread in RESNET_MLPERF06:
         cores = int(system.split("-")[1])
         src = (SRC_MLPERF06 % ("tpu-" + system, "resnet", "resnet")
@@ -603,9 +612,10 @@ def all_traces():
                "bf16, LARS; step time %.1f ms = median block_start spacing / %d "
                "steps%s" % (system, batch, batch // cores, step * 1e3, loop,
                             " (runs %s)" % spread if spread else ""))
+        ref = (step, src, "resnet") + ((prev,) if prev else ())
+        prev = "resnet50-v1.5-%s" % system
         out.append(("traces/reference/resnet50-%s.json" % system,
-                    trace("resnet50-v1.5-%s" % system, rn50, system, batch, 1,
-                          [1, 1, 1, 1], (step, src)), rn50))
+                    trace(prev, rn50, system, batch, 1, [1, 1, 1, 1], ref), rn50))
     # The seeds' memory boundary: 8 examples of 2560x2560 on one core do not
     # fit; the same 8 per replica fit again when split 4 or 8 ways.
     out.append(("traces/retinanet-2560-v3-8.json",
