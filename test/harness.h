@@ -78,8 +78,20 @@ char *th_slurp(const char *path, size_t *len);
 /* Writes text to path (a test's input file); silent on failure: the
  * command that reads it then fails and says so. */
 void th_put(const char *path, const char *text);
+/* Processes still running whose parent is the runner: after each suite
+ * the runner fails the suite when there are any (the runner is a child
+ * subreaper, so a background process its shell left behind is its child
+ * too).  Their count; each described as "pid N: COMMAND; " in
+ * desc[cap].  Exited ones are reaped first. */
+int th_children(char *desc, size_t cap);
+/* Kills (SIGKILL) and reaps every child th_children finds. */
+void th_children_kill(void);
+
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);
+/* th_tmpdir() as an absolute path, for commands run from another
+ * directory. */
+const char *th_tmpdir_abs(void);
 
 /* A hand-built result for the report, check and chart tests, so each test
  * knows exactly what the file must say: `cores` cores two per chip,

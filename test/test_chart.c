@@ -160,7 +160,7 @@ void th_suite_chart(th_ctx *t)
     TH_CHECKF(t, st == TPU_OK, "%s", err.msg);
     if (TH_CHECK(t, read_png(path, &p))) {
         /* the plot spans x 90..810: 16 on an axis from 1 is at its right
-         * end; alone on the axis it was in the middle */
+         * end, not in the middle as a value alone on its axis would be */
         int right = count_color(&p, 790, 70, 830, 550, 0x0072B2);
         int middle = count_color(&p, 350, 70, 550, 550, 0x0072B2);
         TH_CHECKF(t, right > 0 && middle == 0,

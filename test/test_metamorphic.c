@@ -40,8 +40,8 @@ static const prop props[] = {
     {"4 MXUs per core", "mxus_per_core", "4"},
     {"vector ALUs x2", "vpu.alus", "4"},
     {"VMEM x2", "vmem_bytes", "33554432"},
-    /* not a power of two: the search's budgets below it are (probe round
-     * 5: 20 MB was 0.2% slower than 16 MiB on RetinaNet 1280) */
+    /* not a power of two: the search's budgets below it are (20 MB must
+     * not be slower than 16 MiB on RetinaNet 1280) */
     {"VMEM 20 MB", "vmem_bytes", "20000000"},
 };
 
