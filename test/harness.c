@@ -114,8 +114,10 @@ const char *th_tmpdir(void)
         snprintf(dir, sizeof dir, "build/test-tmp/%ld", (long)getpid());
         char cmd[320];
         snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-        if (system(cmd) != 0)
-            snprintf(dir, sizeof dir, "/tmp");
+        if (system(cmd) != 0) {
+            const char *tmp = getenv("TMPDIR");
+            snprintf(dir, sizeof dir, "%s", tmp && *tmp ? tmp : "/tmp");
+        }
     }
     return dir;
 }
@@ -493,4 +495,57 @@ unsigned char *th_view_shot(th_ctx *t, const char *args, const char *name,
         rgb = NULL;
     free(c);
     return rgb;
+}
+
+void th_result_whatif(th_ctx *t, const char *name, char *path, size_t cap,
+                      const char *const kv[][2], int n, const char *freeze)
+{
+    emu_result r;
+    const double cat[CAT_COUNT] = {[CAT_MXU] = 1e-3};
+    th_result_make(&r, "flat", "v3-8", 8, 1, 8, cat, NULL);
+    th_result_overrides(&r, n, kv);
+    snprintf(r.freeze, sizeof r.freeze, "%s", freeze ? freeze : "");
+    th_result_save(t, &r, name, path, cap);
+    emu_result_free(&r);
+}
+
+int th_terminal_safe(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; u[i]; i++) {
+        if ((u[i] < 0x20 && u[i] != '\n') || u[i] == 0x7f)
+            return 0;
+        if (u[i] == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
+            return 0;
+        if (u[i] == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xa8 &&
+            u[i + 2] <= 0xae)
+            return 0;
+        if (u[i] == 0xe2 && u[i + 1] == 0x81 && u[i + 2] >= 0xa6 &&
+            u[i + 2] <= 0xa9)
+            return 0;
+    }
+    return 1;
+}
+
+void th_sweep_text(char *buf, size_t cap, const char *trace,
+                   const char *rest)
+{
+    snprintf(buf, cap,
+             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"sw\", "
+             "\"trace\": \"%s\", %s}\n",
+             trace, rest);
+}
+
+void th_put_sweep(char *path, size_t cap, const char *dir, const char *name,
+                  const char *rest)
+{
+    char text[2048], cwd[1024];
+    if (!getcwd(cwd, sizeof cwd))
+        snprintf(cwd, sizeof cwd, ".");
+    snprintf(text, sizeof text,
+             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"%s\", "
+             "\"trace\": \"%s/traces/small/tiny2d.json\", %s}\n",
+             name, cwd, rest);
+    snprintf(path, cap, "%s/%s.json", dir, name);
+    th_put(path, text);
 }

@@ -111,6 +111,25 @@ void th_result_overrides(emu_result *r, int n, const char *const kv[][2]);
 void th_result_save(th_ctx *t, const emu_result *r, const char *name,
                     char *path, size_t cap);
 
+/* Writes th_tmpdir()/name: a v3-8 report of 8 cores spending 1 ms each in
+ * the MXU, with n --set overrides kv and the --freeze list freeze (NULL:
+ * none). */
+void th_result_whatif(th_ctx *t, const char *name, char *path, size_t cap,
+                      const char *const kv[][2], int n, const char *freeze);
+
+/* 1 when no byte sequence in s is one a terminal would act on: C0 (but a
+ * newline), DEL, C1, U+2028/9 and the bidi controls. */
+int th_terminal_safe(const char *s);
+
+/* A sweep file's text in buf[cap]: name "sw", the base trace as given,
+ * then rest (its other members, "grid" among them). */
+void th_sweep_text(char *buf, size_t cap, const char *trace,
+                   const char *rest);
+/* Writes dir/name.json, a sweep file over traces/small/tiny2d.json (by
+ * absolute path) with rest as its other members; its path in path[cap]. */
+void th_put_sweep(char *path, size_t cap, const char *dir, const char *name,
+                  const char *rest);
+
 /* A synthetic timeline (test/test_chart_synth.c) for the chart, Chrome
  * trace and viewer tests: per core, `layers` MXU + vector spans, an
  * all-reduce and idle up to the slowest core; identical = 0 makes cores

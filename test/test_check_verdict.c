@@ -273,18 +273,6 @@ static void save_flat(th_ctx *t, double step_s, const char *name, char *path,
     emu_result_free(&r);
 }
 
-/* A report like flat_result's with overrides (n pairs) and a freeze list. */
-static void save_whatif(th_ctx *t, const char *name, char *path, size_t cap,
-                        const char *const kv[][2], int n, const char *freeze)
-{
-    emu_result r;
-    flat_result(&r, 1e-3);
-    th_result_overrides(&r, n, kv);
-    snprintf(r.freeze, sizeof r.freeze, "%s", freeze ? freeze : "");
-    th_result_save(t, &r, name, path, cap);
-    emu_result_free(&r);
-}
-
 static void tolerance_cases(th_ctx *t)
 {
     char b[512], n[512];
@@ -350,17 +338,17 @@ static void tolerance_cases(th_ctx *t)
         static const char *const v9e2[][2] = {{"hbm.bandwidth_gbs", "9e2"}};
         static const char *const v901[][2] = {{"hbm.bandwidth_gbs", "901"}};
         char x[512], y[512];
-        save_whatif(t, "w1.json", x, sizeof x, v900, 1, "c1,bn");
-        save_whatif(t, "w2.json", y, sizeof y, v9000, 1, "bn,c1");
+        th_result_whatif(t, "w1.json", x, sizeof x, v900, 1, "c1,bn");
+        th_result_whatif(t, "w2.json", y, sizeof y, v9000, 1, "bn,c1");
         th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
         TH_CHECKF(t, c->status == 0 && !strstr(c->out, "note:"),
                   "status %d: %s%s", c->status, c->out, c->err);
-        save_whatif(t, "w2.json", y, sizeof y, v9e2, 1, "bn,c1,c1");
+        th_result_whatif(t, "w2.json", y, sizeof y, v9e2, 1, "bn,c1,c1");
         th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
         TH_CHECKF(t, c->status == 0 && !strstr(c->out, "note:"),
                   "status %d: %s%s", c->status, c->out, c->err);
         /* a real difference is still a note, each kind */
-        save_whatif(t, "w2.json", y, sizeof y, v901, 1, "c1");
+        th_result_whatif(t, "w2.json", y, sizeof y, v901, 1, "c1");
         th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
         TH_CHECKF(t, c->status == 0 &&
                          strstr(c->out, "note: hbm.bandwidth_gbs: BASE 900, "
@@ -368,7 +356,7 @@ static void tolerance_cases(th_ctx *t)
                          strstr(c->out, "note: --freeze: BASE c1,bn, NEW "
                                         "c1\n"),
                   "status %d: %s%s", c->status, c->out, c->err);
-        save_whatif(t, "w2.json", y, sizeof y, v900, 1, "c1,bn,conv*");
+        th_result_whatif(t, "w2.json", y, sizeof y, v900, 1, "c1,bn,conv*");
         th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
         TH_CHECKF(t, strstr(c->out, "note: --freeze: BASE c1,bn, NEW "
                                     "c1,bn,conv*\n") &&

@@ -199,26 +199,6 @@ static void refused(th_ctx *t, th_cmd_result *c, const char *path,
               c->err, line);
 }
 
-/* No byte sequence on a terminal line that a terminal would act on: C0
- * (but the line's own newline), DEL, C1, U+2028/9 and the bidi controls. */
-static int terminal_safe(const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; u[i]; i++) {
-        if ((u[i] < 0x20 && u[i] != '\n') || u[i] == 0x7f)
-            return 0;
-        if (u[i] == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
-            return 0;
-        if (u[i] == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xa8 &&
-            u[i + 2] <= 0xae)
-            return 0;
-        if (u[i] == 0xe2 && u[i + 1] == 0x81 && u[i + 2] >= 0xa6 &&
-            u[i + 2] <= 0xa9)
-            return 0;
-    }
-    return 1;
-}
-
 /* One edit of the base report given to view: refused (exit 2) with
  * `want` in its message. */
 static void view_refuses(th_ctx *t, th_cmd_result *c, const char *base,
@@ -256,7 +236,7 @@ static void refuse_edits(th_ctx *t, th_cmd_result *c, const char *base,
             continue;
         refused(t, c, path, k[i].want);
         if (safe)
-            TH_CHECK(t, terminal_safe(c->out) && terminal_safe(c->err));
+            TH_CHECK(t, th_terminal_safe(c->out) && th_terminal_safe(c->err));
     }
 }
 
@@ -300,8 +280,8 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
                             "report-read-c1t.json", path, sizeof path))) {
             th_run(c, "%s run %s --quiet", th_bin(), path);
             TH_CHECKF(t,
-                      c->status == 2 && terminal_safe(c->out) &&
-                          terminal_safe(c->err) &&
+                      c->status == 2 && th_terminal_safe(c->out) &&
+                          th_terminal_safe(c->err) &&
                           strstr(c->err, "report-read-c1t.json: name: contains a "
                                          "control character (U+009B)"),
                       "%d %s", c->status, c->err);
@@ -312,7 +292,7 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
                "\"$(printf 'x\\302\\233y')\"",
                th_bin());
         TH_CHECKF(t,
-                  c->status == 2 && terminal_safe(c->err) &&
+                  c->status == 2 && th_terminal_safe(c->err) &&
                       strstr(c->err, "x\\xc2\\x9by"),
                   "%d %s", c->status, c->err);
     }

@@ -23,15 +23,6 @@ static const char tiny_trace[] =
     "3]}, {\"name\": \"r\", \"op\": \"relu\", \"in\": \"c\"}, {\"name\": "
     "\"loss\", \"op\": \"loss\", \"in\": \"r\", \"kind\": \"l2\"}]}}\n";
 
-static void sweep_text(char *buf, size_t cap, const char *trace,
-                       const char *rest)
-{
-    snprintf(buf, cap,
-             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"p5\", "
-             "\"trace\": \"%s\", %s}\n",
-             trace, rest);
-}
-
 /* Every word of the command lines that names a file is absolute. */
 static int all_absolute(const char *out, char *bad, size_t cap)
 {
@@ -61,7 +52,7 @@ static void command_cases(th_ctx *t, const char *d)
     th_run(&c, "rm -rf %s && mkdir -p %s/sw", dir, dir);
     snprintf(p, sizeof p, "%s/sw/base.json", dir);
     th_put(p, tiny_trace);
-    sweep_text(text, sizeof text, "base.json",
+    th_sweep_text(text, sizeof text, "base.json",
                "\"grid\": {\"set\": {\"hbm.bandwidth_gbs\": [450, 900]}}");
     snprintf(p, sizeof p, "%s/sw/s.json", dir);
     th_put(p, text);
@@ -203,21 +194,6 @@ static const char grid_pd[] =
     "\"grid\": {\"partition_dims\": [[1,1,1,1], [1,2,1,1]], \"set\": "
     "{\"hbm.bandwidth_gbs\": [450, 900]}}, \"x\": \"hbm.bandwidth_gbs\"";
 
-/* DIR/NAME.json, a sweep of the tiny trace (absolute path) over rest. */
-static void put_sweep(char *path, size_t cap, const char *dir,
-                      const char *name, const char *rest)
-{
-    char text[2048], cwd[1024];
-    if (!getcwd(cwd, sizeof cwd))
-        snprintf(cwd, sizeof cwd, ".");
-    snprintf(text, sizeof text,
-             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"%s\", "
-             "\"trace\": \"%s/" TINY "\", %s}\n",
-             name, cwd, rest);
-    snprintf(path, cap, "%s/%s.json", dir, name);
-    th_put(path, text);
-}
-
 static int same_file(const char *a, const char *b)
 {
     size_t la = 0, lb = 0;
@@ -254,7 +230,7 @@ static void body(const char *out, char *buf, size_t cap)
 static void gather_cases(th_ctx *t, th_cmd_result *c, const char *d)
 {
     char sw[700], a[4096], b[4096];
-    put_sweep(sw, sizeof sw, d, "sp8g", grid_pd);
+    th_put_sweep(sw, sizeof sw, d, "sp8g", grid_pd);
     th_case(t, "--gather after the printed commands ran: results.csv, chart "
                "and ranking as the sweep's own");
     th_run(c, "rm -rf %s/sp8-full %s/sp8-ext && %s sweep %s --out "

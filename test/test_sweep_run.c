@@ -27,15 +27,6 @@ static const char tiny_trace[] =
     "3]}, {\"name\": \"r\", \"op\": \"relu\", \"in\": \"c\"}, {\"name\": "
     "\"loss\", \"op\": \"loss\", \"in\": \"r\", \"kind\": \"l2\"}]}}\n";
 
-static void sweep_text(char *buf, size_t cap, const char *trace,
-                       const char *rest)
-{
-    snprintf(buf, cap,
-             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"p5\", "
-             "\"trace\": \"%s\", %s}\n",
-             trace, rest);
-}
-
 static int same_text(const char *path, const char *want)
 {
     char *got = th_slurp(path, NULL);
@@ -54,7 +45,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     th_run(&c, "rm -rf %s && mkdir -p %s", dir, dir);
     snprintf(p, sizeof p, "%s/tiny.json", dir);
     th_put(p, tiny_trace);
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"batch\": [8, 16]}");
     snprintf(p, sizeof p, "%s/commands.txt", dir);
     th_put(p, text);
@@ -82,7 +73,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     th_run(&c, "ln -s out/reports/0000.json %s/base.json", dir);
     char sw[700];
     snprintf(sw, sizeof sw, "%s/s.json", dir);
-    sweep_text(text, sizeof text, "./base.json",
+    th_sweep_text(text, sizeof text, "./base.json",
                "\"grid\": {\"batch\": [8, 16]}");
     th_put(sw, text);
     th_run(&c, "%s sweep %s --out %s/out --bin %s", th_bin(), sw, dir, fail);
@@ -95,7 +86,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     TH_CHECKF(t, c.status != 0, "something was written");
     /* with a partitioning axis the runs read variants, but the base trace
      * would still be overwritten by a report: refused the same way */
-    sweep_text(text, sizeof text, "out/reports/0000.json",
+    th_sweep_text(text, sizeof text, "out/reports/0000.json",
                "\"grid\": {\"partition_dims\": [[1,2,1,1], [1,1,2,1]]}");
     th_put(sw, text);
     th_run(&c, "%s sweep %s --out %s/out --print-commands", th_bin(), sw,
@@ -125,7 +116,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(sw, sizeof sw, "%s/%s", dir, cases[i].file);
-        sweep_text(text, sizeof text, cases[i].trace,
+        th_sweep_text(text, sizeof text, cases[i].trace,
                    "\"grid\": {\"batch\": [8, 16]}");
         th_put(sw, text);
         th_run(&c, "%s sweep %s --out %s --bin %s", th_bin(), sw, dir, fail);
@@ -134,7 +125,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
         TH_CHECKF(t, same_text(sw, text), "case %zu: sweep file changed", i);
     }
     /* the program the runs execute, at a variant trace's place */
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"partition_dims\": [[1,2,1,1]]}");
     snprintf(sw, sizeof sw, "%s/s.json", dir);
     th_put(sw, text);
@@ -162,7 +153,7 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
     th_run(&c, "rm -rf %s && mkdir -p %s/out", dir, dir);
     snprintf(p, sizeof p, "%s/tiny.json", dir);
     th_put(p, tiny_trace);
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"batch\": [8, 16]}");
     snprintf(p, sizeof p, "%s/s.json", dir);
     th_put(p, text);
@@ -197,7 +188,7 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
 
     th_case(t, "scale_batch: results.csv's global_batch is each run's "
                "batch; an x value where nothing fits is named");
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"scale_batch\": true, \"grid\": {\"system\": [\"v3-2\", "
                "\"v3-8\"], \"set\": {\"hbm.capacity_gib\": [0.001, 16]}}, "
                "\"x\": \"hbm.capacity_gib\"");
@@ -241,21 +232,6 @@ static const char grid_pd[] =
     "\"grid\": {\"partition_dims\": [[1,1,1,1], [1,2,1,1]], \"set\": "
     "{\"hbm.bandwidth_gbs\": [450, 900]}}, \"x\": \"hbm.bandwidth_gbs\"";
 
-/* DIR/NAME.json, a sweep of the tiny trace (absolute path) over rest. */
-static void put_sweep(char *path, size_t cap, const char *dir,
-                      const char *name, const char *rest)
-{
-    char text[2048], cwd[1024];
-    if (!getcwd(cwd, sizeof cwd))
-        snprintf(cwd, sizeof cwd, ".");
-    snprintf(text, sizeof text,
-             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"%s\", "
-             "\"trace\": \"%s/" TINY "\", %s}\n",
-             name, cwd, rest);
-    snprintf(path, cap, "%s/%s.json", dir, name);
-    th_put(path, text);
-}
-
 /* The sweep signalled (not its group) once both stand-in runs started:
  * its exit status as the shell sees it, whether a run outlived it, and
  * what it left. */
@@ -271,7 +247,7 @@ static void signal_case(th_ctx *t, th_cmd_result *c, const char *d,
     snprintf(script, sizeof script,
              "#!/bin/sh\necho $$ >> %s/pids\nexec sleep 30\n", dir);
     th_put(bin, script);
-    put_sweep(sw, sizeof sw, dir, "sig", grid_pd);
+    th_put_sweep(sw, sizeof sw, dir, "sig", grid_pd);
     th_run(c,
            "chmod +x %s && (%s sweep %s --out %s/o --bin %s -j 2 "
            "> %s/out 2> %s/err & p=$!; "
@@ -308,7 +284,7 @@ static void signal_cases(th_ctx *t, th_cmd_result *c, const char *d)
 static void ro_cases(th_ctx *t, th_cmd_result *c, const char *d)
 {
     char sw[700];
-    put_sweep(sw, sizeof sw, d, "sp8ro", "\"grid\": {\"batch\": [8, 16]}");
+    th_put_sweep(sw, sizeof sw, d, "sp8ro", "\"grid\": {\"batch\": [8, 16]}");
     th_case(t, "an output directory that cannot be created: exit 2, named");
     /* procfs refuses every mkdir, whoever runs the test */
     th_run(c, "%s sweep %s --out /proc/tpuemu-sp8", th_bin(), sw);
@@ -331,7 +307,7 @@ static void ro_cases(th_ctx *t, th_cmd_result *c, const char *d)
 static void trace_name_cases(th_ctx *t, th_cmd_result *c, const char *d)
 {
     char sw[700];
-    put_sweep(sw, sizeof sw, d, "sp8name", grid_pd);
+    th_put_sweep(sw, sizeof sw, d, "sp8name", grid_pd);
     th_case(t, "a partitioning's trace keeps the trace's name; check "
                "against a plain run compares with a note");
     th_run(c, "%s sweep %s --out %s/sp8-name -j 2", th_bin(), sw, d);

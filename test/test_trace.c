@@ -34,26 +34,6 @@ static void file_kind_cases(th_ctx *t)
               "%d %s", c.status, c.err);
 }
 
-/* No byte sequence on a terminal line that a terminal would act on: C0
- * (but the line's own newline), DEL, C1, U+2028/9 and the bidi controls. */
-static int terminal_safe(const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; u[i]; i++) {
-        if ((u[i] < 0x20 && u[i] != '\n') || u[i] == 0x7f)
-            return 0;
-        if (u[i] == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
-            return 0;
-        if (u[i] == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xa8 &&
-            u[i + 2] <= 0xae)
-            return 0;
-        if (u[i] == 0xe2 && u[i + 1] == 0x81 && u[i + 2] >= 0xa6 &&
-            u[i + 2] <= 0xa9)
-            return 0;
-    }
-    return 1;
-}
-
 /* A trace without "name" takes its file's name, which may hold any byte:
  * run printed it raw and wrote a report that check and view refused. */
 static void filename_cases(th_ctx *t, th_cmd_result *c)
@@ -88,14 +68,14 @@ static void filename_cases(th_ctx *t, th_cmd_result *c)
         snprintf(want, sizeof want, "%s on v3-8: ", k[i].name);
         TH_CHECKF(t,
                   c->status == 0 && strncmp(c->out, want, strlen(want)) == 0 &&
-                      terminal_safe(c->out),
+                      th_terminal_safe(c->out),
                   "%d '%.80s' %s", c->status, c->out, c->err);
         char *r = th_slurp(rep, NULL);
         snprintf(want, sizeof want, "\"trace\": \"%s\",", k[i].name);
         TH_CHECKF(t, r && strstr(r, want), "no %s in the report", want);
         free(r);
         th_run(c, "%s check --baseline %s %s", th_bin(), rep, rep);
-        TH_CHECKF(t, c->status == 0 && terminal_safe(c->out), "check: %d %s",
+        TH_CHECKF(t, c->status == 0 && th_terminal_safe(c->out), "check: %d %s",
                   c->status, c->err);
     }
     free(text);

@@ -14,25 +14,6 @@
 #include "emu/rfile.h"
 #include "test/harness.h"
 
-/* Eight identical cores on v3-8, every one stepping in step_s (all mxu). */
-static void make_flat(emu_result *r, double step_s)
-{
-    const double cat[CAT_COUNT] = {[CAT_MXU] = step_s};
-    th_result_make(r, "flat", "v3-8", 8, 1, 8, cat, NULL);
-}
-
-/* A report like make_flat's with overrides (n pairs) and a freeze list. */
-static void save_whatif(th_ctx *t, const char *name, char *path, size_t cap,
-                        const char *const kv[][2], int n, const char *freeze)
-{
-    emu_result r;
-    make_flat(&r, 1e-3);
-    th_result_overrides(&r, n, kv);
-    snprintf(r.freeze, sizeof r.freeze, "%s", freeze ? freeze : "");
-    th_result_save(t, &r, name, path, cap);
-    emu_result_free(&r);
-}
-
 static unsigned char *header_shot(th_ctx *t, const char *report, const char *png,
                            int *w, int *h)
 {
@@ -61,9 +42,9 @@ static void header_cases(th_ctx *t)
         {"clock_hz", "700e6"},          {"ici.hop_latency_s", "1e-6"},
         {"hbm.t_rcd_ns", "20"},         {"vpu.alus", "4"}};
     char r0[512], r1[512], r2[512], p0[512], p1[512], p2[512];
-    save_whatif(t, "v0.json", r0, sizeof r0, NULL, 0, NULL);
-    save_whatif(t, "v1.json", r1, sizeof r1, one, 1, "none");
-    save_whatif(t, "v2.json", r2, sizeof r2, many, 8,
+    th_result_whatif(t, "v0.json", r0, sizeof r0, NULL, 0, NULL);
+    th_result_whatif(t, "v1.json", r1, sizeof r1, one, 1, "none");
+    th_result_whatif(t, "v2.json", r2, sizeof r2, many, 8,
                 "conv1,bn_conv1,res2a*,res2b*,res2c*,res3a*,res3b*");
     snprintf(p0, sizeof p0, "%s/v0.png", th_tmpdir());
     snprintf(p1, sizeof p1, "%s/v1.png", th_tmpdir());
