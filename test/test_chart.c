@@ -152,7 +152,7 @@ void th_suite_chart(th_ctx *t)
                     TPU_ERR_INPUT);
 
     th_case(t, "line chart: a point without a value keeps its place on the x "
-               "axis (a sweep's value where nothing fits: probe round 5)");
+               "axis (a sweep's value where nothing fits)");
     double gy[2] = {NAN, 5};
     chart_series gap = {"fits", fx, gy, 2};
     st = chart_lines_png(path, "t", "hbm.capacity_gib", "step time (s)", &gap,
@@ -170,7 +170,7 @@ void th_suite_chart(th_ctx *t)
     }
 
     th_case(t, "line chart: series that meet at a point all stay visible "
-               "(one x value, equal steps: probe round 6)");
+               "(one x value, equal steps)");
     {
         double one_x[1] = {64}, same_y[1] = {0.25};
         chart_series meet[3] = {{"v3-32", one_x, same_y, 1},

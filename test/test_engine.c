@@ -307,8 +307,8 @@ void th_suite_engine(th_ctx *t)
                               x->breakdown_s[k]);
                 /* The MXU row holds every matrix product, skipped loop
                  * iterations included: at least the critical path's mxu
-                 * time (it was under half of it when an event merged
-                 * across an iteration's start was left out). */
+                 * time (leaving out an event merged across an
+                 * iteration's start gives under half of it). */
                 double mxu = 0;
                 for (size_t i = 0; i < x->n_events; i++)
                     if (x->events[i].unit == UNIT_MXU)

@@ -100,9 +100,9 @@ void th_suite_ici_onchip(th_ctx *t)
     }
 
     /* With the default latencies: at large sizes the on-chip leg costs
-     * (nearly) nothing against an infinitely fast on-chip path.  Before
-     * the fix it cost 11% (v3-8) and 7% (v3-32) at 256 MiB, 14% (v3-256)
-     * at 64 MiB. */
+     * (nearly) nothing against an infinitely fast on-chip path; added
+     * after the ring it would cost 11% (v3-8) and 7% (v3-32) at 256 MiB,
+     * 14% (v3-256) at 64 MiB. */
     th_case(t, "default latencies, 64 and 256 MiB: the on-chip leg adds "
                "under 1% to the time an infinitely fast one gives");
     const char *ov[] = {"v3-8", "v3-32", "v3-256"};

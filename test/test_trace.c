@@ -35,7 +35,7 @@ static void file_kind_cases(th_ctx *t)
 }
 
 /* A trace without "name" takes its file's name, which may hold any byte:
- * run printed it raw and wrote a report that check and view refused. */
+ * run must not print it raw, nor write a report check and view refuse. */
 static void filename_cases(th_ctx *t, th_cmd_result *c)
 {
     char x126[160];

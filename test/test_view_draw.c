@@ -182,7 +182,7 @@ static void torus_labels(th_ctx *t)
                                                                   chips, &first);
         TH_CHECKF(t, bad == 0, "%s: %d chip numbers unreadable, the first chip %d",
                   big[i].sys, bad, first);
-        /* where they were: under the chip's left edge */
+        /* clear of the strokes at the chip's left edge */
         TH_CHECK(t, readable_at(p, w, h, g.ox + 2, g.oy + g.chip + 2, "0"));
         free(p);
     }
