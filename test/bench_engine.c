@@ -50,8 +50,8 @@ void tb_bench_engine(void)
     one("traces/reference/retinanet-2560-v3-64.json");
     one("traces/resnet50-224-v3-2048.json");
     one("traces/reference/unet3d-256-v3-128.json");
-    /* 1024 cores per replica ([1,32,32,1]; probe round 6: 13.4 s before
-     * the lowering decided group-wide halos per axis instead of per
-     * shard, 43.5 s for 2048 cores) */
+    /* 1024 cores per replica ([1,32,32,1]): the lowering decides
+     * group-wide halos per axis, not per shard (per shard it takes
+     * 13.4 s, 43.5 s for 2048 cores) */
     one("test/bench/unet2d-8192-v3-2048-p1024.json");
 }

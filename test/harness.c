@@ -1,9 +1,13 @@
 #include "test/harness.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -110,10 +114,24 @@ const char *th_tmpdir(void)
         snprintf(dir, sizeof dir, "build/test-tmp/%ld", (long)getpid());
         char cmd[320];
         snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-        if (system(cmd) != 0)
-            snprintf(dir, sizeof dir, "/tmp");
+        if (system(cmd) != 0) {
+            const char *tmp = getenv("TMPDIR");
+            snprintf(dir, sizeof dir, "%s", tmp && *tmp ? tmp : "/tmp");
+        }
     }
     return dir;
+}
+
+const char *th_tmpdir_abs(void)
+{
+    static char abs[4400];
+    char cwd[4096];
+    const char *tmp = th_tmpdir();
+    if (tmp[0] == '/' || !getcwd(cwd, sizeof cwd))
+        snprintf(abs, sizeof abs, "%s", tmp);
+    else
+        snprintf(abs, sizeof abs, "%s/%s", cwd, tmp);
+    return abs;
 }
 
 static void slurp(const char *path, char *buf, size_t cap)
@@ -149,10 +167,97 @@ int th_run(th_cmd_result *r, const char *fmt, ...)
     return r->status;
 }
 
+/* The live children of this process, from /proc (each /proc/PID/stat is
+ * "PID (COMM) STATE PPID ..."): their pids into pids[cap], their count. */
+static int live_children(pid_t *pids, int cap)
+{
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
+    DIR *dp = opendir("/proc");
+    int n = 0;
+    if (!dp)
+        return 0;
+    for (struct dirent *e; (e = readdir(dp)) != NULL;) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = 0;
+        const char *rp = strrchr(buf, ')');
+        char state = 0;
+        long ppid = 0;
+        if (rp && sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 &&
+            ppid == (long)getpid() && state != 'Z' && n < cap)
+            pids[n++] = (pid_t)atol(e->d_name);
+    }
+    closedir(dp);
+    return n;
+}
+
+int th_children(char *desc, size_t cap)
+{
+    pid_t pids[64];
+    int n = live_children(pids, 64);
+    size_t len = 0;
+    if (cap)
+        desc[0] = 0;
+    for (int i = 0; i < n && len + 1 < cap; i++) {
+        char path[64], cmd[256];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)pids[i]);
+        FILE *f = fopen(path, "rb");
+        size_t got = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        if (f)
+            fclose(f);
+        cmd[got] = 0;
+        for (size_t k = 0; k + 1 < got; k++) /* argv's NULs as spaces */
+            if (!cmd[k])
+                cmd[k] = ' ';
+        int w = snprintf(desc + len, cap - len, "pid %ld: %s; ",
+                         (long)pids[i], cmd[0] ? cmd : "?");
+        len += w > 0 ? (size_t)w : 0;
+        if (len >= cap)
+            len = cap - 1;
+    }
+    return n;
+}
+
+void th_children_kill(void)
+{
+    pid_t pids[64];
+    int n = live_children(pids, 64);
+    for (int i = 0; i < n; i++)
+        kill(pids[i], SIGKILL);
+    for (int i = 0; i < n; i++)
+        waitpid(pids[i], NULL, 0);
+}
+
+/* After a suite: a child still running after two seconds fails it. */
+static void check_children(th_ctx *t)
+{
+    char desc[2048];
+    for (int i = 0; i < 20 && th_children(desc, sizeof desc); i++)
+        nanosleep(&(struct timespec){0, 100000000L}, NULL);
+    if (!th_children(desc, sizeof desc))
+        return;
+    t->failed++;
+    printf("FAIL %s: leaves no process running\n", t->suite);
+    printf("     still running: %s\n", desc);
+    fflush(stdout);
+    th_children_kill();
+}
+
 int main(int argc, char **argv)
 {
     th_ctx t = {0};
     int ran = 0;
+    /* Orphans of the suites' shells become the runner's children, so
+     * check_children sees a background process a test left running. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     for (const th_suite *s = th_suites; s->name; s++) {
         if (argc > 1) {
             int want = 0;
@@ -165,6 +270,7 @@ int main(int argc, char **argv)
         t.suite = s->name;
         s->fn(&t);
         close_case(&t);
+        check_children(&t);
         ran++;
     }
     if (argc > 1 && ran == 0) {
@@ -389,4 +495,57 @@ unsigned char *th_view_shot(th_ctx *t, const char *args, const char *name,
         rgb = NULL;
     free(c);
     return rgb;
+}
+
+void th_result_whatif(th_ctx *t, const char *name, char *path, size_t cap,
+                      const char *const kv[][2], int n, const char *freeze)
+{
+    emu_result r;
+    const double cat[CAT_COUNT] = {[CAT_MXU] = 1e-3};
+    th_result_make(&r, "flat", "v3-8", 8, 1, 8, cat, NULL);
+    th_result_overrides(&r, n, kv);
+    snprintf(r.freeze, sizeof r.freeze, "%s", freeze ? freeze : "");
+    th_result_save(t, &r, name, path, cap);
+    emu_result_free(&r);
+}
+
+int th_terminal_safe(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; u[i]; i++) {
+        if ((u[i] < 0x20 && u[i] != '\n') || u[i] == 0x7f)
+            return 0;
+        if (u[i] == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
+            return 0;
+        if (u[i] == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xa8 &&
+            u[i + 2] <= 0xae)
+            return 0;
+        if (u[i] == 0xe2 && u[i + 1] == 0x81 && u[i + 2] >= 0xa6 &&
+            u[i + 2] <= 0xa9)
+            return 0;
+    }
+    return 1;
+}
+
+void th_sweep_text(char *buf, size_t cap, const char *trace,
+                   const char *rest)
+{
+    snprintf(buf, cap,
+             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"sw\", "
+             "\"trace\": \"%s\", %s}\n",
+             trace, rest);
+}
+
+void th_put_sweep(char *path, size_t cap, const char *dir, const char *name,
+                  const char *rest)
+{
+    char text[2048], cwd[1024];
+    if (!getcwd(cwd, sizeof cwd))
+        snprintf(cwd, sizeof cwd, ".");
+    snprintf(text, sizeof text,
+             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"%s\", "
+             "\"trace\": \"%s/traces/small/tiny2d.json\", %s}\n",
+             name, cwd, rest);
+    snprintf(path, cap, "%s/%s.json", dir, name);
+    th_put(path, text);
 }

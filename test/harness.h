@@ -78,8 +78,20 @@ char *th_slurp(const char *path, size_t *len);
 /* Writes text to path (a test's input file); silent on failure: the
  * command that reads it then fails and says so. */
 void th_put(const char *path, const char *text);
+/* Processes still running whose parent is the runner: after each suite
+ * the runner fails the suite when there are any (the runner is a child
+ * subreaper, so a background process its shell left behind is its child
+ * too).  Their count; each described as "pid N: COMMAND; " in
+ * desc[cap].  Exited ones are reaped first. */
+int th_children(char *desc, size_t cap);
+/* Kills (SIGKILL) and reaps every child th_children finds. */
+void th_children_kill(void);
+
 /* A scratch directory unique to this run (created on first use). */
 const char *th_tmpdir(void);
+/* th_tmpdir() as an absolute path, for commands run from another
+ * directory. */
+const char *th_tmpdir_abs(void);
 
 /* A hand-built result for the report, check and chart tests, so each test
  * knows exactly what the file must say: `cores` cores two per chip,
@@ -98,6 +110,25 @@ void th_result_overrides(emu_result *r, int n, const char *const kv[][2]);
 /* Writes r as a report to th_tmpdir()/name (its path in path[cap]). */
 void th_result_save(th_ctx *t, const emu_result *r, const char *name,
                     char *path, size_t cap);
+
+/* Writes th_tmpdir()/name: a v3-8 report of 8 cores spending 1 ms each in
+ * the MXU, with n --set overrides kv and the --freeze list freeze (NULL:
+ * none). */
+void th_result_whatif(th_ctx *t, const char *name, char *path, size_t cap,
+                      const char *const kv[][2], int n, const char *freeze);
+
+/* 1 when no byte sequence in s is one a terminal would act on: C0 (but a
+ * newline), DEL, C1, U+2028/9 and the bidi controls. */
+int th_terminal_safe(const char *s);
+
+/* A sweep file's text in buf[cap]: name "sw", the base trace as given,
+ * then rest (its other members, "grid" among them). */
+void th_sweep_text(char *buf, size_t cap, const char *trace,
+                   const char *rest);
+/* Writes dir/name.json, a sweep file over traces/small/tiny2d.json (by
+ * absolute path) with rest as its other members; its path in path[cap]. */
+void th_put_sweep(char *path, size_t cap, const char *dir, const char *name,
+                  const char *rest);
 
 /* A synthetic timeline (test/test_chart_synth.c) for the chart, Chrome
  * trace and viewer tests: per core, `layers` MXU + vector spans, an

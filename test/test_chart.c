@@ -152,7 +152,7 @@ void th_suite_chart(th_ctx *t)
                     TPU_ERR_INPUT);
 
     th_case(t, "line chart: a point without a value keeps its place on the x "
-               "axis (a sweep's value where nothing fits: probe round 5)");
+               "axis (a sweep's value where nothing fits)");
     double gy[2] = {NAN, 5};
     chart_series gap = {"fits", fx, gy, 2};
     st = chart_lines_png(path, "t", "hbm.capacity_gib", "step time (s)", &gap,
@@ -160,7 +160,7 @@ void th_suite_chart(th_ctx *t)
     TH_CHECKF(t, st == TPU_OK, "%s", err.msg);
     if (TH_CHECK(t, read_png(path, &p))) {
         /* the plot spans x 90..810: 16 on an axis from 1 is at its right
-         * end; alone on the axis it was in the middle */
+         * end, not in the middle as a value alone on its axis would be */
         int right = count_color(&p, 790, 70, 830, 550, 0x0072B2);
         int middle = count_color(&p, 350, 70, 550, 550, 0x0072B2);
         TH_CHECKF(t, right > 0 && middle == 0,
@@ -170,7 +170,7 @@ void th_suite_chart(th_ctx *t)
     }
 
     th_case(t, "line chart: series that meet at a point all stay visible "
-               "(one x value, equal steps: probe round 6)");
+               "(one x value, equal steps)");
     {
         double one_x[1] = {64}, same_y[1] = {0.25};
         chart_series meet[3] = {{"v3-32", one_x, same_y, 1},

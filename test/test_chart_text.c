@@ -1,8 +1,7 @@
 /* Text in the PNG charts: accented names draw their accents, long names
  * are cut inside the image, and the breakdown chart's axis and legend use
- * the unit the step reads best in (probe round 6, findings 10 and 11: "ü"
- * drew as "??", an 89 us step had an axis of 0.02 .. 0.08 ms and a legend
- * of "0.0000 ms"). */
+ * the unit the step reads best in ("ü" is not "??"; an 89 us step gets an
+ * axis in us, not 0.02 .. 0.08 ms, and no legend of "0.0000 ms"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

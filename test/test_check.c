@@ -5,9 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
 
 #include "emu/params.h"
 #include "test/harness.h"
+#include "emu/out/outfile.h"
+#include "emu/graph.h"
 
 /* Eight cores in two kinds (even and odd shards of 2-way replicas), so the
  * table's core grouping has something to group. */
@@ -68,6 +73,269 @@ static void make_big(emu_result *r, double frac)
     th_result_make(r, "big", "v3-2048", 2048, 1, 2048, even, odd);
 }
 
+
+#define TINY "traces/small/tiny2d.json"
+
+static void kind_cases(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    const char *d = th_tmpdir();
+    char tr[512], inf[512], nodrop[512];
+    snprintf(tr, sizeof tr, "%s/check-tiny2d.json", d);
+    snprintf(inf, sizeof inf, "%s/check-tiny2d-infer.json", d);
+    snprintf(nodrop, sizeof nodrop, "%s/check-tiny2d-layer.json", d);
+    char *text = th_slurp(TINY, NULL);
+    if (!TH_CHECKF(t, text && strstr(text, "\"mode\": \"train\""),
+                   "%s has no train mode", TINY)) {
+        free(text);
+        free(c);
+        return;
+    }
+    th_put(tr, text);
+    char *m = strstr(text, "\"mode\": \"train\"");
+    memcpy(m, "\"mode\": \"infer\"", strlen("\"mode\": \"infer\""));
+    th_put(inf, text);
+    free(text);
+    th_run(c, "%s run %s --report %s/check-train.json --quiet && "
+              "%s run %s --report %s/check-infer.json --quiet && "
+              "%s run %s --report %s/check-whatif.json --quiet "
+              "--set mxu.rows=256 --set mxu.cols=256",
+           th_bin(), tr, d, th_bin(), inf, d, th_bin(), tr, d);
+    TH_CHECKF(t, c->status == 0, "runs: %d %s", c->status, c->err);
+
+    th_case(t, "check: a training step against an inference step: exit 2");
+    th_run(c, "%s check --baseline %s/check-train.json %s/check-infer.json",
+           th_bin(), d, d);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "different modes"),
+              "status %d, stderr %s", c->status, c->err);
+
+    th_case(t, "check: a what-if that is faster keeps the baseline");
+    th_run(c, "%s check --baseline %s/check-train.json %s/check-whatif.json",
+           th_bin(), d, d);
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "what-if") &&
+                     !strstr(c->out, "re-record"),
+              "status %d, out %s", c->status, c->out);
+    /* Without the override the same gain is a stale baseline. */
+    th_run(c, "%s check --baseline %s/check-whatif.json %s/check-train.json "
+              "--tolerance 0.5",
+           th_bin(), d, d);
+    TH_CHECKF(t, c->status == 0, "reverse: status %d, %s", c->status, c->err);
+
+    th_case(t, "check: layers[] naming other layers is noted");
+    text = th_slurp(TINY, NULL);
+    char *rename = text ? strstr(text, "\"name\": \"conv1\"") : NULL;
+    if (TH_CHECKF(t, rename != NULL, "%s has no layer conv1", TINY)) {
+        /* The layer and every reference to it (same length, in place). */
+        for (char *p = text; (p = strstr(p, "\"conv1\"")) != NULL; p++)
+            p[5] = 'X';
+        th_put(nodrop, text);
+        th_run(c, "%s run %s --report %s/check-layer.json --quiet", th_bin(),
+               nodrop, d);
+        th_run(c, "%s check --baseline %s/check-train.json %s/check-layer.json",
+               th_bin(), d, d);
+        TH_CHECKF(t, strstr(c->out, "note: the layers differ: 1 only in BASE "
+                                    "(conv1), 1 only in NEW (convX)") != NULL,
+                  "status %d, out %s, err %s", c->status, c->out, c->err);
+        th_run(c, "%s check --baseline %s/check-train.json %s/check-train.json",
+               th_bin(), d, d);
+        TH_CHECKF(t, c->status == 0 && !strstr(c->out, "layers differ"),
+                  "same report: %s", c->out);
+    }
+    free(text);
+    free(c);
+}
+
+#define TINY3D "traces/small/tiny3d-p4.json"
+
+/* Writes TINY3D with its split 2 ways instead of 4 (same name, system,
+ * batch): num_cores_per_replica 2. */
+static int tiny_p2(th_ctx *t, const char *out)
+{
+    static char text[16384];
+    FILE *f = fopen(TINY3D, "rb");
+    if (!TH_CHECKF(t, f != NULL, "cannot open %s", TINY3D))
+        return 0;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *a = "\"num_cores_per_replica\": 4";
+    const char *b = "[[1, 4, 1, 1, 1], null]";
+    char *pa = strstr(text, a), *pb = strstr(text, b);
+    if (!TH_CHECKF(t, pa && pb && pa < pb, "%s: layout changed", TINY3D))
+        return 0;
+    f = fopen(out, "wb");
+    if (!f)
+        return 0;
+    fprintf(f, "%.*s\"num_cores_per_replica\": 2%.*s[[1, 2, 1, 1, 1], null]%s",
+            (int)(pa - text), text, (int)(pb - (pa + strlen(a))),
+            pa + strlen(a), pb + strlen(b));
+    fclose(f);
+    return 1;
+}
+
+static void check_notes(th_ctx *t)
+{
+    th_case(t, "check: the 'runs differ' note lists only differing fields");
+    static th_cmd_result c;
+    char p4[512], p2[512], b8[512], tr2[512];
+    const char *d = th_tmpdir();
+    snprintf(p4, sizeof p4, "%s/fix-p4.json", d);
+    snprintf(p2, sizeof p2, "%s/fix-p2.json", d);
+    snprintf(b8, sizeof b8, "%s/fix-b8.json", d);
+    snprintf(tr2, sizeof tr2, "%s/fix-tiny-p2.json", d);
+    if (!tiny_p2(t, tr2))
+        return;
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), TINY3D, p4);
+    TH_CHECKF(t, c.status == 0, "run: %d %s", c.status, c.err);
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), tr2, p2);
+    TH_CHECKF(t, c.status == 0, "run p2: %d %s", c.status, c.err);
+    th_run(&c, "%s run %s --quiet --batch 8 --report %s", th_bin(), TINY3D, b8);
+    TH_CHECKF(t, c.status == 0, "run --batch 8: %d %s", c.status, c.err);
+
+    /* same batch, another split: only the cores per replica */
+    th_run(&c, "%s check --tolerance 0.99 --baseline %s %s", th_bin(), p4, p2);
+    TH_CHECKF(t,
+              strstr(c.out, "note: the runs differ: cores per replica 4 vs "
+                            "2\n") != NULL &&
+                  strstr(c.out, "global batch") == NULL,
+              "status %d: %s", c.status, c.out);
+    /* same split, another batch: only the batch */
+    th_run(&c, "%s check --tolerance 0.99 --baseline %s %s", th_bin(), p4, b8);
+    TH_CHECKF(t,
+              strstr(c.out, "note: the runs differ: global batch 4 vs 8\n") !=
+                      NULL &&
+                  strstr(c.out, "cores per replica") == NULL,
+              "status %d: %s", c.status, c.out);
+    /* both */
+    th_run(&c, "%s check --tolerance 0.99 --baseline %s %s", th_bin(), b8, p2);
+    TH_CHECKF(t,
+              strstr(c.out, "note: the runs differ: global batch 8 vs 4, "
+                            "cores per replica 4 vs 2\n") != NULL,
+              "status %d: %s", c.status, c.out);
+    /* neither: no note */
+    th_run(&c, "%s check --baseline %s %s", th_bin(), p4, p4);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "runs differ") == NULL,
+              "status %d: %s", c.status, c.out);
+}
+
+static void check_tolerance(th_ctx *t)
+{
+    th_case(t, "check: --tolerance is a fraction; 5, 1, 1e400 and 5% are "
+               "refused (exit 2, saying so), 0.999 and 0 are taken");
+    static th_cmd_result c;
+    char rep[512];
+    snprintf(rep, sizeof rep, "%s/fix-tol.json", th_tmpdir());
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), TINY3D, rep);
+    if (!TH_CHECKF(t, c.status == 0, "run: %d %s", c.status, c.err))
+        return;
+    static const char *const bad[] = {"5", "1", "1.0", "1e400", "5%",
+                                      "0.05%", "-0.1"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        th_run(&c, "%s check --tolerance '%s' --baseline %s %s", th_bin(),
+               bad[k], rep, rep);
+        int frac = strchr(bad[k], '-') == NULL;
+        TH_CHECKF(t,
+                  c.status == 2 &&
+                      (!frac || strstr(c.err, "--tolerance is a fraction: "
+                                              "0.05 means 5%") != NULL) &&
+                      strstr(c.out, "ok:") == NULL,
+                  "--tolerance %s: status %d: %s%s", bad[k], c.status, c.out,
+                  c.err);
+    }
+    static const char *const good[] = {"0.999", "0", "0.05", "1e-400"};
+    for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+        th_run(&c, "%s check --tolerance %s --baseline %s %s", th_bin(),
+               good[k], rep, rep);
+        TH_CHECKF(t, c.status == 0, "--tolerance %s: status %d: %s", good[k],
+                  c.status, c.err);
+    }
+    th_run(&c, "%s check --help", th_bin());
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "0.05 means 5%"),
+              "check --help: %s", c.out);
+}
+
+/* A v3-8 result whose every core spends cat[k] in category k, and whose
+ * one layer (when layer is not NULL) spent layer[k], saved as name. */
+static void save_result(th_ctx *t, const double *cat, const double *layer,
+                        const char *name, char *path, size_t cap)
+{
+    emu_result r;
+    th_result_make(&r, "huge", "v3-8", 8, 1, 8, cat, NULL);
+    if (layer) {
+        r.layer_names = calloc(1, sizeof *r.layer_names);
+        r.layer_time_s = calloc(CAT_COUNT, sizeof *r.layer_time_s);
+        if (r.layer_names && r.layer_time_s) {
+            r.n_layers = 1;
+            snprintf(r.layer_names[0], sizeof r.layer_names[0], "conv");
+            memcpy(r.layer_time_s, layer, CAT_COUNT * sizeof *layer);
+        }
+    }
+    th_result_save(t, &r, name, path, cap);
+    emu_result_free(&r);
+}
+
+/* Whether the line of out that starts with label holds needle. */
+static int row_has(const char *out, const char *label, const char *needle)
+{
+    char head[64];
+    snprintf(head, sizeof head, "\n%s", label);
+    const char *row = strstr(out, head);
+    if (!row)
+        return 0;
+    const char *end = strchr(row + 1, '\n');
+    const char *hit = strstr(row, needle);
+    return hit && (!end || hit < end);
+}
+
+/* check's percentage of a change too large for a double read "from 0",
+ * which only a change from a zero base is. */
+static void huge_ratio_cases(th_ctx *t, th_cmd_result *c)
+{
+    static const double b4[CAT_COUNT] = {1e-4, 0, 0, 0, 0, 0};
+    static const double n308[CAT_COUNT] = {1e308, 0, 0, 1e-5, 0, 0};
+    static const double tiny[CAT_COUNT] = {5e-324, 0, 0, 0, 0, 0};
+    static const double one[CAT_COUNT] = {1, 0, 0, 0, 0, 0};
+    static const double lay_b[CAT_COUNT] = {1e-5, 0, 0, 0, 0, 0};
+    static const double lay_n[CAT_COUNT] = {1e308, 1e308, 0, 0, 0, 0};
+    char b[512], n[512];
+
+    th_case(t, "check: a ratio beyond a double is printed as its size, not "
+               "\"from 0\"; a category from 0 still is");
+    save_result(t, b4, NULL, "check-b4.json", b, sizeof b);
+    save_result(t, n308, NULL, "check-n308.json", n, sizeof n);
+    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
+    TH_CHECKF(t, c->status == 1 && strstr(c->out, "1e+308 s (+1.00e+314%)"),
+              "%d %s", c->status, c->out);
+    /* "from 0" once: on the halo row, which did grow from 0 */
+    TH_CHECKF(t,
+              row_has(c->out, "step time", "+1.00e+314%  SLOWER") &&
+                  row_has(c->out, "  mxu", "+1.00e+314%  grew") &&
+                  row_has(c->out, "  halo", "from 0  grew") &&
+                  !strstr(strstr(c->out, "from 0") + 1, "from 0"),
+              "%s", c->out);
+
+    th_case(t, "check: from a denormal base, the ratio overflows too");
+    save_result(t, tiny, NULL, "check-tiny.json", b, sizeof b);
+    save_result(t, one, NULL, "check-one.json", n, sizeof n);
+    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
+    TH_CHECKF(t,
+              c->status == 1 && strstr(c->out, "-> 1 s (+2.02e+325%)") &&
+                  !strstr(c->out, "from 0"),
+              "%d %s", c->status, c->out);
+
+    th_case(t, "check: a layer whose categories sum past a double has no "
+               "percentage (was nan or \"from 0\")");
+    save_result(t, b4, lay_b, "check-lb.json", b, sizeof b);
+    save_result(t, n308, lay_n, "check-ln.json", n, sizeof n);
+    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
+    TH_CHECKF(t,
+              c->status == 1 && row_has(c->out, "  conv ", " inf   overflow") &&
+                  !row_has(c->out, "  conv ", "nan") &&
+                  !row_has(c->out, "  conv ", "from 0"),
+              "%d %s", c->status, c->out);
+}
 
 void th_suite_check(th_ctx *t)
 {
@@ -413,5 +681,14 @@ void th_suite_check(th_ctx *t)
                              strstr(row, "grew") > strchr(row + 1, '\n')),
                   "mxu marked: %s", c.out);
         TH_CHECK(t, strstr(c.out, "hbm.bandwidth_gbs=") != NULL);
+    }
+    kind_cases(t);
+    check_notes(t);
+    check_tolerance(t);
+    {
+        th_cmd_result *hc = calloc(1, sizeof *hc);
+        if (hc)
+            huge_ratio_cases(t, hc);
+        free(hc);
     }
 }

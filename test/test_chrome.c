@@ -9,6 +9,9 @@
 
 #include "emu/out/chrome_trace.h"
 #include "test/harness.h"
+#include "emu/graph.h"
+#include "emu/result.h"
+#include "emu/sim.h"
 
 static cJSON *load_json(const char *path)
 {
@@ -79,6 +82,76 @@ static int check_cover(th_ctx *t, cJSON *doc, const emu_result *r,
     }
     free(cov);
     return ok;
+}
+
+typedef struct {
+    int tid, pid;
+    double ts, end;
+} span;
+
+static int by_track(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    if (x->pid != y->pid)
+        return x->pid < y->pid ? -1 : 1;
+    if (x->tid != y->tid)
+        return x->tid < y->tid ? -1 : 1;
+    return x->ts < y->ts ? -1 : x->ts > y->ts;
+}
+
+static void utf8_nesting_cases(th_ctx *t)
+{
+    char path[512], out[512];
+    th_cmd_result c;
+    th_case(t, "Chrome trace: a UTF-8 layer name reads back as itself, and "
+               "events on one track nest or follow, never overlap partly");
+    snprintf(path, sizeof path, "%s/chrome-uni.json", th_tmpdir());
+    snprintf(out, sizeof out, "%s/chrome-uni-trace.json", th_tmpdir());
+    th_put(path, "{\"format\": \"tpuemu-trace/1\", \"name\": \"tiny \xc3\xbc\","
+              " \"system\": \"v3-8\", \"run\": {\"mode\": \"train\", "
+              "\"global_batch\": 8}, \"graph\": {\"inputs\": [{\"name\": "
+              "\"image\", \"shape\": [32, 32, 3]}], \"layers\": [{\"name\": "
+              "\"conv_\xc3\xbc\xe9\x9b\xaa\", \"op\": \"conv\", \"in\": "
+              "\"image\", \"filters\": 16, \"kernel\": [3, 3]}, {\"name\": "
+              "\"relu\", \"op\": \"relu\", \"in\": \"conv_\xc3\xbc\xe9\x9b"
+              "\xaa\"}, {\"name\": \"loss\", \"op\": \"loss\", \"kind\": "
+              "\"l2\", \"in\": \"relu\"}]}}\n");
+    th_run(&c, "%s run %s --quiet --chrome-trace %s", th_bin(), path, out);
+    char *text = th_slurp(out, NULL);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+    int named = 0, n = 0, bad = 0;
+    span *sp = calloc((size_t)cJSON_GetArraySize(ev) + 1, sizeof *sp);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ev)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        if (cJSON_IsString(nm) &&
+            strcmp(nm->valuestring, "conv_\xc3\xbc\xe9\x9b\xaa") == 0)
+            named++;
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
+        if (!sp || !cJSON_IsString(ph) || strcmp(ph->valuestring, "X"))
+            continue;
+        sp[n].pid = cJSON_GetObjectItemCaseSensitive(e, "pid")->valueint;
+        sp[n].tid = cJSON_GetObjectItemCaseSensitive(e, "tid")->valueint;
+        sp[n].ts = cJSON_GetObjectItemCaseSensitive(e, "ts")->valuedouble;
+        sp[n].end = sp[n].ts +
+                    cJSON_GetObjectItemCaseSensitive(e, "dur")->valuedouble;
+        n++;
+    }
+    if (sp)
+        qsort(sp, (size_t)n, sizeof *sp, by_track);
+    for (int i = 0; i + 1 < n; i++)
+        if (sp[i].pid == sp[i + 1].pid && sp[i].tid == sp[i + 1].tid &&
+            sp[i + 1].ts < sp[i].end - 1e-7 && sp[i + 1].end > sp[i].end + 1e-7)
+            bad++;
+    TH_CHECKF(t, c.status == 0 && root && named > 0 && n > 10 && bad == 0,
+              "exit %d, %d events named by the UTF-8 name, %d spans, %d "
+              "partial overlaps: %s",
+              c.status, named, n, bad, c.err);
+    free(sp);
+    cJSON_Delete(root);
 }
 
 void th_suite_chrome(th_ctx *t)
@@ -286,4 +359,5 @@ void th_suite_chrome(th_ctx *t)
     if (f)
         fclose(f);
     emu_result_free(&r);
+    utf8_nesting_cases(t);
 }

@@ -1,8 +1,9 @@
 /* Chrome trace budget: when the detailed cores alone exceed the event
  * budget, their threads are cut into time bins and the file stays within
- * it (probe round 6: 1.57M events written against 1M), every core's
+ * it (RetinaNet's detailed cores alone make 1.57M events), every core's
  * critical path still sums to its step, every thread still nests, and
- * traces already under the budget are written byte for byte as before. */
+ * traces already under the budget are written in full detail, byte for byte
+ * as pinned below. */
 #include <cJSON.h>
 #include <math.h>
 #include <stdint.h>
@@ -228,11 +229,11 @@ void th_suite_chrome_budget(th_ctx *t)
 
     th_case(t, "traces within the budget: the same bytes as before binning "
                "existed");
-    /* FNV-1a of the files the writer of commit 8f3ea41 (before threads
-     * of detailed cores could be binned) wrote: full detail, and reduced
-     * cores' critical paths in bins.  A deliberate format change, or one
-     * to tsynth_result, updates these (probe round 9: args.opcode as
-     * the listing's mnemonic and otherData's steps and timeline). */
+    /* FNV-1a of the files the writer gives for these results under the
+     * budget: full detail, and reduced cores' critical paths in bins
+     * (with args.opcode as the listing's mnemonic and otherData's steps
+     * and timeline).  A deliberate format change, or one to
+     * tsynth_result, updates these. */
     static const struct {
         int cores, layers, identical;
         size_t budget;

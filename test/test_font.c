@@ -1,6 +1,6 @@
 /* The font's UTF-8 handling: one cell per character, one replacement per
  * ill-formed sequence, no read past the end, cuts between characters,
- * accents drawn (probe round 6, finding 10: "ü" drew as "??"). */
+ * accents drawn ("ü" is one accented glyph, not "??"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -862,6 +862,49 @@ static double file_size(const char *path)
     return (double)n;
 }
 
+/* A valid conv_transpose whose kernel is narrower than its stride has
+ * Keras's output size, and a spatial split computes the same values. */
+static void conv_transpose_cases(th_ctx *t)
+{
+    static th_cmd_result c;
+    th_case(t, "conv_transpose, valid, kernel 2 < stride 3 on 5 rows: 15 "
+               "outputs as Keras (in-1) s + max(k, s), not 14; split 4 ways "
+               "it computes the same bits");
+    {
+        static const char *const fmt =
+            "{\"format\": \"tpuemu-trace/1\", \"name\": \"ct\", "
+            "\"system\": \"v3-8\", \"run\": {\"mode\": \"infer\", "
+            "\"global_batch\": 8, \"num_cores_per_replica\": %d%s}, "
+            "\"graph\": {\"inputs\": [{\"name\": \"x\", \"shape\": "
+            "[10, 5, 2]}], \"layers\": [{\"name\": \"t\", \"op\": "
+            "\"conv_transpose\", \"in\": \"x\", \"filters\": 3, "
+            "\"kernel\": [2, 2], \"strides\": [3, 3], \"padding\": "
+            "\"valid\", \"use_bias\": true}]}}\n";
+        char p1[512], p4[512];
+        snprintf(p1, sizeof p1, "%s/ct1.json", th_tmpdir());
+        snprintf(p4, sizeof p4, "%s/ct4.json", th_tmpdir());
+        FILE *f1 = fopen(p1, "w"), *f4 = fopen(p4, "w");
+        if (f1) {
+            fprintf(f1, fmt, 1, "");
+            fclose(f1);
+        }
+        if (f4) {
+            fprintf(f4, fmt, 4, ", \"input_partition_dims\": [[1, 4, 1, 1], "
+                                "null]");
+            fclose(f4);
+        }
+        TH_CHECK(t, f1 && f4);
+        th_run(&c, "%s run %s --functional --output-npy %s/ct1.npy && %s run "
+                   "%s --functional --output-npy %s/ct4.npy && cmp %s/ct1.npy "
+                   "%s/ct4.npy",
+               th_bin(), p1, th_tmpdir(), th_bin(), p4, th_tmpdir(),
+               th_tmpdir(), th_tmpdir());
+        TH_CHECKF(t, c.status == 0 && strstr(c.out, "output of 't' "
+                                                    "[8,30,15,3]"),
+                  "%d %s%s", c.status, c.out, c.err);
+    }
+}
+
 void th_suite_functional_cli(th_ctx *t)
 {
     th_cmd_result c;
@@ -1008,6 +1051,7 @@ void th_suite_functional_cli(th_ctx *t)
     TH_CHECKF(
         t, c.status == 0 && file_size(b) > 1000 && strstr(c.out, "step  loss"),
         "status %d: %s", c.status, c.err);
+    conv_transpose_cases(t);
 }
 
 /* ---- random graphs ------------------------------------------------------ */

@@ -1,5 +1,5 @@
-/* The sweep-file parser's fuzz findings (test/fuzz/fuzz_sweep.c, `make
- * fuzz-sweep`), each minimised input replayed through `tpuemu sweep FILE
+/* Sweep files the fuzzer (test/fuzz/fuzz_sweep.c, `make fuzz-sweep`) found
+ * hard for the parser, each minimised input replayed through `tpuemu sweep FILE
  * --print-commands`: exit 2, one error line naming the file and the JSON
  * path, the output directory not created.  The base traces sit next to
  * each sweep file under the names the fuzzer's directory gives them
@@ -13,7 +13,7 @@
 #define SW "\"format\": \"tpuemu-sweep/1\", \"name\": \"fz\", "
 
 typedef struct {
-    const char *what;  /* the case, and what the parser did before */
+    const char *what;  /* the case, and what a careless parser does with it */
     const char *text;  /* the sweep file */
     const char *jpath; /* "FILE: " then this starts the message */
     const char *says;  /* and the message says this */
@@ -45,7 +45,7 @@ static const finding findings[] = {
      "{" SW "\"trace\": \"t3b.json\", \"scale_batch\": true, \"grid\": "
      "{\"partition_dims\": \"all\", \"system\": [\"v3-2\", \"v3-8\"]}}\n",
      "grid.system[0]: ", "not a whole batch"},
-    /* accepted before, then charted on the first axis as if absent */
+    /* not to be charted on the first axis as if absent */
     {"an empty x", "{" SW "\"trace\": \"t.json\", \"grid\": {\"batch\": "
                    "[8, 16]}, \"x\": \"\"}\n",
      "x: ", "expected the name of a grid axis"},

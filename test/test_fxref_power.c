@@ -1,7 +1,7 @@
 /* scripts/fx_reference.py must never call a comparison passed when it could
- * not have failed (probe round 9, finding 1: a seed-1 output checked as
- * seed 2 passed on every deep net, the worst-case bound having grown to the
- * output's size or overflowed).  Here: a wrong seed's output on a deep net
+ * not have failed: on a deep net the worst-case bound grows to the output's
+ * size or overflows, and a seed-1 output checked as seed 2 must not pass
+ * there.  Here: a wrong seed's output on a deep net
  * is never exit 0 (3 "inconclusive" by default, 1 with --layerwise), the
  * right seed still passes where the bound is informative, an overflowing
  * bound is inf (exit 3), and --layerwise catches one element off by 1%
@@ -127,7 +127,7 @@ void th_suite_fxref_power(th_ctx *t)
             TH_CHECKF(t, c->status == w, "%s right seed: status %d (want %d): %s%s",
                       p, c->status, w, c->out, c->err);
             /* where the bound is informative test_functional.c shows a
-             * wrong seed failing; the deep ones are what finding 1 was */
+             * wrong seed failing; here the deep nets, where it is not */
             if (w != 3)
                 continue;
             TH_CHECK(t, emu_out(c, trace, 2, wrong) == 0);

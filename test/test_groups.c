@@ -586,6 +586,38 @@ static void fx_cases(th_ctx *t)
     }
 }
 
+static void share_groups_cases(th_ctx *t, th_cmd_result *c)
+{
+    static const struct {
+        const char *b_extra; /* keys of layer b after "kernel":[3,3] */
+        const char *want;
+    } k[] = {
+        {",\"groups\":8", "groups 8 here, 4 there"},
+        {"", "groups 1 here, 4 there"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char path[512], text[1024];
+        snprintf(path, sizeof path, "%s/groups-share%zu.json", th_tmpdir(), i);
+        snprintf(text, sizeof text,
+                 "{\"format\":\"tpuemu-trace/1\",\"system\":\"v3-8\",\"run\":{"
+                 "\"mode\":\"train\",\"global_batch\":8},\"graph\":{\"inputs\":"
+                 "[{\"name\":\"x\",\"shape\":[8,8,32]}],\"layers\":["
+                 "{\"name\":\"a\",\"op\":\"conv\",\"in\":\"x\",\"filters\":32,"
+                 "\"kernel\":[3,3],\"groups\":4},"
+                 "{\"name\":\"b\",\"op\":\"conv\",\"in\":\"a\",\"filters\":32,"
+                 "\"kernel\":[3,3]%s,\"share_weights\":\"a\"},"
+                 "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"b\",\"kind\":\"l2\"}"
+                 "]}}",
+                 k[i].b_extra);
+        th_put(path, text);
+        th_case(t, "share_weights between different groups names them");
+        th_run(c, "%s run %s", th_bin(), path);
+        TH_CHECKF(t, c->status == 2 && strstr(c->err, k[i].want) &&
+                         strstr(c->err, "graph.layers[1].share_weights"),
+                  "status %d: %s", c->status, c->err);
+    }
+}
+
 void th_suite_groups(th_ctx *t)
 {
     char buf[4096];
@@ -884,4 +916,10 @@ void th_suite_groups(th_ctx *t)
                   on_mxu, on_vec);
     }
     graph_free(&g);
+    {
+        th_cmd_result *c = malloc(sizeof *c);
+        if (c)
+            share_groups_cases(t, c);
+        free(c);
+    }
 }

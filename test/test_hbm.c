@@ -108,12 +108,11 @@ static void test_bandwidth(th_ctx *t)
     }
 }
 
-/* Probe round 4: above about 12 TB/s per core a 16 MiB read got slower
- * (2032 GB/s at 12000, 669 at 50000).  Each row miss was charged its
- * activate less the data of Q queued visits, summed over the misses, so
- * shorter bursts exposed more; with Q activates in flight a visit takes
- * max(its data, tACT / Q) (Little's law), which never grows as bursts
- * shrink. */
+/* A 16 MiB read never gets slower as the bandwidth grows, past 12 TB/s
+ * per core too.  With Q activates in flight a visit takes max(its data,
+ * tACT / Q) (Little's law), which never grows as bursts shrink; charging
+ * each row miss its activate less the data of Q queued visits would
+ * expose more as bursts shrink (2032 GB/s at 12000, 669 at 50000). */
 static void test_faster_never_slower(th_ctx *t)
 {
     th_case(t, "a faster data rate never makes a transfer slower (sequential "
@@ -254,9 +253,9 @@ static void test_reference(th_ctx *t)
         {0, 16 * KIB, 64, 1 * MIB}, {0, 1 * MIB, 16, 1 * MIB},
         {0, 1, 4096, 2},           {3, 24, 4096, 40},
         {0, 17005, 100, 17086},
-        /* Probe round 12: banks taken in turn on one channel (4, 2), and
-         * strides that come back to the same bank most times (the closed
-         * form was 80% fast on these). */
+        /* banks taken in turn on one channel (4, 2), and strides that come
+         * back to the same bank most times: where a closed form that
+         * ignores tRC would be 80% fast */
         {0, 64, 16384, 65536},     {0, 64, 16384, 131072},
         {0, 4096, 1024, 65536},    {0, 64, 16384, 16640},
         {0, 64, 8192, 16128},      {0, 128, 8192, 65664},
@@ -337,9 +336,9 @@ static void test_span_bound(th_ctx *t)
     }
 }
 
-/* Probe round 12: the row cycle tRC = tRAS + tRP was enforced only against
- * the bank used just before on the channel, so 64 B reads cycling over 4 or
- * 2 banks of one channel ran at the tFAW / 4 activate rate like 16 banks
+/* The row cycle tRC = tRAS + tRP holds for every bank, not only against the
+ * bank used just before on the channel: 64 B reads cycling over 4 or 2
+ * banks of one channel cannot run at the tFAW / 4 activate rate of 16 banks
  * (131.9 us for 1 MiB on v3), faster than the banks can cycle.  By hand:
  * each bank opens a row once per tRC, so n banks in turn take tRC / n per
  * read, and refresh stops the channel tRFC of every tREFI. */

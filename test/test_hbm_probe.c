@@ -61,7 +61,7 @@ void th_suite_hbm_probe(th_ctx *t)
               "%s / %s", r.out, r2.out);
 
     th_case(t, "probe hbm: 64 B reads cycling over 4 or 2 banks of one "
-               "channel are bound by the row cycle (probe round 12)");
+               "channel are bound by the row cycle");
     /* 1 MiB of 64 B reads, 16384 of them; a 64 KiB stride takes 4 banks of
      * channel 0 in turn, 128 KiB 2.  A bank opens one row per tRC = tRAS +
      * tRP = 34 + 14 ns, so 12 and 24 ns per read, and refresh keeps

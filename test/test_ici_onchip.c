@@ -1,6 +1,6 @@
 /* ICI: the all-reduce's on-chip leg (the exchange between a chip's two
- * cores) overlaps the ring instead of adding to it (hardware audit,
- * finding 4), without costing small buffers anything. */
+ * cores) overlaps the ring instead of adding to it, without costing small
+ * buffers anything. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,9 +56,9 @@ void th_suite_ici_onchip(th_ctx *t)
     static char names[8][120]; /* th_case keeps the pointer */
     const double big = 256.0 * (1 << 20);
 
-    /* Zero latency, 256 MiB: bandwidth alone.  Before the fix, 1.118
-     * (v3-8), 1.078 (v3-32), 1.260 (v3-256), 1.031 (v3-2048) x the bound.
-     * Tolerances: 1% on slices whose links carry twice what the on-chip
+    /* Zero latency, 256 MiB: bandwidth alone.  An on-chip leg added to
+     * the ring would take 1.118 (v3-8), 1.078 (v3-32), 1.260 (v3-256),
+     * 1.031 (v3-2048) x the bound.  Tolerances: 1% on slices whose links carry twice what the on-chip
      * path does (unwrapped: 2 links a chip), 1% over the algorithm's own
      * imbalance on the rectangle; 2% on the full pod, where the four links
      * carry 2(n-1)/n x bytes / (4 x 82 GB/s) and the on-chip path bytes /
@@ -100,9 +100,9 @@ void th_suite_ici_onchip(th_ctx *t)
     }
 
     /* With the default latencies: at large sizes the on-chip leg costs
-     * (nearly) nothing against an infinitely fast on-chip path.  Before
-     * the fix it cost 11% (v3-8) and 7% (v3-32) at 256 MiB, 14% (v3-256)
-     * at 64 MiB. */
+     * (nearly) nothing against an infinitely fast on-chip path; added
+     * after the ring it would cost 11% (v3-8) and 7% (v3-32) at 256 MiB,
+     * 14% (v3-256) at 64 MiB. */
     th_case(t, "default latencies, 64 and 256 MiB: the on-chip leg adds "
                "under 1% to the time an infinitely fast one gives");
     const char *ov[] = {"v3-8", "v3-32", "v3-256"};
@@ -124,9 +124,9 @@ void th_suite_ici_onchip(th_ctx *t)
         ici_free(f);
     }
 
-    /* Small buffers are latency bound; the schedule change must not cost
-     * them.  Upper limits: the model's times before the fix (commit
-     * 8f3ea41, these parameters), plus 0.1%.  Whole v3-8 and v3-32, the
+    /* Small buffers are latency bound; overlapping the on-chip leg must
+     * not cost them.  Upper limits: the times of the schedule that adds
+     * the leg after the ring (these parameters), plus 0.1%.  Whole v3-8 and v3-32, the
      * 8-core partition group of v3-64 (a row of 4 chips) and the 16-core
      * one of v3-128. */
     th_case(t, "default latencies, 4 KiB to 4 MiB: no slower than before the "

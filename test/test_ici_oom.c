@@ -1,6 +1,6 @@
 /* ICI: out of host memory is a failure the caller reports (exit 4), never
- * an abort (probe round 8, finding 1: `ulimit -v 150000` on a v3-2048 run
- * ended in SIGABRT from an assertion in the model's scratch growth).
+ * an abort (`ulimit -v 150000` on a v3-2048 run must not end in SIGABRT
+ * from an assertion in the model's scratch growth).
  *
  * In process: ici_fail_alloc_after makes the k-th allocation of a call
  * fail, for every k until the call has no allocation left to fail; each

@@ -1,6 +1,5 @@
 /* tpuemu lower --timed, the listing's marks (recomputation, all-gathers
- * filed as halo) and the Chrome trace's opcode names (probe round 9,
- * findings 4-6): the timed figures are the report's, the marks appear
+ * filed as halo) and the Chrome trace's opcode names: the timed figures are the report's, the marks appear
  * exactly when the step has what they mark. */
 #include <cJSON.h>
 #include <math.h>

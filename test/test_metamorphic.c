@@ -6,14 +6,14 @@
  * anomalies, so they check the engine, the lowering and the unit models
  * on shapes nobody wrote a golden figure for.
  *
- * VMEM joined in session 6: the lowering used to take the largest tile that
- * fits, whose first load and last store double buffering cannot hide, so
- * doubling VMEM slowed five traces by 0.2-0.3% (cifar10-keras-v2-8: 25.53,
- * 25.17, 24.99, 25.06, 25.25 ms at 4 ... 64 MiB).  The tile search
- * (firmware/lower.c, xla.tile_search) prices every candidate with the
- * engine and keeps a smaller VMEM's options, so it holds now (25.53,
- * 25.16, 24.98, 24.98, 24.98).  Its budgets are powers of two below VMEM
- * since round 5, so a VMEM that is not one (20 MB) keeps them too.
+ * Doubling VMEM must not slow a trace either.  Taking the largest tile that
+ * fits would: its first load and last store are what double buffering
+ * cannot hide (cifar10-keras-v2-8: 25.53, 25.17, 24.99, 25.06, 25.25 ms at
+ * 4 ... 64 MiB).  The tile search (firmware/lower.c, xla.tile_search)
+ * prices every candidate with the engine and keeps a smaller VMEM's
+ * options, so it holds (25.53, 25.16, 24.98, 24.98, 24.98).  Its budgets
+ * are powers of two below VMEM, so a VMEM that is not one (20 MB) keeps
+ * them too.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -40,8 +40,8 @@ static const prop props[] = {
     {"4 MXUs per core", "mxus_per_core", "4"},
     {"vector ALUs x2", "vpu.alus", "4"},
     {"VMEM x2", "vmem_bytes", "33554432"},
-    /* not a power of two: the search's budgets below it are (probe round
-     * 5: 20 MB was 0.2% slower than 16 MiB on RetinaNet 1280) */
+    /* not a power of two: the search's budgets below it are (20 MB must
+     * not be slower than 16 MiB on RetinaNet 1280) */
     {"VMEM 20 MB", "vmem_bytes", "20000000"},
 };
 

@@ -9,6 +9,8 @@
 
 #include "mxu/mxu.h"
 #include "test/harness.h"
+#include "emu/out/chart.h"
+#include "emu/out/font.h"
 
 static uint64_t rng(uint64_t *s)
 {
@@ -456,6 +458,39 @@ static void copy_out(char *dst, size_t cap, const char *src)
     dst[len] = '\0';
 }
 
+static void mxu_sets(th_ctx *t)
+{
+    th_case(t, "mxu --set: keys that cannot change one product's cycles on one MXU "
+               "(clock_hz, mxus_per_core, ...) are refused, exit 2 on one line; "
+               "mxu.rows and mxu.cols still work");
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    static const char *const refused[] = {"clock_hz=2e9", "mxus_per_core=2",
+                                          "mxu.op_overhead_cycles=100",
+                                          "hbm.bandwidth_gbs=900", "mxu.row=8"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(refused[i], "="), refused[i]);
+        th_run(c, "%s mxu --m 8 --k 8 --n 8 --set %s", th_bin(), refused[i]);
+        const char *nl = strchr(c->err, '\n');
+        TH_CHECKF(t, c->status == 2 && c->out[0] == 0 &&
+                         strncmp(c->err, "tpuemu: error: mxu: --set ", 26) == 0 &&
+                         strstr(c->err, key) && strstr(c->err, "mxu.rows and mxu.cols") &&
+                         nl && nl[1] == 0,
+                  "--set %s: exit %d, out '%s', err '%s'", refused[i], c->status, c->out,
+                  c->err);
+    }
+    /* the array's size changes the cycles: 4 tiles of 4x4,
+     * (T-1) max(M,R) + M + 2R + C - 2 = 24 + 8 + 8 + 4 - 2 */
+    th_run(c, "%s mxu --m 8 --k 8 --n 8 --set mxu.rows=4 --set mxu.cols=4", th_bin());
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "\"cycles\":42,"), "%d %s %s", c->status,
+              c->out, c->err);
+    th_run(c, "%s mxu --help", th_bin());
+    TH_CHECK(t, strstr(c->out, "are refused") != NULL);
+    free(c);
+}
+
 void th_suite_mxu_cli(th_ctx *t)
 {
     th_cmd_result *r = malloc(sizeof *r);
@@ -567,4 +602,5 @@ void th_suite_mxu_cli(th_ctx *t)
     th_run(r, "%s mxu --help", bin);
     TH_CHECK(t, strstr(r->out, "at most 2^38") != NULL);
     free(r);
+    mxu_sets(t);
 }

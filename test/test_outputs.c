@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <signal.h>
+#include <math.h>
 
 #include "emu/out/chart.h"
 #include "emu/out/chrome_trace.h"
@@ -24,6 +26,7 @@
 #include "emu/out/outfile.h"
 #include "emu/report.h"
 #include "test/harness.h"
+#include "emu/rfile.h"
 
 static char dir[512];
 
@@ -491,10 +494,199 @@ static void cli_cases(th_ctx *t)
     free(c);
 }
 
+#define TINY "traces/small/tiny2d.json"
+
+static void stdout_cases(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    th_case(t, "stdout on a full disk: exit 2, standard output named");
+    th_run(c, "%s mxu --m 8 --k 8 --n 8 > /dev/full", th_bin());
+    TH_CHECKF(t, c->status == 2, "status %d, stderr %s", c->status, c->err);
+    TH_CHECKF(t, strstr(c->err, "standard output: No space left") != NULL,
+              "stderr: %s", c->err);
+
+    th_case(t, "stdout closed: exit 2; a failed command keeps its status");
+    th_run(c, "%s lower %s >&-", th_bin(), TINY);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "standard output"),
+              "status %d, stderr %s", c->status, c->err);
+    th_run(c, "%s lower traces/retinanet-2560-v3-8.json > /dev/full",
+           th_bin());
+    TH_CHECKF(t, c->status == 3, "does not fit: status %d, stderr %s",
+              c->status, c->err);
+
+    th_case(t, "stdout fine: exit 0, no message");
+    th_run(c, "%s mxu --m 8 --k 8 --n 8 > /dev/null", th_bin());
+    TH_CHECKF(t, c->status == 0 && c->err[0] == 0, "status %d, stderr %s",
+              c->status, c->err);
+    free(c);
+}
+
+/* What the handler saw when the held SIGTERM arrived. */
+static volatile sig_atomic_t got_term, outs_whole;
+static char sig_a[512], sig_b[512];
+
+static void on_term(int sig)
+{
+    (void)sig;
+    got_term++;
+    outs_whole = access(sig_a, F_OK) == 0 && access(sig_b, F_OK) == 0;
+}
+
+/* Entries of sig_dir whose names start with ".tpuemu." (temporaries). */
+static int temporaries(const char *sig_dir)
+{
+    DIR *dp = opendir(sig_dir);
+    int n = 0;
+    if (!dp)
+        return -1;
+    for (struct dirent *e; (e = readdir(dp)) != NULL;)
+        if (strncmp(e->d_name, ".tpuemu.", 8) == 0)
+            n++;
+    closedir(dp);
+    return n;
+}
+
+static void signal_cases(th_ctx *t)
+{
+    char sig_dir[256];
+    snprintf(sig_dir, sizeof sig_dir, "%s/outputs-sig", th_tmpdir());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", sig_dir);
+    if (system(cmd) != 0)
+        return;
+    snprintf(sig_a, sizeof sig_a, "%s/a.txt", sig_dir);
+    snprintf(sig_b, sizeof sig_b, "%s/b.txt", sig_dir);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old);
+
+    th_case(t, "SIGTERM during a write is held until every output is in place");
+    got_term = outs_whole = 0;
+    outfile os[2];
+    tpu_error err = {0};
+    int ok = outfile_open(&os[0], sig_a, &err) == TPU_OK &&
+             outfile_open(&os[1], sig_b, &err) == TPU_OK;
+    TH_CHECKF(t, ok, "open: %s", err.msg);
+    if (ok) {
+        fputs("a\n", os[0].f);
+        raise(SIGTERM);
+        fputs("b\n", os[1].f);
+        TH_CHECKF(t, got_term == 0, "delivered while temporaries exist");
+        TH_CHECKF(t, temporaries(sig_dir) == 2, "%d temporaries staged",
+                  temporaries(sig_dir));
+        TH_CHECK(t, outfile_commit_all(os, 2, &err) == TPU_OK);
+        TH_CHECKF(t, got_term == 1 && outs_whole,
+                  "delivered %d times, outputs whole %d", (int)got_term,
+                  (int)outs_whole);
+        TH_CHECKF(t, temporaries(sig_dir) == 0, "%d temporaries left",
+                  temporaries(sig_dir));
+    }
+
+    th_case(t, "SIGTERM during a failed write: delivered after the discard");
+    got_term = 0;
+    remove(sig_a);
+    remove(sig_b);
+    ok = outfile_open(&os[0], sig_a, &err) == TPU_OK &&
+         outfile_open(&os[1], sig_b, &err) == TPU_OK;
+    if (TH_CHECKF(t, ok, "open: %s", err.msg)) {
+        raise(SIGTERM);
+        TH_CHECK(t, got_term == 0);
+        outfile_discard_all(os, 2);
+        TH_CHECKF(t, got_term == 1, "delivered %d times", (int)got_term);
+        TH_CHECKF(t, temporaries(sig_dir) == 0 && access(sig_a, F_OK) != 0,
+                  "%d temporaries left", temporaries(sig_dir));
+    }
+
+    th_case(t, "a refused output path holds nothing");
+    got_term = 0;
+    snprintf(cmd, sizeof cmd, "%s/no/such/dir/x", sig_dir);
+    TH_CHECK(t, outfile_open(&os[0], cmd, &err) != TPU_OK);
+    raise(SIGTERM);
+    TH_CHECKF(t, got_term == 1, "delivered %d times", (int)got_term);
+    sigaction(SIGTERM, &old, NULL);
+}
+
+static void outfile_cases(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    th_case(t, "--report /dev/stdout into a pipe: refused, saying it is a "
+               "pipe and what to do");
+    th_run(c, "%s run traces/small/tiny2d.json --report /dev/stdout --quiet "
+              "2>&1 | cat",
+           th_bin());
+    TH_CHECKF(t, strstr(c->out, "/dev/stdout: cannot create: is a pipe "
+                                "(standard output into a pipe?)") &&
+                     strstr(c->out, "give a file path") &&
+                     !strstr(c->out, "does not resolve"),
+              "out: %s", c->out);
+    free(c);
+
+    th_case(t, "outfile: a pipe by its /proc/self/fd link (a process "
+               "substitution) is named as one");
+    int fds[2];
+    if (pipe(fds) == 0) {
+        char p[64];
+        tpu_error err = {0};
+        snprintf(p, sizeof p, "/proc/self/fd/%d", fds[1]);
+        TH_CHECK(t, outfile_check(p, &err) == TPU_ERR_INPUT);
+        TH_CHECKF(t, strstr(err.msg, "is a pipe (a process substitution") &&
+                         strstr(err.msg, "renamed"),
+                  "%s", err.msg);
+        close(fds[0]);
+        close(fds[1]);
+    }
+
+    th_case(t, "rfile: a socket behind a /proc/self/fd link (stdin from a "
+               "socket) is named as one, not 'No such device or address'");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+        char p[64], *text = NULL;
+        size_t len = 0;
+        tpu_error err = {0};
+        snprintf(p, sizeof p, "/proc/self/fd/%d", sv[0]);
+        TH_CHECK(t, rfile_read(p, 1 << 20, 0.1, &text, &len, &err) ==
+                        TPU_ERR_INPUT);
+        TH_CHECKF(t, strstr(err.msg, "a socket, not a file") &&
+                         !strstr(err.msg, "No such device"),
+                  "%s", err.msg);
+        free(text);
+        close(sv[0]);
+        close(sv[1]);
+    }
+}
+
+/* '-' is standard input as a trace; as an output it is refused, not
+ * created as a file named '-'. */
+static void dash_cases(th_ctx *t)
+{
+    static th_cmd_result c;
+    th_case(t, "'-' reads the trace from standard input; as an output it is "
+               "refused and no file named '-' appears");
+    th_run(&c, "%s run - < traces/small/tiny2d.json | tail -1", th_bin());
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "step time"), "%d %s%s",
+              c.status, c.out, c.err);
+    th_run(&c, "cp traces/small/tiny2d.json %s/p4.json && cd %s && %s run "
+               "p4.json --report - --quiet; s=$?; test ! -e ./- && exit $s",
+           th_tmpdir(), th_tmpdir(), th_bin_abs());
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "'-' (standard output) is "
+                                                "not an output"),
+              "%d %s", c.status, c.err);
+}
+
 void th_suite_outputs(th_ctx *t)
 {
     snprintf(dir, sizeof dir, "%s/outputs", th_tmpdir());
     mkdir(dir, 0755);
     unit_cases(t);
     cli_cases(t);
+    stdout_cases(t);
+    signal_cases(t);
+    outfile_cases(t);
+    dash_cases(t);
 }

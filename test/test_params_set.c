@@ -1,4 +1,4 @@
-/* --set as a user sees it (probe round 7): the order of the options does
+/* --set as a user sees it: the order of the options does
  * not matter, keys that over-determine a quantity are refused, the rules
  * between keys name the keys involved and are the ones the HBM model
  * enforces, --help shows ranges and rules, and numbers beyond a double
@@ -7,9 +7,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "emu/params.h"
 #include "test/harness.h"
+#include "emu/out/outfile.h"
+#include "emu/out/chart.h"
+#include "emu/out/font.h"
 
 /* Applies n overrides in the order given by perm; the status of the first
  * failure (message in e). */
@@ -66,6 +72,79 @@ static double csv_time(const char *csv, const char *a, const char *b)
     return -1;
 }
 
+#define TINY_TRACE "traces/small/tiny2d.json"
+
+static void unknown_key_cases(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    static const char *const cases[][2] = {
+        {"hbm.bandwidth", "did you mean hbm.bandwidth_gbs?"},
+        {"ici.link", "did you mean ici.link_gbs?"},
+        {"hbm.trcd_ns", "did you mean hbm.t_rcd_ns?"},
+        {"cores_per_chip", "a chip's 2 cores are fixed"},
+        {"nokey", "(known: clock_hz, "},
+    };
+    th_case(t, "--set of an unknown key names the keys it most likely meant");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        th_run(c, "%s run %s --set %s=4", th_bin(), TINY_TRACE, cases[i][0]);
+        TH_CHECKF(t, c->status == 2 && strstr(c->err, cases[i][1]),
+                  "%s: status %d, stderr %s", cases[i][0], c->status, c->err);
+    }
+    th_case(t, "run --help explains the [C]/[D]/[U] source tags");
+    th_run(c, "%s run --help", th_bin());
+    TH_CHECKF(t, strstr(c->out, "[C] a published figure") &&
+                     strstr(c->out, "[U] unconfirmed") &&
+                     strstr(c->out, "does not follow ici.link_gbs"),
+              "help: %.300s", c->out);
+    free(c);
+}
+
+static void hbm_peak_help(th_ctx *t)
+{
+    th_case(t, "hbm.bandwidth_gbs's help says the row timings stay and the activate rate "
+               "caps a stream at about 2 TB/s, as probe hbm measures");
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    th_run(c, "%s run --help", th_bin());
+    /* the help wraps its sources: join the lines before searching */
+    char *flat = malloc(sizeof c->out);
+    size_t m = 0;
+    for (const char *q = c->out; flat && *q; q++) {
+        if (*q == '\n') {
+            while (q[1] == ' ')
+                q++;
+            flat[m++] = ' ';
+        } else
+            flat[m++] = *q;
+    }
+    if (flat) {
+        flat[m] = 0;
+        const char *k = strstr(flat, "hbm.bandwidth_gbs ");
+        const char *next = k ? strstr(k, "hbm.capacity_gib ") : NULL;
+        const char *cap = k ? strstr(k, "the activate rate caps") : NULL;
+        TH_CHECKF(t, c->status == 0 && cap && next && cap < next, "%.400s", k ? k : flat);
+        const char *a = k ? strstr(k, "about 2.2 TB/s") : NULL;
+        const char *b = k ? strstr(k, "2.0 TB/s after refresh") : NULL;
+        TH_CHECK(t, a && b && a < next && b < next);
+    }
+    free(flat);
+    /* the figures the help gives: 16 x 1 KiB per 7.5 ns less refresh,
+     * whatever the peak asked for past it */
+    static const char *const bw[] = {"4500", "45000"};
+    for (int i = 0; i < 2; i++) {
+        th_run(c, "%s probe hbm --gen v3 --bytes 1073741824 --set hbm.bandwidth_gbs=%s",
+               th_bin(), bw[i]);
+        const char *g = strstr(c->out, "\"gbps\":");
+        double gbps = g ? atof(g + 7) : 0;
+        TH_CHECKF(t, c->status == 0 && gbps > 1950 && gbps < 2100, "%s GB/s asked: %s",
+                  bw[i], c->out);
+    }
+    free(c);
+}
+
 void th_suite_params_set(th_ctx *t)
 {
     tpu_error e = {0};
@@ -90,7 +169,8 @@ void th_suite_params_set(th_ctx *t)
                       perms[i][0], perms[i][1], perms[i][2],
                       b.hbm.data_rate_gtps, a.hbm.data_rate_gtps);
         }
-        /* two keys: the probe's pair, both ways, both generations */
+        /* two keys that over-determine one quantity, both ways, both
+     * generations */
         for (int gen = 2; gen <= 3; gen++) {
             const int ab[2] = {0, 1}, ba[2] = {1, 0};
             const char *v2[] = {"450", "32"};
@@ -390,4 +470,6 @@ void th_suite_params_set(th_ctx *t)
         TH_CHECKF(t, longest < 100, "%s --help: a line of %d columns", cmds[k],
                   longest);
     }
+    unknown_key_cases(t);
+    hbm_peak_help(t);
 }

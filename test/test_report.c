@@ -135,7 +135,7 @@ void th_suite_report(th_ctx *t)
     }
 
     th_case(t, "a core whose breakdown does not sum to its step time is "
-               "refused, naming it (probe round 4: check compared it)");
+               "refused, naming it (check must not compare it)");
     {
         emu_result r, back;
         make_result(&r, 8, 0);

@@ -1,13 +1,14 @@
-/* Duplicate keys in a report (probe round 7, finding 2).  cJSON keeps both
- * members of {"mxu": 1, "mxu": 5} and returns the first; Python's json and
- * jq take the last.  A report with a second "trace" passed `check` against
- * a report of another trace, and a second "mxu" in a breakdown dodged the
- * sum check.  The reader now refuses a repeated key at any depth, naming
- * the file and JSON path, through the same helper (rfile_json_find_dup) the
- * sweep reader and the trace reader use. */
+/* Duplicate keys in a report.  cJSON keeps both members of {"mxu": 1,
+ * "mxu": 5} and returns the first; Python's json and jq take the last, so
+ * a second "trace" would pass `check` against a report of another trace
+ * and a second "mxu" in a breakdown would dodge the sum check.  The
+ * reader refuses a repeated key at any depth, naming the file and JSON
+ * path, through the same helper (rfile_json_find_dup) the sweep reader
+ * and the trace reader use. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -70,9 +71,9 @@ void th_suite_report_dup(th_ctx *t)
 
     /* {where to insert, what, the path the error must name} */
     static const char *const cases[][3] = {
-        /* probe 7's e-duptrace: the second trace is the one jq sees */
+        /* the second trace is the one jq sees */
         {"\"trace\": \"tiny\",", " \"trace\": \"other\",", "trace"},
-        /* probe 7's e-dupcat: the sum check would see only the first */
+        /* the sum check would see only the first */
         {"\"breakdown_s\": {\"mxu\": 0.5,", " \"mxu\": 5.0,",
          "per_core[0].breakdown_s.mxu"},
         {"\"format\": \"tpuemu-report/1\",",
@@ -110,22 +111,34 @@ void th_suite_report_dup(th_ctx *t)
         free(bad);
     }
 
-    th_case(t, "the probe's files: check refuses both (exit 2)");
+    th_case(t, "a report with a second trace or a second breakdown "
+               "category, as a file: check refuses it (exit 2)");
     {
-        static const char *const probe[][2] = {
-            {"/work/probe/r7/repro/e-duptrace.json", ": trace: duplicate key"},
-            {"/work/probe/r7/repro/e-dupcat.json",
+        /* each file checked against itself: only the reader can refuse */
+        static const char *const dup[][3] = {
+            {"\"trace\": \"tiny\",", " \"trace\": \"other\",",
+             ": trace: duplicate key"},
+            {"\"breakdown_s\": {\"mxu\": 0.5,", " \"mxu\": 5.0,",
              ": per_core[0].breakdown_s.mxu: duplicate key"}};
-        for (int i = 0; i < 2; i++) {
-            FILE *f = fopen(probe[i][0], "rb");
-            if (!f)
-                continue; /* not in every checkout */
-            fclose(f);
-            th_run(c, "%s check --baseline %s %s", th_bin(), probe[i][0],
-                   probe[i][0]);
-            TH_CHECKF(t, c->status == 2 && strstr(c->err, probe[i][1]),
-                      "%s: status %d: %s%s", probe[i][0], c->status, c->out,
-                      c->err);
+        const char *tmp = getenv("TMPDIR");
+        char dir[512], path[600];
+        snprintf(dir, sizeof dir, "%s/tpuemu-dup-XXXXXX",
+                 tmp && *tmp ? tmp : "/tmp");
+        if (TH_CHECKF(t, mkdtemp(dir) != NULL, "mkdtemp %s", dir)) {
+            for (int i = 0; i < 2; i++) {
+                char *bad = insert_after(text, dup[i][0], dup[i][1]);
+                if (!TH_CHECKF(t, bad != NULL, "no '%s'", dup[i][0]))
+                    continue;
+                snprintf(path, sizeof path, "%s/dup%d.json", dir, i);
+                write_text(t, path, bad);
+                free(bad);
+                th_run(c, "%s check --baseline %s %s", th_bin(), path, path);
+                TH_CHECKF(t, c->status == 2 && strstr(c->err, dup[i][2]),
+                          "%s: status %d: %s%s", path, c->status, c->out,
+                          c->err);
+                remove(path);
+            }
+            rmdir(dir);
         }
     }
 

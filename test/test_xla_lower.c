@@ -175,10 +175,10 @@ void th_suite_xla_lower(th_ctx *t)
     }
 
     th_case(t, "a deeper array keeps the lanes' padding: K = taps x 128 on "
-               "256 rows, and a 256x256 array is not slower (probe round 7)");
+               "256 rows, and a 256x256 array is not slower");
     {
         /* 4 examples per core, 3x3 on 128 channels: K = 9 x 128 whatever
-         * the array's depth (it padded to 9 x 256 before) */
+         * the array's depth, not padded to 9 x 256 */
         trace(buf, sizeof buf, 32, 1, 1, 1, 16, 16, 128, 128, 3);
         tally deep;
         if (TH_CHECKF(t,

@@ -1,38 +1,152 @@
-/* Probe round 12a's hostile names and reports (tests probe12b), each
- * failing before its fix:
- *
- *  - C1 controls (U+0080-U+009F: U+009B is CSI to a UTF-8 xterm), the line
- *    and paragraph separators and the bidi embeddings, overrides and
- *    isolates passed the "no control characters" rule of trace names and
- *    of the report's strings, and were printed raw;
- *  - a trace without "name" is named after its file, whose name may hold
- *    any byte: run printed an ESC raw and wrote invalid UTF-8 (a byte
- *    0xFF, or a character cut at the 127-byte limit) into the report,
- *    which check and view then refused;
- *  - check printed a change too large for a double (1e308 s against
- *    1e-4 s) as "from 0", and a layer whose categories sum past a double
- *    as "-nan%";
- *  - the report reader accepted reports no run writes: a capacity of 0
- *    that skipped the fit check (a need above it is refused as any is), cores
- * and chips that are not the system's, a torus that is not its, a core on
- * another core's chip, two cores as one shard of one replica, an empty trace,
- * layer or freeze name;
- *  - messages: byte limits said "characters", a number beyond 2^53 was
- *    echoed as another number (9007199254740993 as ...992), gen was
- *    "an integer from 3 to 3", and check took a sweep file for a file of
- *    an unknown format.
- */
+/* The report reader refuses what no run writes, naming the file and the
+ * JSON path: values out of range, fields that disagree with each other or
+ * with the system, strings a terminal would act on, files of another
+ * kind; check and view refuse them alike. */
+#include <cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "emu/graph.h"
+#include "emu/out/outfile.h"
+#include "emu/result.h"
+#include "emu/sim.h"
 #include "test/harness.h"
+
+#define TINY "traces/small/tiny2d.json"
+
+/* A utilisation is a fraction: the reader refuses one above 1 before
+ * check compares it. */
+static void mxu_util_cases(th_ctx *t)
+{
+    static th_cmd_result c;
+    char rep[512];
+    snprintf(rep, sizeof rep, "%s/util-report.json", th_tmpdir());
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), TINY, rep);
+    th_case(t, "the report reader refuses an MXU utilisation above 1, "
+               "naming its path");
+    th_run(&c, "sed -i '0,/\"mxu_utilization\": [0-9.e+-]*/s//"
+               "\"mxu_utilization\": 1e300/' %s && %s check --baseline %s %s",
+           rep, th_bin(), rep, rep);
+    TH_CHECKF(t, c.status == 2 &&
+                     strstr(c.err, "per_core[0].mxu_utilization: 1e+300 is "
+                                   "above 1"),
+              "exit %d: %s", c.status, c.err);
+}
+
+static void report_cases(th_ctx *t)
+{
+    th_cmd_result c;
+    char rep[512], bad[512];
+    snprintf(rep, sizeof rep, "%s/report-read-report.json", th_tmpdir());
+    snprintf(bad, sizeof bad, "%s/report-read-bad.json", th_tmpdir());
+    th_run(&c, "%s run %s --quiet --report %s", th_bin(), TINY, rep);
+    if (!TH_CHECKF(t, c.status == 0, "exit %d: %s", c.status, c.err))
+        return;
+
+    th_case(t, "the report reader refuses fits true with hbm_needed_bytes "
+               "above hbm_capacity_bytes, naming fits");
+    th_run(&c, "sed 's/\"hbm_capacity_bytes\": [0-9.e+]*/"
+               "\"hbm_capacity_bytes\": 1000/' %s > %s && "
+               "%s check --baseline %s %s",
+           rep, bad, th_bin(), bad, rep);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, ": fits: true, but "
+                                                "hbm_needed_bytes"),
+              "exit %d: %s", c.status, c.err);
+    th_case(t, "... and reads a report that does not fit (needed above "
+               "capacity, fits false) and one with the run's own capacity");
+    th_run(&c, "%s run %s --quiet --set hbm.capacity_gib=0.001 --report %s; "
+               "test $? = 3 && %s check --baseline %s %s",
+           th_bin(), TINY, bad, th_bin(), bad, rep);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "the baseline did not fit"),
+              "exit %d: %s%s", c.status, c.out, c.err);
+    th_run(&c, "%s check --baseline %s %s", th_bin(), rep, rep);
+    TH_CHECKF(t, c.status == 0, "exit %d: %s", c.status, c.err);
+
+    th_case(t, "the report reader refuses a core peaking above "
+               "hbm_needed_bytes, naming the core's path");
+    th_run(&c, "sed 's/\"hbm_needed_bytes\": [0-9.e+]*/"
+               "\"hbm_needed_bytes\": 1000/' %s > %s && "
+               "%s check --baseline %s %s",
+           rep, bad, th_bin(), bad, rep);
+    TH_CHECKF(t, c.status == 2 && strstr(c.err, "per_core[0].hbm_peak_bytes"
+                                                ": ") &&
+                     strstr(c.err, "the largest core's peak"),
+              "exit %d: %s", c.status, c.err);
+}
+
+/* The report reader on files that are not run reports, or reports a run
+ * did not write: each named for what it is. */
+static void reader_cases(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    const char *d = th_tmpdir();
+    char base[512], path[512];
+    snprintf(base, sizeof base, "%s/reader-base.json", d);
+    th_run(c, "%s run %s --report %s --quiet", th_bin(), TINY, base);
+    char *text = th_slurp(base, NULL);
+    if (!TH_CHECKF(t, text != NULL, "no %s", base)) {
+        free(c);
+        return;
+    }
+    th_case(t, "check of a trace as a report says it is a trace");
+    th_run(c, "%s check --baseline %s %s", th_bin(), TINY, base);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "this is a trace"),
+              "status %d, stderr %s", c->status, c->err);
+
+    th_case(t, "a truncated report: 'ends too early', as for a trace");
+    snprintf(path, sizeof path, "%s/report-read-trunc.json", d);
+    th_put(path, "{\"format\":\"tpuemu-report/1\"");
+    th_run(c, "%s check --baseline %s %s", th_bin(), path, base);
+    TH_CHECKF(t, c->status == 2 && strstr(c->err, "ends too early"),
+              "status %d, stderr %s", c->status, c->err);
+
+    th_case(t, "an unknown breakdown category is named, not a bad sum");
+    char *at = strstr(text, "\"idle\":");
+    if (TH_CHECKF(t, at != NULL, "no idle key")) {
+        size_t k = (size_t)(at - text), n = strlen(text);
+        char *ed = malloc(n + 32);
+        if (ed) {
+            memcpy(ed, text, k);
+            strcpy(ed + k, "\"dma_wait\": 0, ");
+            strcat(ed, text + k);
+            snprintf(path, sizeof path, "%s/report-read-newcat.json", d);
+            th_put(path, ed);
+            free(ed);
+            th_run(c, "%s check --baseline %s %s", th_bin(), base, path);
+            TH_CHECKF(t, c->status == 2 &&
+                             strstr(c->err, "breakdown_s.dma_wait: unknown "
+                                            "category"),
+                      "status %d, stderr %s", c->status, c->err);
+        }
+    }
+
+    th_case(t, "a report without overrides is refused, as without "
+               "flops_per_step");
+    at = strstr(text, "\"overrides\": {}");
+    if (TH_CHECKF(t, at != NULL, "no empty overrides")) {
+        memcpy(at, "\"overridez\"", strlen("\"overridez\""));
+        snprintf(path, sizeof path, "%s/report-read-noov.json", d);
+        th_put(path, text);
+        th_run(c, "%s check --baseline %s %s", th_bin(), base, path);
+        TH_CHECKF(t, c->status == 2 && strstr(c->err, "overrides: missing"),
+                  "status %d, stderr %s", c->status, c->err);
+    }
+    free(text);
+    free(c);
+}
 
 /* A report of tiny2d as run writes it, which the cases below edit (when
  * run fails, there is no file, and each case says so). */
 static void base_report(th_cmd_result *c, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/p12b-base.json", th_tmpdir());
+    snprintf(path, cap, "%s/report-read-base.json", th_tmpdir());
     th_run(c, "%s run traces/small/tiny2d.json --quiet --report %s", th_bin(),
            path);
 }
@@ -85,26 +199,6 @@ static void refused(th_ctx *t, th_cmd_result *c, const char *path,
               c->err, line);
 }
 
-/* No byte sequence on a terminal line that a terminal would act on: C0
- * (but the line's own newline), DEL, C1, U+2028/9 and the bidi controls. */
-static int terminal_safe(const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; u[i]; i++) {
-        if ((u[i] < 0x20 && u[i] != '\n') || u[i] == 0x7f)
-            return 0;
-        if (u[i] == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
-            return 0;
-        if (u[i] == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xa8 &&
-            u[i + 2] <= 0xae)
-            return 0;
-        if (u[i] == 0xe2 && u[i + 1] == 0x81 && u[i + 2] >= 0xa6 &&
-            u[i + 2] <= 0xa9)
-            return 0;
-    }
-    return 1;
-}
-
 /* One edit of the base report given to view: refused (exit 2) with
  * `want` in its message. */
 static void view_refuses(th_ctx *t, th_cmd_result *c, const char *base,
@@ -125,7 +219,7 @@ typedef struct {
     const char *from, *to, *want;
 } rep_edit;
 
-/* Each edit as its own report (TMP/p12b-TAG-N.json), refused by check
+/* Each edit as its own report (TMP/report-read-TAG-N.json), refused by check
  * with its message under the case `what`; the output terminal-safe too
  * when safe is set. */
 static void refuse_edits(th_ctx *t, th_cmd_result *c, const char *base,
@@ -134,7 +228,7 @@ static void refuse_edits(th_ctx *t, th_cmd_result *c, const char *base,
 {
     for (size_t i = 0; i < n; i++) {
         char path[512], name[64];
-        snprintf(name, sizeof name, "p12b-%s-%zu.json", tag, i);
+        snprintf(name, sizeof name, "report-read-%s-%zu.json", tag, i);
         th_case(t, what);
         if (!TH_CHECKF(
                 t, edited(base, k[i].from, k[i].to, name, path, sizeof path),
@@ -142,7 +236,7 @@ static void refuse_edits(th_ctx *t, th_cmd_result *c, const char *base,
             continue;
         refused(t, c, path, k[i].want);
         if (safe)
-            TH_CHECK(t, terminal_safe(c->out) && terminal_safe(c->err));
+            TH_CHECK(t, th_terminal_safe(c->out) && th_terminal_safe(c->err));
     }
 }
 
@@ -172,8 +266,8 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
 
     th_case(t, "report: view refuses them the same way");
     view_refuses(t, c, base, "\"trace\": \"tiny2d\"",
-                 "\"trace\": \"evil\\u009b2J\"", "p12b-c1v.json",
-                 "p12b-c1v.json: trace: the string contains a control "
+                 "\"trace\": \"evil\\u009b2J\"", "report-read-c1v.json",
+                 "report-read-c1v.json: trace: the string contains a control "
                  "character (U+009B)");
 
     th_case(t, "run: a trace named with C1 controls is refused, and a "
@@ -183,12 +277,12 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
         if (TH_CHECK(t,
                      edited("traces/small/tiny2d.json", "\"name\": \"tiny2d\"",
                             "\"name\": \"evil\\u009b2J\\u0085x\"",
-                            "p12b-c1t.json", path, sizeof path))) {
+                            "report-read-c1t.json", path, sizeof path))) {
             th_run(c, "%s run %s --quiet", th_bin(), path);
             TH_CHECKF(t,
-                      c->status == 2 && terminal_safe(c->out) &&
-                          terminal_safe(c->err) &&
-                          strstr(c->err, "p12b-c1t.json: name: contains a "
+                      c->status == 2 && th_terminal_safe(c->out) &&
+                          th_terminal_safe(c->err) &&
+                          strstr(c->err, "report-read-c1t.json: name: contains a "
                                          "control character (U+009B)"),
                       "%d %s", c->status, c->err);
         }
@@ -198,142 +292,14 @@ static void c1_cases(th_ctx *t, th_cmd_result *c, const char *base)
                "\"$(printf 'x\\302\\233y')\"",
                th_bin());
         TH_CHECKF(t,
-                  c->status == 2 && terminal_safe(c->err) &&
+                  c->status == 2 && th_terminal_safe(c->err) &&
                       strstr(c->err, "x\\xc2\\x9by"),
                   "%d %s", c->status, c->err);
     }
 }
 
-/* A trace without "name" takes its file's name, which may hold any byte:
- * run printed it raw and wrote a report that check and view refused. */
-static void filename_cases(th_ctx *t, th_cmd_result *c)
-{
-    char x126[160];
-    memset(x126, 'x', 126);
-    x126[126] = 0;
-    const struct {
-        const char *file, *name;
-    } k[] = {
-        {"a\nb\033[31m", "a?b?[31m"},
-        {"bad\377", "bad?"},
-        {"c1\302\233x\342\200\256y", "c1?x?y"},
-        {"\303\251t\303\251\302\205", "\303\251t\303\251?"}, /* é kept */
-        {NULL, x126}, /* 126 bytes and a 2-byte character: cut before it */
-    };
-    char *text = th_slurp("traces/small/tiny2d.json", NULL);
-    char *named = text ? strstr(text, "\"name\": \"tiny2d\",") : NULL;
-    if (named)
-        memset(named, ' ', strlen("\"name\": \"tiny2d\","));
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char file[512], rep[512], want[512];
-        snprintf(file, sizeof file, "%s/%s%s.json", th_tmpdir(),
-                 k[i].file ? k[i].file : x126, k[i].file ? "" : "\303\251");
-        snprintf(rep, sizeof rep, "%s/p12b-fn%zu.json", th_tmpdir(), i);
-        th_case(t, "run: a trace's default name from a hostile file name is "
-                   "one line of UTF-8, and its report reads back");
-        if (!TH_CHECKF(t, named != NULL, "tiny2d.json has no name to remove"))
-            continue;
-        th_put(file, text);
-        th_run(c, "%s run '%s' --report %s", th_bin(), file, rep);
-        snprintf(want, sizeof want, "%s on v3-8: ", k[i].name);
-        TH_CHECKF(t,
-                  c->status == 0 && strncmp(c->out, want, strlen(want)) == 0 &&
-                      terminal_safe(c->out),
-                  "%d '%.80s' %s", c->status, c->out, c->err);
-        char *r = th_slurp(rep, NULL);
-        snprintf(want, sizeof want, "\"trace\": \"%s\",", k[i].name);
-        TH_CHECKF(t, r && strstr(r, want), "no %s in the report", want);
-        free(r);
-        th_run(c, "%s check --baseline %s %s", th_bin(), rep, rep);
-        TH_CHECKF(t, c->status == 0 && terminal_safe(c->out), "check: %d %s",
-                  c->status, c->err);
-    }
-    free(text);
-}
-
-/* A v3-8 result whose every core spends cat[k] in category k, and whose
- * one layer (when layer is not NULL) spent layer[k], saved as name. */
-static void save_result(th_ctx *t, const double *cat, const double *layer,
-                        const char *name, char *path, size_t cap)
-{
-    emu_result r;
-    th_result_make(&r, "huge", "v3-8", 8, 1, 8, cat, NULL);
-    if (layer) {
-        r.layer_names = calloc(1, sizeof *r.layer_names);
-        r.layer_time_s = calloc(CAT_COUNT, sizeof *r.layer_time_s);
-        if (r.layer_names && r.layer_time_s) {
-            r.n_layers = 1;
-            snprintf(r.layer_names[0], sizeof r.layer_names[0], "conv");
-            memcpy(r.layer_time_s, layer, CAT_COUNT * sizeof *layer);
-        }
-    }
-    th_result_save(t, &r, name, path, cap);
-    emu_result_free(&r);
-}
-
-/* Whether the line of out that starts with label holds needle. */
-static int row_has(const char *out, const char *label, const char *needle)
-{
-    char head[64];
-    snprintf(head, sizeof head, "\n%s", label);
-    const char *row = strstr(out, head);
-    if (!row)
-        return 0;
-    const char *end = strchr(row + 1, '\n');
-    const char *hit = strstr(row, needle);
-    return hit && (!end || hit < end);
-}
-
-/* check's percentage of a change too large for a double read "from 0",
- * which only a change from a zero base is. */
-static void huge_ratio_cases(th_ctx *t, th_cmd_result *c)
-{
-    static const double b4[CAT_COUNT] = {1e-4, 0, 0, 0, 0, 0};
-    static const double n308[CAT_COUNT] = {1e308, 0, 0, 1e-5, 0, 0};
-    static const double tiny[CAT_COUNT] = {5e-324, 0, 0, 0, 0, 0};
-    static const double one[CAT_COUNT] = {1, 0, 0, 0, 0, 0};
-    static const double lay_b[CAT_COUNT] = {1e-5, 0, 0, 0, 0, 0};
-    static const double lay_n[CAT_COUNT] = {1e308, 1e308, 0, 0, 0, 0};
-    char b[512], n[512];
-
-    th_case(t, "check: a ratio beyond a double is printed as its size, not "
-               "\"from 0\"; a category from 0 still is");
-    save_result(t, b4, NULL, "p12b-b4.json", b, sizeof b);
-    save_result(t, n308, NULL, "p12b-n308.json", n, sizeof n);
-    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
-    TH_CHECKF(t, c->status == 1 && strstr(c->out, "1e+308 s (+1.00e+314%)"),
-              "%d %s", c->status, c->out);
-    /* "from 0" once: on the halo row, which did grow from 0 */
-    TH_CHECKF(t,
-              row_has(c->out, "step time", "+1.00e+314%  SLOWER") &&
-                  row_has(c->out, "  mxu", "+1.00e+314%  grew") &&
-                  row_has(c->out, "  halo", "from 0  grew") &&
-                  !strstr(strstr(c->out, "from 0") + 1, "from 0"),
-              "%s", c->out);
-
-    th_case(t, "check: from a denormal base, the ratio overflows too");
-    save_result(t, tiny, NULL, "p12b-tiny.json", b, sizeof b);
-    save_result(t, one, NULL, "p12b-one.json", n, sizeof n);
-    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
-    TH_CHECKF(t,
-              c->status == 1 && strstr(c->out, "-> 1 s (+2.02e+325%)") &&
-                  !strstr(c->out, "from 0"),
-              "%d %s", c->status, c->out);
-
-    th_case(t, "check: a layer whose categories sum past a double has no "
-               "percentage (was nan or \"from 0\")");
-    save_result(t, b4, lay_b, "p12b-lb.json", b, sizeof b);
-    save_result(t, n308, lay_n, "p12b-ln.json", n, sizeof n);
-    th_run(c, "%s check --baseline %s %s", th_bin(), b, n);
-    TH_CHECKF(t,
-              c->status == 1 && row_has(c->out, "  conv ", " inf   overflow") &&
-                  !row_has(c->out, "  conv ", "nan") &&
-                  !row_has(c->out, "  conv ", "from 0"),
-              "%d %s", c->status, c->out);
-}
-
-/* Reports no run can write were read by check and view: each edit below
- * of a report run wrote is refused, naming its JSON path. */
+/* Reports no run can write: each edit below of a report run wrote is
+ * refused by check and view, naming its JSON path. */
 static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
 {
     static const rep_edit k[] = {
@@ -364,8 +330,8 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
                  0);
 
     th_case(t, "report: view refuses them too");
-    view_refuses(t, c, base, "\"chips\": 4", "\"chips\": 3", "p12b-repv.json",
-                 "p12b-repv.json: chips: 3, but ");
+    view_refuses(t, c, base, "\"chips\": 4", "\"chips\": 3", "report-read-repv.json",
+                 "report-read-repv.json: chips: 3, but ");
 
     /* What run writes reads, and the same report with one figure edited
      * does not: one chip, v2, 4-core replicas, a step that does not fit
@@ -390,8 +356,8 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
     };
     for (size_t i = 0; i < sizeof rk / sizeof rk[0]; i++) {
         char rep[512], path[512], name[64];
-        snprintf(rep, sizeof rep, "%s/p12b-ok%zu.json", th_tmpdir(), i);
-        snprintf(name, sizeof name, "p12b-ok%zu-edit.json", i);
+        snprintf(rep, sizeof rep, "%s/report-read-ok%zu.json", th_tmpdir(), i);
+        snprintf(name, sizeof name, "report-read-ok%zu-edit.json", i);
         th_case(t, "report: what run writes reads back (check), edited it "
                    "does not");
         th_run(c, "%s run %s --quiet --report %s", th_bin(), rk[i].run, rep);
@@ -410,22 +376,22 @@ static void consistency_cases(th_ctx *t, th_cmd_result *c, const char *base)
         char path[512];
         if (TH_CHECK(t, edited(base, "\"dim_x\": 2,\n  \"dim_y\": 2",
                                "\"dim_x\": 0,\n  \"dim_y\": 0",
-                               "p12b-dim0.json", path, sizeof path))) {
+                               "report-read-dim0.json", path, sizeof path))) {
             th_run(c, "%s check --baseline %s %s", th_bin(), path, path);
             TH_CHECKF(t, c->status == 0, "%d %s", c->status, c->err);
         }
         if (TH_CHECK(t, edited(base, "\"dim_x\": 2,\n  \"dim_y\": 2",
                                "\"dim_x\": 0,\n  \"dim_y\": 3",
-                               "p12b-dim03.json", path, sizeof path)))
+                               "report-read-dim03.json", path, sizeof path)))
             refused(t, c, path,
                     "dim_y: 3, but the chips of v3-8 are a 2x2 "
                     "torus (dim_x 2, dim_y 2)");
     }
 }
 
-/* Messages that said what is not so: "63 characters" of a byte limit, a
- * number the file does not hold, "an integer from 3 to 3", and a sweep
- * file given to check taken for an unknown format. */
+/* Messages say what is so: a byte limit in bytes, a number as the file
+ * holds it (beyond 2^53 too), gen's one allowed value, and a sweep file
+ * given to check named as one. */
 static void message_cases(th_ctx *t, th_cmd_result *c, const char *base)
 {
     static const rep_edit k[] = {
@@ -447,14 +413,14 @@ static void message_cases(th_ctx *t, th_cmd_result *c, const char *base)
                "without, by its grid)");
     {
         char sw[512], nofmt[512];
-        snprintf(sw, sizeof sw, "%s/p12b-sweep.json", th_tmpdir());
+        snprintf(sw, sizeof sw, "%s/report-read-sweep.json", th_tmpdir());
         th_put(sw, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"s\", "
                    "\"trace\": \"tiny2d.json\", \"grid\": {\"batch\": [8]}}");
         refused(t, c, sw,
                 "format: \"tpuemu-sweep/1\": this is a sweep file "
                 "(what sweep reads), not a report: tpuemu sweep "
                 "FILE --out DIR writes one per run");
-        snprintf(nofmt, sizeof nofmt, "%s/p12b-sweep-nofmt.json", th_tmpdir());
+        snprintf(nofmt, sizeof nofmt, "%s/report-read-sweep-nofmt.json", th_tmpdir());
         th_put(nofmt, "{\"name\": \"s\", \"trace\": \"tiny2d.json\", "
                       "\"grid\": {\"batch\": [8]}}");
         refused(t, c, nofmt,
@@ -477,16 +443,17 @@ static void message_cases(th_ctx *t, th_cmd_result *c, const char *base)
     }
 }
 
-void th_suite_probe12b(th_ctx *t)
+void th_suite_report_read(th_ctx *t)
 {
     th_cmd_result *c = calloc(1, sizeof *c);
     char base[512];
     if (!c)
         return;
+    mxu_util_cases(t);
+    report_cases(t);
+    reader_cases(t);
     base_report(c, base, sizeof base);
     c1_cases(t, c, base);
-    filename_cases(t, c);
-    huge_ratio_cases(t, c);
     consistency_cases(t, c, base);
     message_cases(t, c, base);
     free(c);

@@ -1,23 +1,20 @@
-/* tpuemu sweep, probe round 5 (/work/probe/r5/REPORT.md):
- *  - a sweep never overwrites its own inputs (sweep file, base trace,
- *    --bin) when they sit where it writes (commands.txt, results.csv,
- *    step_time.png, reports/, logs/, traces/): exit 2, nothing written,
- *    compared as files, so "./", "dir/" and symlinks are caught;
- *  - --print-commands names every file absolutely (the base trace and a
- *    relative --bin included), so a line runs from any directory;
- *  - a sweep that draws no chart leaves no earlier step_time.png, and
- *    says "no run fits" only when the runs said so (failures are "no run
- *    succeeded");
- *  - -j and --jobs are one option: the pair is a repeat, exit 2;
- *  - results.csv ends with global_batch (the batch each run was given);
- *  - an x value where nothing fits is named (the chart's axis spans every
- *    swept value: test chart).
- * The runs that are real use a tiny trace (a few ms each). */
+/* A sweep's runs and what it writes: it never overwrites its inputs,
+ * leaves no stale chart, says why no chart was drawn, passes SIGTERM and
+ * SIGHUP on to its runs, names a directory it cannot create, keeps the
+ * base trace's name in its traces, and quotes paths holding
+ * apostrophes.  Real runs are of a tiny trace (a few ms each); failing
+ * and signalled runs are shell stand-ins given as --bin. */
+#include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "emu/graph.h"
+#include "emu/out/chart.h"
+#include "emu/result.h"
+#include "emu/sim.h"
 #include "test/harness.h"
 
 /* 6.5 MiB per core at batch 32 on v3-8: does not fit 1 MiB of HBM. */
@@ -29,15 +26,6 @@ static const char tiny_trace[] =
     "\"op\": \"conv\", \"in\": \"image\", \"filters\": 32, \"kernel\": [3, "
     "3]}, {\"name\": \"r\", \"op\": \"relu\", \"in\": \"c\"}, {\"name\": "
     "\"loss\", \"op\": \"loss\", \"in\": \"r\", \"kind\": \"l2\"}]}}\n";
-
-static void sweep_text(char *buf, size_t cap, const char *trace,
-                       const char *rest)
-{
-    snprintf(buf, cap,
-             "{\"format\": \"tpuemu-sweep/1\", \"name\": \"p5\", "
-             "\"trace\": \"%s\", %s}\n",
-             trace, rest);
-}
 
 static int same_text(const char *path, const char *want)
 {
@@ -53,11 +41,11 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     char dir[600], p[900], text[1024];
 
     th_case(t, "a sweep file at DIR/commands.txt: refused, not overwritten");
-    snprintf(dir, sizeof dir, "%s/p5-clob1", d);
+    snprintf(dir, sizeof dir, "%s/sweep-run-clob1", d);
     th_run(&c, "rm -rf %s && mkdir -p %s", dir, dir);
     snprintf(p, sizeof p, "%s/tiny.json", dir);
     th_put(p, tiny_trace);
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"batch\": [8, 16]}");
     snprintf(p, sizeof p, "%s/commands.txt", dir);
     th_put(p, text);
@@ -69,7 +57,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     th_run(&c, "test -e %s/reports || test -e %s/logs", dir, dir);
     TH_CHECKF(t, c.status != 0, "directories were created");
     /* the same file spelled "./DIR/" from its parent */
-    th_run(&c, "cd %s && %s sweep ./p5-clob1/commands.txt --out ./p5-clob1/ "
+    th_run(&c, "cd %s && %s sweep ./sweep-run-clob1/commands.txt --out ./sweep-run-clob1/ "
                "--bin %s",
            d, th_bin_abs(), fail);
     TH_CHECKF(t, c.status == 2 && strstr(c.err, "is the sweep file"),
@@ -78,14 +66,14 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
 
     th_case(t, "a base trace at DIR/reports/0000.json, through a symlink "
                "and a ./ path: refused, not overwritten");
-    snprintf(dir, sizeof dir, "%s/p5-clob2", d);
+    snprintf(dir, sizeof dir, "%s/sweep-run-clob2", d);
     th_run(&c, "rm -rf %s && mkdir -p %s/out/reports", dir, dir);
     snprintf(p, sizeof p, "%s/out/reports/0000.json", dir);
     th_put(p, tiny_trace);
     th_run(&c, "ln -s out/reports/0000.json %s/base.json", dir);
     char sw[700];
     snprintf(sw, sizeof sw, "%s/s.json", dir);
-    sweep_text(text, sizeof text, "./base.json",
+    th_sweep_text(text, sizeof text, "./base.json",
                "\"grid\": {\"batch\": [8, 16]}");
     th_put(sw, text);
     th_run(&c, "%s sweep %s --out %s/out --bin %s", th_bin(), sw, dir, fail);
@@ -98,7 +86,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     TH_CHECKF(t, c.status != 0, "something was written");
     /* with a partitioning axis the runs read variants, but the base trace
      * would still be overwritten by a report: refused the same way */
-    sweep_text(text, sizeof text, "out/reports/0000.json",
+    th_sweep_text(text, sizeof text, "out/reports/0000.json",
                "\"grid\": {\"partition_dims\": [[1,2,1,1], [1,1,2,1]]}");
     th_put(sw, text);
     th_run(&c, "%s sweep %s --out %s/out --print-commands", th_bin(), sw,
@@ -111,7 +99,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     th_case(t, "a sweep file at DIR/results.csv, a base trace at "
                "DIR/step_time.png or DIR/logs/0001.log, --bin at "
                "DIR/traces/...: refused");
-    snprintf(dir, sizeof dir, "%s/p5-clob3", d);
+    snprintf(dir, sizeof dir, "%s/sweep-run-clob3", d);
     th_run(&c, "rm -rf %s && mkdir -p %s/logs %s/traces", dir, dir, dir);
     snprintf(p, sizeof p, "%s/step_time.png", dir);
     th_put(p, tiny_trace);
@@ -128,7 +116,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(sw, sizeof sw, "%s/%s", dir, cases[i].file);
-        sweep_text(text, sizeof text, cases[i].trace,
+        th_sweep_text(text, sizeof text, cases[i].trace,
                    "\"grid\": {\"batch\": [8, 16]}");
         th_put(sw, text);
         th_run(&c, "%s sweep %s --out %s --bin %s", th_bin(), sw, dir, fail);
@@ -137,7 +125,7 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
         TH_CHECKF(t, same_text(sw, text), "case %zu: sweep file changed", i);
     }
     /* the program the runs execute, at a variant trace's place */
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"partition_dims\": [[1,2,1,1]]}");
     snprintf(sw, sizeof sw, "%s/s.json", dir);
     th_put(sw, text);
@@ -153,79 +141,6 @@ static void clobber_cases(th_ctx *t, const char *d, const char *fail)
     free(fa);
 }
 
-/* Every word of the command lines that names a file is absolute. */
-static int all_absolute(const char *out, char *bad, size_t cap)
-{
-    const char *p = out;
-    while (*p) {
-        size_t n = strcspn(p, " \n");
-        int line_start = p == out || p[-1] == '\n';
-        int file = line_start || (n > 5 && strncmp(p + n - 5, ".json", 5) == 0);
-        if (file && n && p[0] != '/') {
-            snprintf(bad, cap, "%.*s", (int)n, p);
-            return 0;
-        }
-        p += n;
-        p += strspn(p, " \n");
-    }
-    return 1;
-}
-
-static void command_cases(th_ctx *t, const char *d)
-{
-    th_cmd_result c;
-    char dir[600], p[900], text[1024], bad[300] = "";
-
-    th_case(t, "--print-commands: the base trace and a relative --bin are "
-               "absolute without a partition_dims axis; a line runs from /");
-    snprintf(dir, sizeof dir, "%s/p5-cmds", d);
-    th_run(&c, "rm -rf %s && mkdir -p %s/sw", dir, dir);
-    snprintf(p, sizeof p, "%s/sw/base.json", dir);
-    th_put(p, tiny_trace);
-    sweep_text(text, sizeof text, "base.json",
-               "\"grid\": {\"set\": {\"hbm.bandwidth_gbs\": [450, 900]}}");
-    snprintf(p, sizeof p, "%s/sw/s.json", dir);
-    th_put(p, text);
-    th_run(&c, "cp %s %s/tpuemu-copy && cd %s && ./tpuemu-copy sweep "
-               "sw/s.json --print-commands --out o --bin ./tpuemu-copy",
-           th_bin(), dir, dir);
-    TH_CHECKF(t, c.status == 0 && all_absolute(c.out, bad, sizeof bad),
-              "status %d, relative word '%s': %s%s", c.status, bad, c.out,
-              c.err);
-    char want[1400];
-    snprintf(want, sizeof want, "%s/tpuemu-copy run %s/sw/base.json ", dir,
-             dir);
-    TH_CHECKF(t, strncmp(c.out, want, strlen(want)) == 0, "want %s: %s", want,
-              c.out);
-    size_t n1 = strcspn(c.out, "\n");
-    char line[2048];
-    snprintf(line, sizeof line, "%.*s", (int)n1, c.out);
-    th_run(&c, "cd / && %s && test -s %s/o/reports/0000.json", line, dir);
-    TH_CHECKF(t, c.status == 0, "from /: status %d: %s", c.status, c.err);
-    /* "./" and "dir/" spellings give clean paths */
-    th_run(&c, "cd %s && %s sweep ./sw/s.json --print-commands --out ./o/",
-           dir, th_bin_abs());
-    snprintf(want, sizeof want, " %s/sw/base.json ", dir);
-    char rep[1400];
-    snprintf(rep, sizeof rep, " %s/o/reports/0000.json ", dir);
-    TH_CHECKF(t, c.status == 0 && strstr(c.out, want) && strstr(c.out, rep),
-              "status %d: %s", c.status, c.out);
-
-    th_case(t, "-j and --jobs are one option: the pair is a repeat, exit 2");
-    static const char *const pairs[] = {"-j 2 --jobs 3", "--jobs 2 -j 3",
-                                        "-j 2 -j 3", "--jobs=2 -j 3"};
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        th_run(&c, "cd %s && %s sweep sw/s.json --print-commands --out o %s",
-               dir, th_bin_abs(), pairs[i]);
-        TH_CHECKF(t, c.status == 2 && strstr(c.err, "given twice") &&
-                         !c.out[0],
-                  "%s: status %d: %s", pairs[i], c.status, c.err);
-    }
-    th_run(&c, "cd %s && %s sweep sw/s.json --print-commands --out o -j 2",
-           dir, th_bin_abs());
-    TH_CHECKF(t, c.status == 0, "-j once: status %d: %s", c.status, c.err);
-}
-
 static void outcome_cases(th_ctx *t, const char *d, const char *fail,
                           const char *nofit)
 {
@@ -234,11 +149,11 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
 
     th_case(t, "every run failed: no earlier chart is left, and it says "
                "\"no run succeeded\", not \"no run fits\"");
-    snprintf(dir, sizeof dir, "%s/p5-stale", d);
+    snprintf(dir, sizeof dir, "%s/sweep-run-stale", d);
     th_run(&c, "rm -rf %s && mkdir -p %s/out", dir, dir);
     snprintf(p, sizeof p, "%s/tiny.json", dir);
     th_put(p, tiny_trace);
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"grid\": {\"batch\": [8, 16]}");
     snprintf(p, sizeof p, "%s/s.json", dir);
     th_put(p, text);
@@ -273,7 +188,7 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
 
     th_case(t, "scale_batch: results.csv's global_batch is each run's "
                "batch; an x value where nothing fits is named");
-    sweep_text(text, sizeof text, "tiny.json",
+    th_sweep_text(text, sizeof text, "tiny.json",
                "\"scale_batch\": true, \"grid\": {\"system\": [\"v3-2\", "
                "\"v3-8\"], \"set\": {\"hbm.capacity_gib\": [0.001, 16]}}, "
                "\"x\": \"hbm.capacity_gib\"");
@@ -311,24 +226,154 @@ static void outcome_cases(th_ctx *t, const char *d, const char *fail,
     free(s);
 }
 
-void th_suite_sweep_probe5(th_ctx *t)
+#define TINY "traces/small/tiny2d.json"
+
+static const char grid_pd[] =
+    "\"grid\": {\"partition_dims\": [[1,1,1,1], [1,2,1,1]], \"set\": "
+    "{\"hbm.bandwidth_gbs\": [450, 900]}}, \"x\": \"hbm.bandwidth_gbs\"";
+
+/* The sweep signalled (not its group) once both stand-in runs started:
+ * its exit status as the shell sees it, whether a run outlived it, and
+ * what it left. */
+static void signal_case(th_ctx *t, th_cmd_result *c, const char *d,
+                        const char *sig, int want)
 {
-    /* absolute: the commands also run from other directories */
-    char d[400], cwd[300];
-    const char *tmp = th_tmpdir();
-    if (tmp[0] == '/' || !getcwd(cwd, sizeof cwd))
-        snprintf(d, sizeof d, "%.300s", tmp);
-    else
-        snprintf(d, sizeof d, "%s/%.90s", cwd, tmp);
-    char fail[600], nofit[600];
-    snprintf(fail, sizeof fail, "%s/p5-fail.sh", d);
-    th_put(fail, "#!/bin/sh\necho 'tpuemu: error: broken' >&2\nexit 2\n");
-    snprintf(nofit, sizeof nofit, "%s/p5-nofit.sh", d);
-    th_put(nofit, "#!/bin/sh\necho 'tpuemu: error: needs more HBM' >&2\n"
-               "exit 3\n");
+    char dir[600], bin[700], sw[700];
+    snprintf(dir, sizeof dir, "%s/sp8-sig-%s", d, sig);
+    th_run(c, "rm -rf %s && mkdir -p %s", dir, dir);
+    snprintf(bin, sizeof bin, "%s/sleeper.sh", dir);
+    /* each run records its pid, then is the sleep itself */
+    char script[900];
+    snprintf(script, sizeof script,
+             "#!/bin/sh\necho $$ >> %s/pids\nexec sleep 30\n", dir);
+    th_put(bin, script);
+    th_put_sweep(sw, sizeof sw, dir, "sig", grid_pd);
+    th_run(c,
+           "chmod +x %s && (%s sweep %s --out %s/o --bin %s -j 2 "
+           "> %s/out 2> %s/err & p=$!; "
+           "for i in $(seq 100); do [ $(cat %s/pids 2>/dev/null | wc -l) "
+           "-ge 2 ] && break; sleep 0.05; done; "
+           "kill -%s $p; wait $p; echo rc=$?; sleep 0.3; "
+           "for q in $(cat %s/pids); do kill -0 $q 2>/dev/null && "
+           "echo alive $q && kill -KILL $q; done; "
+           "ls %s/o; cat %s/err)",
+           bin, th_bin(), sw, dir, bin, dir, dir, dir, sig, dir, dir, dir);
+    char rc[16];
+    snprintf(rc, sizeof rc, "rc=%d\n", want);
+    TH_CHECKF(t, strstr(c->out, rc) != NULL, "%s: want %s: %s", sig, rc,
+              c->out);
+    TH_CHECKF(t, strstr(c->out, "alive") == NULL,
+              "%s: runs outlived the sweep: %s", sig, c->out);
+    TH_CHECKF(t, strstr(c->out, "\nresults.csv\n") == NULL &&
+                     strstr(c->out, "\nstep_time.png\n") == NULL,
+              "%s: gathered after all: %s", sig, c->out);
+    TH_CHECKF(t, strstr(c->out, "stopping the 2 runs under way") &&
+                     strstr(c->out, "results.csv and the chart not written"),
+              "%s: stderr: %s", sig, c->out);
+}
+
+static void signal_cases(th_ctx *t, th_cmd_result *c, const char *d)
+{
+    th_case(t, "SIGTERM to the sweep alone: runs stopped, nothing gathered, "
+               "exit 143");
+    signal_case(t, c, d, "TERM", 143);
+    th_case(t, "SIGHUP likewise: exit 129");
+    signal_case(t, c, d, "HUP", 129);
+}
+
+static void ro_cases(th_ctx *t, th_cmd_result *c, const char *d)
+{
+    char sw[700];
+    th_put_sweep(sw, sizeof sw, d, "sp8ro", "\"grid\": {\"batch\": [8, 16]}");
+    th_case(t, "an output directory that cannot be created: exit 2, named");
+    /* procfs refuses every mkdir, whoever runs the test */
+    th_run(c, "%s sweep %s --out /proc/tpuemu-sp8", th_bin(), sw);
+    TH_CHECKF(t, c->status == 2 &&
+                     strstr(c->err, "/proc/tpuemu-sp8: cannot create") &&
+                     !strstr(c->err, "/traces"),
+              "status %d: %s", c->status, c->err);
+    th_run(c, "test -e /proc/tpuemu-sp8");
+    TH_CHECK(t, c->status != 0);
+    if (geteuid() != 0) { /* root writes into a read-only directory */
+        th_run(c, "rm -rf %s/sp8-ro && mkdir -p %s/sp8-ro && chmod 555 "
+                  "%s/sp8-ro && %s sweep %s --out %s/sp8-ro/o",
+               d, d, d, th_bin(), sw, d);
+        TH_CHECKF(t, c->status == 2 && strstr(c->err, "sp8-ro/o: cannot "
+                                                      "create"),
+                  "read-only directory: status %d: %s", c->status, c->err);
+    }
+}
+
+static void trace_name_cases(th_ctx *t, th_cmd_result *c, const char *d)
+{
+    char sw[700];
+    th_put_sweep(sw, sizeof sw, d, "sp8name", grid_pd);
+    th_case(t, "a partitioning's trace keeps the trace's name; check "
+               "against a plain run compares with a note");
+    th_run(c, "%s sweep %s --out %s/sp8-name -j 2", th_bin(), sw, d);
+    TH_CHECKF(t, c->status == 0, "sweep: status %d: %s", c->status, c->err);
+    /* the top-level name: one tab in (cJSON's layout) */
+    th_run(c, "cat %s/sp8-name/traces/*.json | grep -c '^\t\"name\":\t"
+              "\"tiny2d\",$'; grep -c tiny2d-pd %s/sp8-name/traces/*.json "
+              "%s/sp8-name/reports/*.json | grep -v ':0$'",
+           d, d, d);
+    TH_CHECKF(t, strcmp(c->out, "2\n") == 0, "variant names: %s", c->out);
+    /* run 0001: [1,1,1,1] at 900; run 0003: [1,2,1,1] at 900 */
+    th_run(c, "%s run %s --set hbm.bandwidth_gbs=900 --report "
+              "%s/sp8-plain.json --quiet && %s check --baseline "
+              "%s/sp8-plain.json %s/sp8-name/reports/0001.json",
+           th_bin(), TINY, d, th_bin(), d, d);
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "within"),
+              "same split: status %d: %s%s", c->status, c->out, c->err);
+    th_run(c, "%s check --baseline %s/sp8-plain.json "
+              "%s/sp8-name/reports/0003.json",
+           th_bin(), d, d);
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "note: the runs differ") &&
+                     !strstr(c->err, "different traces"),
+              "other split: status %d: %s%s", c->status, c->out, c->err);
+}
+
+static void sweep_quote_cases(th_ctx *t)
+{
+    char dir[512], p[700];
     th_cmd_result c;
-    th_run(&c, "chmod +x %s %s", fail, nofit);
+    th_case(t, "sweep: apostrophes in the sweep's directory, the trace and "
+               "--out run, and the printed commands run as printed");
+    snprintf(dir, sizeof dir, "%s/sweep-run-O'Brien", th_tmpdir());
+    th_run(&c, "rm -rf \"%s\" && mkdir -p \"%s\" && cp %s \"%s/t'iny.json\"",
+           dir, dir, TINY, dir);
+    snprintf(p, sizeof p, "%s/s.json", dir);
+    th_put(p, "{\"format\": \"tpuemu-sweep/1\", \"name\": \"ob\", \"trace\": "
+           "\"t'iny.json\", \"grid\": {\"batch\": [8, 16]}}\n");
+    th_run(&c, "%s sweep \"%s\" --out \"%s/o'ut\"", th_bin(), p, dir);
+    TH_CHECKF(t, c.status == 0 && strstr(c.out, "2 done"), "exit %d: %s%s",
+              c.status, c.out, c.err);
+    th_run(&c, "%s sweep \"%s\" --out \"%s/o'ut2\" --print-commands > "
+               "\"%s/cmds\" && sh \"%s/cmds\" && test -s \"%s/o'ut2/reports/"
+               "0001.json\"",
+           th_bin(), p, dir, dir, dir, dir);
+    TH_CHECKF(t, c.status == 0, "exit %d: %s", c.status, c.err);
+}
+
+void th_suite_sweep_run(th_ctx *t)
+{
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+    /* absolute: the commands also run from other directories */
+    const char *d = th_tmpdir_abs();
+    char fail[600], nofit[600];
+    snprintf(fail, sizeof fail, "%s/run-fail.sh", d);
+    th_put(fail, "#!/bin/sh\necho 'tpuemu: error: broken' >&2\nexit 2\n");
+    snprintf(nofit, sizeof nofit, "%s/run-nofit.sh", d);
+    th_put(nofit, "#!/bin/sh\necho 'tpuemu: error: needs more HBM' >&2\n"
+                  "exit 3\n");
+    th_run(c, "chmod +x %s %s", fail, nofit);
     clobber_cases(t, d, fail);
-    command_cases(t, d);
     outcome_cases(t, d, fail, nofit);
+    signal_cases(t, c, d);
+    ro_cases(t, c, d);
+    trace_name_cases(t, c, d);
+    sweep_quote_cases(t);
+    free(c);
 }

@@ -1,15 +1,13 @@
-/* tpuemu check, probe round 7 findings 3 and 4:
- *  - an extreme ratio (a baseline scaled by 1e-300) printed its change cut
- *    to 38 digits without a %; now a bounded e-notation, and every column
- *    of the table is as wide as its widest entry (a long core-group label
- *    no longer shifts its row);
- *  - an improvement beyond the tolerance said "within 2.00%"; now it says
- *    faster by more than the tolerance, asks to re-record the baseline and
- *    shows what got faster (categories marked "shrank"), exit still 0. */
+/* check's verdict and table: a change of any size printed bounded and in
+ * aligned columns; a step faster than the tolerance passes but asks to
+ * re-record the baseline; exactly at the tolerance is within it; --set
+ * values compared as numbers; the tolerance's range and digits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "test/harness.h"
 
@@ -108,7 +106,7 @@ static int check_table(th_ctx *t, const char *out)
     return rows;
 }
 
-void th_suite_check_probe7(th_ctx *t)
+static void table_cases(th_ctx *t)
 {
     char tiny[512], one[512], slow[512], fast[512], edge[512], odd[512];
     char big[512], bigfast[512];
@@ -118,22 +116,22 @@ void th_suite_check_probe7(th_ctx *t)
         return;
 
     make_flat(&r, 8, "v3-8", 1e-300, 1);
-    save(t, &r, "p7-tiny.json", tiny, sizeof tiny);
+    save(t, &r, "check-verdict-tiny.json", tiny, sizeof tiny);
     make_flat(&r, 8, "v3-8", 1, 1);
-    save(t, &r, "p7-one.json", one, sizeof one);
+    save(t, &r, "check-verdict-one.json", one, sizeof one);
     make_flat(&r, 8, "v3-8", 1.10, 1); /* NEW one.json is -9.09% */
-    save(t, &r, "p7-slow.json", slow, sizeof slow);
+    save(t, &r, "check-verdict-slow.json", slow, sizeof slow);
     make_flat(&r, 8, "v3-8", 0.99, 1); /* -1%: within */
-    save(t, &r, "p7-fast.json", fast, sizeof fast);
+    save(t, &r, "check-verdict-fast.json", fast, sizeof fast);
     make_flat(&r, 8, "v3-8", 0.98, 1); /* -2%: at the tolerance */
-    save(t, &r, "p7-edge.json", edge, sizeof edge);
+    save(t, &r, "check-verdict-edge.json", edge, sizeof edge);
     make_flat(&r, 8, "v3-8", 1, 0.7); /* odd cores -30%, step unchanged */
-    save(t, &r, "p7-odd.json", odd, sizeof odd);
+    save(t, &r, "check-verdict-odd.json", odd, sizeof odd);
     /* v3-2048, odd cores 10% slower: a long group label */
     make_flat(&r, 2048, "v3-2048", 1, 1);
-    save(t, &r, "p7-big.json", big, sizeof big);
+    save(t, &r, "check-verdict-big.json", big, sizeof big);
     make_flat(&r, 2048, "v3-2048", 1, 1.1);
-    save(t, &r, "p7-bigslow.json", bigfast, sizeof bigfast);
+    save(t, &r, "check-verdict-bigslow.json", bigfast, sizeof bigfast);
 
     th_case(t, "a baseline scaled by 1e-300: the change is bounded "
                "(+1.00e+302%) and right in every row");
@@ -153,7 +151,7 @@ void th_suite_check_probe7(th_ctx *t)
     TH_CHECKF(t, check_table(t, c->out) > 0, "%s", c->out);
     make_flat(&r, 8, "v3-8", 1e-4, 1);
     char sm[512];
-    save(t, &r, "p7-small.json", sm, sizeof sm);
+    save(t, &r, "check-verdict-small.json", sm, sizeof sm);
     th_run(c, "%s check --baseline %s %s", th_bin(), sm, one);
     TH_CHECKF(t, c->status == 1 && strstr(c->out, "(+999900.00%)"),
               "status %d: %s%s", c->status, c->out, c->err);
@@ -242,7 +240,7 @@ void th_suite_check_probe7(th_ctx *t)
         }
         a.step_time_s += 0.1;
         char mix[512];
-        save(t, &a, "p7-mix.json", mix, sizeof mix);
+        save(t, &a, "check-verdict-mix.json", mix, sizeof mix);
         th_run(c, "%s check --baseline %s %s", th_bin(), one, mix);
         const char *v = strstr(c->out, "\n  vector ");
         const char *m = strstr(c->out, "\n  mxu ");
@@ -252,4 +250,140 @@ void th_suite_check_probe7(th_ctx *t)
                   "status %d: %s%s", c->status, c->out, c->err);
     }
     free(c);
+}
+
+/* Eight identical cores on v3-8, every one stepping in step_s (all mxu). */
+static void flat_result(emu_result *r, double step_s)
+{
+    const double cat[CAT_COUNT] = {[CAT_MXU] = step_s};
+    th_result_make(r, "flat", "v3-8", 8, 1, 8, cat, NULL);
+}
+
+static void save_flat(th_ctx *t, double step_s, const char *name, char *path,
+                      size_t cap)
+{
+    emu_result r;
+    flat_result(&r, step_s);
+    th_result_save(t, &r, name, path, cap);
+    emu_result_free(&r);
+}
+
+static void tolerance_cases(th_ctx *t)
+{
+    char b[512], n[512];
+    th_cmd_result *c = malloc(sizeof *c);
+    if (!c)
+        return;
+
+    th_case(t, "check: a slowdown of exactly the tolerance passes whatever "
+               "the magnitude (1 -> 1.02 s and 0.1 -> 0.102 s alike), "
+               "printed as the tolerance");
+    {
+        static const double scales[] = {1e-5, 0.1, 1, 30};
+        static const double tols[] = {0.02, 0.07, 0.1};
+        for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++)
+            for (size_t k = 0; k < sizeof tols / sizeof tols[0]; k++) {
+                /* The decimal a user reads as exactly +tol: 1.02, 0.107 */
+                char dec[64], tt[32];
+                snprintf(dec, sizeof dec, "%.6g", scales[i] * (1 + tols[k]));
+                save_flat(t, scales[i], "tb.json", b, sizeof b);
+                save_flat(t, strtod(dec, NULL), "tn.json", n, sizeof n);
+                snprintf(tt, sizeof tt, "%g", tols[k]);
+                th_run(c, "%s check --baseline %s %s --tolerance %s",
+                       th_bin(), b, n, tt);
+                char want[64];
+                snprintf(want, sizeof want, "within %.2f%%", 100 * tols[k]);
+                TH_CHECKF(t, c->status == 0 && strstr(c->out, want) &&
+                                 !strstr(c->out, "000000"),
+                          "%g -> %s at %s: status %d: %s%s", scales[i], dec,
+                          tt, c->status, c->out, c->err);
+            }
+        save_flat(t, 1.0, "tb.json", b, sizeof b);
+        save_flat(t, 1.02, "tn.json", n, sizeof n);
+        th_run(c, "%s check --baseline %s %s --tolerance 0.02", th_bin(), b,
+               n);
+        TH_CHECKF(t, c->status == 0 &&
+                         strstr(c->out, "(+2.00%; slowest-changing core "
+                                        "+2.00%), within 2.00%"),
+                  "status %d: %s%s", c->status, c->out, c->err);
+    }
+
+    th_case(t, "check: just past the tolerance (+1e-7) is a regression and "
+               "reads past it");
+    {
+        save_flat(t, 1.0, "tb.json", b, sizeof b);
+        save_flat(t, 1.0200001, "tn.json", n, sizeof n);
+        th_run(c, "%s check --baseline %s %s --tolerance 0.02", th_bin(), b,
+               n);
+        double shown = 0, tolshown = 0;
+        const char *p = strstr(c->out, "(+");
+        const char *q = strstr(c->out, "tolerance ");
+        TH_CHECKF(t, c->status == 1 && p && q &&
+                         sscanf(p, "(+%lf", &shown) == 1 &&
+                         sscanf(q, "tolerance %lf", &tolshown) == 1 &&
+                         shown > tolshown,
+                  "status %d: %s", c->status, c->out);
+    }
+
+    th_case(t, "check: --set values compared as numbers (900, 900.0, 9e2), "
+               "--freeze lists as sets (c1,bn = bn,c1)");
+    {
+        static const char *const v900[][2] = {{"hbm.bandwidth_gbs", "900"}};
+        static const char *const v9000[][2] = {{"hbm.bandwidth_gbs", "900.0"}};
+        static const char *const v9e2[][2] = {{"hbm.bandwidth_gbs", "9e2"}};
+        static const char *const v901[][2] = {{"hbm.bandwidth_gbs", "901"}};
+        char x[512], y[512];
+        th_result_whatif(t, "w1.json", x, sizeof x, v900, 1, "c1,bn");
+        th_result_whatif(t, "w2.json", y, sizeof y, v9000, 1, "bn,c1");
+        th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
+        TH_CHECKF(t, c->status == 0 && !strstr(c->out, "note:"),
+                  "status %d: %s%s", c->status, c->out, c->err);
+        th_result_whatif(t, "w2.json", y, sizeof y, v9e2, 1, "bn,c1,c1");
+        th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
+        TH_CHECKF(t, c->status == 0 && !strstr(c->out, "note:"),
+                  "status %d: %s%s", c->status, c->out, c->err);
+        /* a real difference is still a note, each kind */
+        th_result_whatif(t, "w2.json", y, sizeof y, v901, 1, "c1");
+        th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
+        TH_CHECKF(t, c->status == 0 &&
+                         strstr(c->out, "note: hbm.bandwidth_gbs: BASE 900, "
+                                        "NEW 901\n") &&
+                         strstr(c->out, "note: --freeze: BASE c1,bn, NEW "
+                                        "c1\n"),
+                  "status %d: %s%s", c->status, c->out, c->err);
+        th_result_whatif(t, "w2.json", y, sizeof y, v900, 1, "c1,bn,conv*");
+        th_run(c, "%s check --baseline %s %s", th_bin(), x, y);
+        TH_CHECKF(t, strstr(c->out, "note: --freeze: BASE c1,bn, NEW "
+                                    "c1,bn,conv*\n") &&
+                         !strstr(c->out, "hbm.bandwidth"),
+                  "status %d: %s%s", c->status, c->out, c->err);
+    }
+
+    th_case(t, "check: --tolerance -0.1 says [0, 1); 0.999999999 is printed "
+               "exactly, not as 100.00%");
+    {
+        save_flat(t, 1.0, "tb.json", b, sizeof b);
+        save_flat(t, 1.02, "tn.json", n, sizeof n);
+        th_run(c, "%s check --baseline %s %s --tolerance -0.1", th_bin(), b,
+               n);
+        TH_CHECKF(t, c->status == 2 && strstr(c->err, "[0, 1)") &&
+                         !strstr(c->err, "[0, 1]"),
+                  "status %d: %s", c->status, c->err);
+        th_run(c, "%s check --baseline %s %s --tolerance 0.999999999",
+               th_bin(), b, n);
+        TH_CHECKF(t, c->status == 0 && strstr(c->out, "within 99.9999999%") &&
+                         strstr(c->out, "(+2.00%;"),
+                  "status %d: %s%s", c->status, c->out, c->err);
+        th_run(c, "%s check --baseline %s %s --tolerance 0.0199999",
+               th_bin(), b, n);
+        TH_CHECKF(t, c->status == 1 && strstr(c->out, "tolerance 1.99999%"),
+                  "status %d: %s%s", c->status, c->out, c->err);
+    }
+    free(c);
+}
+
+void th_suite_check_verdict(th_ctx *t)
+{
+    table_cases(t);
+    tolerance_cases(t);
 }
