@@ -91,6 +91,17 @@ void tpu_params_default(tpu_params *p, int gen)
      * [U]).  0 pads the features alone, to measure what the batch padding
      * costs (the 3D UNet's 4 examples per core stream as 8 rows with 1). */
     p->xla_conv_pad_batch = 1;
+    /* [U] The small-batch layout pads each kernel tap's features to the
+     * lanes; a convolution whose input has fewer features than this (an
+     * image's 1-3 channels) folds its taps into K instead, as im2col
+     * does.  Padding ResNet-50's 7x7 stem on 3 channels tap by tap costs
+     * 24x its folded work and would make the published MLPerf v0.6 runs at
+     * 32 and 16 examples per core (44.1, 25.3 ms) 65 and 34 ms; folded
+     * they are 45 and 24 ms.  XLA's TPU layout pass treats shallow inputs
+     * on its own (the public models also rewrite such stems by
+     * space-to-depth); 8, the sublane tile, is the smallest feature count
+     * the page's "multiple of 8" layout holds unpadded.  Plausible: 4-32. */
+    p->xla_conv_pad_min_features = 8;
     /* [U] XLA SPMD's ReshardAsWindowedInput calls ExchangeHaloAndGetValidData
      * once per split dimension (openxla/xla spmd/spmd_partitioner.cc,
      * spmd_partitioner_util.cc): collective-permutes, a concatenate, a pad
@@ -124,8 +135,12 @@ void tpu_params_default(tpu_params *p, int gen)
      * it: the next convolution's operand or a residual add's pass (1).
      * XLA fuses elementwise work into the producing or consuming
      * convolution (XLA operation semantics, TPU profiler op names); how
-     * much is [U].  1 is the what-if. */
-    p->xla_bn_apply_fused = 0;
+     * much is [U].  1: the TF-on-TPU performance notes say a matrix
+     * product fuses the elementwise work on its input and output
+     * (tf.matmul), and the published ResNet-50 runs at 128 and 64
+     * examples per core (MLPerf v0.6) are 10 and 6% from the fused step,
+     * 24 and 12% from the unfused one; 0 is the what-if. */
+    p->xla_bn_apply_fused = 1;
     p->xla_halo_fused = 1;
     /* [C] openxla/xla spmd/convolution_handler.cc: the weight-gradient
      * convolution has both operands split spatially and is partitioned by
@@ -307,6 +322,8 @@ static const pentry table[] = {
       1 << 30, "[C] same: 64"),
     I("xla.conv_pad_batch", xla_conv_pad_batch, "0/1", 0, 1,
       "[C] same, batch to 8; [U] for 3D layouts"),
+    I("xla.conv_pad_min_features", xla_conv_pad_min_features, "features", 1,
+      1 << 20, "[U] thinner inputs fold their taps (ResNet-50 stem)"),
     I("xla.halo_fused", xla_halo_fused, "0/1", 0, 1,
       "[U] SPMD halo ops fused per dimension"),
     I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,

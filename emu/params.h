@@ -37,6 +37,8 @@ typedef struct {
                                 the small-batch padding applies */
     int xla_conv_pad_batch;  /* 1: that padding includes the batch (to the
                                 sublanes); 0: features only */
+    int xla_conv_pad_min_features; /* inputs with fewer features fold their
+                                taps into K even under that layout */
     int xla_halo_fused;      /* 1: each split dimension's concatenate, pad,
                                 slice and mask are one fused pass */
     int xla_dw_halo;         /* 1: the weight-gradient conv exchanges the

@@ -159,12 +159,14 @@ double layout_rows_scale(const lower_ctx *c, const glayer *L)
  * input's for the forward product, dY's for the input gradient): each
  * tap's features padded to the lanes, or the taps folded into K (im2col)
  * when that needs fewer passes of the array's depth and the small-batch
- * layout does not keep them apart.  *fold says which. */
+ * layout does not keep them apart (it does not for inputs thinner than
+ * xla.conv_pad_min_features).  *fold says which. */
 int64_t layout_tap_k(const lower_ctx *c, const glayer *L, int64_t taps,
                      int64_t ch, int *fold)
 {
     int64_t lane = c->hw->lane_pad, rows = c->hw->mxu.rows;
     int64_t unf = taps * rup(ch, lane);
-    *fold = cdiv(taps * ch, rows) < cdiv(unf, rows) && !layout_keeps_taps(c, L);
+    int keep = layout_keeps_taps(c, L) && ch >= c->hw->xla_conv_pad_min_features;
+    *fold = cdiv(taps * ch, rows) < cdiv(unf, rows) && !keep;
     return *fold ? taps * ch : unf;
 }
