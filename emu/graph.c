@@ -18,7 +18,14 @@ static const char *const op_names[GOP_COUNT] = {
     "input",   "conv",    "conv_transpose", "dense",   "batchnorm",
     "relu",    "sigmoid", "flatten",        "global_avgpool",
     "add",     "concat",  "maxpool",        "avgpool", "upsample",
-    "dropout", "loss"};
+    "dropout", "loss",    "elementwise",    "activation"};
+
+static const char *const ew_names[GEW_COUNT] = {"multiply", "subtract",
+                                                "maximum", "minimum",
+                                                "average"};
+static const char *const act_names[GACT_COUNT] = {
+    "relu", "relu6",        "leaky_relu", "elu",     "gelu",
+    "swish", "hard_sigmoid", "tanh",       "softmax", "prelu"};
 
 static const char *const loss_names[] = {"softmax_xent", "sigmoid_focal",
                                          "dice", "l2", "smooth_l1"};
@@ -35,6 +42,32 @@ const char *graph_loss_name(graph_loss k)
     if ((int)k < 0 || (size_t)k >= sizeof loss_names / sizeof loss_names[0])
         return "?";
     return loss_names[k];
+}
+
+const char *graph_ew_name(int kind)
+{
+    return kind >= 0 && kind < GEW_COUNT ? ew_names[kind] : "?";
+}
+
+const char *graph_act_name(int kind)
+{
+    return kind >= 0 && kind < GACT_COUNT ? act_names[kind] : "?";
+}
+
+/* Per element, from each formula: + - * max min compare select 1, exp
+ * tanh erf 2 (the transcendental unit's push and pop), a reciprocal 1,
+ * and 1 for the rounding store every pass has (relu: max + store = 2,
+ * sigmoid: neg, exp, add, reciprocal + store = 6, as their ops price). */
+double graph_act_ops(const glayer *L, int backward)
+{
+    static const double fwd[GACT_COUNT] = {2, 3, 3, 7, 7, 7, 5, 3, 7, 5};
+    static const double bwd[GACT_COUNT] = {2, 3, 3, 4, 9, 9, 4, 3, 4, 3};
+    if (L->kind < 0 || L->kind >= GACT_COUNT)
+        return 1;
+    double n = backward ? bwd[L->kind] : fwd[L->kind];
+    if (L->kind == GACT_RELU) /* min with max_value; the negative slope */
+        n += (L->max_value > 0) + (L->alpha != 0) * (backward ? 1 : 2);
+    return n;
 }
 
 void graph_free(graph *g)
@@ -524,6 +557,63 @@ static tpu_status infer_pool(glayer *L, const glayer *src, const char **key,
     return check_shape(&L->out, err);
 }
 
+static int same_shape(const gshape *a, const gshape *b)
+{
+    int same = a->nsp == b->nsp && a->c == b->c;
+    for (int d = 0; same && d < a->nsp; d++)
+        same = a->sp[d] == b->sp[d];
+    return same;
+}
+
+/* One value per channel: flat, or every spatial extent 1. */
+static int per_channel(const gshape *s)
+{
+    for (int d = 0; d < s->nsp; d++)
+        if (s->sp[d] != 1)
+            return 0;
+    return 1;
+}
+
+int graph_ew_broadcast(const graph *g, const glayer *L, int k)
+{
+    return !same_shape(&g->layers[L->in[k]].out, &L->out);
+}
+
+/* elementwise: the output takes the largest operand's shape (the first
+ * of equals); every other operand has that shape or broadcasts one value
+ * per channel over its positions (Keras multiply([x, se]) in
+ * squeeze-excite, with se [1,1,C] or [C]). */
+static tpu_status infer_elemwise(const graph *g, glayer *L, const char **key,
+                                 tpu_error *err)
+{
+    int big = 0;
+    *key = "in";
+    if (L->kind == GEW_SUBTRACT && L->n_in != 2)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "subtract takes exactly 2 inputs, found %d", L->n_in);
+    for (int k = 1; k < L->n_in; k++)
+        if (gshape_elems(&g->layers[L->in[k]].out) >
+            gshape_elems(&g->layers[L->in[big]].out))
+            big = k;
+    L->out = g->layers[L->in[big]].out;
+    for (int k = 0; k < L->n_in; k++) {
+        const glayer *o = &g->layers[L->in[k]];
+        if (same_shape(&o->out, &L->out) ||
+            (o->out.c == L->out.c && per_channel(&o->out) &&
+             L->out.nsp > 0))
+            continue;
+        char a[96], b[96];
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s needs identical shapes or one value per channel "
+                        "([C] or [1,1,C]) to broadcast: '%s' is %s, '%s' is "
+                        "%s",
+                        graph_ew_name(L->kind), g->layers[L->in[big]].name,
+                        shape_text(a, sizeof a, &L->out), o->name,
+                        shape_text(b, sizeof b, &o->out));
+    }
+    return check_shape(&L->out, err);
+}
+
 static tpu_status infer_upsample(glayer *L, const glayer *src,
                                  const char **key, tpu_error *err)
 {
@@ -592,6 +682,12 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
         /* The step's loss: one scalar per example. */
         set_flat(&L->out, 1);
         return TPU_OK;
+    case GOP_ELEMWISE:
+        return infer_elemwise(g, L, key, err);
+    case GOP_ACT:
+        if (L->kind == GACT_PRELU) /* one slope per channel */
+            L->weights = src->out.c;
+        return TPU_OK;
     default:
         break;
     }
@@ -631,6 +727,10 @@ double graph_layer_flops(const graph *g, int i)
         return out * kernel_volume(L, L->out.nsp);
     case GOP_GAP:
         return (double)gshape_elems(&g->layers[L->in[0]].out);
+    case GOP_ACT:
+        return out;
+    case GOP_ELEMWISE:
+        return out * (L->n_in - 1 + (L->kind == GEW_AVERAGE));
     case GOP_LOSS: {
         double n = 0;
         for (int j = 0; j < L->n_in; j++)
@@ -772,10 +872,11 @@ tpu_status graph_check_run(const graph *g, const char *system,
 }
 
 /* Weight layers the trace's `trainable` key applies to (docs/TRACE.md). */
-static int has_weight_op(graph_op op)
+static int has_weight_op(const glayer *L)
 {
+    graph_op op = L->op;
     return op == GOP_CONV || op == GOP_CONV_T || op == GOP_DENSE ||
-           op == GOP_BATCHNORM;
+           op == GOP_BATCHNORM || (op == GOP_ACT && L->kind == GACT_PRELU);
 }
 
 /* Marks in want[] the owners an entry names; a matched sharer goes into
@@ -793,7 +894,7 @@ static int freeze_entry(const graph *g, const char *e, size_t len,
         if (strncmp(L->name, e, n) != 0 || (!prefix && L->name[n] != 0))
             continue;
         named++;
-        if (!has_weight_op(L->op)) {
+        if (!has_weight_op(L)) {
             if (first < 0)
                 first = i;
             continue;

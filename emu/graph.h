@@ -51,8 +51,38 @@ typedef enum {
     GOP_UPSAMPLE,
     GOP_DROPOUT,
     GOP_LOSS,
+    GOP_ELEMWISE,   /* elementwise, `kind` a graph_ew; operands may
+                       broadcast ([C] or [1,..,1,C] against [..,C]) */
+    GOP_ACT,        /* activation, `kind` a graph_act */
     GOP_COUNT
 } graph_op;
+
+/* elementwise kinds (docs/TRACE.md "elementwise") */
+typedef enum {
+    GEW_MULTIPLY,
+    GEW_SUBTRACT,
+    GEW_MAXIMUM,
+    GEW_MINIMUM,
+    GEW_AVERAGE,
+    GEW_COUNT
+} graph_ew;
+
+/* activation kinds (docs/TRACE.md "activation"): relu takes max_value
+ * and alpha (the negative slope), leaky_relu and elu alpha; prelu has one
+ * learnt slope per channel; softmax runs over the channels. */
+typedef enum {
+    GACT_RELU,
+    GACT_RELU6,
+    GACT_LEAKY_RELU,
+    GACT_ELU,
+    GACT_GELU,
+    GACT_SWISH,
+    GACT_HARD_SIGMOID,
+    GACT_TANH,
+    GACT_SOFTMAX,
+    GACT_PRELU,
+    GACT_COUNT
+} graph_act;
 
 typedef enum {
     GLOSS_SOFTMAX_XENT,
@@ -134,6 +164,12 @@ typedef struct {
      * the first input (the reader refuses any other list), as in a graph
      * built by hand. */
     int whole;
+
+    /* elementwise and activation: the graph_ew or graph_act kind; alpha
+     * (leaky_relu, elu, relu's negative slope) and max_value (relu; 0:
+     * none) */
+    int kind;
+    double alpha, max_value;
 
     /* derived, per example */
     int64_t weights;             /* parameters (incl. bias, BN gamma/beta),
@@ -288,5 +324,14 @@ tpu_status graph_index_reserve(graph *g, int n, tpu_error *err);
 void graph_index_add(graph *g, int i);
 /* Name of a loss kind as written in traces ("softmax_xent"). */
 const char *graph_loss_name(graph_loss k);
+/* Names of the elementwise and activation kinds ("multiply", "swish"). */
+const char *graph_ew_name(int kind);
+const char *graph_act_name(int kind);
+/* Whether operand k of an elementwise layer broadcasts (one value per
+ * example and channel, against an output with positions). */
+int graph_ew_broadcast(const graph *g, const glayer *L, int k);
+/* Vector operations per element of an activation, forward and backward
+ * (docs/TRACE.md "activation": from each formula). */
+double graph_act_ops(const glayer *L, int backward);
 
 #endif

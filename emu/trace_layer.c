@@ -70,7 +70,12 @@ static const char *const trace_op_words[] = {
     "input",   "conv",    "conv_transpose", "dense",   "batchnorm",
     "relu",    "sigmoid", "flatten",        "global_avgpool",
     "add",     "concat",  "maxpool",        "avgpool", "upsample",
-    "dropout", "loss",    NULL};
+    "dropout", "loss",    "elementwise",    "activation", NULL};
+static const char *const trace_ew_words[] = {
+    "multiply", "subtract", "maximum", "minimum", "average", NULL};
+static const char *const trace_act_words[] = {
+    "relu",  "relu6",        "leaky_relu", "elu",     "gelu",
+    "swish", "hard_sigmoid", "tanh",       "softmax", "prelu", NULL};
 static const char *const trace_loss_words[] = {
     "softmax_xent", "sigmoid_focal", "dice", "l2", "smooth_l1", NULL};
 static const char *const trace_pad_words[] = {"valid", "same", NULL};
@@ -103,6 +108,10 @@ static const char *const *trace_op_keys(graph_op op)
                                        "comment", "rate", NULL};
     static const char *const loss[] = {"name",    "op",   "in", "dtype",
                                        "comment", "kind", NULL};
+    static const char *const act[] = {"name",  "op",        "in",
+                                      "dtype", "comment",   "kind",
+                                      "alpha", "max_value", "trainable",
+                                      NULL};
     switch (op) {
     case GOP_CONV: return conv;
     case GOP_CONV_T: return conv_t;
@@ -113,6 +122,8 @@ static const char *const *trace_op_keys(graph_op op)
     case GOP_UPSAMPLE: return up;
     case GOP_DROPOUT: return drop;
     case GOP_LOSS: return loss;
+    case GOP_ELEMWISE: return loss; /* kind */
+    case GOP_ACT: return act;
     default: return plain;
     }
 }
@@ -217,7 +228,7 @@ static tpu_status trace_layer_in(trace_ctx *c, const graph *g,
     if (!in)
         return trace_fail(c, base, "missing key 'in'");
     if (!cJSON_IsArray(in)) {
-        if (L->op == GOP_ADD || L->op == GOP_CONCAT)
+        if (L->op == GOP_ADD || L->op == GOP_CONCAT || L->op == GOP_ELEMWISE)
             return trace_fail(c, p, "expected a list of 2 to %d names, "
                               "found %s", GRAPH_MAX_IN, trace_type(in));
         if ((st = trace_ref(c, g, all, in, p, j, &L->in[0])))
@@ -227,9 +238,11 @@ static tpu_status trace_layer_in(trace_ctx *c, const graph *g,
     }
     int n = cJSON_GetArraySize(in), k = 0;
     int min = L->op == GOP_LOSS ? 1 : 2;
-    if (L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_LOSS)
+    if (L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_LOSS &&
+        L->op != GOP_ELEMWISE)
         return trace_fail(c, p, "expected one layer name (only add, "
-                          "concat and loss take a list), found a list");
+                          "concat, elementwise and loss take a list), found "
+                          "a list");
     if (n < min || n > GRAPH_MAX_IN)
         return trace_fail(c, p, "expected a list of %d to %d names, "
                           "found %d", min, GRAPH_MAX_IN, n);
@@ -354,6 +367,62 @@ static tpu_status trace_dropout(trace_ctx *c, const cJSON *o,
     return TPU_OK;
 }
 
+/* An optional finite number within [lo, hi] (alpha, max_value). */
+static tpu_status trace_real(trace_ctx *c, const cJSON *o, const char *base,
+                             const char *key, double lo, double hi,
+                             double *out)
+{
+    char p[320], f[64];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        return TPU_OK;
+    trace_path(p, sizeof p, base, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo) ||
+        !(v->valuedouble <= hi))
+        return trace_fail(c, p, "expected a number in [%g, %g], %s", lo, hi,
+                          trace_found(f, sizeof f, v));
+    *out = v->valuedouble;
+    return TPU_OK;
+}
+
+/* activation: kind, and alpha / max_value where the kind has them
+ * (Keras's defaults: LeakyReLU 0.3, ELU 1). */
+static tpu_status trace_act(trace_ctx *c, const cJSON *o, const char *base,
+                            glayer *L)
+{
+    char p[320];
+    int k = 0;
+    tpu_status st;
+    if ((st = trace_enum(c, o, base, "kind", 1, trace_act_words, &k)))
+        return st;
+    L->kind = k;
+    L->alpha = k == GACT_LEAKY_RELU ? 0.3 : k == GACT_ELU ? 1.0 : 0.0;
+    L->max_value = 0;
+    int has_a = k == GACT_RELU || k == GACT_LEAKY_RELU || k == GACT_ELU;
+    const char *no = !has_a && cJSON_GetObjectItemCaseSensitive(o, "alpha")
+                         ? "alpha"
+                     : k != GACT_RELU &&
+                             cJSON_GetObjectItemCaseSensitive(o, "max_value")
+                         ? "max_value"
+                         : NULL;
+    if (no) {
+        trace_path(p, sizeof p, base, no);
+        return trace_fail(c, p, "not a key of activation '%s' (alpha: relu, "
+                          "leaky_relu, elu; max_value: relu)",
+                          trace_act_words[k]);
+    }
+    if ((st = trace_real(c, o, base, "alpha", -1e6, 1e6, &L->alpha)))
+        return st;
+    if ((st = trace_real(c, o, base, "max_value", 0, 1e30, &L->max_value)))
+        return st;
+    if (cJSON_GetObjectItemCaseSensitive(o, "max_value") &&
+        !(L->max_value > 0)) {
+        trace_path(p, sizeof p, base, "max_value");
+        return trace_fail(c, p, "expected a positive number, found 0");
+    }
+    return TPU_OK;
+}
+
 /* The keys particular to the layer's op. */
 static tpu_status trace_op_params(trace_ctx *c, const graph *g,
                                   const cJSON *o, const char *base,
@@ -387,6 +456,13 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
             return st;
         L->loss = (graph_loss)k;
         return TPU_OK;
+    case GOP_ELEMWISE:
+        if ((st = trace_enum(c, o, base, "kind", 1, trace_ew_words, &k)))
+            return st;
+        L->kind = k;
+        return TPU_OK;
+    case GOP_ACT:
+        return trace_act(c, o, base, L);
     default:
         return TPU_OK;
     }
@@ -402,8 +478,14 @@ static tpu_status trace_trainable(trace_ctx *c, const graph *g,
     char p[320], q[64];
     int tr = -1;
     tpu_status st;
+    if (L->op == GOP_ACT && L->kind != GACT_PRELU &&
+        cJSON_GetObjectItemCaseSensitive(o, "trainable")) {
+        trace_path(p, sizeof p, base, "trainable");
+        return trace_fail(c, p, "activation '%s' has no weights (only prelu "
+                          "does)", trace_act_words[L->kind]);
+    }
     if (L->op != GOP_CONV && L->op != GOP_CONV_T && L->op != GOP_DENSE &&
-        L->op != GOP_BATCHNORM)
+        L->op != GOP_BATCHNORM && !(L->op == GOP_ACT))
         return TPU_OK;
     if ((st = trace_bool(c, o, base, "trainable", &tr)))
         return st;

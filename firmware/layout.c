@@ -108,8 +108,12 @@ double layout_out_elems(const lower_ctx *c, int l)
 int layout_reshards(const lower_ctx *c, int l, int i)
 {
     const glayer *L = &c->g->layers[l], *I = &c->g->layers[i];
-    if ((L->op != GOP_ADD && L->op != GOP_CONCAT) || I->out.nsp != L->out.nsp)
+    if ((L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_ELEMWISE) ||
+        I->out.nsp != L->out.nsp)
         return 0;
+    for (int d = 0; L->op == GOP_ELEMWISE && d < L->out.nsp; d++)
+        if (I->out.sp[d] != L->out.sp[d])
+            return 0; /* a broadcast operand: read whole */
     for (int d = 0; d < L->out.nsp; d++)
         if (layout_is_split(c, l, d) && !layout_is_split(c, i, d))
             return 1;

@@ -414,12 +414,67 @@ static void lower_forward_ops(lower_ctx *c, int l)
                        FW_GROUP_PARTITION, 0, 0);
         return;
     }
+    case GOP_ELEMWISE: {
+        /* One streaming pass: a broadcast operand (one value per example
+         * and channel) is read once and held in VMEM; no halo (position
+         * by position). */
+        double in_all = 0;
+        for (int k = 0; k < L->n_in; k++)
+            in_all += graph_ew_broadcast(c->g, L, k)
+                          ? layout_out_bytes(c, L->in[k])
+                          : layout_operand_bytes(c, l, L->in[k]);
+        tile_pass(c, ph, l, in_all, ob, oe,
+                  L->n_in + 1 + (L->kind == GEW_AVERAGE));
+        return;
+    }
+    case GOP_ACT:
+        /* prelu's slopes are read once (fp32, one per channel) */
+        tile_pass(c, ph, l, ib + (L->kind == GACT_PRELU ? 4.0 * L->out.c : 0),
+                  ob, oe, graph_act_ops(L, 0));
+        return;
     case GOP_COUNT:
         return;
     }
 }
 
 static void lower_backward_ops(lower_ctx *c, int l);
+
+/* elementwise's backward: one pass reads dY (and, for multiply, maximum
+ * and minimum, every operand) and writes each operand's gradient that is
+ * needed; subtract's first operand takes dY itself (aliased).  A
+ * broadcast operand's gradient is a sum over the positions (one more
+ * operation an element), all-reduced over the partition group when the
+ * output is split. */
+static void lower_elemwise_bwd(lower_ctx *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    const int ph = PHASE_BWD;
+    double ob = layout_out_bytes(c, l), oe = layout_out_elems(c, l);
+    int reads_x = L->kind == GEW_MULTIPLY || L->kind == GEW_MAXIMUM ||
+                  L->kind == GEW_MINIMUM;
+    double in_b = ob, out_b = 0, ops = 1, bc_b = 0;
+    for (int k = 0; k < L->n_in; k++) {
+        int i = L->in[k], bc = graph_ew_broadcast(c->g, L, k);
+        if (reads_x)
+            in_b += bc ? layout_out_bytes(c, i) : layout_operand_bytes(c, l, i);
+        if (!c->g->layers[i].needs_grad)
+            continue;
+        if (bc) {
+            bc_b += layout_out_bytes(c, i);
+            ops += 1;
+        } else if (!(L->kind == GEW_SUBTRACT && k == 0)) {
+            out_b += layout_operand_bytes(c, l, i);
+        }
+        ops += L->kind == GEW_MULTIPLY   ? L->n_in - 1
+               : L->kind == GEW_SUBTRACT ? (k > 0)
+               : L->kind == GEW_AVERAGE  ? 1
+                                         : 2; /* compare, select */
+    }
+    tile_pass(c, ph, l, in_b, out_b + bc_b, oe, ops);
+    if (bc_b > 0 && layout_any_split(c, l))
+        lower_emit(c, FW_ALLREDUCE, ph, l, (int64_t)(c->B * L->out.c * 4),
+                   FW_GROUP_PARTITION, 0, 0);
+}
 
 static void lower_backward(lower_ctx *c, int l)
 {
@@ -528,6 +583,25 @@ static void lower_backward_ops(lower_ctx *c, int l)
         if (!input_is_data)
             tile_pass(c, ph, l, ob, ib, layout_out_elems(c, L->in[0]), 1);
         return;
+    case GOP_ELEMWISE:
+        lower_elemwise_bwd(c, l);
+        return;
+    case GOP_ACT: {
+        /* dX from dY and the saved output (gelu, swish, prelu: input);
+         * prelu's slope gradient is a sum over the positions in the same
+         * pass, a weight gradient like a convolution's (all-reduced with
+         * the others; within the partition group too when
+         * xla.dw_allreduce is on) */
+        int dw = L->kind == GACT_PRELU && graph_layer_trains(c->g, l);
+        if (input_is_data && !dw)
+            return;
+        tile_pass(c, ph, l, 2 * ob, input_is_data ? 0 : ib, oe,
+                  (input_is_data ? 0 : graph_act_ops(L, 1)) + (dw ? 3 : 0));
+        if (dw && c->hw->xla_dw_allreduce && layout_any_split(c, l))
+            lower_emit(c, FW_ALLREDUCE, ph, l, L->weights * 4,
+                       FW_GROUP_PARTITION, 0, 0);
+        return;
+    }
     case GOP_INPUT:
     case GOP_FLATTEN:
     case GOP_LOSS: /* its gradient came out of the forward pass */

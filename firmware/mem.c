@@ -21,6 +21,11 @@ static int saved_for_backward(const lower_ctx *c, int l)
         return 0;
     if ((L->op == GOP_RELU || L->op == GOP_SIGMOID) && L->needs_grad)
         return 1;
+    /* an activation's backward reads its output (gelu, swish and prelu
+     * their input, marked by kept_for) */
+    if (L->op == GOP_ACT && L->needs_grad && L->kind != GACT_GELU &&
+        L->kind != GACT_SWISH && L->kind != GACT_PRELU)
+        return 1;
     if (L->op == GOP_MAXPOOL && g->layers[L->in[0]].needs_grad)
         return 1;
     return c->kept_for[l];
@@ -40,7 +45,12 @@ void mem_mark_kept_for(lower_ctx *c)
         for (int k = 0; k < J->n_in; k++) {
             int l = J->in[k];
             if (trains || (J->op == GOP_BATCHNORM && J->needs_grad) ||
-                (J->op == GOP_MAXPOOL && g->layers[l].needs_grad))
+                (J->op == GOP_MAXPOOL && g->layers[l].needs_grad) ||
+                (J->op == GOP_ACT && J->needs_grad &&
+                 (J->kind == GACT_GELU || J->kind == GACT_SWISH ||
+                  J->kind == GACT_PRELU)) ||
+                (J->op == GOP_ELEMWISE && J->needs_grad &&
+                 J->kind != GEW_SUBTRACT && J->kind != GEW_AVERAGE))
                 c->kept_for[l] = 1;
         }
     }

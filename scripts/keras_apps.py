@@ -6,7 +6,10 @@ Each builder follows the application's code in keras/applications/ (Keras
 2.x: vgg16.py, resnet.py) layer by layer, with the same names, so the
 parameter totals can be checked against the ones Keras publishes
 (https://keras.io/api/applications/): VGG16 138,357,544, ResNet50
-25,636,712.
+25,636,712, MobileNetV2 3,538,984 (mobilenet_v2.py).  ops_block is no
+application: one small model with every activation and merge class the
+importer maps beyond those (its total counted by hand in
+test/test_import.c).
 
     python3 scripts/keras_apps.py OUTDIR      # writes OUTDIR/vgg16.json, ...
 
@@ -91,6 +94,17 @@ class Functional:
     def add(self, xs, name):
         return self._add("Add", name, {}, xs)
 
+    def layer(self, cls, x, name, **config):
+        return self._add(cls, name, config, x if isinstance(x, list) else [x])
+
+    def dwconv(self, x, name, k, strides=1, padding="valid",
+               use_bias=True):
+        return self._add("DepthwiseConv2D", name, {
+            "kernel_size": [k, k], "strides": [strides, strides],
+            "padding": padding, "data_format": "channels_last",
+            "dilation_rate": [1, 1], "depth_multiplier": 1,
+            "activation": "linear", "use_bias": use_bias}, [x])
+
     def model(self, outputs):
         return {"class_name": "Functional",
                 "config": {"name": self.name, "layers": self.layers,
@@ -163,7 +177,98 @@ def resnet50():
     return m.model([x])
 
 
-APPS = {"vgg16": vgg16, "resnet50": resnet50}
+def mobilenet_v2():
+    """keras/applications/mobilenet_v2.py, alpha 1.0, 224x224, top."""
+    m = Functional("mobilenetv2_1.00_224")
+
+    def divisible(v, d=8):
+        n = max(d, int(v + d / 2) // d * d)
+        return n + d if n < 0.9 * v else n
+
+    def relu6(x, name):
+        return m.layer("ReLU", x, name, max_value=6.0, negative_slope=0.0,
+                       threshold=0.0)
+
+    def bn(x, name):
+        return m._add("BatchNormalization", name, {
+            "axis": [3], "momentum": 0.999, "epsilon": 1e-3, "center": True,
+            "scale": True}, [x])
+
+    def block(x, cin, expansion, stride, filters, bid):
+        pw = divisible(filters)
+        prefix = "block_%d_" % bid
+        inp = x
+        if bid:
+            x = m.conv(x, prefix + "expand", expansion * cin, 1,
+                       padding="same", use_bias=False)
+            x = bn(x, prefix + "expand_BN")
+            x = relu6(x, prefix + "expand_relu")
+        else:
+            prefix = "expanded_conv_"
+        if stride == 2:
+            x = m.layer("ZeroPadding2D", x, prefix + "pad",
+                        padding=[[0, 1], [0, 1]],
+                        data_format="channels_last")
+        x = m.dwconv(x, prefix + "depthwise", 3, stride,
+                     "same" if stride == 1 else "valid", use_bias=False)
+        x = bn(x, prefix + "depthwise_BN")
+        x = relu6(x, prefix + "depthwise_relu")
+        x = m.conv(x, prefix + "project", pw, 1, padding="same",
+                   use_bias=False)
+        x = bn(x, prefix + "project_BN")
+        if cin == pw and stride == 1:
+            return m.add([inp, x], prefix + "add"), pw
+        return x, pw
+
+    x = m.input("input_1", [224, 224, 3])
+    first = divisible(32)
+    x = m.conv(x, "Conv1", first, 3, 2, "same", use_bias=False)
+    x = bn(x, "bn_Conv1")
+    x = relu6(x, "Conv1_relu")
+    c = first
+    spec = [(16, 1, 1, 1), (24, 2, 6, 2), (32, 3, 6, 2), (64, 4, 6, 2),
+            (96, 3, 6, 1), (160, 3, 6, 2), (320, 1, 6, 1)]
+    bid = 0
+    for f, n, t, s in spec:
+        for i in range(n):
+            x, c = block(x, c, t if bid else 1, s if i == 0 else 1, f, bid)
+            bid += 1
+    x = m.conv(x, "Conv_1", 1280, 1, use_bias=False)
+    x = bn(x, "Conv_1_bn")
+    x = relu6(x, "out_relu")
+    x = m.gap(x, "global_average_pooling2d")
+    x = m.dense(x, "predictions", 1000, "softmax")
+    return m.model([x])
+
+
+def ops_block():
+    """Every activation and merge class mapped to the trace's activation
+    and elementwise ops, with squeeze-excite's broadcast multiply."""
+    m = Functional("ops_block")
+    x = m.input("x", [16, 16, 8])
+    x = m.layer("Rescaling", x, "rescale", scale=1 / 255.0, offset=0.0)
+    c1 = m.conv(x, "c1", 16, 3, padding="same", activation="gelu")
+    p = m.layer("PReLU", c1, "prelu", shared_axes=[1, 2])
+    g = m.gap(p, "se_pool")
+    g = m.dense(g, "se_reduce", 4, "relu")
+    g = m.dense(g, "se_expand", 16, "hard_sigmoid")
+    se = m.layer("Multiply", [p, g], "se_mul")
+    r6 = m.layer("ReLU", se, "relu6", max_value=6.0)
+    lk = m.layer("LeakyReLU", se, "leaky", alpha=0.1)
+    el = m.layer("ELU", se, "elu", alpha=1.0)
+    sub = m.layer("Subtract", [r6, lk], "sub")
+    mx = m.layer("Maximum", [sub, el], "max")
+    av = m.layer("Average", [mx, se], "avg")
+    a = m.act(av, "swish", "swish")
+    a = m.act(a, "tanh", "tanh")
+    a = m.conv(a, "c2", 10, 1, activation="silu")
+    a = m.gap(a, "pool")
+    a = m.dense(a, "predictions", 10, "softmax")
+    return m.model([a])
+
+
+APPS = {"vgg16": vgg16, "resnet50": resnet50, "mobilenetv2": mobilenet_v2,
+        "ops_block": ops_block}
 
 
 def main():

@@ -174,6 +174,65 @@ static void applications(th_ctx *t)
         TH_CHECK(t, nt == 53120);
     }
     graph_free(&g);
+
+    th_case(t, "MobileNetV2 (ReLU(max_value=6) as relu6, ZeroPadding2D "
+               "passed through): 3,538,984");
+    if (imp(t, KDIR "mobilenetv2.json", &o, &g, NULL)) {
+        TH_CHECKF(t, keras_total(&g, NULL) == 3538984, "%lld",
+                  (long long)keras_total(&g, NULL));
+        int r6 = find(&g, "Conv1_relu");
+        TH_CHECK(t, r6 >= 0 && g.layers[r6].op == GOP_ACT &&
+                        g.layers[r6].kind == GACT_RELU6);
+    }
+    graph_free(&g);
+
+    th_case(t, "every activation and merge class (ops_block.json): the "
+               "trace's activation and elementwise ops, 1,612 parameters by "
+               "hand, and the trace runs");
+    o.allow_identity = NULL;
+    if (imp(t, KDIR "ops_block.json", &o, &g, NULL)) {
+        /* c1 3x3x8x16 + 16, prelu 16, se 8x4+4... : 1168 + 16 + 68 + 80 +
+         * 170 (c2) + 110 (predictions) */
+        TH_CHECKF(t, keras_total(&g, NULL) == 1612, "%lld",
+                  (long long)keras_total(&g, NULL));
+        static const struct {
+            const char *name;
+            int op, kind;
+        } want[] = {
+            {"c1/gelu", GOP_ACT, GACT_GELU},
+            {"prelu", GOP_ACT, GACT_PRELU},
+            {"se_expand/hard_sigmoid", GOP_ACT, GACT_HARD_SIGMOID},
+            {"se_mul", GOP_ELEMWISE, GEW_MULTIPLY},
+            {"relu6", GOP_ACT, GACT_RELU6},
+            {"leaky", GOP_ACT, GACT_LEAKY_RELU},
+            {"elu", GOP_ACT, GACT_ELU},
+            {"sub", GOP_ELEMWISE, GEW_SUBTRACT},
+            {"max", GOP_ELEMWISE, GEW_MAXIMUM},
+            {"avg", GOP_ELEMWISE, GEW_AVERAGE},
+            {"swish", GOP_ACT, GACT_SWISH},
+            {"tanh", GOP_ACT, GACT_TANH},
+            {"c2/silu", GOP_ACT, GACT_SWISH},
+        };
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            int l = find(&g, want[k].name);
+            TH_CHECKF(t, l >= 0 && (int)g.layers[l].op == want[k].op &&
+                             g.layers[l].kind == want[k].kind,
+                      "%s", want[k].name);
+        }
+        int lk = find(&g, "leaky");
+        TH_CHECK(t, lk >= 0 && g.layers[lk].alpha == 0.1);
+        TH_CHECK(t, graph_ew_broadcast(&g, &g.layers[find(&g, "se_mul")], 1));
+    }
+    graph_free(&g);
+    {
+        char out[512];
+        th_cmd_result r;
+        snprintf(out, sizeof out, "%s/ops_block.trace.json", th_tmpdir());
+        th_run(&r, "%s import " KDIR "ops_block.json -o %s", th_bin(), out);
+        TH_CHECKF(t, r.status == 0, "%s", r.err);
+        th_run(&r, "%s run %s --functional", th_bin(), out);
+        TH_CHECKF(t, r.status == 0, "%s", r.err);
+    }
 }
 
 /* `tpuemu import ARGS` must exit 2 with a message holding every string
@@ -205,23 +264,24 @@ static void bad(th_ctx *t)
     {
         static const char *const w[] = {
             "bad_unmapped.json: config.layers[1].config.activation:",
-            "layer 'c'", "activation 'swish' x1", "Lambda x2", "LeakyReLU x1",
-            "ReLU(max_value=6) x1", "--allow-identity", NULL};
+            "layer 'c'", "activation 'mish' x1", "Lambda x2",
+            "ThresholdedReLU x1", "ReLU(threshold=0.5) x1", "--allow-identity",
+            NULL};
         refuses(t, KDIR "bad_unmapped.json", w);
     }
 
     th_case(t, "--allow-identity passes them through, on stderr and in the trace");
     snprintf(path, sizeof path, "%s/allowed.json", th_tmpdir());
     th_run(&r, "%s import " KDIR "bad_unmapped.json -o %s --allow-identity "
-               "Lambda,LeakyReLU --allow-identity ReLU --allow-identity swish",
+               "Lambda,ThresholdedReLU --allow-identity ReLU --allow-identity mish",
            th_bin(), path);
     TH_CHECKF(t, r.status == 0, "%s", r.err);
     TH_CHECK(t, strstr(r.err, "note: layer 'lam' (Lambda) at config.layers[2] "
                               "passed through as an identity"));
     {
         char *txt = th_slurp(path, NULL);
-        TH_CHECK(t, txt && strstr(txt, "passed through as identities: c (swish), "
-                                       "lam (Lambda), leaky (LeakyReLU)"));
+        TH_CHECK(t, txt && strstr(txt, "passed through as identities: c (mish), "
+                                       "lam (Lambda), leaky (ThresholdedReLU)"));
         free(txt);
     }
 

@@ -302,6 +302,10 @@ static void init_weights(const fx_state *x, int l, float *w)
         }
         return;
     }
+    if (L->op == GOP_ACT) { /* prelu's slopes: Keras's zeros */
+        memset(w, 0, sizeof(float) * (size_t)L->weights);
+        return;
+    }
     const glayer *I = &x->g->layers[L->in[0]];
     /* a grouped conv's kernel is Keras's [taps][cin / groups][cout] */
     int64_t taps = fxt_kernel_taps(L), cin = I->out.c / graph_groups(L),

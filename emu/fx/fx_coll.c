@@ -276,6 +276,8 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
         }
         return rc;
     }
+    case GOP_ELEMWISE:
+        return fxo_ew_reduce(x, l, err);
     case GOP_LOSS: {
         /* the dice sums; the partial losses are added at the end */
         int cpr = x->p->cpr;

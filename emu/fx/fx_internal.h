@@ -11,6 +11,7 @@
  *   fx_loss.c       the losses and their gradients (fxl_)
  *   fx_coll.c       halo exchange, all-gather, all-reduce (fx_collective)
  *   fx_group.c      grouped and depthwise convolutions' candidates (fxg_)
+ *   fx_ops.c        elementwise and activation layers (fxo_)
  *
  * Storage.  Every core holds, per layer, its shard of the layer's output
  * (`act`) and of the output's gradient (`grad`), and the windows its
@@ -200,6 +201,21 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err);
 /* Per-channel sums of x and x^2 over the shard: batchnorm's statistics
  * before any all-reduce. */
 void fxv_bn_local_stats(const fxt_tens *in, float *sum, float *sq);
+
+/* Input k of layer l in o's box (a replicated operand's slice copied into
+ * tmp, which the caller frees with fxt_free). */
+tpu_status fxv_operand_box(fx_state *x, int core, int l, int k,
+                           const fxt_tens *o, fxt_tens *tmp,
+                           const fxt_tens **out, tpu_error *err);
+
+/* ---- emu/fx/fx_ops.c ---------------------------------------------------- */
+
+/* Elementwise and activation layers' forward and backward passes. */
+tpu_status fxo_forward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxo_backward(fx_state *x, int core, int l, tpu_error *err);
+/* The partition group's all-reduce of an elementwise layer's broadcast
+ * operand gradients, added into them on every core. */
+tpu_status fxo_ew_reduce(fx_state *x, int l, tpu_error *err);
 
 /* ---- emu/fx/fx_loss.c --------------------------------------------------- */
 

@@ -63,9 +63,9 @@ static tpu_status box_copy(fx_state *x, int core, int l, fxt_tens *dst,
 /* Input k of layer l as l's box on this core (o: l's output): the input's
  * own shard, or a copy of the box sliced out of a replicated operand into
  * tmp (freed by the caller with fxt_free). */
-static tpu_status operand_box(fx_state *x, int core, int l, int k,
-                              const fxt_tens *o, fxt_tens *tmp,
-                              const fxt_tens **out, tpu_error *err)
+tpu_status fxv_operand_box(fx_state *x, int core, int l, int k,
+                           const fxt_tens *o, fxt_tens *tmp,
+                           const fxt_tens **out, tpu_error *err)
 {
     const fxt_tens *in;
     tpu_status rc = fx_act_of(x, core, x->g->layers[l].in[k], &in, err);
@@ -136,7 +136,7 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
         int64_t off = 0;
         for (int k = 0; k < L->n_in; k++) {
             fxt_tens tmp = {0};
-            if ((rc = operand_box(x, core, l, k, o, &tmp, &in, err))) {
+            if ((rc = fxv_operand_box(x, core, l, k, o, &tmp, &in, err))) {
                 fxt_free(&tmp);
                 return rc;
             }
@@ -346,7 +346,7 @@ static tpu_status fwd_elementwise(fx_state *x, int core, int l, tpu_error *err)
     if ((rc = fx_new_act(x, core, l, &o, err)))
         return rc;
     for (int k = 0; k < L->n_in; k++)
-        if ((rc = operand_box(x, core, l, k, o, &tmp[k], &ins[k], err))) {
+        if ((rc = fxv_operand_box(x, core, l, k, o, &tmp[k], &ins[k], err))) {
             for (int j = 0; j <= k; j++)
                 fxt_free(&tmp[j]);
             return rc;
@@ -855,6 +855,9 @@ tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err)
         return run_fwd(x, core, l, 0, fwd_gap, err);
     case GOP_LOSS:
         return fxl_forward(x, core, l, err);
+    case GOP_ELEMWISE:
+    case GOP_ACT:
+        return fxo_forward(x, core, l, err);
     default:
         return fwd_elementwise(x, core, l, err);
     }
@@ -871,6 +874,9 @@ tpu_status fxv_backward(fx_state *x, int core, int l, tpu_error *err)
         return bwd_window(x, core, l, err);
     case GOP_GAP:
         return bwd_gap(x, core, l, err);
+    case GOP_ELEMWISE:
+    case GOP_ACT:
+        return fxo_backward(x, core, l, err);
     default:
         return bwd_act(x, core, l, err);
     }

@@ -508,6 +508,17 @@ static cJSON *layer_json(const kx *x, const glayer *L)
         cJSON_AddStringToObject(j, "kind", graph_loss_name(L->loss));
         cJSON_AddStringToObject(j, "dtype", "f32");
         break;
+    case GOP_ELEMWISE:
+        cJSON_AddStringToObject(j, "kind", graph_ew_name(L->kind));
+        break;
+    case GOP_ACT:
+        cJSON_AddStringToObject(j, "kind", graph_act_name(L->kind));
+        if (L->alpha != 0 || L->kind == GACT_LEAKY_RELU ||
+            L->kind == GACT_ELU)
+            cJSON_AddNumberToObject(j, "alpha", L->alpha);
+        if (L->max_value > 0)
+            cJSON_AddNumberToObject(j, "max_value", L->max_value);
+        break;
     default:
         break;
     }
@@ -560,17 +571,34 @@ static const gshape *shape_of(const kx *x, int ref)
 
 typedef struct {
     const char *name;
-    int op;   /* GOP_RELU, GOP_SIGMOID, -1 identity, -2 softmax */
+    int op;   /* GOP_RELU, GOP_SIGMOID, GOP_ACT, -1 identity, -2 softmax */
+    int kind; /* GOP_ACT's graph_act */
 } keras_act;
 
-/* Keras activation names the trace can express; another engineer adds
- * swish, tanh, ... here once the trace has them. */
+/* Keras activation names the trace can express (keras/activations.py;
+ * hard_sigmoid is tf.keras 2's, 0.2 x + 0.5 clipped, and gelu the exact
+ * erf form, Keras's default).  softmax at an output goes into the loss;
+ * elsewhere it is the trace's softmax activation (activation_layer). */
 static const keras_act keras_acts[] = {
-    {"relu", GOP_RELU},
-    {"sigmoid", GOP_SIGMOID},
-    {"linear", -1},
-    {"softmax", -2},
+    {"relu", GOP_RELU, 0},
+    {"sigmoid", GOP_SIGMOID, 0},
+    {"linear", -1, 0},
+    {"softmax", -2, 0},
+    {"relu6", GOP_ACT, GACT_RELU6},
+    {"swish", GOP_ACT, GACT_SWISH},
+    {"silu", GOP_ACT, GACT_SWISH},
+    {"gelu", GOP_ACT, GACT_GELU},
+    {"elu", GOP_ACT, GACT_ELU},
+    {"tanh", GOP_ACT, GACT_TANH},
+    {"hard_sigmoid", GOP_ACT, GACT_HARD_SIGMOID},
+    {"leaky_relu", GOP_ACT, GACT_LEAKY_RELU},
 };
+
+/* Adds an activation layer of kind `kind` after the ref in c->out (its
+ * trace name the call's with `suffix`, or the call's own when suffix is
+ * NULL); alpha and max_value as the trace reads them. */
+static tpu_status activation_layer(kx *x, kcall *c, int kind, double alpha,
+                                   double max_value, const char *suffix);
 
 /* The activation's name: a string, or the config string of a serialized
  * function ({"class_name": "function", "config": "relu"}). */
@@ -659,12 +687,44 @@ static tpu_status apply_act(kx *x, kcall *c, const cJSON *aj,
         c->out = r;
         return TPU_OK;
     }
+    if (ka->op == GOP_ACT) {
+        char suf[32];
+        snprintf(suf, sizeof suf, "/%s", ka->name);
+        /* an Activation layer is the trace layer itself, another
+         * layer's activation argument a layer after it */
+        return activation_layer(x, c, ka->kind,
+                                ka->kind == GACT_LEAKY_RELU ? 0.2
+                                : ka->kind == GACT_ELU      ? 1.0
+                                                            : 0.0,
+                                0,
+                                strcmp(c->cls, "Activation") == 0 ? NULL
+                                                                  : suf);
+    }
     if (grow(x))
         return x->err->code;
     char name[GRAPH_NAME_MAX];
     int in_t = x->refs[c->out].t, t;
     unique_name(x, c->tname, ka->op == GOP_RELU ? "/relu" : "/sigmoid", name);
     layer_begin(x, name, (graph_op)ka->op, &in_t, 1);
+    tpu_status st = emit(x, c, krank_of(x, c->out), &t);
+    return st ? st : new_ref(x, t, &c->out);
+}
+
+static tpu_status activation_layer(kx *x, kcall *c, int kind, double alpha,
+                                   double max_value, const char *suffix)
+{
+    char name[GRAPH_NAME_MAX];
+    int in_t = x->refs[c->out].t, t;
+    if (grow(x))
+        return x->err->code;
+    if (suffix)
+        unique_name(x, c->tname, suffix, name);
+    else
+        snprintf(name, sizeof name, "%s", c->tname);
+    glayer *L = layer_begin(x, name, GOP_ACT, &in_t, 1);
+    L->kind = kind;
+    L->alpha = alpha;
+    L->max_value = max_value;
     tpu_status st = emit(x, c, krank_of(x, c->out), &t);
     return st ? st : new_ref(x, t, &c->out);
 }
@@ -968,13 +1028,13 @@ static tpu_status map_activation(kx *x, kcall *c)
     return cfg_act(x, c);
 }
 
-/* ReLU with its defaults is the trace's relu; max_value, negative_slope
- * and threshold have no trace op yet (relu6, leaky ReLU). */
+/* ReLU with its defaults is the trace's relu, with max_value or
+ * negative_slope its relu activation (relu6 for max_value 6); a threshold
+ * has no trace op. */
 static const char *check_relu(const cJSON *cfg, char *buf, size_t cap)
 {
-    static const char *const keys[] = {"max_value", "negative_slope",
-                                       "threshold"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const keys[] = {"threshold"};
+    for (int k = 0; k < 1; k++) {
         const cJSON *j = get(cfg, keys[k]);
         if (j && !cJSON_IsNull(j) &&
             !(cJSON_IsNumber(j) && j->valuedouble == 0)) {
@@ -988,11 +1048,43 @@ static const char *check_relu(const cJSON *cfg, char *buf, size_t cap)
     return NULL;
 }
 
+/* An optional number of the config (null: absent), or def. */
+static tpu_status cfg_num(kx *x, kcall *c, const char *key, double def,
+                          double *out)
+{
+    const cJSON *j = get(c->cfg, key);
+    char p[KERAS_PATH_MAX];
+    *out = def;
+    if (!j || cJSON_IsNull(j))
+        return TPU_OK;
+    snprintf(p, sizeof p, "%s.config.%s", c->path, key);
+    if (!cJSON_IsNumber(j) ||
+        !(j->valuedouble >= -1e6 && j->valuedouble <= 1e6))
+        return kfail(x, p, "expected a number, found %s", jtype(j));
+    *out = j->valuedouble;
+    return TPU_OK;
+}
+
 static tpu_status map_relu(kx *x, kcall *c)
 {
     int t;
+    double mv = 0, slope = 0;
     tpu_status st = single_input(x, c);
-    if (st || (st = grow(x)))
+    if (st || (st = cfg_num(x, c, "max_value", 0, &mv)) ||
+        (st = cfg_num(x, c, "negative_slope", 0, &slope)))
+        return st;
+    if (mv < 0) {
+        char p[KERAS_PATH_MAX];
+        snprintf(p, sizeof p, "%s.config.max_value", c->path);
+        return kfail(x, p, "expected a positive number, found %g", mv);
+    }
+    if (mv > 0 || slope != 0) {
+        c->out = c->in[0];
+        if (mv == 6 && slope == 0)
+            return activation_layer(x, c, GACT_RELU6, 0, 0, NULL);
+        return activation_layer(x, c, GACT_RELU, slope, mv, NULL);
+    }
+    if ((st = grow(x)))
         return st;
     int in_t = x->refs[c->in[0]].t;
     layer_begin(x, c->tname, GOP_RELU, &in_t, 1);
@@ -1154,6 +1246,101 @@ static tpu_status map_upsample(kx *x, kcall *c)
     return new_ref(x, t, &c->out);
 }
 
+/* LeakyReLU (arg 0: alpha, Keras 2's key, or negative_slope, Keras 3's;
+ * 0.3 by default), ELU (arg 1: alpha, 1 by default). */
+static tpu_status map_leaky_elu(kx *x, kcall *c)
+{
+    double a;
+    tpu_status st = single_input(x, c);
+    if (st)
+        return st;
+    if (c->arg == 0) {
+        if ((st = cfg_num(x, c, "alpha", 0.3, &a)) ||
+            (get(c->cfg, "negative_slope") &&
+             (st = cfg_num(x, c, "negative_slope", 0.3, &a))))
+            return st;
+    } else if ((st = cfg_num(x, c, "alpha", 1.0, &a))) {
+        return st;
+    }
+    c->out = c->in[0];
+    return activation_layer(x, c, c->arg ? GACT_ELU : GACT_LEAKY_RELU, a, 0,
+                            NULL);
+}
+
+/* PReLU: one slope per channel, so shared_axes must list every spatial
+ * axis (Keras's default, none shared, gives a slope per element, which the
+ * trace's prelu does not count). */
+static tpu_status map_prelu(kx *x, kcall *c)
+{
+    tpu_status st = single_input(x, c);
+    int kr = krank_of(x, c->in[0]) - 1, seen[4] = {0, 0, 0, 0}, n = 0;
+    if (st)
+        return st;
+    const cJSON *sa = get(c->cfg, "shared_axes");
+    for (const cJSON *e = cJSON_IsArray(sa) ? sa->child : NULL; e;
+         e = e->next)
+        if (cJSON_IsNumber(e) && e->valuedouble >= 1 &&
+            e->valuedouble <= kr && !seen[(int)e->valuedouble]++)
+            n++;
+    if (kr > 0 && n != kr) {
+        char p[KERAS_PATH_MAX], b[64];
+        snprintf(p, sizeof p, "%s.config.shared_axes", c->path);
+        return kfail(x, p, "'%s' (PReLU) learns a slope per element; the "
+                     "trace's prelu has one per channel: shared_axes must "
+                     "list every spatial axis (1 to %d)",
+                     kshown(b, sizeof b, c->kname), kr);
+    }
+    c->out = c->in[0];
+    int t0 = x->g.n_layers;
+    if ((st = activation_layer(x, c, GACT_PRELU, 0, 0, NULL)))
+        return st;
+    int tr = 1;
+    if ((st = cfg_bool(x, c, "trainable", 1, &tr)))
+        return st;
+    x->g.layers[t0].frozen = c->frozen || !tr;
+    return TPU_OK;
+}
+
+/* Activation with a kind only the trace's activation op has: the name
+ * is looked up in keras_acts (via cfg_act). */
+
+/* Multiply, Subtract, Maximum, Minimum, Average (arg: graph_ew). */
+static tpu_status map_ew(kx *x, kcall *c)
+{
+    int t, in_t[GRAPH_MAX_IN];
+    tpu_status st;
+    char b[64];
+    if (c->n_in < 2 || c->n_in > GRAPH_MAX_IN)
+        return kfail(x, c->path, "'%s' (%s) has %d inputs; the trace's "
+                     "elementwise takes 2 to %d",
+                     kshown(b, sizeof b, c->kname), c->cls, c->n_in,
+                     GRAPH_MAX_IN);
+    if ((st = grow(x)))
+        return st;
+    for (int k = 0; k < c->n_in; k++)
+        in_t[k] = x->refs[c->in[k]].t;
+    int kr = krank_of(x, c->in[0]);
+    for (int k = 1; k < c->n_in; k++)
+        if (gshape_elems(shape_of(x, c->in[k])) >
+            gshape_elems(shape_of(x, c->in[0])))
+            kr = krank_of(x, c->in[k]);
+    glayer *L = layer_begin(x, c->tname, GOP_ELEMWISE, in_t, c->n_in);
+    L->kind = c->arg;
+    if ((st = emit(x, c, kr, &t)))
+        return st;
+    return new_ref(x, t, &c->out);
+}
+
+/* Rescaling (x * scale + offset) is folded into the reader of its
+ * output, as XLA fuses it: no layer, no parameters (Keras counts none). */
+static tpu_status map_folded(kx *x, kcall *c)
+{
+    tpu_status st = single_input(x, c);
+    if (!st)
+        c->out = c->in[0];
+    return st;
+}
+
 static tpu_status map_model(kx *x, kcall *c);
 
 /* Every Keras class the trace format can express.  Adding a class is
@@ -1207,6 +1394,15 @@ static const keras_class keras_classes[] = {
     {"UpSampling1D", map_upsample, NULL, 1},
     {"UpSampling2D", map_upsample, check_nearest, 2},
     {"UpSampling3D", map_upsample, NULL, 3},
+    {"LeakyReLU", map_leaky_elu, NULL, 0},
+    {"ELU", map_leaky_elu, NULL, 1},
+    {"PReLU", map_prelu, NULL, 0},
+    {"Multiply", map_ew, NULL, GEW_MULTIPLY},
+    {"Subtract", map_ew, NULL, GEW_SUBTRACT},
+    {"Maximum", map_ew, NULL, GEW_MAXIMUM},
+    {"Minimum", map_ew, NULL, GEW_MINIMUM},
+    {"Average", map_ew, NULL, GEW_AVERAGE},
+    {"Rescaling", map_folded, NULL, 0},
     {"Sequential", map_model, NULL, 0},
     {"Functional", map_model, NULL, 0},
     {"Model", map_model, NULL, 0},
