@@ -592,8 +592,7 @@ static void lower_update(lower_ctx *c, double wb)
     default:
         break;
     }
-    tile_pass_fx(c, FX_UPDATE, PHASE_UPDATE, -1, rd * wb, wr * wb, wb / 4,
-                 ops);
+    tile_pass_fx(c, FX_UPDATE, PHASE_UPDATE, -1, rd * wb, wr * wb, wb / 4, ops);
 }
 
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,

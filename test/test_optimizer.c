@@ -36,8 +36,7 @@ static const char small_fmt[] =
     "\"softmax_xent\", \"dtype\": \"f32\"}]}}";
 
 /* The small trace with `run_extra` appended to its run section. */
-static int parse_small(th_ctx *t, graph *g, const char *run_extra,
-                       tpu_error *e)
+static int parse_small(th_ctx *t, graph *g, const char *run_extra, tpu_error *e)
 {
     char text[4096];
     snprintf(text, sizeof text, small_fmt, run_extra);
@@ -91,8 +90,7 @@ static const struct {
     {", \"optimizer\": \"momentum\"", 1, 3, 2, 0},
     {", \"optimizer\": \"adam\"", 2, 4, 3, 0},
     {", \"optimizer\": \"rmsprop\"", 1, 3, 2, 0},
-    {", \"optimizer\": {\"name\": \"rmsprop\", \"momentum\": 0.9}", 2, 4, 3,
-     0},
+    {", \"optimizer\": {\"name\": \"rmsprop\", \"momentum\": 0.9}", 2, 4, 3, 0},
     {", \"optimizer\": {\"name\": \"lars\"}", 1, 3, 2, 4},
 };
 
@@ -128,9 +126,8 @@ static void test_state_and_update(th_ctx *t)
                           u.st == cases[k].wr * wb,
                       "'%s': %d update passes, %g bytes read, %g written "
                       "(expected %d, %g, %g)",
-                      cases[k].run, u.passes, u.ld, u.st,
-                      1 + cases[k].norms, cases[k].rd * wb + norm_ld,
-                      cases[k].wr * wb);
+                      cases[k].run, u.passes, u.ld, u.st, 1 + cases[k].norms,
+                      cases[k].rd * wb + norm_ld, cases[k].wr * wb);
             fw_program_free(&prog);
         }
         graph_free(&g);
@@ -204,9 +201,9 @@ typedef struct {
     fw_program prog;
     tpu_params hw;
     fx_state *x;
-    int l;       /* the dense layer */
-    int64_t n;   /* its weights (kernel 80, then bias 10) */
-    float *w0;   /* its starting weights */
+    int l;     /* the dense layer */
+    int64_t n; /* its weights (kernel 80, then bias 10) */
+    float *w0; /* its starting weights */
 } fxt;
 
 static int fx_open(th_ctx *t, fxt *f, const char *run_extra)
@@ -249,7 +246,10 @@ static void fx_close(fxt *f)
 /* The step's update with gradient gi(i) = 0.01 (i mod 7 - 3) + 0.002 on
  * every trainable layer (v3-8's 8 cores: the update takes the
  * all-reduced sums as they are). */
-static float grad_of(int64_t i) { return 0.01f * (float)(i % 7 - 3) + 0.002f; }
+static float grad_of(int64_t i)
+{
+    return 0.01f * (float)(i % 7 - 3) + 0.002f;
+}
 
 static int fx_step(th_ctx *t, fxt *f, int64_t step)
 {
@@ -323,8 +323,9 @@ static void test_values(th_ctx *t)
             double g = grad_of(i);
             double a = lr * sqrt(0.001) / 0.1;
             want[i] = f.w0[i] - a * 0.1 * g / (sqrt(0.001) * fabs(g) + 1e-7);
-            TH_CHECKF(t, fabs(want[i] - (f.w0[i] - lr * (g > 0 ? 1 : -1))) <
-                             1e-2 * lr,
+            TH_CHECKF(t,
+                      fabs(want[i] - (f.w0[i] - lr * (g > 0 ? 1 : -1))) <
+                          1e-2 * lr,
                       "weight %d: Adam's first step is not lr", i);
         }
         fx_compare(t, &f, "adam, step 1", want);
@@ -352,8 +353,9 @@ static void test_values(th_ctx *t)
     fx_close(&f);
 
     /* with momentum 0.5: the second step adds half the first's */
-    if (fx_open(t, &f,
-                ", \"optimizer\": {\"name\": \"rmsprop\", \"momentum\": 0.5}") &&
+    if (fx_open(
+            t, &f,
+            ", \"optimizer\": {\"name\": \"rmsprop\", \"momentum\": 0.5}") &&
         fx_step(t, &f, 0) && fx_step(t, &f, 1)) {
         for (int i = 0; i < f.n; i++) {
             double g = grad_of(i), v1 = 0.1 * g * g;
@@ -396,8 +398,9 @@ static void test_cli(th_ctx *t)
     th_cmd_result *r = malloc(sizeof *r);
     char rep[1024];
     snprintf(rep, sizeof rep, "%s/optimizer-report.json", th_tmpdir());
-    th_run(r, "%s run traces/functional/tiny-train.json --optimizer adam "
-              "--report %s",
+    th_run(r,
+           "%s run traces/functional/tiny-train.json --optimizer adam "
+           "--report %s",
            th_bin(), rep);
     TH_CHECKF(t, r->status == 0, "exit %d: %s", r->status, r->err);
     emu_result er;
@@ -412,8 +415,9 @@ static void test_cli(th_ctx *t)
               "the report's text: %.200s", text ? text : "(none)");
     free(text);
     /* momentum, the default, writes no key: reports stay what they were */
-    th_run(r, "%s run traces/functional/tiny-train.json --optimizer "
-              "momentum --report %s",
+    th_run(r,
+           "%s run traces/functional/tiny-train.json --optimizer "
+           "momentum --report %s",
            th_bin(), rep);
     text = th_slurp(rep, NULL);
     TH_CHECKF(t, r->status == 0 && text && !strstr(text, "optimizer"),
@@ -455,8 +459,8 @@ static void test_cli(th_ctx *t)
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         e.msg[0] = 0;
         int ok = parse_small(NULL, &g, bad[k].run, &e);
-        TH_CHECKF(t, !ok && strstr(e.msg, bad[k].msg), "'%s': %s",
-                  bad[k].run, ok ? "accepted" : e.msg);
+        TH_CHECKF(t, !ok && strstr(e.msg, bad[k].msg), "'%s': %s", bad[k].run,
+                  ok ? "accepted" : e.msg);
         graph_free(&g);
     }
 }

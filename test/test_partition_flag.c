@@ -21,8 +21,9 @@ static void write_split(char *path, size_t cap)
     char *at = strstr(text, from);
     if (at) {
         char *out = malloc(strlen(text) + 200);
-        sprintf(out, "%.*s\"num_cores_per_replica\": 4, "
-                     "\"input_partition_dims\": [[1, 2, 2, 1], null]}%s",
+        sprintf(out,
+                "%.*s\"num_cores_per_replica\": 4, "
+                "\"input_partition_dims\": [[1, 2, 2, 1], null]}%s",
                 (int)(at - text), text, at + strlen(from));
         th_put(path, out);
         free(out);
@@ -45,8 +46,7 @@ void th_suite_partition_flag(th_ctx *t)
     snprintf(rep, sizeof rep, "%s/partition-report.json", th_tmpdir());
 
     th_case(t, "run --partition is the trace that says it");
-    th_run(a, "%s run %s --partition 1,2,2,1 --report %s", th_bin(), TINY,
-           rep);
+    th_run(a, "%s run %s --partition 1,2,2,1 --report %s", th_bin(), TINY, rep);
     th_run(b, "%s run %s", th_bin(), split);
     TH_CHECKF(t, a->status == 0 && b->status == 0, "exit %d, %d: %s%s",
               a->status, b->status, a->err, b->err);
@@ -57,13 +57,12 @@ void th_suite_partition_flag(th_ctx *t)
     emu_result r;
     tpu_error e = {0};
     if (TH_CHECKF(t, report_read(&r, rep, &e) == TPU_OK, "%s", e.msg)) {
-        TH_CHECKF(t,
-                  r.cores_per_replica == 4 && r.pdims_rank == 4 &&
-                      r.pdims[0] == 1 && r.pdims[1] == 2 && r.pdims[2] == 2 &&
-                      r.pdims[3] == 1,
-                  "cores per replica %d, %d dims [%d,%d,%d,%d]",
-                  r.cores_per_replica, r.pdims_rank, r.pdims[0], r.pdims[1],
-                  r.pdims[2], r.pdims[3]);
+        TH_CHECKF(
+            t,
+            r.cores_per_replica == 4 && r.pdims_rank == 4 && r.pdims[0] == 1 &&
+                r.pdims[1] == 2 && r.pdims[2] == 2 && r.pdims[3] == 1,
+            "cores per replica %d, %d dims [%d,%d,%d,%d]", r.cores_per_replica,
+            r.pdims_rank, r.pdims[0], r.pdims[1], r.pdims[2], r.pdims[3]);
         emu_result_free(&r);
     }
     char *text = th_slurp(rep, NULL);
@@ -99,15 +98,14 @@ void th_suite_partition_flag(th_ctx *t)
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         th_run(a, "%s run %s --partition %s", th_bin(), TINY, bad[k].arg);
         TH_CHECKF(t, a->status == 2 && strstr(a->err, bad[k].msg),
-                  "--partition %s: exit %d: %s", bad[k].arg, a->status,
-                  a->err);
+                  "--partition %s: exit %d: %s", bad[k].arg, a->status, a->err);
     }
 
     th_case(t, "sweep --trace --partition runs that one split");
     char out[1024];
     snprintf(out, sizeof out, "%s/sweep-part", th_tmpdir());
-    th_run(a, "%s sweep --trace %s --partition 1,2,2,1 --out %s -j 1",
-           th_bin(), TINY, out);
+    th_run(a, "%s sweep --trace %s --partition 1,2,2,1 --out %s -j 1", th_bin(),
+           TINY, out);
     TH_CHECKF(t, a->status == 0, "exit %d: %s", a->status, a->err);
     char sj[1100];
     snprintf(sj, sizeof sj, "%s/sweep.json", out);

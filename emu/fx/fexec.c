@@ -718,8 +718,7 @@ static void do_update(fx_state *x)
         case GOPT_LARS: {
             const double eeta = 0.001, wd = 0.0001;
             int64_t k = 0;
-            if (L->op == GOP_CONV || L->op == GOP_CONV_T ||
-                L->op == GOP_DENSE)
+            if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE)
                 k = n - (L->use_bias ? L->filters : 0);
             double wn = norm2(w, k), gn = norm2(g, k);
             double r = wn > 0 && gn > 0 ? eeta * wn / (gn + wd * wn) : 1;
