@@ -92,6 +92,18 @@ typedef enum {
     GLOSS_SMOOTH_L1
 } graph_loss;
 
+/* run.optimizer: the update at the end of a training step (docs/TRACE.md).
+ * Momentum is 0, so a graph built by hand updates as a trace without the
+ * key does. */
+typedef enum {
+    GOPT_MOMENTUM,
+    GOPT_SGD,
+    GOPT_ADAM,
+    GOPT_RMSPROP,
+    GOPT_LARS,
+    GOPT_COUNT
+} graph_optimizer;
+
 /* A per-example tensor shape: spatial extents then channels. */
 typedef struct {
     int nsp;                     /* 0, 2 or 3 */
@@ -188,6 +200,10 @@ typedef struct {
     int pdims_rank;
     int pdims[GRAPH_MAX_PDIMS];
     int labels_partitioned;      /* the labels' entry was a list, not null */
+    int pdims_override;          /* pdims came from --partition, not the
+                                    trace (reports record them then) */
+    graph_optimizer optimizer;   /* run.optimizer */
+    double opt_momentum;         /* rmsprop's "momentum" (0: no slot) */
     int has_reference;
     double reference_step_s;
     char reference_source[512];
@@ -322,6 +338,15 @@ tpu_status graph_index_reserve(graph *g, int n, tpu_error *err);
 /* Adds layer i (its name set, not yet in the index) to the name index;
  * i must be n_indexed (layers are indexed in order). */
 void graph_index_add(graph *g, int i);
+/* run.optimizer's word for k ("adam"); NULL outside the enum.  By name:
+ * the optimizer, or -1 for an unknown word.  graph_optimizer_words: every
+ * word, "sgd, momentum, adam, rmsprop, lars", for messages. */
+const char *graph_optimizer_name(int k);
+int graph_optimizer_find(const char *name);
+const char *graph_optimizer_words(void);
+/* fp32 slots the optimizer keeps per trainable weight (sgd 0, momentum 1,
+ * adam 2 (m, v), rmsprop 1 or 2 with momentum, lars 1). */
+int graph_optimizer_slots(const graph *g);
 /* Name of a loss kind as written in traces ("softmax_xent"). */
 const char *graph_loss_name(graph_loss k);
 /* Names of the elementwise and activation kinds ("multiply", "swish"). */

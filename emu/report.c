@@ -218,6 +218,16 @@ static void put_run(sbuf *b, const emu_result *r)
      * byte for byte. */
     if (r->freeze[0])
         sb_kv_jstr(b, "freeze", r->freeze, TOP);
+    /* Likewise only off the defaults: another optimizer than momentum, a
+     * split --partition set. */
+    if (graph_optimizer_name(r->optimizer) && r->optimizer != GOPT_MOMENTUM)
+        sb_kv_jstr(b, "optimizer", graph_optimizer_name(r->optimizer), TOP);
+    if (r->pdims_rank > 0) {
+        sb_key(b, "input_partition_dims");
+        for (int d = 0; d < r->pdims_rank; d++)
+            sb_printf(b, "%s%d", d ? ", " : "[", r->pdims[d]);
+        sb_str(b, "]" TOP);
+    }
 }
 
 /* One core a line, so a baseline diff shows which core moved. */

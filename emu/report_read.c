@@ -737,6 +737,52 @@ static tpu_status read_links(rd *c, const cJSON *root, emu_result *r)
     return TPU_OK;
 }
 
+/* The optional "optimizer" (a run.optimizer word other than momentum,
+ * which a report leaves unsaid) and "input_partition_dims" (the
+ * first input's split when --partition set it: 2 to 5 factors whose
+ * product is num_cores_per_replica). */
+static tpu_status read_step_setup(rd *c, const cJSON *root, emu_result *r)
+{
+    char s[32], f[64];
+    s[0] = 0;
+    r->optimizer = GOPT_MOMENTUM;
+    TRY(get_str(c, root, NULL, "optimizer", 0, s, sizeof s));
+    if (cJSON_GetObjectItemCaseSensitive(root, "optimizer")) {
+        int k = graph_optimizer_find(s);
+        if (k < 0 || k == GOPT_MOMENTUM)
+            return badf(c, "optimizer", "expected one of %s other than "
+                        "momentum (a momentum run writes no optimizer key)",
+                        graph_optimizer_words());
+        r->optimizer = k;
+    }
+    const cJSON *pd =
+        cJSON_GetObjectItemCaseSensitive(root, "input_partition_dims");
+    r->pdims_rank = 0;
+    if (!pd)
+        return TPU_OK;
+    int n = cJSON_GetArraySize(pd);
+    if (!cJSON_IsArray(pd) || n < 2 || n > GRAPH_MAX_PDIMS)
+        return badf(c, "input_partition_dims", "expected 2 to %d factors, %s",
+                    GRAPH_MAX_PDIMS, found(f, sizeof f, pd));
+    long long prod = 1;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, pd)
+    {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
+            x->valuedouble < 1 || x->valuedouble > 4096)
+            return badf(c, "input_partition_dims",
+                        "expected positive integers (at most 4096), %s",
+                        found(f, sizeof f, x));
+        r->pdims[r->pdims_rank++] = (int)x->valuedouble;
+        prod *= (long long)x->valuedouble;
+    }
+    if (prod != r->cores_per_replica)
+        return badf(c, "input_partition_dims",
+                    "product %lld is not num_cores_per_replica %d", prod,
+                    r->cores_per_replica);
+    return TPU_OK;
+}
+
 /* The sections in file order; each refusal names the first bad path. */
 static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
 {
@@ -751,6 +797,7 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     if (cJSON_GetObjectItemCaseSensitive(root, "freeze") && !r->freeze[0])
         return bad(c, "freeze", "empty (a run without --freeze writes no "
                                 "freeze key)");
+    TRY(read_step_setup(c, root, r));
     TRY(read_per_core(c, root, r));
     TRY(check_totals(c, r));
     TRY(read_values(c, root, r));

@@ -104,6 +104,12 @@ typedef struct {
     /* The --freeze list the graph was given (graph_freeze), "" without
      * one; the report's optional "freeze". */
     char freeze[GRAPH_FREEZE_MAX];
+    /* run.optimizer (graph_optimizer); the report's optional "optimizer",
+     * written when not momentum. */
+    int optimizer;
+    /* The first input's split when --partition set it, the report's
+     * optional "input_partition_dims"; rank 0 when the trace's stands. */
+    int pdims_rank, pdims[GRAPH_MAX_PDIMS];
     emu_core_result *per_core;     /* cores entries */
     /* ICI link busy time: chips x 4 (dirs +x, -x, +y, -y), seconds. */
     double *link_busy_s;

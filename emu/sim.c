@@ -46,6 +46,9 @@ static tpu_status fill_header(const graph *g, const tpu_system *sys,
     snprintf(r->trace, sizeof r->trace, "%s", g->name);
     snprintf(r->system, sizeof r->system, "%s", sys->name);
     snprintf(r->freeze, sizeof r->freeze, "%s", g->freeze);
+    r->optimizer = g->optimizer;
+    r->pdims_rank = g->pdims_override ? g->pdims_rank : 0;
+    memcpy(r->pdims, g->pdims, sizeof r->pdims);
     r->gen = sys->gen;
     r->cores = sys->cores;
     r->chips = sys->cores / hw->cores_per_chip;

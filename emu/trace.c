@@ -24,15 +24,94 @@
 
 static const char *const trace_mode_words[] = {"infer", "train", NULL};
 
+/* In graph_optimizer's order. */
+static const char *const trace_opt_words[] = {"momentum", "sgd", "adam",
+                                              "rmsprop", "lars", NULL};
+
+const char *graph_optimizer_name(int k)
+{
+    return k >= 0 && k < GOPT_COUNT ? trace_opt_words[k] : NULL;
+}
+
+int graph_optimizer_find(const char *name)
+{
+    for (int k = 0; name && k < GOPT_COUNT; k++)
+        if (strcmp(name, trace_opt_words[k]) == 0)
+            return k;
+    return -1;
+}
+
+const char *graph_optimizer_words(void)
+{
+    return "sgd, momentum, adam, rmsprop, lars";
+}
+
+int graph_optimizer_slots(const graph *g)
+{
+    switch (g->optimizer) {
+    case GOPT_SGD:
+        return 0;
+    case GOPT_ADAM:
+        return 2;
+    case GOPT_RMSPROP:
+        return g->opt_momentum > 0 ? 2 : 1;
+    default:
+        return 1;
+    }
+}
+
+/* run.optimizer: a word, or {"name": WORD} with rmsprop's "momentum" (a
+ * second slot when above 0, as Keras keeps one only then). */
+static tpu_status trace_optimizer(trace_ctx *c, graph *g, const cJSON *v)
+{
+    static const char *const keys[] = {"name", "momentum", NULL};
+    const char *p = "run.optimizer", *s;
+    char q[64];
+    tpu_status st;
+    if (cJSON_IsObject(v)) {
+        if ((st = trace_keys(c, v, p, keys, NULL)))
+            return st;
+        if ((st = trace_str(c, v, p, "name", 1, &s)))
+            return st;
+        p = "run.optimizer.name";
+    } else if (cJSON_IsString(v)) {
+        s = v->valuestring;
+    } else {
+        return trace_fail(c, p, "expected a name (%s) or an object with "
+                          "\"name\", found %s",
+                          graph_optimizer_words(), trace_type(v));
+    }
+    int k = graph_optimizer_find(s);
+    if (k < 0)
+        return trace_fail(c, p, "unknown optimizer '%s' (expected one of: %s)",
+                          trace_q(q, sizeof q, s), graph_optimizer_words());
+    g->optimizer = (graph_optimizer)k;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(v, "momentum");
+    if (!m)
+        return TPU_OK;
+    if (k != GOPT_RMSPROP)
+        return trace_fail(c, "run.optimizer.momentum",
+                          "only rmsprop takes a momentum here (momentum's "
+                          "and lars's is the update's own)");
+    if (!cJSON_IsNumber(m) || !(m->valuedouble >= 0) ||
+        !(m->valuedouble < 1))
+        return trace_fail(c, "run.optimizer.momentum",
+                          "expected a number in [0, 1), %s",
+                          trace_found(q, sizeof q, m));
+    g->opt_momentum = m->valuedouble;
+    return TPU_OK;
+}
+
 static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
 {
     static const char *const keys[] = {"mode",
                                        "global_batch",
                                        "num_cores_per_replica",
                                        "input_partition_dims",
+                                       "optimizer",
                                        "comment",
                                        NULL};
-    const cJSON *ipd;
+    const cJSON *ipd, *opt;
     const char *cm;
     int64_t n64 = 1;
     int mode = 1;
@@ -53,6 +132,9 @@ static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
         return st;
     g->cores_per_replica = (int)n64;
     if ((st = trace_str(c, run, "run", "comment", 0, &cm)))
+        return st;
+    opt = cJSON_GetObjectItemCaseSensitive(run, "optimizer");
+    if (opt && (st = trace_optimizer(c, g, opt)))
         return st;
 
     /* Without input_partition_dims nothing is split: N, every spatial

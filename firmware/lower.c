@@ -16,7 +16,7 @@
  * its own halo exchange, weight gradient accumulated in VMEM over M
  * tiles); the gradient all-reduce over all cores (weight gradients are
  * partial sums within a partition group and replicas' contributions across
- * groups: one all-reduce sums both); momentum-SGD update.  XLA does not
+ * groups: one all-reduce sums both); the optimizer's update.  XLA does not
  * overlap the all-reduce with the backward pass in TPUEstimator's
  * CrossShardOptimizer, so neither does tpuemu.
  */
@@ -623,6 +623,52 @@ static void ctx_free(lower_ctx *c)
     fw_program_free(&c->cand);
 }
 
+/* The optimizer's update (run.optimizer) after the gradient all-reduce,
+ * over the wb bytes of fp32 trainable weights: one vector pass reading
+ * the weights, their slots and the gradients and writing the weights and
+ * slots back, as TensorFlow's fused apply ops do (ResourceApplyMomentum,
+ * ResourceApplyAdam, ...).  LARS (tf.contrib.opt.LARSOptimizer, the MLPerf
+ * ResNet-50 code) first takes ||w|| and ||g|| of each variable not in its
+ * skip list (batch_normalization, bias: the conv and dense kernels), two
+ * reductions each, then momentum's update with the scaled rate. */
+static void lower_update(lower_ctx *c, double wb)
+{
+    const graph *g = c->g;
+    /* per weight: fp32 tensors read (w, g and the slots), written (w and
+     * the slots), vector operations */
+    double rd = 3, wr = 2, ops = 4;
+    switch (g->optimizer) {
+    case GOPT_SGD: /* w -= lr g */
+        rd = 2, wr = 1, ops = 2;
+        break;
+    case GOPT_ADAM: /* m, v; w -= lr' m / (sqrt(v) + eps) */
+        rd = 4, wr = 3, ops = 12;
+        break;
+    case GOPT_RMSPROP: /* v (and m); w -= lr g / (sqrt(v) + eps) */
+        rd = 3, wr = 2, ops = 9;
+        if (g->opt_momentum > 0)
+            rd = 4, wr = 3, ops = 11;
+        break;
+    case GOPT_LARS: /* g + wd w, times the scaled rate, then momentum's */
+        ops = 7;
+        for (int l = 0; l < g->n_layers; l++) {
+            const glayer *L = &g->layers[l];
+            if ((L->op != GOP_CONV && L->op != GOP_CONV_T &&
+                 L->op != GOP_DENSE) ||
+                L->share_from >= 0 || L->frozen || L->weights_no_grad)
+                continue;
+            double kb =
+                (double)(L->weights - (L->use_bias ? L->filters : 0)) * 4;
+            for (int t = 0; t < 2; t++) /* ||w||, then ||g|| */
+                tile_pass_fx(c, FX_NONE, PHASE_UPDATE, -1, kb, 0, kb / 4, 2);
+        }
+        break;
+    default:
+        break;
+    }
+    tile_pass_fx(c, FX_UPDATE, PHASE_UPDATE, -1, rd * wb, wr * wb, wb / 4, ops);
+}
+
 tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
                     int shard, const fw_pricer *pricer, fw_program *out,
                     fw_memory *mem, tpu_error *err)
@@ -705,9 +751,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
         if (p->cores > 1)
             lower_emit(&c, FW_ALLREDUCE, PHASE_UPDATE, -1, (int64_t)wb,
                        FW_GROUP_ALL, 0, 0);
-        /* Momentum SGD in fp32: read w, m, g; write w, m. */
-        tile_pass_fx(&c, FX_UPDATE, PHASE_UPDATE, -1, 3 * wb, 2 * wb, wb / 4,
-                     4);
+        lower_update(&c, wb);
     }
     lower_emit(&c, FW_WAIT_ST, g->train ? PHASE_UPDATE : PHASE_FWD, -1, 0, 0, 0,
                0);

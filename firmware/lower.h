@@ -22,7 +22,7 @@
 typedef struct {
     double weights_bytes;   /* fp32 master weights (replicated) */
     double grads_bytes;     /* fp32 gradients */
-    double opt_bytes;       /* optimizer state (momentum) */
+    double opt_bytes;       /* optimizer state (run.optimizer's slots) */
     double saved_bytes;     /* activations kept for the backward pass */
     double workspace_bytes; /* largest set of transient tensors */
     double remat_bytes;     /* activations dropped and recomputed (xla.remat) */

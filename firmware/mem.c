@@ -114,12 +114,13 @@ void mem_account(lower_ctx *c)
         if (!held_for_step(c, l) && c->last_use[l] > l)
             open += ob;
     }
-    /* fp32 master weights; gradients and momentum for the trainable ones
-     * only (a sharer counts no weights of its own). */
+    /* fp32 master weights; gradients and the optimizer's slots (momentum's
+     * one, Adam's two, ...) for the trainable ones only (a sharer counts no
+     * weights of its own). */
     double wt = (double)graph_trainable_weights(g) * 4;
     m->weights_bytes = (double)graph_weights(g) * 4;
     m->grads_bytes = g->train ? wt : 0;
-    m->opt_bytes = g->train ? wt : 0;
+    m->opt_bytes = g->train ? wt * graph_optimizer_slots(g) : 0;
     m->saved_bytes = saved;
     m->workspace_bytes = ws;
     m->peak_bytes =

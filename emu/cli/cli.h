@@ -103,7 +103,8 @@ int cli_wants_help(int argc, char **argv);
 
 /* The what-if options of every command that simulates a trace (run,
  * lower, view; emu/cli/whatif.c): --system NAME, --batch N, --set
- * KEY=VALUE (repeatable) and --freeze LIST, under the option rule above.
+ * KEY=VALUE (repeatable), --freeze LIST, --optimizer NAME and --partition
+ * N,H,W,C, under the option rule above.
  * Parse with cli_whatif_take in the command's loop, then cli_whatif_check
  * once, then cli_whatif_apply on the loaded graph. */
 #define CLI_WHATIF_MAX_SETS 64
@@ -111,6 +112,10 @@ typedef struct {
     const char *system;        /* NULL: the trace's */
     int64_t batch;             /* 0: the trace's */
     const char *freeze;        /* NULL: the trace's trainable flags */
+    int optimizer;             /* --optimizer: graph_optimizer, -1: the
+                                  trace's */
+    const char *partition;     /* --partition as given, NULL: the trace's */
+    int pdims_n, pdims[GRAPH_MAX_PDIMS];
     int n_sets;
     const char *keys[CLI_WHATIF_MAX_SETS], *vals[CLI_WHATIF_MAX_SETS];
     const char *sets[CLI_WHATIF_MAX_SETS]; /* "KEY=VALUE" as given */
@@ -119,6 +124,9 @@ typedef struct {
 } cli_whatif;
 
 void cli_whatif_init(cli_whatif *w);
+/* A --partition value "1,4,2,1" into dims (*n factors, 2 to
+ * GRAPH_MAX_PDIMS, each 1 to 4096): 0, or -1 with the error printed. */
+int cli_partition_parse(const char *v, int dims[GRAPH_MAX_PDIMS], int *n);
 /* Takes the what-if option at argv[*i] (advancing *i past its value): 1
  * when it was one, 0 when argv[*i] is something else, -1 (error printed:
  * exit 2) when its value is missing or bad or it was given twice. */
@@ -126,9 +134,9 @@ int cli_whatif_take(cli_whatif *w, int argc, char **argv, int *i);
 /* After parsing: refuses a --set key given twice and an unknown key
  * (listing the known ones).  0, or 2 with the error printed. */
 int cli_whatif_check(const cli_whatif *w);
-/* Applies --freeze to g (graph_freeze; `path` names the trace) and puts
- * --system, --batch and --set into o.  0, or the exit status with the
- * error printed. */
+/* Applies --freeze, --optimizer and --partition to g (graph_freeze;
+ * `path` names the trace) and puts --system, --batch and --set into o.
+ * 0, or the exit status with the error printed. */
 int cli_whatif_apply(const cli_whatif *w, graph *g, const char *path,
                      sim_opts *o);
 /* The options' lines for a command's --help, the --set key table

@@ -32,9 +32,10 @@ static const char usage[] =
     "                    no layer reads) or infer\n"
     "  --loss KIND       softmax_xent (default), sigmoid_focal, dice, l2,\n"
     "                    smooth_l1\n"
-    "  --optimizer NAME  sgd, momentum, adam, rmsprop or lars: accepted, not\n"
-    "                    yet recorded (traces have no optimizer field; every\n"
-    "                    step is simulated with momentum SGD)\n"
+    "  --optimizer NAME  sgd, momentum, adam, rmsprop or lars, written as\n"
+    "                    run.optimizer; default the one a compiled model was\n"
+    "                    saved with (a .keras archive's compile_config),\n"
+    "                    else momentum\n"
     "  --allow-identity CLASS  pass layers of a Keras class (or an activation\n"
     "                    name) that has no trace op through unchanged, said\n"
     "                    on stderr and in the trace's comment; repeatable,\n"
@@ -42,9 +43,6 @@ static const char usage[] =
     "\n"
     "exit status: 0 written, 2 bad input or usage (the model file and the\n"
     "JSON path named), 4 out of host memory\n";
-
-static const char *const optimizers[] = {"sgd", "momentum", "adam",
-                                         "rmsprop", "lars"};
 
 /* --allow-identity may be given several times: the lists are joined. */
 static int add_allowed(char *buf, size_t cap, const char *v)
@@ -133,7 +131,7 @@ int cli_import(int argc, char **argv)
     }
     keras_opts o;
     char allow[1024] = "";
-    const char *model = NULL, *out = NULL, *opt = NULL;
+    const char *model = NULL, *out = NULL;
     memset(&o, 0, sizeof o);
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
@@ -161,16 +159,12 @@ int cli_import(int argc, char **argv)
             continue;
         }
         if ((r = cli_take(argc, argv, &i, "--optimizer", &v)) != 0) {
-            size_t k;
             if (r < 0)
                 return 2;
-            for (k = 0; k < sizeof optimizers / sizeof optimizers[0]; k++)
-                if (strcmp(v, optimizers[k]) == 0)
-                    break;
-            if (k == sizeof optimizers / sizeof optimizers[0])
-                return cli_error(2, "--optimizer: '%s' is not one of sgd, "
-                                    "momentum, adam, rmsprop, lars", v);
-            opt = v;
+            if (graph_optimizer_find(v) < 0)
+                return cli_error(2, "--optimizer: '%s' is not one of %s", v,
+                                 graph_optimizer_words());
+            o.optimizer = v;
             continue;
         }
         if (argv[i][0] == '-' && argv[i][1])
@@ -201,10 +195,6 @@ int cli_import(int argc, char **argv)
                 (int)(nl ? nl - l : (long)strlen(l)), l);
         l = nl ? nl + 1 : l + strlen(l);
     }
-    if (opt && strcmp(opt, "momentum") != 0)
-        fprintf(stderr, "tpuemu: note: --optimizer %s is not recorded: the "
-                        "trace format has no optimizer field yet, and the "
-                        "step is simulated with momentum SGD\n", opt);
     size_t len = strlen(text);
     text[len] = '\n';
     tpu_status st = outfile_write(out, text, len + 1, &err);

@@ -1,6 +1,9 @@
 /* The what-if options shared by every command that simulates a trace
  * (run, lower, view): one parser, one set of messages, one help text, so
- * `view` and `lower` answer the same questions `run` does. */
+ * `view` and `lower` answer the same questions `run` does.  `sweep
+ * --trace` takes --optimizer and --partition too (emu/cli/sweep/cli.c
+ * builds them into its sweep file) and checks them with
+ * cli_partition_parse. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,32 @@
 void cli_whatif_init(cli_whatif *w)
 {
     memset(w, 0, sizeof *w);
+    w->optimizer = -1;
+}
+
+int cli_partition_parse(const char *v, int dims[GRAPH_MAX_PDIMS], int *n)
+{
+    char q[300];
+    const char *p = v;
+    *n = 0;
+    for (;;) {
+        size_t len = strspn(p, "0123456789");
+        long f = len > 0 && len <= 4 ? atol(p) : 0;
+        if (f < 1 || f > 4096 || *n == GRAPH_MAX_PDIMS ||
+            (p[len] != ',' && p[len] != 0))
+            break;
+        dims[(*n)++] = (int)f;
+        if (!p[len])
+            return *n >= 2 ? 0 : (*n = 0, -1);
+        p += len + 1;
+    }
+    cli_shown(q, sizeof q, v);
+    cli_error(2, "--partition %s: expected 2 to %d factors of the first "
+                 "input's dimensions, each 1 to 4096, separated by commas "
+                 "(N,H,W,C for an image: 1,4,2,1 splits H in 4 and W in 2)",
+              q, GRAPH_MAX_PDIMS);
+    *n = 0;
+    return -1;
 }
 
 static int note_first(cli_whatif *w, const char *name)
@@ -33,6 +62,25 @@ int cli_whatif_take(cli_whatif *w, int argc, char **argv, int *i)
             cli_int("--batch", v, 1, GRAPH_DIM_MAX, &w->batch))
             return -1;
         return note_first(w, "--batch");
+    }
+    if (strcmp(a, "--optimizer") == 0) {
+        if (!(v = cli_value(argc, argv, i)))
+            return -1;
+        if ((w->optimizer = graph_optimizer_find(v)) < 0) {
+            char q[300];
+            cli_shown(q, sizeof q, v);
+            cli_error(2, "--optimizer %s: unknown optimizer (expected one "
+                         "of: %s)",
+                      q, graph_optimizer_words());
+            return -1;
+        }
+        return note_first(w, "--optimizer");
+    }
+    if (strcmp(a, "--partition") == 0) {
+        if (!(w->partition = cli_value(argc, argv, i)) ||
+            cli_partition_parse(w->partition, w->pdims, &w->pdims_n))
+            return -1;
+        return note_first(w, "--partition");
     }
     if (strcmp(a, "--freeze") == 0) {
         if (!(w->freeze = cli_value(argc, argv, i)))
@@ -171,9 +219,99 @@ int cli_whatif_check(const cli_whatif *w)
     return 0;
 }
 
+/* The first input's per-example shape ("224x224x3") and its dimensions'
+ * names in split order ("N, H, W, C"). */
+static void input_words(const glayer *in, char *shape, size_t scap,
+                        char *names, size_t ncap)
+{
+    static const char *const sp2[] = {"H", "W"}, *const sp3[] = {"D", "H",
+                                                                "W"};
+    size_t k = 0, j;
+    shape[0] = 0;
+    for (int d = 0; d < in->out.nsp && k < scap; d++)
+        k += (size_t)snprintf(shape + k, scap - k, "%lldx",
+                              (long long)in->out.sp[d]);
+    if (k < scap)
+        snprintf(shape + k, scap - k, "%lld", (long long)in->out.c);
+    j = (size_t)snprintf(names, ncap, "N, ");
+    for (int d = 0; d < in->out.nsp && j < ncap; d++)
+        j += (size_t)snprintf(names + j, ncap - j, "%s, ",
+                              in->out.nsp == 3 ? sp3[d] : sp2[d]);
+    if (j < ncap)
+        snprintf(names + j, ncap - j, "C");
+}
+
+/* --partition: the first input's input_partition_dims, checked in the
+ * option's words; num_cores_per_replica becomes their product.  The
+ * other inputs keep the trace's choice: a replicated one stays whole, one
+ * split like the first follows the new split (when it has the first's
+ * spatial rank; another rank cannot be split like it and stays whole). */
+static int apply_partition(const cli_whatif *w, graph *g)
+{
+    const glayer *in = &g->layers[0];
+    int nsp = in->out.nsp, rank = 2 + nsp;
+    char q[300], shape[96], names[32];
+    cli_shown(q, sizeof q, w->partition);
+    input_words(in, shape, sizeof shape, names, sizeof names);
+    if (w->pdims_n != rank)
+        return cli_error(2, "--partition %s: the first input '%s' is %s "
+                            "per example, so its split has %d factors (%s), "
+                            "not %d",
+                         q, in->name, shape, rank, names, w->pdims_n);
+    if (w->pdims[0] != 1 || w->pdims[rank - 1] != 1)
+        return cli_error(2, "--partition %s: only spatial dimensions are "
+                            "split (the replicas share N; C is never "
+                            "split): the first and last factors must be 1",
+                         q);
+    int64_t prod = 1;
+    for (int d = 0; d < rank; d++)
+        prod *= w->pdims[d];
+    for (int k = 0; k < g->n_inputs; k++) {
+        const glayer *I = &g->layers[k];
+        if (k > 0 && (I->whole || I->out.nsp != nsp))
+            continue;
+        char is[96], in_names[32];
+        input_words(I, is, sizeof is, in_names, sizeof in_names);
+        for (int d = 0; d < nsp; d++)
+            if (w->pdims[d + 1] > I->out.sp[d])
+                return cli_error(
+                    2, "--partition %s: splits %s of input '%s' (%s per "
+                       "example) %d ways, but it is only %lld long",
+                    q, nsp == 3 ? (d == 0 ? "D" : d == 1 ? "H" : "W")
+                                : (d == 0 ? "H" : "W"),
+                    I->name, is, w->pdims[d + 1], (long long)I->out.sp[d]);
+    }
+    const char *sname = w->system ? w->system : g->system;
+    const tpu_system *sys = tpu_system_find(sname);
+    if (sys && (prod > sys->cores || sys->cores % prod != 0))
+        return cli_error(2, "--partition %s: %lld cores per replica do not "
+                            "divide the %d cores of %s",
+                         q, (long long)prod, sys->cores, sys->name);
+    memcpy(g->pdims, w->pdims, sizeof(int) * (size_t)rank);
+    g->pdims_rank = rank;
+    g->cores_per_replica = (int)prod;
+    g->pdims_override = 1;
+    g->layers[0].whole = 0;
+    for (int k = 1; k < g->n_inputs; k++)
+        if (g->layers[k].out.nsp != nsp)
+            g->layers[k].whole = 1;
+    return 0;
+}
+
 int cli_whatif_apply(const cli_whatif *w, graph *g, const char *path,
                      sim_opts *o)
 {
+    if (w->optimizer >= 0 && w->optimizer != (int)g->optimizer) {
+        /* the option names the class alone: its defaults (rmsprop
+         * without momentum) */
+        g->optimizer = (graph_optimizer)w->optimizer;
+        g->opt_momentum = 0;
+    }
+    if (w->partition && g->n_inputs > 0) {
+        int rc = apply_partition(w, g);
+        if (rc)
+            return rc;
+    }
     if (w->freeze) {
         tpu_error err = {0};
         if (graph_freeze(g, w->freeze, path, &err))
@@ -225,6 +363,14 @@ void cli_whatif_usage(FILE *f)
           "                  comma-separated names, NAME* for a prefix "
           "('conv1,res2*');\n"
           "                  none: every layer trains\n"
+          "  --optimizer NAME the update at the end of a training step, "
+          "overriding run.optimizer:\n"
+          "                  sgd, momentum (the default), adam, rmsprop, "
+          "lars (docs/TRACE.md)\n"
+          "  --partition N,H,W,C  split the first input as "
+          "input_partition_dims would\n"
+          "                  (1,4,2,1: H in 4, W in 2); num_cores_per_replica "
+          "is their product\n"
           "  --set K=V       override one hardware parameter (repeatable, once "
           "per key, in any\n"
           "                  order); keys, accepted range and unit, and where "

@@ -142,7 +142,7 @@ static void tensor_elems(const graph *g, const plan *p, int l, const int *co,
  * whole tensor where the program gathers it and at most twice the shard
  * otherwise (a halo is narrower than a shard); when training, a
  * weight-gradient partial per layer (a sharer's as large as its owner's).
- * Once: the weights and their momentum (the all-reduced totals reuse a
+ * Once: the weights and the optimizer's slots (the all-reduced totals reuse a
  * partial's buffer); the result's vectors, which live across steps (the
  * gradients, and an output the size of the largest layer, with a byte per
  * element while fx_end_step assembles it); and the matrix products'
@@ -161,7 +161,8 @@ double fx_bytes_needed(const graph *g, const plan *p, const fw_program *progs)
     for (int l = 0; l < n; l++)
         if (g->layers[l].op != GOP_LOSS && !g->layers[l].unused)
             out = fmax(out, (double)gshape_elems(&g->layers[l].out));
-    double total = (double)graph_weights(g) * 4.0 * (g->train ? 3 : 2) +
+    int ns = graph_optimizer_slots(g) > 1 ? 2 : 1;
+    double total = (double)graph_weights(g) * 4.0 * (g->train ? 2 + ns : 2) +
                    out * (double)(p->batch * p->replicas) * 5.0;
     double ma = 0, mb = 0, mc = 0, mt = 0;
     uint8_t *gathered = malloc((size_t)n * 2 + 2);
@@ -381,7 +382,10 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
         if (L->weights <= 0 || L->share_from >= 0)
             continue;
         x->w[l] = malloc((size_t)L->weights * sizeof(float));
-        x->mom[l] = calloc((size_t)L->weights, sizeof(float));
+        /* the optimizer's slots, one after the other (at least one, so
+         * the pointer is never a zero-size allocation) */
+        int ns = graph_optimizer_slots(g) > 1 ? 2 : 1;
+        x->mom[l] = calloc((size_t)L->weights * (size_t)ns, sizeof(float));
         if (!x->w[l] || !x->mom[l])
             goto oom;
         if (cfg->init_weights) {
@@ -645,20 +649,97 @@ tpu_status fx_gwin_of(fx_state *x, int core, int l, const fxt_tens **out,
 
 /* ---- dispatch ---------------------------------------------------------- */
 
-/* Momentum SGD, fp32, on the one copy of the weights, once per step:
- * every core would apply the same all-reduced gradients. */
+/* ||v|| in double (the norm is one figure per variable: its rounding
+ * order does not matter to the update's rate at fp32). */
+static double norm2(const float *v, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)v[i] * (double)v[i];
+    return sqrt(s);
+}
+
+/* The optimizer's update (run.optimizer), fp32, on the one copy of the
+ * weights, once per step: every core would apply the same all-reduced
+ * gradients.  lr is cfg.learning_rate; the other hyperparameters are the
+ * defaults of the TensorFlow/Keras class (docs/FUNCTIONAL.md):
+ *   sgd       w -= lr g
+ *   momentum  m = mu m + g; w -= lr m (mu = cfg.momentum)
+ *   adam      m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *             w -= lr sqrt(1-b2^t)/(1-b1^t) m / (sqrt(v) + eps),
+ *             b1 0.9, b2 0.999, eps 1e-7, t the step from 1
+ *   rmsprop   v = rho v + (1-rho) g^2; d = lr g / (sqrt(v) + eps);
+ *             w -= d, or with momentum mm: m = mm m + d; w -= m;
+ *             rho 0.9, eps 1e-7
+ *   lars      on a conv or dense kernel (its bias is in the skip list):
+ *             r = eeta ||w|| / (||g|| + wd ||w||) when both norms are
+ *             above 0, else 1; g' = g + wd w; m = mu m + lr r g'; w -= m;
+ *             on a bias, gamma or beta: m = mu m + lr g; w -= m;
+ *             eeta 0.001, wd 0.0001, mu = cfg.momentum.
+ * Adam's v and rmsprop's momentum are the second half of mom[l]. */
 static void do_update(fx_state *x)
 {
+    const graph *gr = x->g;
     float lr = (float)x->cfg.learning_rate, mu = (float)x->cfg.momentum;
-    for (int l = 0; l < x->g->n_layers; l++) {
-        if (!x->w[l] || !x->wsum[l] || x->g->layers[l].frozen)
+    double t = (double)x->step + 1;
+    for (int l = 0; l < gr->n_layers; l++) {
+        const glayer *L = &gr->layers[l];
+        if (!x->w[l] || !x->wsum[l] || L->frozen)
             continue;
-        int64_t n = x->g->layers[l].weights;
-        float *w = x->w[l], *m = x->mom[l];
+        int64_t n = L->weights;
+        float *w = x->w[l], *m = x->mom[l], *v = m + n;
         const float *g = x->wsum[l];
-        for (int64_t i = 0; i < n; i++) {
-            m[i] = mu * m[i] + g[i];
-            w[i] -= lr * m[i];
+        switch (gr->optimizer) {
+        case GOPT_SGD:
+            for (int64_t i = 0; i < n; i++)
+                w[i] -= lr * g[i];
+            break;
+        case GOPT_ADAM: {
+            const float b1 = 0.9f, b2 = 0.999f, eps = 1e-7f;
+            float a = (float)((double)lr * sqrt(1 - pow(0.999, t)) /
+                              (1 - pow(0.9, t)));
+            for (int64_t i = 0; i < n; i++) {
+                m[i] = b1 * m[i] + (1 - b1) * g[i];
+                v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+                w[i] -= a * m[i] / (sqrtf(v[i]) + eps);
+            }
+            break;
+        }
+        case GOPT_RMSPROP: {
+            const float rho = 0.9f, eps = 1e-7f;
+            float mm = (float)gr->opt_momentum;
+            for (int64_t i = 0; i < n; i++) {
+                m[i] = rho * m[i] + (1 - rho) * g[i] * g[i];
+                float d = lr * g[i] / (sqrtf(m[i]) + eps);
+                if (mm > 0) {
+                    v[i] = mm * v[i] + d;
+                    d = v[i];
+                }
+                w[i] -= d;
+            }
+            break;
+        }
+        case GOPT_LARS: {
+            const double eeta = 0.001, wd = 0.0001;
+            int64_t k = 0;
+            if (L->op == GOP_CONV || L->op == GOP_CONV_T || L->op == GOP_DENSE)
+                k = n - (L->use_bias ? L->filters : 0);
+            double wn = norm2(w, k), gn = norm2(g, k);
+            double r = wn > 0 && gn > 0 ? eeta * wn / (gn + wd * wn) : 1;
+            float sl = (float)((double)lr * r), fwd = (float)wd;
+            for (int64_t i = 0; i < n; i++) {
+                float gi = i < k ? sl * (g[i] + fwd * w[i]) : lr * g[i];
+                m[i] = mu * m[i] + gi;
+                w[i] -= m[i];
+            }
+            break;
+        }
+        default:
+            for (int64_t i = 0; i < n; i++) {
+                m[i] = mu * m[i] + g[i];
+                w[i] -= lr * m[i];
+            }
+            break;
         }
     }
 }

@@ -2462,6 +2462,100 @@ static const cJSON *find_model(kx *x, const cJSON *doc, char *path,
     return NULL;
 }
 
+/* The optimizer a compiled model was saved with: a Keras 3 archive's
+ * compile_config.optimizer (a class's serialization, or the string given
+ * to compile()), a training_config's optimizer_config (Keras 2 HDF5, the
+ * TensorFlow.js converter's modelTopology).  Its run.optimizer word into
+ * *word (NULL when the file has none) and rmsprop's momentum into *mom;
+ * *path is the JSON path of what was read, for messages. */
+static tpu_status saved_optimizer(kx *x, const cJSON *doc, const char **word,
+                                  double *mom, char *path, size_t cap)
+{
+    static const struct {
+        const char *cls, *word;
+    } map[] = {{"sgd", "sgd"},         {"adam", "adam"},
+               {"adamw", "adam"},      {"nadam", "adam"},
+               {"adamax", "adam"},     {"rmsprop", "rmsprop"},
+               {"lars", "lars"},       {"larsoptimizer", "lars"},
+               {"momentum", "momentum"}};
+    const cJSON *opt = NULL, *tc;
+    *word = NULL;
+    *mom = 0;
+    if ((opt = get(get(doc, "compile_config"), "optimizer")))
+        snprintf(path, cap, "compile_config.optimizer");
+    else if ((tc = get(get(doc, "modelTopology"), "training_config")) &&
+             (opt = get(tc, "optimizer_config")))
+        snprintf(path, cap, "modelTopology.training_config.optimizer_config");
+    else if ((opt = get(get(doc, "training_config"), "optimizer_config")))
+        snprintf(path, cap, "training_config.optimizer_config");
+    if (!opt || cJSON_IsNull(opt))
+        return TPU_OK;
+    const char *cls = cJSON_IsString(opt) ? opt->valuestring
+                                          : get_str(opt, "class_name");
+    if (!cls)
+        return kfail(x, path, "expected an optimizer's name or its "
+                     "\"class_name\", found %s", jtype(opt));
+    /* "keras.optimizers.Adam", "Custom>LARS": the class is the last part */
+    for (const char *c = cls; *c; c++)
+        if (*c == '.' || *c == '>')
+            cls = c + 1;
+    char low[64];
+    size_t n = 0;
+    for (; cls[n] && n + 1 < sizeof low; n++)
+        low[n] = (char)(cls[n] >= 'A' && cls[n] <= 'Z' ? cls[n] + 32 : cls[n]);
+    low[n] = 0;
+    for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
+        if (strcmp(low, map[k].cls) == 0)
+            *word = map[k].word;
+    if (!*word)
+        return kfail(x, path, "the model was compiled with '%s', which tpuemu "
+                     "does not model (it has sgd, momentum, adam, rmsprop, "
+                     "lars): choose one with --optimizer", cls);
+    const cJSON *cfg = get(opt, "config");
+    const cJSON *m = get(cfg, "momentum");
+    double mv = cJSON_IsNumber(m) ? m->valuedouble : 0;
+    if (strcmp(*word, "sgd") == 0 && mv > 0)
+        *word = "momentum"; /* Keras's SGD keeps a momentum slot then */
+    if (strcmp(*word, "rmsprop") == 0 && mv > 0 && mv < 1)
+        *mom = mv;
+    if (strcmp(low, *word) != 0 && strcmp(*word, "momentum") != 0)
+        return note(x, "the model was compiled with %s: simulated as %s "
+                    "(the same optimizer state and update traffic)",
+                    cls, *word);
+    return TPU_OK;
+}
+
+/* run.optimizer: --optimizer, else the model's own, else momentum. */
+static tpu_status put_optimizer(kx *x, const cJSON *doc, cJSON *run)
+{
+    const char *word = NULL;
+    double mom = 0;
+    char path[96] = "";
+    tpu_status st = saved_optimizer(x, doc, &word, &mom, path, sizeof path);
+    if (st && !x->o->optimizer)
+        return st;
+    if (x->o->optimizer) {
+        if (word && !st && strcmp(word, x->o->optimizer) != 0 &&
+            (st = note(x, "--optimizer %s, not the %s the model was "
+                       "compiled with (%s)",
+                       x->o->optimizer, word, path)))
+            return st;
+        word = x->o->optimizer;
+        mom = 0;
+    }
+    if (!word)
+        word = "momentum";
+    if (mom > 0) {
+        cJSON *o = cJSON_AddObjectToObject(run, "optimizer");
+        if (!o || !cJSON_AddStringToObject(o, "name", word) ||
+            !cJSON_AddNumberToObject(o, "momentum", mom))
+            return koom(x);
+        return TPU_OK;
+    }
+    return cJSON_AddStringToObject(run, "optimizer", word) ? TPU_OK
+                                                           : koom(x);
+}
+
 static void kx_free(kx *x)
 {
     free(x->g.layers);
@@ -2564,6 +2658,8 @@ tpu_status keras_to_trace(const cJSON *doc, const char *shown,
                              : KERAS_DEFAULT_PER_REPLICA * replicas;
     cJSON_SetNumberValue(gb, (double)batch);
     cJSON_SetNumberValue(nc, (double)cpr);
+    if (!o->infer && (st = put_optimizer(&x, doc, run)))
+        goto fail;
     {
         char c[1024];
         snprintf(c, sizeof c, "imported from %s by tpuemu import%s%.900s",

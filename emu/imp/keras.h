@@ -43,6 +43,10 @@ typedef struct {
     /* Comma-separated Keras classes (or activation names) passed through
      * as identities rather than refused; NULL: none. */
     const char *allow_identity;
+    /* run.optimizer's word ("adam"); NULL: the one the model was
+     * compiled with (a Keras 3 compile_config, a training_config), else
+     * momentum. */
+    const char *optimizer;
 } keras_opts;
 
 /* Reads the model file at path (JSON, or a .keras zip) into *model (free

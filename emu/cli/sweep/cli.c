@@ -37,16 +37,27 @@ static const char file_desc[] =
     "--set values given. `tpuemu sweep THIS.json --out DIR` runs it again "
     "(add --gather to read reports the printed commands wrote).";
 
+static const char file_desc_one[] =
+    "Written by `tpuemu sweep --trace --partition`: the one split of the "
+    "trace's first input given, on the systems, batches and --set values "
+    "given. `tpuemu sweep THIS.json --out DIR` runs it again (add --gather "
+    "to read reports the printed commands wrote).";
+
 int sweep_cli_take(sweep_cli *c, int argc, char **argv, int *i)
 {
     static const char *const names[] = {"--trace", "--system", "--batch",
-                                        "--freeze"};
-    const char **slots[] = {&c->trace, &c->system, &c->batch, &c->freeze};
+                                        "--freeze", "--partition"};
+    const char **slots[] = {&c->trace, &c->system, &c->batch, &c->freeze,
+                            &c->partition};
     const char *a = argv[*i];
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if (strcmp(a, names[k]) != 0)
             continue;
         if (!(*slots[k] = cli_value(argc, argv, i)))
+            return -1;
+        int dims[GRAPH_MAX_PDIMS], n;
+        if (slots[k] == &c->partition &&
+            cli_partition_parse(c->partition, dims, &n))
             return -1;
         if (k > 0 && !c->first)
             c->first = names[k];
@@ -202,9 +213,23 @@ static cJSON *sweep_doc(const sweep_cli *c, const char *trace)
     int bad = !doc || !grid;
     bad = bad || add(doc, "format", cJSON_CreateString("tpuemu-sweep/1"));
     bad = bad || add(doc, "name", cJSON_CreateString(name));
-    bad = bad || add(doc, "description", cJSON_CreateString(file_desc));
+    bad = bad || add(doc, "description",
+                     cJSON_CreateString(c->partition ? file_desc_one
+                                                     : file_desc));
     bad = bad || add(doc, "trace", cJSON_CreateString(trace));
-    bad = bad || add(grid, "partition_dims", cJSON_CreateString("all"));
+    if (c->partition) { /* one split (the values parse: sweep_cli_take) */
+        int dims[GRAPH_MAX_PDIMS], n = 0;
+        cli_partition_parse(c->partition, dims, &n);
+        cJSON *one = cJSON_CreateArray();
+        bad = bad || add(grid, "partition_dims", one);
+        cJSON *d = bad ? NULL : cJSON_CreateIntArray(dims, n);
+        if (!bad && (!d || !cJSON_AddItemToArray(one, d))) {
+            cJSON_Delete(d);
+            bad = 1;
+        }
+    } else {
+        bad = bad || add(grid, "partition_dims", cJSON_CreateString("all"));
+    }
     if (!bad && c->system)
         bad = add(grid, "system", list_json(c->system, 0));
     if (!bad && c->batch)
@@ -297,6 +322,11 @@ static void option_for(const sweep_cli *c, const char *jp, char *buf,
                 return;
             }
         snprintf(buf, cap, "--set %.*s", (int)kl, key);
+        return;
+    } else if (strncmp(jp, "grid.partition_dims", 19) == 0 &&
+               c->partition) {
+        shown_value(q, sizeof q, c->partition);
+        snprintf(buf, cap, "--partition %s", q);
         return;
     } else if (strcmp(jp, "trace") == 0 ||
                strncmp(jp, "grid.partition_dims", 19) == 0) {

@@ -197,12 +197,15 @@ extern const char sweep_bad_system_msg[];
 #define SWEEP_CLI_MAX_SETS 64
 
 /* `tpuemu sweep --trace TRACE.json [--system A,B] [--batch 8,16]
- * [--set KEY=V1,V2 ...] [--freeze LIST]`: the sweep file
+ * [--set KEY=V1,V2 ...] [--freeze LIST] [--partition N,H,W,C]`: the
+ * sweep file
  * {"format": "tpuemu-sweep/1", "name": STEM, "trace": TRACE,
  *  "grid": {"partition_dims": "all", "system": [A, B], "batch": [8, 16],
- *           "freeze": [LIST], "set": {KEY: [V1, V2]}}}. */
+ *           "freeze": [LIST], "set": {KEY: [V1, V2]}}}; with --partition,
+ * "partition_dims": [[N, H, W, C]]. */
 typedef struct {
     const char *trace, *system, *batch, *freeze; /* NULL: not given */
+    const char *partition; /* --partition: the one split, not "all" */
     int nsets;
     const char *sets[SWEEP_CLI_MAX_SETS]; /* "KEY=V1,V2" as given */
     const char *first;  /* the first of these options given, or NULL */
