@@ -51,6 +51,7 @@ typedef enum {
     GOP_UPSAMPLE,
     GOP_DROPOUT,
     GOP_LOSS,
+    GOP_ROI_ALIGN,  /* levels -> [rois, out_h, out_w, C] per example */
     GOP_COUNT
 } graph_op;
 
@@ -134,6 +135,21 @@ typedef struct {
      * the first input (the reader refuses any other list), as in a graph
      * built by hand. */
     int whole;
+    /* "core": k (tf.contrib.tpu.core(k)): the layer runs whole on core k
+     * of its replica, the replica's other cores idle for it.  Stored as
+     * k + 1, 0 = no placement (a zeroed layer has none); graph_core(). */
+    int place;
+    /* batchnorm "statistics": "moving": normalises with the stored moving
+     * statistics in training too (TF training=False: a frozen backbone's
+     * batchnorm), so no batch statistics and no exchange. */
+    int bn_moving;
+    /* roi_align: ROIs per example, the output bins [out_h, out_w], and
+     * whether the levels are padded to the first level's extent and
+     * stacked before the gather ("levels": "padded") rather than
+     * concatenated ("concat"). */
+    int rois;
+    int roi_out[2];
+    int roi_padded;
 
     /* derived, per example */
     int64_t weights;             /* parameters (incl. bias, BN gamma/beta),
@@ -247,6 +263,13 @@ tpu_status graph_freeze_check(const graph *g, const char *list,
 /* A conv's groups: L->groups when above 1, else 1 (every other op, and
  * a layer built by hand without the field). */
 int graph_groups(const glayer *L);
+
+/* The core of its replica layer L is placed on ("core"), or -1. */
+int graph_core(const glayer *L);
+/* Elements per example of the tensor roi_align layer L reads: its levels
+ * as they lie (concat), or each padded to the first level's extent
+ * (padded). */
+int64_t graph_roi_level_elems(const graph *g, const glayer *L);
 
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);

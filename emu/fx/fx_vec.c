@@ -203,8 +203,9 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
     int64_t C = L->out.c;
     float *bn = c->bn[l];
     const float *W = fx_wts(x, l);
-    if (!x->g->train) {
-        /* Inference (Keras training=False) normalises with the moving
+    if (!x->g->train || L->bn_moving) {
+        /* Inference (Keras training=False), or "statistics": "moving"
+         * in training, normalises with the moving
          * mean and variance.  tpuemu keeps no trained state: they are a
          * freshly built BatchNormalization's, 0 and 1 (its
          * moving_mean_initializer zeros, moving_variance_initializer
@@ -557,6 +558,13 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
         return rc;
     int64_t C = L->out.c, rows = gy->B * fxt_npos(gy);
     const float *bn = c->bn[l], *W = fx_wts(x, l);
+    if (L->bn_moving) { /* constant statistics: a per-channel scale */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t ch = 0; ch < C; ch++)
+                gx->v[r * C + ch] +=
+                    gy->v[r * C + ch] * (W[ch] * bn[3 * C + ch]);
+        return TPU_OK;
+    }
     float n = (float)(x->p->batch * fx_gpos_count(L));
     for (int64_t r = 0; r < rows; r++)
         for (int64_t ch = 0; ch < C; ch++) {
@@ -855,6 +863,8 @@ tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err)
         return run_fwd(x, core, l, 0, fwd_gap, err);
     case GOP_LOSS:
         return fxl_forward(x, core, l, err);
+    case GOP_ROI_ALIGN:
+        return fxr_forward(x, core, l, err);
     default:
         return fwd_elementwise(x, core, l, err);
     }
@@ -871,6 +881,8 @@ tpu_status fxv_backward(fx_state *x, int core, int l, tpu_error *err)
         return bwd_window(x, core, l, err);
     case GOP_GAP:
         return bwd_gap(x, core, l, err);
+    case GOP_ROI_ALIGN:
+        return fxr_backward(x, core, l, err);
     default:
         return bwd_act(x, core, l, err);
     }
