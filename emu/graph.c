@@ -620,6 +620,19 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
     case GOP_DROPOUT:
         return TPU_OK;
     case GOP_FLATTEN:
+        if (L->flat_keep > 0) {
+            *key = "keep";
+            if (L->flat_keep >= src->out.nsp)
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "keeps %d spatial dimensions of '%s', which "
+                                "has %d: at least one must fold",
+                                L->flat_keep, src->name, src->out.nsp);
+            for (int d = L->flat_keep; d < src->out.nsp; d++) {
+                L->out.c *= src->out.sp[d];
+                L->out.sp[d] = 1;
+            }
+            return check_shape(&L->out, err);
+        }
         set_flat(&L->out, gshape_elems(&src->out));
         return TPU_OK;
     case GOP_GAP:

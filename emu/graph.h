@@ -150,6 +150,9 @@ typedef struct {
     int rois;
     int roi_out[2];
     int roi_padded;
+    /* flatten "keep": k: the first k spatial dimensions stay (one row per
+     * ROI), the others fold into the channels and become 1; 0 = flat. */
+    int flat_keep;
 
     /* derived, per example */
     int64_t weights;             /* parameters (incl. bias, BN gamma/beta),

@@ -97,6 +97,8 @@ static const char *const *trace_op_keys(graph_op op)
                                      "statistics", "core",   NULL};
     static const char *const plain[] = {"name",    "op",   "in", "dtype",
                                         "comment", "core", NULL};
+    static const char *const flat[] = {"name",    "op",   "in", "dtype",
+                                       "comment", "keep", "core", NULL};
     static const char *const roi[] = {"name",    "op",   "in",     "dtype",
                                       "comment", "rois", "output", "levels",
                                       "core",    NULL};
@@ -120,6 +122,7 @@ static const char *const *trace_op_keys(graph_op op)
     case GOP_DROPOUT: return drop;
     case GOP_LOSS: return loss;
     case GOP_ROI_ALIGN: return roi;
+    case GOP_FLATTEN: return flat;
     default: return plain;
     }
 }
@@ -469,6 +472,13 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
         return TPU_OK;
     case GOP_ROI_ALIGN:
         return trace_roi(c, o, base, L);
+    case GOP_FLATTEN:
+        n64 = 0;
+        if ((st = trace_int(c, o, base, "keep", 0, 1, GRAPH_MAX_SP - 1,
+                            &n64)))
+            return st;
+        L->flat_keep = (int)n64;
+        return TPU_OK;
     default:
         return TPU_OK;
     }

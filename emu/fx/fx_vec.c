@@ -123,7 +123,9 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
                 int miss = 0, got = fxt_locate(in, g, li, &miss);
                 if (got < 0)
                     return fx_missing(err, x, core, l, "flatten", miss);
-                float *dst = &o->v[b * o->C + pos * in->C];
+                /* the output is whole: a per-ROI flatten's rows follow
+                 * on in the same order */
+                float *dst = &o->v[b * fxt_example(o) + pos * in->C];
                 const float *src = got ? &in->v[fxt_at(in, b, li, 0)] : NULL;
                 for (int64_t ch = 0; ch < in->C; ch++)
                     dst[ch] = fxt_round(src ? src[ch] : 0.0f, L->dtype_bytes);
@@ -820,7 +822,8 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
                 int64_t loc[SP], g[SP];
                 fxt_global(gx, pos, loc, g);
                 float *dst = &gx->v[fxt_at(gx, b, loc, 0)];
-                const float *src = &gy->v[b * gy->C + fxt_gflat(gx, g, 0)];
+                const float *src =
+                    &gy->v[b * fxt_example(gy) + fxt_gflat(gx, g, 0)];
                 for (int64_t ch = 0; ch < gx->C; ch++)
                     dst[ch] += src[ch];
             }
