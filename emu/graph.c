@@ -18,7 +18,8 @@ static const char *const op_names[GOP_COUNT] = {
     "input",   "conv",    "conv_transpose", "dense",   "batchnorm",
     "relu",    "sigmoid", "flatten",        "global_avgpool",
     "add",     "concat",  "maxpool",        "avgpool", "upsample",
-    "dropout", "loss",    "elementwise",    "activation"};
+    "dropout", "loss",    "elementwise",    "activation",
+    "roi_align"};
 
 static const char *const ew_names[GEW_COUNT] = {"multiply", "subtract",
                                                 "maximum", "minimum",
@@ -82,6 +83,20 @@ int64_t gshape_elems(const gshape *s)
     int64_t n = s->c;
     for (int i = 0; i < s->nsp; i++)
         n *= s->sp[i];
+    return n;
+}
+
+int graph_core(const glayer *L)
+{
+    return L->place > 0 ? L->place - 1 : -1;
+}
+
+int64_t graph_roi_level_elems(const graph *g, const glayer *L)
+{
+    int64_t n = 0;
+    const gshape *first = &g->layers[L->in[0]].out;
+    for (int k = 0; k < L->n_in; k++)
+        n += gshape_elems(L->roi_padded ? first : &g->layers[L->in[k]].out);
     return n;
 }
 
@@ -626,6 +641,39 @@ static tpu_status infer_upsample(glayer *L, const glayer *src,
     return check_shape(&L->out, err);
 }
 
+/* roi_align: 2D levels with one channel count; the output carries the
+ * ROIs as a leading spatial dimension, [rois, out_h, out_w, C], so a
+ * head's convolutions are 3D ones with kernel [1, k, k] and its fully
+ * connected layers dense layers (the first one a [1, out_h, out_w] valid
+ * convolution: the per-ROI flatten and matrix product in one). */
+static tpu_status infer_roi(const graph *g, glayer *L, const glayer *src,
+                            const char **key, tpu_error *err)
+{
+    *key = "in";
+    for (int k = 0; k < L->n_in; k++) {
+        const glayer *I = &g->layers[L->in[k]];
+        if (I->out.nsp != 2)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "roi_align reads 2D feature levels, '%s' is %s",
+                            I->name, I->out.nsp ? "3D" : "flat");
+        if (I->out.c != src->out.c) {
+            char a[96], b[96];
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "roi_align needs one channel count on every "
+                            "level: '%s' is %s, '%s' is %s",
+                            src->name, shape_text(a, sizeof a, &src->out),
+                            I->name, shape_text(b, sizeof b, &I->out));
+        }
+    }
+    L->out.nsp = 3;
+    L->out.sp[0] = L->rois;
+    L->out.sp[1] = L->roi_out[0];
+    L->out.sp[2] = L->roi_out[1];
+    L->out.c = src->out.c;
+    *key = "rois";
+    return check_shape(&L->out, err);
+}
+
 /* The layer's output shape, MACs and weights from its inputs (inferred
  * before it); *key names the trace key a refusal is about. */
 static tpu_status infer_layer(graph *g, int i, const char **key,
@@ -663,6 +711,19 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
     case GOP_DROPOUT:
         return TPU_OK;
     case GOP_FLATTEN:
+        if (L->flat_keep > 0) {
+            *key = "keep";
+            if (L->flat_keep >= src->out.nsp)
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "keeps %d spatial dimensions of '%s', which "
+                                "has %d: at least one must fold",
+                                L->flat_keep, src->name, src->out.nsp);
+            for (int d = L->flat_keep; d < src->out.nsp; d++) {
+                L->out.c *= src->out.sp[d];
+                L->out.sp[d] = 1;
+            }
+            return check_shape(&L->out, err);
+        }
         set_flat(&L->out, gshape_elems(&src->out));
         return TPU_OK;
     case GOP_GAP:
@@ -688,6 +749,8 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
         if (L->kind == GACT_PRELU) /* one slope per channel */
             L->weights = src->out.c;
         return TPU_OK;
+    case GOP_ROI_ALIGN:
+        return infer_roi(g, L, src, key, err);
     default:
         break;
     }
@@ -737,6 +800,8 @@ double graph_layer_flops(const graph *g, int i)
             n += (double)gshape_elems(&g->layers[L->in[j]].out);
         return n;
     }
+    case GOP_ROI_ALIGN:
+        return 7 * out; /* 4 products and 3 sums per bilinear sample */
     default:
         return 0;
     }
@@ -842,6 +907,14 @@ tpu_status graph_check_run(const graph *g, const char *system,
                         "%s: run.global_batch: %lld does not divide into %d "
                         "replicas",
                         path, (long long)global_batch, replicas);
+    for (int i = 0; i < g->n_layers; i++) {
+        int k = graph_core(&g->layers[i]);
+        if (k >= g->cores_per_replica)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s: graph.layers[%d].core: %d is not a core of "
+                            "a replica of %d (run.num_cores_per_replica)",
+                            path, i - g->n_inputs, k, g->cores_per_replica);
+    }
     if (g->n_inputs > 0 && g->pdims_rank > 0) {
         const glayer *in = &g->layers[0];
         int64_t prod = 1;

@@ -54,6 +54,7 @@ typedef enum {
     GOP_ELEMWISE,   /* elementwise, `kind` a graph_ew; operands may
                        broadcast ([C] or [1,..,1,C] against [..,C]) */
     GOP_ACT,        /* activation, `kind` a graph_act */
+    GOP_ROI_ALIGN,  /* levels -> [rois, out_h, out_w, C] per example */
     GOP_COUNT
 } graph_op;
 
@@ -176,6 +177,24 @@ typedef struct {
      * the first input (the reader refuses any other list), as in a graph
      * built by hand. */
     int whole;
+    /* "core": k (tf.contrib.tpu.core(k)): the layer runs whole on core k
+     * of its replica, the replica's other cores idle for it.  Stored as
+     * k + 1, 0 = no placement (a zeroed layer has none); graph_core(). */
+    int place;
+    /* batchnorm "statistics": "moving": normalises with the stored moving
+     * statistics in training too (TF training=False: a frozen backbone's
+     * batchnorm), so no batch statistics and no exchange. */
+    int bn_moving;
+    /* roi_align: ROIs per example, the output bins [out_h, out_w], and
+     * whether the levels are padded to the first level's extent and
+     * stacked before the gather ("levels": "padded") rather than
+     * concatenated ("concat"). */
+    int rois;
+    int roi_out[2];
+    int roi_padded;
+    /* flatten "keep": k: the first k spatial dimensions stay (one row per
+     * ROI), the others fold into the channels and become 1; 0 = flat. */
+    int flat_keep;
 
     /* elementwise and activation: the graph_ew or graph_act kind; alpha
      * (leaky_relu, elu, relu's negative slope) and max_value (relu; 0:
@@ -299,6 +318,13 @@ tpu_status graph_freeze_check(const graph *g, const char *list,
 /* A conv's groups: L->groups when above 1, else 1 (every other op, and
  * a layer built by hand without the field). */
 int graph_groups(const glayer *L);
+
+/* The core of its replica layer L is placed on ("core"), or -1. */
+int graph_core(const glayer *L);
+/* Elements per example of the tensor roi_align layer L reads: its levels
+ * as they lie (concat), or each padded to the first level's extent
+ * (padded). */
+int64_t graph_roi_level_elems(const graph *g, const glayer *L);
 
 /* Elements of a shape (per example). */
 int64_t gshape_elems(const gshape *s);

@@ -116,8 +116,9 @@ void plan_layer_splits(const graph *g, uint8_t *split)
     for (int l = 0; l < g->n_layers; l++) {
         const glayer *L = &g->layers[l];
         const gshape *s = &L->out;
-        if (s->nsp != nsp)
-            continue; /* flat, or another input's rank: replicated */
+        if (s->nsp != nsp || graph_core(L) >= 0 || L->op == GOP_FLATTEN)
+            continue; /* flat (a per-ROI flatten too), another input's
+                         rank, or placed on one core ("core"): whole */
         for (int d = 0; d < nsp; d++) {
             uint8_t *f = &split[l * GRAPH_MAX_SP + d];
             *f = (uint8_t)plan_splittable(s->sp[d], factor[d]);

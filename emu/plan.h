@@ -22,6 +22,9 @@
  *    and each core slices its box out of the replicated operand (XLA's
  *    reshard of a replicated operand to a tiled sharding: a local
  *    dynamic-slice); the gradient back to it is all-gathered.
+ *  - A layer placed on core k of its replica ("core", as
+ *    tf.contrib.tpu.core(k) pins ops) is whole on that core: its tensors
+ *    are not split, and the other cores of the replica skip its work.
  *  - Shard index k of a replica has coordinates in row-major order over
  *    the split spatial dimensions (the last dimension varies fastest).
  *  - Placement: each replica takes a compact bx x by block of chips (two

@@ -70,7 +70,8 @@ static const char *const trace_op_words[] = {
     "input",   "conv",    "conv_transpose", "dense",   "batchnorm",
     "relu",    "sigmoid", "flatten",        "global_avgpool",
     "add",     "concat",  "maxpool",        "avgpool", "upsample",
-    "dropout", "loss",    "elementwise",    "activation", NULL};
+    "dropout", "loss",    "elementwise",    "activation",
+    "roi_align", NULL};
 static const char *const trace_ew_words[] = {
     "multiply", "subtract", "maximum", "minimum", "average", NULL};
 static const char *const trace_act_words[] = {
@@ -80,6 +81,8 @@ static const char *const trace_loss_words[] = {
     "softmax_xent", "sigmoid_focal", "dice", "l2", "smooth_l1", NULL};
 static const char *const trace_pad_words[] = {"valid", "same", NULL};
 static const char *const trace_dtype_words[] = {"bf16", "f32", NULL};
+static const char *const trace_stats_words[] = {"batch", "moving", NULL};
+static const char *const trace_levels_words[] = {"concat", "padded", NULL};
 
 /* Keys each op accepts beyond name, op, in, dtype, comment. */
 static const char *const *trace_op_keys(graph_op op)
@@ -87,31 +90,37 @@ static const char *const *trace_op_keys(graph_op op)
     static const char *const conv[] = {
         "name",    "op",       "in",       "dtype",        "comment", "filters",
         "kernel",  "strides",  "padding",  "dilation",     "use_bias",
-        "share_weights", "trainable", "groups", NULL};
+        "share_weights", "trainable", "groups", "core", NULL};
     static const char *const conv_t[] = {
         "name",    "op",      "in",       "dtype",        "comment",
         "filters", "kernel",  "strides",  "padding",      "use_bias",
-        "share_weights", "trainable", NULL};
+        "share_weights", "trainable", "core", NULL};
     static const char *const dense[] = {"name",     "op",    "in",
                                         "dtype",    "comment", "units",
-                                        "use_bias", "trainable", NULL};
-    static const char *const bn[] = {"name",    "op",        "in", "dtype",
-                                     "comment", "trainable", NULL};
-    static const char *const plain[] = {"name", "op", "in", "dtype",
-                                        "comment", NULL};
+                                        "use_bias", "trainable", "core", NULL};
+    static const char *const bn[] = {"name",    "op",        "in",
+                                     "dtype",   "comment",   "trainable",
+                                     "statistics", "core",   NULL};
+    static const char *const plain[] = {"name",    "op",   "in", "dtype",
+                                        "comment", "core", NULL};
+    static const char *const flat[] = {"name",    "op",   "in", "dtype",
+                                       "comment", "keep", "core", NULL};
+    static const char *const roi[] = {"name",    "op",   "in",     "dtype",
+                                      "comment", "rois", "output", "levels",
+                                      "core",    NULL};
     static const char *const pool[] = {"name",   "op",      "in",
                                        "dtype",  "comment", "window",
-                                       "strides", "padding", NULL};
+                                       "strides", "padding", "core", NULL};
     static const char *const up[] = {"name",    "op",     "in", "dtype",
-                                     "comment", "factor", NULL};
+                                     "comment", "factor", "core", NULL};
     static const char *const drop[] = {"name",    "op",   "in", "dtype",
-                                       "comment", "rate", NULL};
+                                       "comment", "rate", "core", NULL};
     static const char *const loss[] = {"name",    "op",   "in", "dtype",
-                                       "comment", "kind", NULL};
+                                       "comment", "kind", "core", NULL};
     static const char *const act[] = {"name",  "op",        "in",
                                       "dtype", "comment",   "kind",
                                       "alpha", "max_value", "trainable",
-                                      NULL};
+                                      "core",  NULL};
     switch (op) {
     case GOP_CONV: return conv;
     case GOP_CONV_T: return conv_t;
@@ -124,6 +133,8 @@ static const char *const *trace_op_keys(graph_op op)
     case GOP_LOSS: return loss;
     case GOP_ELEMWISE: return loss; /* kind */
     case GOP_ACT: return act;
+    case GOP_ROI_ALIGN: return roi;
+    case GOP_FLATTEN: return flat;
     default: return plain;
     }
 }
@@ -227,6 +238,9 @@ static tpu_status trace_layer_in(trace_ctx *c, const graph *g,
     trace_path(p, sizeof p, base, "in");
     if (!in)
         return trace_fail(c, base, "missing key 'in'");
+    int lists = L->op == GOP_ADD || L->op == GOP_CONCAT ||
+                L->op == GOP_LOSS || L->op == GOP_ROI_ALIGN ||
+                L->op == GOP_ELEMWISE;
     if (!cJSON_IsArray(in)) {
         if (L->op == GOP_ADD || L->op == GOP_CONCAT || L->op == GOP_ELEMWISE)
             return trace_fail(c, p, "expected a list of 2 to %d names, "
@@ -237,11 +251,11 @@ static tpu_status trace_layer_in(trace_ctx *c, const graph *g,
         return TPU_OK;
     }
     int n = cJSON_GetArraySize(in), k = 0;
-    int min = L->op == GOP_LOSS ? 1 : 2;
-    if (L->op != GOP_ADD && L->op != GOP_CONCAT && L->op != GOP_LOSS &&
-        L->op != GOP_ELEMWISE)
+    int min = L->op == GOP_LOSS || L->op == GOP_ROI_ALIGN ? 1 : 2;
+    if (!lists)
         return trace_fail(c, p, "expected one layer name (only add, "
-                          "concat, elementwise and loss take a list), found "
+                          "concat, elementwise, loss and roi_align take a "
+                          "list), found "
                           "a list");
     if (n < min || n > GRAPH_MAX_IN)
         return trace_fail(c, p, "expected a list of %d to %d names, "
@@ -423,6 +437,70 @@ static tpu_status trace_act(trace_ctx *c, const cJSON *o, const char *base,
     return TPU_OK;
 }
 
+/* roi_align: rois, output [h, w], levels. */
+static tpu_status trace_roi(trace_ctx *c, const cJSON *o, const char *base,
+                            glayer *L)
+{
+    char p[320];
+    int64_t n64;
+    int rank, lv = 0, out[GRAPH_MAX_SP];
+    tpu_status st;
+    if ((st = trace_int(c, o, base, "rois", 1, 1, GRAPH_DIM_MAX, &n64)))
+        return st;
+    L->rois = (int)n64;
+    if ((st = trace_dims(c, o, base, "output", 1, 0, out, &rank)))
+        return st;
+    if (rank != 2) {
+        trace_path(p, sizeof p, base, "output");
+        return trace_fail(c, p, "expected 2 positive integers [out_h, "
+                          "out_w], found %d", rank);
+    }
+    L->roi_out[0] = out[0];
+    L->roi_out[1] = out[1];
+    if ((st = trace_enum(c, o, base, "levels", 0, trace_levels_words, &lv)))
+        return st;
+    L->roi_padded = lv == 1;
+    return TPU_OK;
+}
+
+/* "core": where the layer runs in its replica.  A placed layer's
+ * consumers run on its core (they read what only that core holds), and a
+ * placed layer reads only layers placed on its core, except roi_align,
+ * which gathers its levels from wherever they lie. */
+static tpu_status trace_core(trace_ctx *c, const graph *g, const cJSON *o,
+                             const char *base, glayer *L)
+{
+    char p[320], q[64];
+    int64_t n64 = -1;
+    tpu_status st;
+    if ((st = trace_int(c, o, base, "core", 0, 0, 4095, &n64)))
+        return st;
+    L->place = (int)(n64 + 1);
+    for (int k = 0; k < L->n_in; k++) {
+        const glayer *I = &g->layers[L->in[k]];
+        int ic = graph_core(I), lc = graph_core(L);
+        if (ic == lc || (ic < 0 && (L->op == GOP_ROI_ALIGN ||
+                                    I->op == GOP_INPUT)))
+            continue;
+        trace_path(p, sizeof p, base, ic >= 0 ? "in" : "core");
+        if (ic >= 0 && lc < 0)
+            return trace_fail(c, p,
+                              "'%s' runs on core %d: a layer reading it "
+                              "must run there too (\"core\": %d)",
+                              trace_q(q, sizeof q, I->name), ic, ic);
+        if (ic >= 0)
+            return trace_fail(c, p,
+                              "'%s' runs on core %d, this layer on core %d",
+                              trace_q(q, sizeof q, I->name), ic, lc);
+        return trace_fail(c, p,
+                          "a layer placed on a core reads layers placed "
+                          "there (only roi_align gathers its inputs), "
+                          "'%s' has no placement",
+                          trace_q(q, sizeof q, I->name));
+    }
+    return TPU_OK;
+}
+
 /* The keys particular to the layer's op. */
 static tpu_status trace_op_params(trace_ctx *c, const graph *g,
                                   const cJSON *o, const char *base,
@@ -463,6 +541,21 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
         return TPU_OK;
     case GOP_ACT:
         return trace_act(c, o, base, L);
+    case GOP_BATCHNORM:
+        if ((st = trace_enum(c, o, base, "statistics", 0, trace_stats_words,
+                             &k)))
+            return st;
+        L->bn_moving = k == 1;
+        return TPU_OK;
+    case GOP_ROI_ALIGN:
+        return trace_roi(c, o, base, L);
+    case GOP_FLATTEN:
+        n64 = 0;
+        if ((st = trace_int(c, o, base, "keep", 0, 1, GRAPH_MAX_SP - 1,
+                            &n64)))
+            return st;
+        L->flat_keep = (int)n64;
+        return TPU_OK;
     default:
         return TPU_OK;
     }
@@ -517,7 +610,8 @@ tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
     if ((st = trace_layer_head(c, g, o, base, L)) ||
         (st = trace_layer_in(c, g, all, o, base, j, L)) ||
         (st = trace_op_params(c, g, o, base, L)) ||
-        (st = trace_trainable(c, g, o, base, L)))
+        (st = trace_trainable(c, g, o, base, L)) ||
+        (st = trace_core(c, g, o, base, L)))
         return st;
     return trace_commit(c, g, base, NULL);
 }

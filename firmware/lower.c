@@ -29,17 +29,33 @@
 #include "emu/result.h"
 #include "firmware/lower_internal.h"
 
+/* A layer placed on another core of the replica ("core"): this core
+ * skips its work and takes part only in its collectives (every core of
+ * the group meets at them), so it idles until the placed core is done. */
+static int lower_elsewhere(const lower_ctx *c, int layer, fw_op op)
+{
+    if (layer < 0 || layer >= c->g->n_layers || c->p->cpr < 2)
+        return 0;
+    int k = graph_core(&c->g->layers[layer]);
+    return k >= 0 && k != c->shard && op != FW_HALO && op != FW_ALLREDUCE &&
+           op != FW_ALLGATHER && op != FW_BARRIER;
+}
+
 /* Every instruction of the lowering goes through these two: c->prog is
  * the step's program, or a candidate's being priced. */
 void lower_emit(lower_ctx *c, fw_op op, int phase, int layer, int64_t a,
                 int64_t b, int64_t cc, int64_t d)
 {
+    if (lower_elsewhere(c, layer, op))
+        return;
     fw_emit(c->prog, op, phase, layer, a, b, cc, d);
 }
 
 void lower_emit_fx(lower_ctx *c, int fx, fw_op op, int phase, int layer,
                    int64_t a, int64_t b, int64_t cc, int64_t d)
 {
+    if (lower_elsewhere(c, layer, op))
+        return;
     fw_emit(c->prog, op, phase, layer, a, b, cc, d);
     if (!c->prog->oom)
         c->prog->code[c->prog->n - 1].fx = (uint8_t)fx;
@@ -262,6 +278,59 @@ static void lower_matrix_layer(lower_ctx *c, int l, int phase)
     }
 }
 
+/* roi_align's levels for the replica's examples, whole: as they lie, or
+ * padded to the first level's extent and stacked ("levels": "padded"). */
+static double roi_levels_bytes(const lower_ctx *c, const glayer *L,
+                               int padded)
+{
+    double b = 0;
+    for (int k = 0; k < L->n_in; k++) {
+        const glayer *I = &c->g->layers[L->in[padded ? 0 : k]];
+        b += layout_bytes(c, I->out.nsp, I->out.sp, I->out.c, I->dtype_bytes);
+    }
+    return b;
+}
+
+/* roi_align (docs/FIRMWARE.md, "roi_align"): the levels are gathered
+ * whole to the core that runs it when the plan split them (the ROIs fall
+ * anywhere); each output bin is one bilinear sample at its centre, 4 rows
+ * of C channels read from HBM and combined on the vector unit.  Its
+ * backward zeroes the levels' gradient and scatter-adds 4 weighted rows
+ * per sample into it; a placed roi_align then sends each core its part of
+ * that gradient (the same bytes back). */
+static void lower_roi(lower_ctx *c, int l, int ph)
+{
+    const glayer *L = &c->g->layers[l];
+    double ob = layout_out_bytes(c, l), oe = layout_out_elems(c, l);
+    double whole = roi_levels_bytes(c, L, 0);
+    double moved = roi_levels_bytes(c, L, L->roi_padded);
+    int split = 0;
+    for (int k = 0; k < L->n_in; k++)
+        split |= layout_any_split(c, L->in[k]);
+    if (ph == PHASE_FWD) {
+        if (split)
+            lower_emit_fx(c, FX_FWD, FW_ALLGATHER, ph, l, (int64_t)ceil(moved),
+                          0, 0, 0);
+        if (L->roi_padded) /* the padded stack, written once */
+            tile_pass_fx(c, FX_NONE, ph, l, whole, moved,
+                         moved / L->dtype_bytes, 1);
+        tile_pass(c, ph, l, 4 * ob, ob, oe, 7);
+        return;
+    }
+    int need = 0;
+    for (int k = 0; k < L->n_in; k++)
+        need |= c->g->layers[L->in[k]].needs_grad;
+    if (!need)
+        return;
+    tile_pass(c, ph, l, 5 * ob, 4 * ob + moved, oe, 8);
+    if (L->roi_padded) /* the stack's gradient back into the levels' */
+        tile_pass_fx(c, FX_NONE, ph, l, moved, whole,
+                     moved / L->dtype_bytes, 1);
+    if (graph_core(L) >= 0 && c->p->cpr > 1)
+        lower_emit_fx(c, FX_DX, FW_ALLGATHER, ph, l, (int64_t)ceil(moved), 0,
+                      0, 0);
+}
+
 static int consumer_is(const lower_ctx *c, int l, graph_op op)
 {
     for (int j = l + 1; j < c->g->n_layers; j++) {
@@ -281,9 +350,12 @@ static void lower_forward(lower_ctx *c, int l)
 {
     if (c->g->layers[l].unused)
         return; /* feeds no loss: XLA's dead code elimination drops it */
+    double macs = c->mem->useful_macs;
     c->fx = FX_FWD;
     lower_forward_ops(c, l);
     c->fx = FX_NONE;
+    if (lower_elsewhere(c, l, FW_MATMUL)) /* another core's products */
+        c->mem->useful_macs = macs;
 }
 
 static void lower_forward_ops(lower_ctx *c, int l)
@@ -329,11 +401,12 @@ static void lower_forward_ops(lower_ctx *c, int l)
          * Inference (Keras training=False) normalises with the stored
          * moving mean and variance: no statistics, nothing to exchange. */
         const glayer *I = &c->g->layers[L->in[0]];
-        if (c->g->train &&
+        int batch_stats = c->g->train && !L->bn_moving;
+        if (batch_stats &&
             ((I->op != GOP_CONV && I->op != GOP_CONV_T && I->op != GOP_DENSE) ||
              !c->hw->xla_bn_stats_fused))
             tile_pass_fx(c, FX_NONE, ph, l, ib, 0, ie, 3);
-        if (c->g->train && layout_any_split(c, l))
+        if (batch_stats && layout_any_split(c, l))
             lower_emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4,
                        FW_GROUP_PARTITION, 0, 0);
         if (!fuse_materialised(c, l)) {
@@ -432,6 +505,9 @@ static void lower_forward_ops(lower_ctx *c, int l)
         tile_pass(c, ph, l, ib + (L->kind == GACT_PRELU ? 4.0 * L->out.c : 0),
                   ob, oe, graph_act_ops(L, 0));
         return;
+    case GOP_ROI_ALIGN:
+        lower_roi(c, l, ph);
+        return;
     case GOP_COUNT:
         return;
     }
@@ -478,9 +554,12 @@ static void lower_elemwise_bwd(lower_ctx *c, int l)
 
 static void lower_backward(lower_ctx *c, int l)
 {
+    double macs = c->mem->useful_macs;
     c->fx = FX_BWD;
     lower_backward_ops(c, l);
     c->fx = FX_NONE;
+    if (lower_elsewhere(c, l, FW_MATMUL))
+        c->mem->useful_macs = macs;
 }
 
 static void lower_backward_ops(lower_ctx *c, int l)
@@ -503,6 +582,16 @@ static void lower_backward_ops(lower_ctx *c, int l)
         lower_matrix_layer(c, l, ph);
         return;
     case GOP_BATCHNORM:
+        if (L->bn_moving) {
+            /* Fixed statistics: dx = dy gamma / sigma, one pass; gamma
+             * and beta, when they train, sum dy and dy xhat (partial sums
+             * that join the weight gradients' all-reduce). */
+            if (graph_layer_trains(c->g, l))
+                tile_pass_fx(c, FX_BSTAT, ph, l, 2 * ob, 0, oe, 3);
+            if (!input_is_data)
+                tile_pass(c, ph, l, ob, ib, oe, 2);
+            return;
+        }
         /* Two reductions (sum dy, sum dy*xhat), all-reduced across the
          * partition group, then dx; a fused relu's mask is read too. */
         /* reads dY and x; a fused relu's mask is read too, unless the
@@ -602,6 +691,9 @@ static void lower_backward_ops(lower_ctx *c, int l)
                        FW_GROUP_PARTITION, 0, 0);
         return;
     }
+    case GOP_ROI_ALIGN:
+        lower_roi(c, l, ph);
+        return;
     case GOP_INPUT:
     case GOP_FLATTEN:
     case GOP_LOSS: /* its gradient came out of the forward pass */
@@ -680,6 +772,7 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     TPU_ASSERT(pricer && pricer->price);
     c.pricer = pricer;
     plan_coords(p, shard, c.coords);
+    c.shard = shard;
     c.prog = out;
     c.B = (double)p->batch;
     c.mem = mem;

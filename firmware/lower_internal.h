@@ -28,6 +28,7 @@ typedef struct {
     const plan *p;
     const tpu_params *hw;
     int coords[GRAPH_MAX_SP];
+    int shard;           /* this program's shard of the replica */
     fw_program *prog;
     double B;            /* examples per replica */
     int *nconsumers;     /* per layer */

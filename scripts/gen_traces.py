@@ -87,6 +87,7 @@ class Graph:
         self.kind = {}       # name -> layer dict (inputs: None)
         self.weights = 0
         self.macs = 0
+        self.place = None    # "core" written on every layer emitted
 
     # -- helpers ---------------------------------------------------------
     def _new_name(self, name):
@@ -109,6 +110,8 @@ class Graph:
 
     def _emit(self, layer, out):
         self._new_name(layer["name"])
+        if self.place is not None:
+            layer["core"] = self.place
         sp, c = out
         if c <= 0 or any(x <= 0 for x in sp):
             raise TraceError("%s: empty output %r" % (layer["name"], out))
@@ -177,7 +180,8 @@ class Graph:
                              + (filters if use_bias else 0))
         return self._emit(layer, (out, filters))
 
-    def conv_t(self, name, x, filters, kernel, strides, padding="same", dtype=None):
+    def conv_t(self, name, x, filters, kernel, strides, padding="same", dtype=None,
+               use_bias=False):
         sp, cin = self._get(x)
         nsp = len(sp)
         k = self._vec(kernel, nsp)
@@ -190,25 +194,29 @@ class Graph:
             raise TraceError("%s: padding %r" % (name, padding))
         layer = {"name": name, "op": "conv_transpose", "in": x, "filters": filters,
                  "kernel": k, "strides": s, "padding": padding}
+        if use_bias:
+            layer["use_bias"] = True
         if dtype:
             layer["dtype"] = dtype
         # Every input element meets every weight once (scatter form).
         self.macs += _prod(sp) * _prod(k) * cin * filters
-        self.weights += _prod(k) * cin * filters
+        self.weights += _prod(k) * cin * filters + (filters if use_bias else 0)
         return self._emit(layer, (out, filters))
 
-    def dense(self, name, x, units, use_bias=True, dtype=None):
+    def dense(self, name, x, units, use_bias=True, dtype=None, spatial=False):
+        """spatial: Keras Dense on the channels of a spatial tensor (each
+        position on its own, e.g. one row per ROI)."""
         sp, cin = self._get(x)
-        if sp:
+        if sp and not spatial:
             raise TraceError("%s: dense needs a flat input" % name)
         layer = {"name": name, "op": "dense", "in": x, "units": units}
         if not use_bias:
             layer["use_bias"] = False
         if dtype:
             layer["dtype"] = dtype
-        self.macs += cin * units
+        self.macs += _prod(sp) * cin * units
         self.weights += cin * units + (units if use_bias else 0)
-        return self._emit(layer, ((), units))
+        return self._emit(layer, (sp, units))
 
     def _simple(self, name, op, x, dtype=None, **params):
         layer = {"name": name, "op": op, "in": x}
@@ -217,12 +225,14 @@ class Graph:
             layer["dtype"] = dtype
         return layer
 
-    def bn(self, name, x, dtype=None, trainable=True):
+    def bn(self, name, x, dtype=None, trainable=True, moving=False):
         sp, c = self._get(x)
         self.weights += 2 * c          # gamma and beta
         layer = self._simple(name, "batchnorm", x, dtype)
         if not trainable:
             layer["trainable"] = False
+        if moving:
+            layer["statistics"] = "moving"
         return self._emit(layer, (sp, c))
 
     def relu(self, name, x, dtype=None):
@@ -232,8 +242,12 @@ class Graph:
         return self._emit(self._simple(name, "dropout", x, dtype, rate=rate),
                           self._get(x))
 
-    def flatten(self, name, x, dtype=None):
+    def flatten(self, name, x, dtype=None, keep=0):
+        """keep: the first `keep` spatial dims stay (one row per ROI)."""
         sp, c = self._get(x)
+        if keep:
+            out = (tuple(sp[:keep]) + (1,) * (len(sp) - keep), _prod(sp[keep:]) * c)
+            return self._emit(self._simple(name, "flatten", x, dtype, keep=keep), out)
         return self._emit(self._simple(name, "flatten", x, dtype), ((), _prod(sp) * c))
 
     def gap(self, name, x, dtype=None):
@@ -301,6 +315,16 @@ class Graph:
         if dtype:
             layer["dtype"] = dtype
         return self._emit(layer, ((), 1))
+
+    def roi_align(self, name, levels, rois, output, padded=False):
+        shapes = [self._get(x) for x in levels]
+        if any(len(sp) != 2 or c != shapes[0][1] for sp, c in shapes):
+            raise TraceError("%s: roi_align levels %r" % (name, shapes))
+        layer = {"name": name, "op": "roi_align", "in": list(levels), "rois": rois,
+                 "output": list(output)}
+        if padded:
+            layer["levels"] = "padded"
+        return self._emit(layer, ((rois,) + tuple(output), shapes[0][1]))
 
     def layer_count(self):
         return len(self.layers)
@@ -407,6 +431,112 @@ def resnet50_classifier(size):
     x = g.dense("fc1000", x, 1000)
     g.loss("loss", x, "softmax_xent", dtype="f32")
     return g
+
+
+MASKRCNN_CLASSES = 91     # COCO, background included (num_classes=91)
+MASKRCNN_ANCHORS = 3      # one scale, 3 aspect ratios per location
+MASKRCNN_BOX_ROIS = 512   # sampled ROIs per image (batch_size_per_im)
+MASKRCNN_MASK_ROIS = 128  # the foreground ones, 512 x 0.25 (select_fg_for_masks)
+
+
+def maskrcnn(placed, padded):
+    """Mask R-CNN ResNet-50 + FPN P2-P6 as MLPerf Training v0.6's Google
+    submission builds it (Google/benchmarks/maskrcnn/implementations/...:
+    resnet.py, fpn.py, architecture.py, losses.py; traces/README.md).
+    Input: the 832x1344 padded image after the host's space-to-depth,
+    416x672x12.  Frozen batchnorm (moving statistics) everywhere; the stem
+    and stage 2 do not train.  placed: the box head on core 2 and the mask
+    head on core 1 of each replica (core_assignment_utils.py; only with
+    num_cores_per_replica set).  padded: the ROIAlign's levels are padded to
+    P2's extent and stacked (the v3-32/v3-128 code) instead of concatenated
+    (v3-256)."""
+    g = Graph(2)
+    img = g.input("image", [416, 672, 12])
+    x = g.conv("conv0_s2d", img, 64, 4, trainable=False)
+    x = g.bn("bn_conv0", x, trainable=False, moving=True)
+    x = g.relu("conv0_relu", x)
+    x = g.maxpool("pool0", x, 3, strides=2, padding="same")
+    c = {}
+    for stage, mid, blocks, stride in RESNET50_STAGES:
+        tr = stage != 2
+        for b in range(blocks):
+            tag = "%d%s" % (stage, "abcdef"[b])
+            s = stride if b == 0 else 1
+            if b == 0:
+                sc = g.conv("res%s_branch1" % tag, x, 4 * mid, 1, strides=s,
+                            trainable=tr)
+                sc = g.bn("bn%s_branch1" % tag, sc, trainable=False, moving=True)
+            else:
+                sc = x
+            y = g.conv("res%s_branch2a" % tag, x, mid, 1, trainable=tr)
+            y = g.bn("bn%s_branch2a" % tag, y, trainable=False, moving=True)
+            y = g.relu("res%s_branch2a_relu" % tag, y)
+            y = g.conv("res%s_branch2b" % tag, y, mid, 3, strides=s, trainable=tr)
+            y = g.bn("bn%s_branch2b" % tag, y, trainable=False, moving=True)
+            y = g.relu("res%s_branch2b_relu" % tag, y)
+            y = g.conv("res%s_branch2c" % tag, y, 4 * mid, 1, trainable=tr)
+            y = g.bn("bn%s_branch2c" % tag, y, trainable=False, moving=True)
+            y = g.add("res%s" % tag, [y, sc])
+            x = g.relu("res%s_relu" % tag, y)
+        c[stage] = x
+    lat = {lvl: g.conv("fpn_l%d" % lvl, c[lvl], FPN_DIMS, 1, use_bias=True)
+           for lvl in (2, 3, 4, 5)}
+    top = {5: lat[5]}
+    for lvl in (4, 3, 2):
+        up = g.upsample("fpn_up%d" % (lvl + 1), top[lvl + 1], 2)
+        top[lvl] = g.add("fpn_td%d" % lvl, [lat[lvl], up])
+    p = {lvl: g.conv("fpn_post%d" % lvl, top[lvl], FPN_DIMS, 3, use_bias=True)
+         for lvl in (2, 3, 4, 5)}
+    p[6] = g.maxpool("fpn_p6", p[5], 1, strides=2)
+    scores, boxes = [], []
+    for lvl in range(2, 7):
+        sh = None if lvl == 2 else "rpn_conv_p2"
+        r = g.conv("rpn_conv_p%d" % lvl, p[lvl], FPN_DIMS, 3, use_bias=True,
+                   share=sh)
+        r = g.relu("rpn_relu_p%d" % lvl, r)
+        scores.append(g.conv("rpn_score_p%d" % lvl, r, MASKRCNN_ANCHORS, 1,
+                             use_bias=True,
+                             share=None if lvl == 2 else "rpn_score_p2"))
+        boxes.append(g.conv("rpn_box_p%d" % lvl, r, 4 * MASKRCNN_ANCHORS, 1,
+                            use_bias=True,
+                            share=None if lvl == 2 else "rpn_box_p2"))
+    g.loss("rpn_score_loss", scores, "sigmoid_focal", dtype="f32")
+    g.loss("rpn_box_loss", boxes, "smooth_l1", dtype="f32")
+    levels = [p[lvl] for lvl in range(2, 7)]
+
+    g.place = 2 if placed else None
+    x = g.roi_align("box_roi_align", levels, MASKRCNN_BOX_ROIS, (7, 7), padded)
+    x = g.flatten("box_flatten", x, keep=1)   # [rois, 1, 1, 7 x 7 x 256]
+    x = g.dense("box_fc6", x, 1024, spatial=True)
+    x = g.relu("box_fc6_relu", x)
+    x = g.dense("box_fc7", x, 1024, spatial=True)
+    x = g.relu("box_fc7_relu", x)
+    cls = g.dense("box_class", x, MASKRCNN_CLASSES, spatial=True)
+    box = g.dense("box_delta", x, 4 * MASKRCNN_CLASSES, spatial=True)
+    g.loss("box_class_loss", cls, "softmax_xent", dtype="f32")
+    g.loss("box_delta_loss", box, "smooth_l1", dtype="f32")
+
+    g.place = 1 if placed else None
+    x = g.roi_align("mask_roi_align", levels, MASKRCNN_MASK_ROIS, (14, 14), padded)
+    for i in range(1, 5):
+        x = g.conv("mask_conv%d" % i, x, FPN_DIMS, [1, 3, 3], use_bias=True)
+        x = g.relu("mask_relu%d" % i, x)
+    x = g.conv_t("mask_deconv", x, FPN_DIMS, [1, 2, 2], [1, 2, 2], padding="valid",
+                 use_bias=True)
+    x = g.relu("mask_deconv_relu", x)
+    x = g.conv("mask_logits", x, MASKRCNN_CLASSES, 1, use_bias=True)
+    g.loss("mask_loss", x, "sigmoid_focal", dtype="f32")
+    g.place = None
+    return g
+
+
+# (slice, examples per replica, cores per replica, step time s, runs' spread)
+# of the three Mask R-CNN runs: global batch 128, 924 steps a loop.
+MASKRCNN_MLPERF06 = (
+    ("v3-32", 4, 1, 0.4528, None),
+    ("v3-128", 4, 4, 0.2446, "244.4-251.3 ms"),
+    ("v3-256", 2, 4, 0.1485, "148.3-150.9 ms"),
+)
 
 
 # MobileNetV2 (Sandler et al., CVPR 2018, Table 2; Keras applications
@@ -562,7 +692,7 @@ def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None):
         # trace this one is compared with at equal code.
         if len(reference) > 2:
             t["reference"]["family"] = reference[2]
-        if len(reference) > 3:
+        if len(reference) > 3 and reference[3]:
             t["reference"]["baseline"] = reference[3]
     t["graph"] = {"inputs": graph.inputs, "layers": graph.layers}
     return t
@@ -616,6 +746,22 @@ def all_traces():
         prev = "resnet50-v1.5-%s" % system
         out.append(("traces/reference/resnet50-%s.json" % system,
                     trace(prev, rn50, system, batch, 1, [1, 1, 1, 1], ref), rn50))
+    prev = None
+    for system, per, cpr, step, spread in MASKRCNN_MLPERF06:
+        m = maskrcnn(placed=cpr > 1, padded=system != "v3-256")
+        name = "maskrcnn-r50-fpn-%s" % system
+        src = (SRC_MLPERF06 % ("tpu-" + system, "mask", "maskrcnn")
+               + ": Mask R-CNN R50-FPN, 832x1344 padded, %s, global batch 128 "
+               "(%d per %s), bf16, momentum; %sstep time %.1f ms = median "
+               "block_start spacing / 924 steps%s"
+               % (system, per, "replica of %d cores" % cpr if cpr > 1 else "core",
+                  "--input_partition_dims=1,4,1; " if cpr > 1 else "",
+                  step * 1e3, " (runs %s)" % spread if spread else ""))
+        pd = [1, 4, 1, 1] if cpr > 1 else [1, 1, 1, 1]
+        out.append(("traces/reference/maskrcnn-%s.json" % system,
+                    trace(name, m, system, 128, cpr, pd,
+                          (step, src, "maskrcnn", prev)), m))
+        prev = name
     # The seeds' memory boundary: 8 examples of 2560x2560 on one core do not
     # fit; the same 8 per replica fit again when split 4 or 8 ways.
     out.append(("traces/retinanet-2560-v3-8.json",
@@ -679,9 +825,12 @@ def check_refs(t):
     allowed = {
         "conv": {"filters", "kernel", "strides", "padding", "dilation", "use_bias",
                  "share_weights", "trainable", "groups"},
-        "conv_transpose": {"filters", "kernel", "strides", "padding", "trainable"},
+        "conv_transpose": {"filters", "kernel", "strides", "padding", "trainable",
+                           "use_bias"},
         "dense": {"units", "use_bias", "trainable"},
-        "batchnorm": {"trainable"}, "relu": set(), "sigmoid": set(), "flatten": set(),
+        "batchnorm": {"trainable", "statistics"},
+        "roi_align": {"rois", "output", "levels"}, "relu": set(), "sigmoid": set(),
+        "flatten": {"keep"},
         "global_avgpool": set(), "add": set(), "concat": set(),
         "maxpool": {"window", "strides", "padding"},
         "avgpool": {"window", "strides", "padding"},
@@ -689,7 +838,8 @@ def check_refs(t):
     }
     seen = {i["name"] for i in t["graph"]["inputs"]}
     for layer in t["graph"]["layers"]:
-        extra = set(layer) - {"name", "op", "in", "dtype"} - allowed[layer["op"]]
+        extra = (set(layer) - {"name", "op", "in", "dtype", "core"}
+                 - allowed[layer["op"]])
         if extra:
             raise TraceError("%s: keys %r" % (layer["name"], sorted(extra)))
         ins = layer["in"] if isinstance(layer["in"], list) else [layer["in"]]

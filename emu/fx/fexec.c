@@ -83,6 +83,9 @@ int fx_contributes(const fx_state *x, int core, int l)
     if (plan_shard_at(x->p, co) != shard)
         return 0;
     const glayer *L = &x->g->layers[l];
+    /* a placed layer's values (partial sums, losses) exist on its core */
+    if (graph_core(L) >= 0 && x->p->cpr > 1)
+        return shard == graph_core(L);
     for (int d = 0; d < x->p->nsp && d < SP; d++) {
         int held = d < L->out.nsp && fx_is_split(x, l, d);
         if (!held && co[d] != 0)
@@ -368,8 +371,9 @@ tpu_status fx_new(fx_state **out, const graph *g, const plan *p,
                             (long long)cfg->n_init_weights, (long long)nw);
         }
     }
-    for (size_t i = 0; i < progs[0].n; i++) {
-        const fw_insn *in = &progs[0].code[i];
+    for (int k = 0; k < p->cpr; k++) /* a placed layer's are on its core */
+    for (size_t i = 0; i < progs[k].n; i++) {
+        const fw_insn *in = &progs[k].code[i];
         /* collectives only move data: an add whose dY is gathered for a
          * replicated operand still forms its gradients lazily */
         if (in->phase == PHASE_BWD && in->layer >= 0 && in->fx != FX_NONE &&
@@ -615,7 +619,7 @@ tpu_status fx_ensure_grad(fx_state *x, int core, int l, tpu_error *err)
     fx_core *c = &x->cs[core];
     while (c->swept > l + 1) {
         int j = --c->swept;
-        if (x->has_bwd[j] || c->done_bwd[j])
+        if (x->has_bwd[j] || c->done_bwd[j] || !fx_runs(x, core, j))
             continue;
         c->done_bwd[j] = 1;
         tpu_status rc = fxv_lazy_backward(x, core, j, err);
@@ -888,6 +892,8 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
     }
     for (int k = 0; k < x->p->cores && !rc; k++) {
         const fxt_tens *t;
+        if (!fx_runs(x, k, ol))
+            continue;
         if ((rc = fx_act_of(x, k, ol, &t, err)))
             break;
         int64_t npos = fxt_npos(t);

@@ -306,6 +306,10 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
 
 tpu_status fx_collective(fx_state *x, const fw_insn *const *ins, tpu_error *err)
 {
+    int l = ins[0]->layer;
+    if (l >= 0 && x->g->layers[l].op == GOP_ROI_ALIGN &&
+        ins[0]->op == FW_ALLGATHER)
+        return fxr_collective(x, ins, err);
     switch ((fw_op)ins[0]->op) {
     case FW_HALO:
         return coll_halo(x, ins, err);

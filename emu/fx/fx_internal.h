@@ -12,6 +12,7 @@
  *   fx_coll.c       halo exchange, all-gather, all-reduce (fx_collective)
  *   fx_group.c      grouped and depthwise convolutions' candidates (fxg_)
  *   fx_ops.c        elementwise and activation layers (fxo_)
+ *   fx_roi.c        roi_align, and which core runs a placed layer (fxr_)
  *
  * Storage.  Every core holds, per layer, its shard of the layer's output
  * (`act`) and of the output's gradient (`grad`), and the windows its
@@ -221,5 +222,17 @@ tpu_status fxo_ew_reduce(fx_state *x, int l, tpu_error *err);
 
 tpu_status fxl_forward(fx_state *x, int core, int l, tpu_error *err);
 tpu_status fxl_backward(fx_state *x, int core, int l, tpu_error *err);
+
+/* ---- emu/fx/fx_roi.c ---------------------------------------------------- */
+
+/* Whether core runs layer l (a layer placed on another core of the
+ * replica, "core", has no values there). */
+int fx_runs(const fx_state *x, int core, int l);
+/* roi_align's forward and backward passes, and its collectives (the
+ * levels gathered; the placed core's level gradients handed out). */
+tpu_status fxr_forward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxr_backward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxr_collective(fx_state *x, const fw_insn *const *ins,
+                          tpu_error *err);
 
 #endif

@@ -123,7 +123,9 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
                 int miss = 0, got = fxt_locate(in, g, li, &miss);
                 if (got < 0)
                     return fx_missing(err, x, core, l, "flatten", miss);
-                float *dst = &o->v[b * o->C + pos * in->C];
+                /* the output is whole: a per-ROI flatten's rows follow
+                 * on in the same order */
+                float *dst = &o->v[b * fxt_example(o) + pos * in->C];
                 const float *src = got ? &in->v[fxt_at(in, b, li, 0)] : NULL;
                 for (int64_t ch = 0; ch < in->C; ch++)
                     dst[ch] = fxt_round(src ? src[ch] : 0.0f, L->dtype_bytes);
@@ -203,8 +205,9 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
     int64_t C = L->out.c;
     float *bn = c->bn[l];
     const float *W = fx_wts(x, l);
-    if (!x->g->train) {
-        /* Inference (Keras training=False) normalises with the moving
+    if (!x->g->train || L->bn_moving) {
+        /* Inference (Keras training=False), or "statistics": "moving"
+         * in training, normalises with the moving
          * mean and variance.  tpuemu keeps no trained state: they are a
          * freshly built BatchNormalization's, 0 and 1 (its
          * moving_mean_initializer zeros, moving_variance_initializer
@@ -557,6 +560,13 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
         return rc;
     int64_t C = L->out.c, rows = gy->B * fxt_npos(gy);
     const float *bn = c->bn[l], *W = fx_wts(x, l);
+    if (L->bn_moving) { /* constant statistics: a per-channel scale */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t ch = 0; ch < C; ch++)
+                gx->v[r * C + ch] +=
+                    gy->v[r * C + ch] * (W[ch] * bn[3 * C + ch]);
+        return TPU_OK;
+    }
     float n = (float)(x->p->batch * fx_gpos_count(L));
     for (int64_t r = 0; r < rows; r++)
         for (int64_t ch = 0; ch < C; ch++) {
@@ -812,7 +822,8 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
                 int64_t loc[SP], g[SP];
                 fxt_global(gx, pos, loc, g);
                 float *dst = &gx->v[fxt_at(gx, b, loc, 0)];
-                const float *src = &gy->v[b * gy->C + fxt_gflat(gx, g, 0)];
+                const float *src =
+                    &gy->v[b * fxt_example(gy) + fxt_gflat(gx, g, 0)];
                 for (int64_t ch = 0; ch < gx->C; ch++)
                     dst[ch] += src[ch];
             }
@@ -858,6 +869,8 @@ tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_ELEMWISE:
     case GOP_ACT:
         return fxo_forward(x, core, l, err);
+    case GOP_ROI_ALIGN:
+        return fxr_forward(x, core, l, err);
     default:
         return fwd_elementwise(x, core, l, err);
     }
@@ -877,6 +890,8 @@ tpu_status fxv_backward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_ELEMWISE:
     case GOP_ACT:
         return fxo_backward(x, core, l, err);
+    case GOP_ROI_ALIGN:
+        return fxr_backward(x, core, l, err);
     default:
         return bwd_act(x, core, l, err);
     }

@@ -28,6 +28,10 @@
  * Dropout keeps element e of example b of layer l at step s when
  *   u(seed, FXD_TAG_DROPOUT + l, (s*G + b)*E + e) >= rate,
  * and scales the kept ones by 1/(1-rate).
+ * roi_align layer's ROI r of example b at step s, with idx0 =
+ *   ((s*G + b)*rois + r)*5: level floor(u(seed, FXD_TAG_ROI, idx0) * levels),
+ *   box rows between u(.., idx0+1) and u(.., idx0+2) times (H-1), columns
+ *   between u(.., idx0+3) and u(.., idx0+4) times (W-1) of that level.
  */
 #ifndef EMU_FXDATA_H
 #define EMU_FXDATA_H
@@ -39,7 +43,8 @@ enum {
     FXD_TAG_TEMPLATE = 1000,
     FXD_TAG_INPUT = 2000,
     FXD_TAG_WEIGHT = 100000,
-    FXD_TAG_DROPOUT = 200000
+    FXD_TAG_DROPOUT = 200000,
+    FXD_TAG_ROI = 300000
 };
 
 uint64_t fxd_hash(uint64_t seed, uint64_t tag, uint64_t idx);
