@@ -20,7 +20,8 @@ static const char usage[] =
     "usage: tpuemu advise TRACE.json|MODEL [--slices LIST|all|v2|v3]\n"
     "                    [--max-chips N] [--batch N] [--max-cpr N]\n"
     "                    [--price USD] [--top N] [--jobs N]\n"
-    "                    [--csv FILE] [--png FILE] [--print-commands --out DIR]\n"
+    "                    [--csv FILE] [--png FILE] [--print-commands --out "
+    "DIR]\n"
     "                    [--set KEY=VALUE ...] [--freeze LIST]\n"
     "                    [import options of a model: --input, --mode, --loss,\n"
     "                    --allow-identity, --system]\n"
@@ -91,8 +92,10 @@ static int take_set(advise_args *a, const char *v)
             return cli_error(2, "--set %s: given twice (%s, then %s)", b,
                              a->vals[i], b + (eq - v) + 1);
     if (!tpu_param_find(b))
-        return cli_error(2, "--set %s: unknown parameter (see tpuemu run "
-                            "--help for the list)", b);
+        return cli_error(2,
+                         "--set %s: unknown parameter (see tpuemu run "
+                         "--help for the list)",
+                         b);
     a->keys[a->n_sets] = b;
     a->vals[a->n_sets++] = b + (eq - v) + 1;
     return 0;
@@ -107,8 +110,10 @@ static int take_own(advise_args *a, int argc, char **argv, int *i)
     struct {
         const char *name;
         const char **dst;
-    } strs[] = {{"--slices", &a->slices}, {"--csv", &a->csv},
-                {"--png", &a->png},       {"--out", &a->out},
+    } strs[] = {{"--slices", &a->slices},
+                {"--csv", &a->csv},
+                {"--png", &a->png},
+                {"--out", &a->out},
                 {"--freeze", &a->freeze}};
     for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++)
         if ((r = cli_take(argc, argv, i, strs[k].name, &v)) != 0) {
@@ -130,13 +135,14 @@ static int take_own(advise_args *a, int argc, char **argv, int *i)
                 {"--keep-splits", &a->keep, 0, 1 << 20}};
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
         if ((r = cli_take(argc, argv, i, ints[k].name, &v)) != 0) {
-            if (r < 0 || cli_int(ints[k].name, v, ints[k].lo, ints[k].hi,
-                                 ints[k].dst))
+            if (r < 0 ||
+                cli_int(ints[k].name, v, ints[k].lo, ints[k].hi, ints[k].dst))
                 return 2;
-            if (ints[k].dst == &a->max_cpr &&
-                (a->max_cpr & (a->max_cpr - 1)))
-                return cli_error(2, "--max-cpr %s: not a power of two "
-                                    "(every slice has 2^k cores)", v);
+            if (ints[k].dst == &a->max_cpr && (a->max_cpr & (a->max_cpr - 1)))
+                return cli_error(2,
+                                 "--max-cpr %s: not a power of two "
+                                 "(every slice has 2^k cores)",
+                                 v);
             return 0;
         }
     if ((r = cli_take(argc, argv, i, "--price", &v)) != 0) {
@@ -160,8 +166,7 @@ static int take_own(advise_args *a, int argc, char **argv, int *i)
     return -1;
 }
 
-static int parse_args(advise_args *a, int argc, char **argv,
-                      const char **path)
+static int parse_args(advise_args *a, int argc, char **argv, const char **path)
 {
     memset(a, 0, sizeof *a);
     a->top = -1;
@@ -174,8 +179,7 @@ static int parse_args(advise_args *a, int argc, char **argv,
                 return r;
             continue;
         }
-        r = cli_import_take(&a->ko, a->allow, sizeof a->allow, argc, argv,
-                            &i);
+        r = cli_import_take(&a->ko, a->allow, sizeof a->allow, argc, argv, &i);
         if (r < 0)
             return 2;
         if (r > 0) {
@@ -183,11 +187,15 @@ static int parse_args(advise_args *a, int argc, char **argv,
             continue;
         }
         if (argv[i][0] == '-' && argv[i][1])
-            return cli_error(2, "advise: unknown option '%s' (see tpuemu "
-                                "advise --help)", argv[i]);
+            return cli_error(2,
+                             "advise: unknown option '%s' (see tpuemu "
+                             "advise --help)",
+                             argv[i]);
         if (*path)
-            return cli_error(2, "advise: one trace or model, got '%s' and "
-                                "'%s'", *path, argv[i]);
+            return cli_error(2,
+                             "advise: one trace or model, got '%s' and "
+                             "'%s'",
+                             *path, argv[i]);
         *path = argv[i];
     }
     if (!*path)
@@ -210,8 +218,8 @@ static int parse_args(advise_args *a, int argc, char **argv,
 /* The slices --slices names (default: every slice of gen but the
  * one-chip v?-2, which Cloud TPU does not offer), at most max_chips
  * chips. */
-static int pick_slices(const advise_args *a, int gen,
-                       const tpu_system **out, int *n)
+static int pick_slices(const advise_args *a, int gen, const tpu_system **out,
+                       int *n)
 {
     *n = 0;
     const char *l = a->slices ? a->slices : "all";
@@ -238,22 +246,25 @@ static int pick_slices(const advise_args *a, int gen,
             char q[128];
             cli_shown(q, sizeof q, s);
             if (!t)
-                return cli_error(2, "--slices: unknown slice '%s' (v2-8 ... "
-                                    "v2-512, v3-8 ... v3-2048, all, v2, "
-                                    "v3)", q);
+                return cli_error(2,
+                                 "--slices: unknown slice '%s' (v2-8 ... "
+                                 "v2-512, v3-8 ... v3-2048, all, v2, "
+                                 "v3)",
+                                 q);
             for (int k = 0; k < *n; k++)
                 if (out[k] == t)
                     return cli_error(2, "--slices: %s given twice", q);
             if (*n == ADVISE_MAX_SLICES)
-                return cli_error(2, "--slices: at most %d",
-                                 ADVISE_MAX_SLICES);
+                return cli_error(2, "--slices: at most %d", ADVISE_MAX_SLICES);
             if (!a->max_chips || (t->cores + 1) / 2 <= a->max_chips)
                 out[(*n)++] = t;
         }
     }
     if (*n == 0)
-        return cli_error(2, "--max-chips %lld: no slice of %s is that "
-                            "small", (long long)a->max_chips, l);
+        return cli_error(2,
+                         "--max-chips %lld: no slice of %s is that "
+                         "small",
+                         (long long)a->max_chips, l);
     return 0;
 }
 
@@ -266,20 +277,21 @@ static int load(advise_args *a, const char *path, cJSON **base, graph *g)
     size_t raw_len = 0;
     memset(g, 0, sizeof *g);
     *base = NULL;
-    if (keras_read(path, &doc, &raw, &raw_len, shown, (int)sizeof shown,
-                   &err))
+    if (keras_read(path, &doc, &raw, &raw_len, shown, (int)sizeof shown, &err))
         return cli_fail(&err);
     if (keras_is_trace(doc)) {
         free(raw);
         if (a->model_opts) {
             cJSON_Delete(doc);
-            return cli_error(2, "advise: %s is a trace: the import options "
-                                "apply to model files", path);
+            return cli_error(2,
+                             "advise: %s is a trace: the import options "
+                             "apply to model files",
+                             path);
         }
         char *text = cJSON_PrintUnformatted(doc);
-        tpu_status st = text ? graph_parse(g, text, strlen(text), path, &err)
-                             : tpu_fail(&err, TPU_ERR_SYSTEM,
-                                        "out of host memory");
+        tpu_status st =
+            text ? graph_parse(g, text, strlen(text), path, &err)
+                 : tpu_fail(&err, TPU_ERR_SYSTEM, "out of host memory");
         free(text);
         if (st) {
             cJSON_Delete(doc);
@@ -346,8 +358,8 @@ static int any_range(const row *r, int n)
     return n > 0;
 }
 
-static void print_table(const advise_result *res, const row *r, int n,
-                        int top, const char *title)
+static void print_table(const advise_result *res, const row *r, int n, int top,
+                        const char *title)
 {
     int ranged = any_range(r, n);
     printf("\n%s\n", title);
@@ -365,11 +377,11 @@ static void print_table(const advise_result *res, const row *r, int n,
         /* a row whose step time could be the first row's under the
          * unconfirmed assumptions */
         if (ranged && i > 0)
-            printf("  %s", advise_distinguishable(r[0].c->step_lo_s,
-                                                  r[0].c->step_hi_s,
-                                                  c->step_lo_s, c->step_hi_s)
-                               ? ""
-                               : "not distinguishable");
+            printf("  %s",
+                   advise_distinguishable(r[0].c->step_lo_s, r[0].c->step_hi_s,
+                                          c->step_lo_s, c->step_hi_s)
+                       ? ""
+                       : "not distinguishable");
         printf("\n");
     }
     if (top && n > top)
@@ -387,15 +399,16 @@ static void csv_field_split(FILE *f, const advise_split *sp)
     fprintf(f, "]\"");
 }
 
-static tpu_status write_csv(outfile *of, const advise_result *res,
-                            const row *r, int n)
+static tpu_status write_csv(outfile *of, const advise_result *res, const row *r,
+                            int n)
 {
     FILE *f = of->f;
     int ranged = any_range(r, n);
-    fprintf(f, "rank,slice,chips,cores,input_partition_dims,"
-               "cores_per_replica,replicas,global_batch,examples_per_replica,"
-               "step_time_s,%sexamples_per_s,examples_per_s_per_chip,"
-               "hbm_per_core_bytes,usd_per_chip_hour,usd_per_1m_examples\n",
+    fprintf(f,
+            "rank,slice,chips,cores,input_partition_dims,"
+            "cores_per_replica,replicas,global_batch,examples_per_replica,"
+            "step_time_s,%sexamples_per_s,examples_per_s_per_chip,"
+            "hbm_per_core_bytes,usd_per_chip_hour,usd_per_1m_examples\n",
             ranged ? "step_time_low_s,step_time_high_s," : "");
     for (int i = 0; i < n; i++) {
         const advise_cand *c = r[i].c;
@@ -410,8 +423,8 @@ static tpu_status write_csv(outfile *of, const advise_result *res,
                 c->step_s);
         if (ranged)
             fprintf(f, "%.9g,%.9g,", c->step_lo_s, c->step_hi_s);
-        fprintf(f, "%.9g,%.9g,%.0f,%.6g,%.6g\n", c->ex_per_s,
-                c->ex_per_s_chip, c->hbm_need_bytes, price, c->usd_per_mex);
+        fprintf(f, "%.9g,%.9g,%.0f,%.6g,%.6g\n", c->ex_per_s, c->ex_per_s_chip,
+                c->hbm_need_bytes, price, c->usd_per_mex);
     }
     return TPU_OK;
 }
@@ -455,9 +468,8 @@ static int pareto(const double *x, const double *y, int n, double *fx,
 
 /* Step time against chips: one line per cores-per-replica (the fastest
  * split of that size on each slice), and the Pareto front. */
-static tpu_status chart_chips(outfile *of, const char *title,
-                              const row *r, int n, double *buf,
-                              tpu_error *err)
+static tpu_status chart_chips(outfile *of, const char *title, const row *r,
+                              int n, double *buf, tpu_error *err)
 {
     chart_series s[ADVISE_CHART_SERIES + 1];
     char names[ADVISE_CHART_SERIES + 1][48];
@@ -501,8 +513,7 @@ static tpu_status chart_chips(outfile *of, const char *title,
     int m = pareto(px, py, n, fx, fy);
     snprintf(names[ns], sizeof names[ns], "Pareto front");
     s[ns++] = (chart_series){names[ns - 1], fx, fy, m};
-    return chart_lines_png_to(of, title, "chips", "step time (s)", s, ns,
-                              err);
+    return chart_lines_png_to(of, title, "chips", "step time (s)", s, ns, err);
 }
 
 /* Price of 1M examples against step time: one line per slice, and the
@@ -527,8 +538,7 @@ static tpu_status chart_cost(outfile *of, const char *title,
             }
         if (!m)
             continue;
-        s[ns++] = (chart_series){o->slices[si]->name, sx + used, sy + used,
-                                 m};
+        s[ns++] = (chart_series){o->slices[si]->name, sx + used, sy + used, m};
         used += m;
     }
     for (int i = 0; i < n; i++) {
@@ -537,8 +547,8 @@ static tpu_status chart_cost(outfile *of, const char *title,
     }
     int m = pareto(px, py, n, fx, fy);
     s[ns++] = (chart_series){"Pareto front", fx, fy, m};
-    return chart_lines_png_to(of, title, "step time (s)",
-                              "USD per 1M examples", s, ns, err);
+    return chart_lines_png_to(of, title, "step time (s)", "USD per 1M examples",
+                              s, ns, err);
 }
 
 /* --csv and --png, all or nothing. */
@@ -628,11 +638,11 @@ static int print_commands(const advise_args *a, const advise_opts *o,
             for (int k = 0; d && k < sp->rank; k++)
                 cJSON_AddItemToArray(d, cJSON_CreateNumber(sp->pd[k]));
             char why[64];
-            cJSON *full = d ? sweep_pd_for(o->base, o->g, d, sp->rank, why,
-                                           sizeof why)
-                            : NULL;
-            cJSON *doc = full ? sweep_variant_doc(o->base, full, sp->cpr)
-                              : NULL;
+            cJSON *full =
+                d ? sweep_pd_for(o->base, o->g, d, sp->rank, why, sizeof why)
+                  : NULL;
+            cJSON *doc =
+                full ? sweep_variant_doc(o->base, full, sp->cpr) : NULL;
             char *text = doc ? cli_json_text(doc) : NULL;
             cJSON_Delete(d);
             cJSON_Delete(full);
@@ -765,10 +775,9 @@ int cli_advise(int argc, char **argv)
         printf("%s (%s), global batch %lld: %d slice%s x %d split%s: %d "
                "candidates; %d fit, %d do not fit in HBM, %d refused "
                "(the batch does not split over the replicas)%s%.0d%s\n",
-               g.name, path, (long long)o.global_batch, ns,
-               ns == 1 ? "" : "s", nsplits, nsplits == 1 ? "" : "s", res.n,
-               n, nofit, invalid, failed ? ", " : "", failed,
-               failed ? " failed" : "");
+               g.name, path, (long long)o.global_batch, ns, ns == 1 ? "" : "s",
+               nsplits, nsplits == 1 ? "" : "s", res.n, n, nofit, invalid,
+               failed ? ", " : "", failed, failed ? " failed" : "");
         if (ranked)
             printf("%d slower splits not simulated on the larger slices: "
                    "ranked on the smallest slice that holds a replica "

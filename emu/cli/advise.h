@@ -42,15 +42,15 @@ typedef enum {
 /* One slice x split x batch. */
 typedef struct {
     const tpu_system *sys;
-    int slice;                 /* index into advise_opts.slices */
-    int split;                 /* index into advise_result.split */
+    int slice; /* index into advise_opts.slices */
+    int split; /* index into advise_result.split */
     int cpr, replicas, chips;
     int64_t global_batch, per_replica;
     advise_state state;
-    int pruned;                /* decided without a simulation: ADV_NOFIT
-                                  from a smaller batch's miss, ADV_FITS
-                                  from a larger one's fit (fit_only),
-                                  ADV_SKIPPED as not needed (first_fits) */
+    int pruned; /* decided without a simulation: ADV_NOFIT
+                   from a smaller batch's miss, ADV_FITS
+                   from a larger one's fit (fit_only),
+                   ADV_SKIPPED as not needed (first_fits) */
     double hbm_need_bytes, hbm_cap_bytes;
     double step_s;
     /* The step time's range under the unconfirmed ([U]) assumptions,
@@ -59,33 +59,33 @@ typedef struct {
     int has_range;
     double step_lo_s, step_hi_s;
     double ex_per_s, ex_per_s_chip;
-    double usd_per_mex;        /* 1M examples at the chip-hour price */
-    char why[1024];            /* ADV_FAILED, ADV_INVALID: the message */
+    double usd_per_mex; /* 1M examples at the chip-hour price */
+    char why[1024];     /* ADV_FAILED, ADV_INVALID: the message */
 } advise_cand;
 
 /* One split of the first input: N, the spatial factors, C. */
 typedef struct {
     int rank, cpr;
     int pd[GRAPH_MAX_PDIMS];
-    char label[48];            /* "1x4x2x1" */
-    int ok;                    /* the variant trace reads */
-    char why[1024];            /* !ok: the reader's message */
+    char label[48]; /* "1x4x2x1" */
+    int ok;         /* the variant trace reads */
+    char why[1024]; /* !ok: the reader's message */
 } advise_split;
 
 typedef struct {
-    const char *path;          /* names the trace in messages */
-    const struct cJSON *base;  /* the trace's JSON (variants are built
-                                  from it) */
-    const graph *g;            /* the trace as read */
+    const char *path;         /* names the trace in messages */
+    const struct cJSON *base; /* the trace's JSON (variants are built
+                                 from it) */
+    const graph *g;           /* the trace as read */
     const tpu_system *const *slices;
     int nslices;
-    int64_t global_batch;      /* 0: the trace's */
-    int max_cpr;               /* 0: ADVISE_MAX_CPR */
-    const char *freeze;        /* --freeze, or NULL */
+    int64_t global_batch; /* 0: the trace's */
+    int max_cpr;          /* 0: ADVISE_MAX_CPR */
+    const char *freeze;   /* --freeze, or NULL */
     int n_sets;
     const char *const *set_keys, *const *set_values;
-    int jobs;                  /* threads; 0: the online processors, at
-                                  most 8 */
+    int jobs; /* threads; 0: the online processors, at
+                 most 8 */
     /* Only whether each candidate fits (the lowering, not the engine):
      * run's suggestions.  A fit at one batch per replica stands for every
      * smaller one of the same split, a miss for every larger one. */
@@ -94,9 +94,9 @@ typedef struct {
      * of the fewest cores per replica that fit; the search stops once
      * this many slices have a fit.  0: every candidate. */
     int first_fits;
-    double deadline_s;         /* wall time after which the rest is
-                                  ADV_SKIPPED; 0: none */
-    double usd_chip_hour;      /* 0: the generation's (tpu_chip_price) */
+    double deadline_s;    /* wall time after which the rest is
+                             ADV_SKIPPED; 0: none */
+    double usd_chip_hour; /* 0: the generation's (tpu_chip_price) */
     /* On a slice larger than the smallest holding a replica, simulate
      * only this many of the splits of one cores-per-replica, the fastest
      * there (advise_search); 0: every split. */
@@ -108,7 +108,7 @@ typedef struct {
     int nsplits;
     advise_cand *c;
     int n;
-    int skipped;               /* candidates the deadline left out */
+    int skipped; /* candidates the deadline left out */
     double elapsed_s;
 } advise_result;
 
@@ -123,8 +123,11 @@ void advise_result_free(advise_result *res);
 /* Two step times known only within [lo, hi] each are told apart when
  * the ranges do not overlap: 1 then, 0 when either could be the
  * faster. */
-int advise_distinguishable(double lo_a, double hi_a, double lo_b,
-                           double hi_b);
+static inline int advise_distinguishable(double lo_a, double hi_a, double lo_b,
+                                         double hi_b)
+{
+    return hi_a < lo_b || hi_b < lo_a;
+}
 
 /* The on-demand price of one chip-hour of generation gen in USD
  * (emu/params.c, tpu_chip_price). */
@@ -140,7 +143,6 @@ double advise_usd_per_mex(double ex_per_s, int chips, double usd_chip_hour);
  * trace cannot be read again or nothing fits. */
 void advise_suggest(const char *trace_path, const char *system,
                     int64_t global_batch, const char *freeze, int n_sets,
-                    const char *const *set_keys,
-                    const char *const *set_values);
+                    const char *const *set_keys, const char *const *set_values);
 
 #endif

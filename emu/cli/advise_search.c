@@ -30,12 +30,6 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int advise_distinguishable(double lo_a, double hi_a, double lo_b,
-                           double hi_b)
-{
-    return hi_a < lo_b || hi_b < lo_a;
-}
-
 double advise_price(int gen)
 {
     const tpu_price *p = tpu_chip_price(gen);
@@ -69,11 +63,10 @@ static int pow2_at_least(int64_t v)
 
 /* The cores per replica searched on a slice: from the fewest that leave
  * every replica an example, to max_cpr (or that fewest, when larger). */
-static void cpr_range(const tpu_system *s, int64_t batch, int max_cpr,
-                      int *lo, int *hi)
+static void cpr_range(const tpu_system *s, int64_t batch, int max_cpr, int *lo,
+                      int *hi)
 {
-    *lo = s->cores > batch ? pow2_at_least((s->cores + batch - 1) / batch)
-                           : 1;
+    *lo = s->cores > batch ? pow2_at_least((s->cores + batch - 1) / batch) : 1;
     *hi = max_cpr > *lo ? max_cpr : *lo;
     if (*hi > s->cores)
         *hi = s->cores;
@@ -158,9 +151,8 @@ static tpu_status variant_graph(const advise_opts *o, const advise_split *sp,
     for (int k = 0; d && k < sp->rank; k++)
         cJSON_AddItemToArray(d, cJSON_CreateNumber(sp->pd[k]));
     char why[64] = "out of memory";
-    cJSON *full = d ? sweep_pd_for(o->base, o->g, d, sp->rank, why,
-                                   sizeof why)
-                    : NULL;
+    cJSON *full =
+        d ? sweep_pd_for(o->base, o->g, d, sp->rank, why, sizeof why) : NULL;
     cJSON *doc = full ? sweep_variant_doc(o->base, full, sp->cpr) : NULL;
     char *text = doc ? cJSON_PrintUnformatted(doc) : NULL;
     cJSON_Delete(d);
@@ -180,14 +172,14 @@ static tpu_status variant_graph(const advise_opts *o, const advise_split *sp,
 typedef struct {
     const advise_opts *o;
     advise_result *res;
-    graph *vg;              /* one per split */
-    int *order;             /* candidates in the order they are taken */
+    graph *vg;  /* one per split */
+    int *order; /* candidates in the order they are taken */
     int next;
     /* per split: the smallest batch per replica known not to fit, and
      * (fit_only) the largest known to fit */
     int64_t *nofit_min, *fit_max;
-    int *slice_cpr;         /* first_fits: per slice, the fewest cores
-                               per replica that fit there (0: none yet) */
+    int *slice_cpr; /* first_fits: per slice, the fewest cores
+                       per replica that fit there (0: none yet) */
     int slices_found;
     double t0;
     pthread_mutex_t mu;
@@ -423,8 +415,8 @@ static void derive(const advise_opts *o, advise_result *res)
         advise_cand *c = &res->c[i];
         if (c->state != ADV_FITS || !(c->step_s > 0))
             continue;
-        double price = o->usd_chip_hour > 0 ? o->usd_chip_hour
-                                            : advise_price(c->sys->gen);
+        double price =
+            o->usd_chip_hour > 0 ? o->usd_chip_hour : advise_price(c->sys->gen);
         c->ex_per_s = (double)c->global_batch / c->step_s;
         c->ex_per_s_chip = c->ex_per_s / c->chips;
         c->usd_per_mex = advise_usd_per_mex(c->ex_per_s, c->chips, price);
@@ -443,8 +435,8 @@ static int run_pool(const advise_opts *o, advise_result *res, graph *vg)
     order_key *keys = malloc((size_t)(res->n ? res->n : 1) * sizeof *keys);
     pl.nofit_min = malloc((size_t)res->nsplits * sizeof *pl.nofit_min);
     pl.fit_max = malloc((size_t)res->nsplits * sizeof *pl.fit_max);
-    pl.slice_cpr = calloc((size_t)(o->nslices ? o->nslices : 1),
-                          sizeof *pl.slice_cpr);
+    pl.slice_cpr =
+        calloc((size_t)(o->nslices ? o->nslices : 1), sizeof *pl.slice_cpr);
     int rc = -1;
     if (!pl.order || !keys || !pl.nofit_min || !pl.fit_max || !pl.slice_cpr)
         goto done;
@@ -518,8 +510,7 @@ static int same_group(const advise_cand *a, const advise_cand *b)
  * proxy first and only its keep_splits fastest on the larger slice (the
  * ICI model's cost grows with the slice: a v3-1024 step takes seconds to
  * simulate, a v3-32 one a tenth of that).  -1 when out of memory. */
-static int rank_on_proxies(const advise_opts *o, advise_result *res,
-                           graph *vg)
+static int rank_on_proxies(const advise_opts *o, advise_result *res, graph *vg)
 {
     advise_result px = *res;
     px.c = malloc((size_t)(res->n ? res->n : 1) * sizeof *px.c);
@@ -538,8 +529,8 @@ static int rank_on_proxies(const advise_opts *o, advise_result *res,
             continue;
         int many = 0;
         for (int j = 0; j < res->n; j++)
-            many |= j != i && res->c[j].sys == c->sys &&
-                    same_group(&res->c[j], c);
+            many |=
+                j != i && res->c[j].sys == c->sys && same_group(&res->c[j], c);
         if (!many)
             continue;
         /* one proxy per group and split */
@@ -594,8 +585,7 @@ tpu_status advise_search(const advise_opts *o, advise_result *res,
 {
     memset(res, 0, sizeof *res);
     double t0 = now_s();
-    int64_t batch = o->global_batch > 0 ? o->global_batch
-                                        : o->g->global_batch;
+    int64_t batch = o->global_batch > 0 ? o->global_batch : o->g->global_batch;
     int max_cpr = o->max_cpr > 0 ? o->max_cpr : ADVISE_MAX_CPR;
     int top = max_cpr;
     for (int si = 0; si < o->nslices; si++) {
@@ -619,8 +609,7 @@ tpu_status advise_search(const advise_opts *o, advise_result *res,
         if (vs == TPU_ERR_SYSTEM)
             st = tpu_fail(err, TPU_ERR_SYSTEM, "%s", e.msg);
         else if (vs)
-            snprintf(res->split[k].why, sizeof res->split[k].why, "%s",
-                     e.msg);
+            snprintf(res->split[k].why, sizeof res->split[k].why, "%s", e.msg);
     }
     if (!st && make_candidates(o, res, batch, max_cpr))
         st = tpu_fail(err, TPU_ERR_SYSTEM, "out of memory");
@@ -632,8 +621,7 @@ tpu_status advise_search(const advise_opts *o, advise_result *res,
         graph_free(&vg[k]);
     free(vg);
     for (int i = 0; !st && i < res->n; i++)
-        res->skipped +=
-            res->c[i].state == ADV_SKIPPED && !res->c[i].pruned;
+        res->skipped += res->c[i].state == ADV_SKIPPED && !res->c[i].pruned;
     if (!st)
         derive(o, res);
     res->elapsed_s = now_s() - t0;
@@ -654,8 +642,8 @@ static void suggest_line(const advise_result *res, const advise_cand *c)
     char pd[64] = "";
     size_t len = 0;
     for (int k = 0; k < sp->rank; k++)
-        len += (size_t)snprintf(pd + len, sizeof pd - len, "%s%d",
-                                k ? "," : "", sp->pd[k]);
+        len += (size_t)snprintf(pd + len, sizeof pd - len, "%s%d", k ? "," : "",
+                                sp->pd[k]);
     fprintf(stderr,
             "tpuemu: note: fits on %s with input_partition_dims [%s]: %d "
             "core%s per replica, %lld example%s per replica\n",
@@ -665,8 +653,7 @@ static void suggest_line(const advise_result *res, const advise_cand *c)
 
 void advise_suggest(const char *trace_path, const char *system,
                     int64_t global_batch, const char *freeze, int n_sets,
-                    const char *const *set_keys,
-                    const char *const *set_values)
+                    const char *const *set_keys, const char *const *set_values)
 {
     const tpu_system *own = tpu_system_find(system);
     cJSON *doc = NULL;
@@ -675,10 +662,11 @@ void advise_suggest(const char *trace_path, const char *system,
     tpu_error err = {0};
     graph g;
     memset(&g, 0, sizeof g);
-    if (!own || keras_read(trace_path, &doc, &raw, &raw_len, shown,
-                           (int)sizeof shown, &err) ||
-        !keras_is_trace(doc) || graph_parse(&g, raw, raw_len, trace_path,
-                                            &err)) {
+    if (!own ||
+        keras_read(trace_path, &doc, &raw, &raw_len, shown, (int)sizeof shown,
+                   &err) ||
+        !keras_is_trace(doc) ||
+        graph_parse(&g, raw, raw_len, trace_path, &err)) {
         cJSON_Delete(doc);
         free(raw);
         graph_free(&g);
@@ -726,22 +714,23 @@ void advise_suggest(const char *trace_path, const char *system,
             if (slices[si] == own || slices[si]->cores < own->cores)
                 continue;
             for (int i = 0; i < res.n; i++)
-                if (res.c[i].sys == slices[si] &&
-                    res.c[i].state == ADV_FITS) {
+                if (res.c[i].sys == slices[si] && res.c[i].state == ADV_FITS) {
                     suggest_line(&res, &res.c[i]);
                     more++;
                     break;
                 }
         }
         if (shown_n + more == 0 && res.skipped == 0)
-            fprintf(stderr, "tpuemu: note: no split of up to %d cores per "
-                            "replica fits on any v%d slice at global batch "
-                            "%lld\n",
+            fprintf(stderr,
+                    "tpuemu: note: no split of up to %d cores per "
+                    "replica fits on any v%d slice at global batch "
+                    "%lld\n",
                     ADVISE_MAX_CPR, own->gen, (long long)global_batch);
         if (res.skipped)
-            fprintf(stderr, "tpuemu: note: %d of %d candidates not tried "
-                            "in %.1f s (tpuemu advise %s searches them "
-                            "all)\n",
+            fprintf(stderr,
+                    "tpuemu: note: %d of %d candidates not tried "
+                    "in %.1f s (tpuemu advise %s searches them "
+                    "all)\n",
                     res.skipped, res.n, ADVISE_SUGGEST_S, trace_path);
     }
     advise_result_free(&res);
