@@ -31,6 +31,27 @@ static const tpu_system systems[] = {
 
 const tpu_system *tpu_systems(void) { return systems; }
 
+/* On-demand price of a chip-hour, USD.  [C] Cloud TPU pricing
+ * (cloud.google.com/tpu/pricing), single-device on-demand in us-central1
+ * as listed 2019-2023: v2-8 $4.50 and v3-8 $8.00 per hour, each 4 chips.
+ * [U] Pod slices were sold under commitment only, at no listed on-demand
+ * rate: the device's rate per chip stands for every slice (`advise
+ * --price` overrides it). */
+static const tpu_price prices[] = {
+    {2, 4.50 / 4, "Cloud TPU pricing, v2-8 on-demand us-central1 "
+                  "(2019-2023): $4.50/h for 4 chips"},
+    {3, 8.00 / 4, "Cloud TPU pricing, v3-8 on-demand us-central1 "
+                  "(2019-2023): $8.00/h for 4 chips"},
+};
+
+const tpu_price *tpu_chip_price(int gen)
+{
+    for (size_t i = 0; i < sizeof prices / sizeof prices[0]; i++)
+        if (prices[i].gen == gen)
+            return &prices[i];
+    return NULL;
+}
+
 const tpu_system *tpu_system_find(const char *name)
 {
     for (const tpu_system *s = systems; name && s->name; s++)

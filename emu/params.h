@@ -89,6 +89,17 @@ const tpu_system *tpu_system_find(const char *name);
 /* The table of slices, terminated by an entry with name == NULL. */
 const tpu_system *tpu_systems(void);
 
+/* What a chip-hour of a generation costs on demand, with the source and
+ * its date (emu/params.c). */
+typedef struct {
+    int gen;
+    double usd_per_chip_hour;
+    const char *source;
+} tpu_price;
+
+/* The price of generation gen; NULL when none is listed. */
+const tpu_price *tpu_chip_price(int gen);
+
 /* The chip data of generation gen (2 or 3). */
 void tpu_params_default(tpu_params *p, int gen);
 

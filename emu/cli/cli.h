@@ -26,6 +26,7 @@ int cli_probe_ici(int argc, char **argv);   /* allreduce, permute */
 int cli_sweep(int argc, char **argv);
 int cli_import(int argc, char **argv);
 int cli_summary(int argc, char **argv);
+int cli_advise(int argc, char **argv);
 
 /* Prints "tpuemu: error: <msg>" on stderr (one line); returns code. */
 int cli_error(int code, const char *fmt, ...)

@@ -24,6 +24,7 @@ static const command commands[] = {
     {"sweep", cli_sweep, "run a grid of configurations, gather CSV + chart"},
     {"import", cli_import, "a Keras model file (.json, .keras) as a trace"},
     {"summary", cli_summary, "a trace's layers: shapes, parameters, MACs"},
+    {"advise", cli_advise, "which slice and split: every one searched, ranked"},
 };
 
 static void usage(FILE *f)

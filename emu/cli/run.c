@@ -9,6 +9,7 @@
 #include "emu/out/chart.h"
 #include "emu/out/chrome_trace.h"
 #include "emu/out/npy.h"
+#include "emu/cli/advise.h"
 #include "emu/cli/cli.h"
 #include "emu/graph.h"
 #include "emu/out/outfile.h"
@@ -772,8 +773,12 @@ static int sim_failed(const run_args *ra, emu_result *r, tpu_status st,
             return code;
     }
     int code = cli_fail(err);
-    if (st == TPU_ERR_NOFIT)
+    if (st == TPU_ERR_NOFIT) {
         note_unwritten(ra);
+        /* what would fit, from the search `tpuemu advise` runs */
+        advise_suggest(ra->trace, r->system, r->global_batch, ra->w.freeze,
+                       ra->w.n_sets, ra->w.keys, ra->w.vals);
+    }
     return code;
 }
 

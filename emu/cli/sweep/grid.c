@@ -39,7 +39,13 @@ static int first_input(const graph *g)
 cJSON *sweep_pd_from_simple(const sweep *s, const cJSON *d, int rank,
                             char *why, size_t cap)
 {
-    const cJSON *run = cJSON_GetObjectItemCaseSensitive(s->base, "run");
+    return sweep_pd_for(s->base, &s->g, d, rank, why, cap);
+}
+
+cJSON *sweep_pd_for(const cJSON *base, const graph *g, const cJSON *d,
+                    int rank, char *why, size_t cap)
+{
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(base, "run");
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(run,
                                                         "input_partition_dims");
     cJSON *out = cJSON_CreateArray();
@@ -49,8 +55,8 @@ cJSON *sweep_pd_from_simple(const sweep *s, const cJSON *d, int rank,
     }
     int k = 0;
     if (!cJSON_IsArray(old) || cJSON_GetArraySize(old) == 0) {
-        for (int l = 0; l < s->g.n_layers; l++) {
-            const glayer *L = &s->g.layers[l];
+        for (int l = 0; l < g->n_layers; l++) {
+            const glayer *L = &g->layers[l];
             if (L->op != GOP_INPUT)
                 continue;
             cJSON_AddItemToArray(out, k++ == 0 || L->out.nsp + 2 == rank
@@ -525,14 +531,19 @@ int sweep_check_sets(const sweep *s)
  * trace.  NULL when out of memory. */
 static cJSON *make_variant(const sweep *s, const sweep_val *v)
 {
-    cJSON *t = cJSON_Duplicate(s->base, 1);
+    return sweep_variant_doc(s->base, v->pd, v->cpr);
+}
+
+cJSON *sweep_variant_doc(const cJSON *base, const cJSON *full_pd, int cpr)
+{
+    cJSON *t = cJSON_Duplicate(base, 1);
     if (!t)
         return NULL;
     cJSON *run = cJSON_GetObjectItemCaseSensitive(t, "run");
     cJSON_DeleteItemFromObjectCaseSensitive(run, "num_cores_per_replica");
     cJSON_DeleteItemFromObjectCaseSensitive(run, "input_partition_dims");
-    cJSON *pd = cJSON_Duplicate(v->pd, 1);
-    if (!pd || !cJSON_AddNumberToObject(run, "num_cores_per_replica", v->cpr)) {
+    cJSON *pd = cJSON_Duplicate(full_pd, 1);
+    if (!pd || !cJSON_AddNumberToObject(run, "num_cores_per_replica", cpr)) {
         cJSON_Delete(pd);
         cJSON_Delete(t);
         return NULL;

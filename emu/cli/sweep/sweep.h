@@ -1,5 +1,6 @@
 /* The pieces of `tpuemu sweep` (the files of emu/cli/sweep/), shared among
- * them only; the command's entry point is cli_sweep (emu/cli/cli.h).
+ * them (and, for the variant traces, with `tpuemu advise`); the command's
+ * entry point is cli_sweep (emu/cli/cli.h).
  *
  *   sweep.c            the command: options, the output directory, the
  *                      order of the steps
@@ -235,6 +236,15 @@ int sweep_expand_all(sweep *s, const cJSON *grid, cJSON **out);
  * choice; NULL with a message in why when out of memory. */
 cJSON *sweep_pd_from_simple(const sweep *s, const cJSON *d, int rank,
                             char *why, size_t cap);
+/* The same from a trace's JSON and its graph (`tpuemu advise` builds its
+ * variants with it). */
+cJSON *sweep_pd_for(const cJSON *base, const graph *g, const cJSON *d,
+                    int rank, char *why, size_t cap);
+/* The trace base with the run section of a partitioning: full_pd as
+ * input_partition_dims over cpr cores per replica, no reference (the
+ * published figure belongs to the base partitioning only).  NULL when
+ * out of memory. */
+cJSON *sweep_variant_doc(const cJSON *base, const cJSON *full_pd, int cpr);
 /* Every --set value accepted, alone and with the other keys of its grid
  * point, as `run --set` accepts them. */
 int sweep_check_sets(const sweep *s);
