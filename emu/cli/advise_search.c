@@ -13,9 +13,7 @@
 
 #include "emu/cli/advise.h"
 #include "emu/cli/sweep/sweep.h"
-#include "emu/cost.h"
 #include "emu/imp/keras.h"
-#include "emu/plan.h"
 #include "emu/sim.h"
 #include "firmware/lower.h"
 
@@ -186,8 +184,8 @@ typedef struct {
 } pool;
 
 /* Whether the candidate fits, from the lowering alone (no engine): what
- * sim_run checks before it times the step, on the same plan, chip data
- * and DMA cost cache. */
+ * sim_run checks before it times the step, through sim_lower on every
+ * core of one replica (replicas run the same programs). */
 static advise_state fit_check(const advise_opts *o, const graph *g,
                               advise_cand *c)
 {
@@ -201,28 +199,32 @@ static advise_state fit_check(const advise_opts *o, const graph *g,
             return ADV_INVALID;
     if (tpu_params_check(&hw, &err))
         return ADV_INVALID;
-    plan p;
-    if (plan_build(&p, g, c->sys, c->global_batch, &err))
-        return ADV_FAILED;
-    cost_dma *dc = cost_dma_new(&hw);
-    advise_state st = dc ? ADV_FITS : ADV_FAILED;
+    sim_opts so;
+    sim_opts_default(&so);
+    so.trace_path = o->path;
+    so.system = c->sys->name;
+    so.global_batch = c->global_batch;
+    so.n_sets = o->n_sets;
+    so.set_keys = o->set_keys;
+    so.set_values = o->set_values;
+    advise_state st = ADV_FITS;
     double need = 0;
-    for (int k = 0; st == ADV_FITS && k < p.cpr; k++) {
+    for (int k = 0; st == ADV_FITS && k < g->cores_per_replica; k++) {
         fw_program prog;
         fw_memory mem;
         memset(&prog, 0, sizeof prog);
-        if (fw_lower(g, &p, &hw, k, dc, &prog, &mem, &err)) {
+        memset(&mem, 0, sizeof mem);
+        tpu_status ls = sim_lower(g, &so, k, &prog, &mem, &err);
+        if (ls != TPU_OK && ls != TPU_ERR_NOFIT)
             st = ADV_FAILED;
-        } else {
+        else {
             if (mem.peak_bytes > need)
                 need = mem.peak_bytes;
-            if (need > hw.hbm.capacity_bytes)
+            if (ls == TPU_ERR_NOFIT || need > hw.hbm.capacity_bytes)
                 st = ADV_NOFIT;
         }
         fw_program_free(&prog);
     }
-    cost_dma_free(dc);
-    plan_free(&p);
     c->hbm_need_bytes = need;
     c->hbm_cap_bytes = hw.hbm.capacity_bytes;
     return st;
