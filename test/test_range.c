@@ -226,7 +226,7 @@ static void run_prints(th_ctx *t)
     TH_CHECKF(t, c->status == 0 &&
                      strstr(c->out, "over the unconfirmed assumptions, "
                                     "docs/VALIDATION.md") &&
-                     strstr(c->out, "the assumption that moves it most: "),
+                     strstr(c->out, "the assumption that moves the step most: "),
               "%d %s%s", c->status, c->out, c->err);
     th_run(c, "%s run " FAST " --no-range", th_bin());
     TH_CHECKF(t, c->status == 0 && !strstr(c->out, "unconfirmed") &&

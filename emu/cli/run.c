@@ -405,35 +405,38 @@ static void fmt_step(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%.4g", s);
 }
 
-/* The step's range over the unconfirmed assumptions, and the one that
- * moves it most with the step at both its ends. */
-static void print_range_line(const emu_result *r, const range_result *rr,
-                             int slow)
+/* The assumption that moves the step most, with the step at both its
+ * ends, then the step with its range over the unconfirmed assumptions
+ * (the step time stays the last line, as without a range). */
+static void print_range_lines(const emu_result *r, const range_result *rr,
+                              int slow)
 {
+    int top = range_top(rr);
+    if (top < 0) {
+        printf("no unconfirmed assumption moves the step (%d varied, one "
+               "at a time)\n",
+               rr->n);
+    } else {
+        const range_item *it = &rr->items[top];
+        char a[32] = "no time", b[32] = "no time";
+        if (it->low_s >= 0)
+            fmt_step(a, sizeof a, it->low_s);
+        if (it->high_s >= 0)
+            fmt_step(b, sizeof b, it->high_s);
+        printf("the assumption that moves the step most: %s (%s%s at %.4g, "
+               "%s%s at %.4g; --set %s=VALUE)\n",
+               it->key, a, it->low_s >= 0 ? " s" : "", it->low_value, b,
+               it->high_s >= 0 ? " s" : "", it->high_value, it->key);
+    }
     char st[32], lo[32], hi[32];
     fmt_step(st, sizeof st, r->step_time_s);
     fmt_step(lo, sizeof lo, rr->low_s);
     fmt_step(hi, sizeof hi, rr->high_s);
-    printf("step time %s s (%s-%s over the unconfirmed assumptions, "
+    /* "2.7e-05-3.6e-05" would read as a subtraction */
+    int sci = strchr(lo, 'e') || strchr(hi, 'e');
+    printf("step time %s s (%s%s%s over the unconfirmed assumptions, "
            "docs/VALIDATION.md; slowest core %d)\n",
-           st, lo, hi, slow);
-    int top = range_top(rr);
-    if (top < 0) {
-        printf("no unconfirmed assumption moves it (%d varied, one at a "
-               "time)\n",
-               rr->n);
-        return;
-    }
-    const range_item *it = &rr->items[top];
-    char a[32] = "no time", b[32] = "no time";
-    if (it->low_s >= 0)
-        fmt_step(a, sizeof a, it->low_s);
-    if (it->high_s >= 0)
-        fmt_step(b, sizeof b, it->high_s);
-    printf("the assumption that moves it most: %s (%s%s at %.4g, %s%s at "
-           "%.4g; --set %s=VALUE)\n",
-           it->key, a, it->low_s >= 0 ? " s" : "", it->low_value, b,
-           it->high_s >= 0 ? " s" : "", it->high_value, it->key);
+           st, lo, sci ? " to " : "-", hi, slow);
 }
 
 static void print_table(const emu_result *r, const range_result *rr)
@@ -444,7 +447,7 @@ static void print_table(const emu_result *r, const range_result *rr)
     print_rates(r, slow);
     print_memory(r);
     if (rr) {
-        print_range_line(r, rr, slow);
+        print_range_lines(r, rr, slow);
         return;
     }
     char st[32];
