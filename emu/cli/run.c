@@ -423,10 +423,21 @@ static void print_range_lines(const emu_result *r, const range_result *rr,
             fmt_step(a, sizeof a, it->low_s);
         if (it->high_s >= 0)
             fmt_step(b, sizeof b, it->high_s);
-        printf("the assumption that moves the step most: %s (%s%s at %.4g, "
-               "%s%s at %.4g; --set %s=VALUE)\n",
-               it->key, a, it->low_s >= 0 ? " s" : "", it->low_value, b,
-               it->high_s >= 0 ? " s" : "", it->high_value, it->key);
+        /* a value as --set takes it: whole numbers in full (800000000,
+         * not 8e+08) */
+        char lv[32], hv[32];
+        for (int e = 0; e < 2; e++) {
+            double v = e ? it->high_value : it->low_value;
+            char *d = e ? hv : lv;
+            if (v == (double)(long long)v && v < 1e15)
+                snprintf(d, sizeof lv, "%lld", (long long)v);
+            else
+                snprintf(d, sizeof lv, "%.4g", v);
+        }
+        printf("the assumption that moves the step most: %s (%s%s at %s, "
+               "%s%s at %s; --set %s=VALUE)\n",
+               it->key, a, it->low_s >= 0 ? " s" : "", lv, b,
+               it->high_s >= 0 ? " s" : "", hv, it->key);
     }
     char st[32], lo[32], hi[32];
     fmt_step(st, sizeof st, r->step_time_s);
