@@ -423,6 +423,123 @@ static int is_set(const tpu_params *p, const char *key)
     return i < NTABLE && (p->set_mask >> i & 1u);
 }
 
+/* ---- the plausible ranges of the unconfirmed keys ------------------------
+ * One row per [U] key of the table (test_range checks both ways): the
+ * range on v2 and on v3, and why.  `run` times the step at each end, one
+ * key at a time (emu/range.c, docs/RANGES.md). */
+
+typedef struct {
+    const char *key;
+    double lo2, hi2, lo3, hi3;
+    const char *why;
+    const char *hold;
+} pspan;
+
+static const pspan spans[] = {
+    {"clock_hz", 687e6, 700e6, 800e6, 940e6,
+     "no faster than CACM 2020's 700/940 MHz (its published peaks); Cloud "
+     "TPU's 180 and 420 TFLOP/s per 4-chip board read as 687/800 MHz",
+     NULL},
+    {"mxu.op_overhead_cycles", 0, 32, 0, 32,
+     "none (issue fully pipelined) up to a quarter of the 128-cycle weight "
+     "load a product overlaps",
+     NULL},
+    {"vpu.op_overhead_cycles", 0, 32, 0, 32,
+     "the matrix instructions' bound, for a vector instruction's issue",
+     NULL},
+    {"hbm.channels", 16, 32, 16, 32,
+     "a core's 2 stacks in legacy (8 channels each) or pseudo-channel mode "
+     "(16, JESD235A); the peak held at the published bandwidth",
+     "hbm.bandwidth_gbs"},
+    {"hbm.interleave_bytes", 64, 1024, 64, 1024,
+     "one burst (64 B) to one row (1 KiB): the address map's own bounds",
+     NULL},
+    {"hbm.queue_depth", 8, 32, 8, 32,
+     "half DRAMsim3's 16-entry queue up to Ramulator's 32", NULL},
+    {"ici.link_gbs", 49.6, 62, 65.6, 100,
+     "80% of CACM 2020's 496/656 Gbit/s (headers, flow control) up to the "
+     "raw rate; v3 up to the scaling book's 100 GB/s",
+     NULL},
+    {"ici.hop_latency_s", 0.1e-6, 2e-6, 0.1e-6, 2e-6,
+     "a switch hop of 2019 HPC networks (0.1 us) up to 2 us of router and "
+     "synchronisation per hop",
+     NULL},
+    {"ici.onchip_gbs", 62, 248, 82, 328,
+     "one link's speed up to 4x (Norrie et al. 2021 say 2x)", NULL},
+    {"ici.onchip_latency_s", 0.1e-6, 1e-6, 0.1e-6, 1e-6,
+     "no more than one off-chip hop (1 us)", NULL},
+    {"xla.halo_copy", 0, 1, 0, 1,
+     "the halo concatenate fused into the convolution (0) or copied (1)",
+     NULL},
+    {"xla.conv_pad_batch", 0, 1, 0, 1,
+     "a 3D layout pads the features alone (0) or the batch too (1)", NULL},
+    {"xla.halo_fused", 0, 1, 0, 1,
+     "each dimension's halo ops as separate passes (0) or one fusion (1)",
+     NULL},
+    {"xla.bn_stats_fused", 0, 1, 0, 1,
+     "batchnorm statistics as their own pass (0) or in the conv epilogue "
+     "(1)",
+     NULL},
+    {"xla.bn_apply_fused", 0, 1, 0, 1,
+     "batchnorm normalise as its own pass (0) or in its consumers (1)",
+     NULL},
+    {"xla.remat", 0, 1, 0, 1,
+     "whether the TPU compiler recomputes activations to fit; only a step "
+     "that fits by recomputing can move, and without it it does not fit",
+     NULL},
+    {"xla.group_conv", 0, 1, 0, 1,
+     "the fastest of XLA's lowerings (0) or the dense block-diagonal "
+     "filter ConvolutionGroupConverter builds (1)",
+     NULL},
+    {"vpu.madd_ops", 1, 2, 1, 2,
+     "a fused multiply-add (1) or a multiply and an add (2)", NULL},
+    {"ici.wrap", 0, 1, 0, 1,
+     "a partial slice cut from the pod's torus (0) or wired as its own "
+     "torus (1)",
+     NULL},
+};
+#define NSPANS (sizeof spans / sizeof spans[0])
+
+int tpu_param_span_get(const char *key, int gen, tpu_param_span *out)
+{
+    for (size_t i = 0; key && i < NSPANS; i++) {
+        const pspan *s = &spans[i];
+        if (strcmp(s->key, key) != 0)
+            continue;
+        if (out) {
+            out->key = s->key;
+            out->lo = gen == 2 ? s->lo2 : s->lo3;
+            out->hi = gen == 2 ? s->hi2 : s->hi3;
+            out->why = s->why;
+            out->hold = s->hold;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+void tpu_param_help_text(const tpu_param_info *k, char *buf, size_t cap)
+{
+    tpu_param_span s2, s3;
+    if (!tpu_param_span_get(k->key, 2, &s2) ||
+        !tpu_param_span_get(k->key, 3, &s3)) {
+        snprintf(buf, cap, "%s", k->source);
+        return;
+    }
+    char a[32], b[32], r[160];
+    fmt_exact(a, sizeof a, s3.lo);
+    fmt_exact(b, sizeof b, s3.hi);
+    if (s2.lo == s3.lo && s2.hi == s3.hi) {
+        snprintf(r, sizeof r, "[%s, %s]", a, b);
+    } else {
+        char c[32], d[32];
+        fmt_exact(c, sizeof c, s2.lo);
+        fmt_exact(d, sizeof d, s2.hi);
+        snprintf(r, sizeof r, "v2 [%s, %s], v3 [%s, %s]", c, d, a, b);
+    }
+    snprintf(buf, cap, "%s; range %s: %s", k->source, r, s3.why);
+}
+
 /* Keys whose value is spread over other keys' current values.  Applying
  * them in command-line order would make `--set hbm.bandwidth_gbs=450
  * --set hbm.channels=32` twice as fast as the other order, so a derived

@@ -120,6 +120,32 @@ const tpu_param_info *tpu_param_find(const char *key);
  * (each bound the shortest text that reads back exactly). */
 void tpu_param_range_text(const tpu_param_info *k, char *buf, size_t cap);
 
+/* The plausible range of an unconfirmed ([U]) key: where the assumption
+ * could lie given what is public (a figure it cannot exceed, the
+ * neighbouring generation, what the compiler could do).  The step's
+ * range over the unconfirmed assumptions moves one key at a time between
+ * lo and hi (emu/range.h, docs/RANGES.md).  A 0/1 switch spans both
+ * values. */
+typedef struct {
+    const char *key;
+    double lo, hi;     /* for the generation asked */
+    const char *why;   /* one line: why this range */
+    const char *hold;  /* a key held at its default while this one moves
+                          (hbm.channels keeps the published bandwidth), or
+                          NULL */
+} tpu_param_span;
+
+/* The plausible range of key on generation gen (2 or 3): 1 with *out
+ * filled for an unconfirmed key, 0 for any other (confirmed, derived,
+ * unknown). */
+int tpu_param_span_get(const char *key, int gen, tpu_param_span *out);
+
+/* A key's source as `run --help` prints it: the table's source, and for
+ * an unconfirmed key its plausible range on both generations with the
+ * reason ("... range v2 [687e6, 700e6], v3 [800e6, 940e6]: ...").  The
+ * text is cut to fit cap. */
+void tpu_param_help_text(const tpu_param_info *k, char *buf, size_t cap);
+
 /* Overrides one parameter from text ("hbm.bandwidth_gbs", "1200").
  * TPU_ERR_INPUT with a message for an unknown key, a bad value, or a key
  * that over-determines a quantity with one set before (hbm.bandwidth_gbs

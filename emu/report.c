@@ -205,6 +205,26 @@ static void put_run(sbuf *b, const emu_result *r)
         sb_kv_num(b, "hbm_remat_bytes", r->hbm_remat_bytes, TOP);
     sb_kv_num(b, "hbm_capacity_bytes", r->hbm_capacity_bytes, TOP);
     sb_kv_num(b, "step_time_s", r->step_time_s, TOP);
+    /* Only when computed (run without --no-range), so that reports
+     * without it match baselines/ byte for byte. */
+    if (r->has_range) {
+        sb_key(b, "step_time_range_s");
+        sb_put(b, "[", 1);
+        sb_num(b, r->range_low_s);
+        sb_put(b, ", ", 2);
+        sb_num(b, r->range_high_s);
+        sb_str(b, "]" TOP);
+        sb_key(b, "range_assumptions");
+        sb_put(b, "[", 1);
+        for (int i = 0; i < r->n_range; i++) {
+            sb_str(b, "\n    {");
+            sb_kv_jstr(b, "key", r->range[i].key, ", ");
+            sb_kv_num(b, "low_s", r->range[i].low_s, ", ");
+            sb_kv_num(b, "high_s", r->range[i].high_s, "}");
+            sb_sep(b, i, r->n_range, ",");
+        }
+        sb_str(b, r->n_range ? "\n  ]" TOP : "]" TOP);
+    }
     sb_kv_num(b, "flops_per_step", r->flops_per_step, TOP);
 
     sb_key(b, "overrides");

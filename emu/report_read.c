@@ -467,6 +467,96 @@ static tpu_status read_step(rd *c, const cJSON *root, emu_result *r)
     return get_num(c, root, NULL, "flops_per_step", 1, 0, &r->flops_per_step);
 }
 
+#define REPORT_MAX_RANGE 4096
+
+/* One entry of range_assumptions: a key and the step at both its ends,
+ * inside the step's range. */
+static tpu_status read_range_item(rd *c, const cJSON *e, int i,
+                                  emu_result *r)
+{
+    char jp[64], sub[96], f[64];
+    snprintf(jp, sizeof jp, "range_assumptions[%d]", i);
+    if (!cJSON_IsObject(e))
+        return badf(c, jp, "expected an object {\"key\", \"low_s\", "
+                           "\"high_s\"}, %s",
+                    found(f, sizeof f, e));
+    emu_range_item *it = &r->range[i];
+    TRY(get_str(c, e, jp, "key", 1, it->key, sizeof it->key));
+    TRY(get_num(c, e, jp, "low_s", 1, 0, &it->low_s));
+    TRY(get_num(c, e, jp, "high_s", 1, 0, &it->high_s));
+    double tol = 1e-9 * r->range_high_s;
+    for (int k = 0; k < 2; k++) {
+        double v = k ? it->high_s : it->low_s;
+        if (v < r->range_low_s - tol || v > r->range_high_s + tol)
+            return badf(c, jp_key(sub, sizeof sub, jp, k ? "high_s" : "low_s"),
+                        "%.9g s is outside step_time_range_s [%.9g, %.9g]",
+                        v, r->range_low_s, r->range_high_s);
+    }
+    return TPU_OK;
+}
+
+/* The step's range over the unconfirmed assumptions (optional: a run with
+ * --no-range, and older reports, have none): [low, high] around the
+ * step, and the assumptions' steps. */
+static tpu_status read_range(rd *c, const cJSON *root, emu_result *r)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "step_time_range_s");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "range_assumptions");
+    char f[64];
+    if (!v) {
+        if (a)
+            return bad(c, "range_assumptions",
+                       "given without step_time_range_s");
+        return TPU_OK;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        return badf(c, "step_time_range_s",
+                    "expected [low, high] in seconds, %s",
+                    found(f, sizeof f, v));
+    double lh[2];
+    for (int k = 0; k < 2; k++) {
+        const cJSON *e = cJSON_GetArrayItem(v, k);
+        char jp[40];
+        snprintf(jp, sizeof jp, "step_time_range_s[%d]", k);
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) ||
+            e->valuedouble < 0)
+            return badf(c, jp, "expected a finite number >= 0, %s",
+                        found(f, sizeof f, e));
+        lh[k] = e->valuedouble;
+    }
+    if (lh[0] > lh[1])
+        return badf(c, "step_time_range_s",
+                    "low %.9g s is above high %.9g s", lh[0], lh[1]);
+    /* the range is over the default step and the varied ones */
+    double tol = 1e-9 * lh[1];
+    if (r->step_time_s < lh[0] - tol || r->step_time_s > lh[1] + tol)
+        return badf(c, "step_time_range_s",
+                    "[%.9g, %.9g] does not contain step_time_s %.9g", lh[0],
+                    lh[1], r->step_time_s);
+    r->has_range = 1;
+    r->range_low_s = lh[0];
+    r->range_high_s = lh[1];
+    if (!a)
+        return TPU_OK;
+    if (!cJSON_IsArray(a))
+        return badf(c, "range_assumptions", "expected a list, %s",
+                    found(f, sizeof f, a));
+    int n = cJSON_GetArraySize(a);
+    if (n > REPORT_MAX_RANGE)
+        return bad(c, "range_assumptions", "too many entries");
+    r->range = calloc((size_t)n + 1, sizeof *r->range);
+    if (!r->range)
+        return tpu_fail(c->err, TPU_ERR_SYSTEM, "out of memory");
+    const cJSON *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, a)
+    {
+        TRY(read_range_item(c, e, i, r));
+        r->n_range = ++i;
+    }
+    return TPU_OK;
+}
+
 /* One --set override: the key as given, and its value, written as the
  * --set text (a hand-written report may use a number). */
 static tpu_status read_override(rd *c, const cJSON *e, int i,
@@ -790,6 +880,7 @@ static tpu_status read_doc(rd *c, const cJSON *root, emu_result *r)
     TRY(read_slice(c, root, r));
     TRY(read_batch(c, root, r));
     TRY(read_step(c, root, r));
+    TRY(read_range(c, root, r));
     TRY(read_overrides(c, root, r));
     /* The --freeze list of the run (optional): a string as given, no
      * control characters. */

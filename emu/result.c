@@ -33,6 +33,7 @@ void emu_result_free(emu_result *r)
             free(r->per_core[i].events);
     free(r->per_core);
     free(r->overrides);
+    free(r->range);
     free(r->link_busy_s);
     free(r->layer_names);
     free(r->layer_time_s);

@@ -72,6 +72,13 @@ typedef struct {
     char value[64];
 } emu_override;
 
+/* One unconfirmed assumption of a step's range (emu/range.h): the step
+ * with that key at the low and at the high end of its plausible range. */
+typedef struct {
+    char key[64];
+    double low_s, high_s;
+} emu_range_item;
+
 typedef struct {
     char trace[128];
     char system[32];
@@ -101,6 +108,13 @@ typedef struct {
     double core_hbm_bps;           /* one core's HBM peak bandwidth, B/s */
     int n_overrides;
     emu_override *overrides;
+    /* The step's range over the unconfirmed assumptions (emu/range.h;
+     * the report's step_time_range_s and range_assumptions): has_range 0
+     * when it was not computed. */
+    int has_range;
+    double range_low_s, range_high_s;
+    int n_range;
+    emu_range_item *range; /* n_range entries (owned) */
     /* The --freeze list the graph was given (graph_freeze), "" without
      * one; the report's optional "freeze". */
     char freeze[GRAPH_FREEZE_MAX];

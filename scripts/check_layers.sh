@@ -25,7 +25,8 @@
 #                 It is handed its pricer (fw_pricer) rather than calling
 #                 the engine, which executes the compiler's output.
 #   6 execution   emu/engine, emu/fx/: run programs for time and values.
-#   7 pipeline    emu/sim, emu/report: a step end to end, and its report.
+#   7 pipeline    emu/sim, emu/range, emu/report: a step end to end, its
+#                 range over the unconfirmed assumptions, and its report.
 #   8 writers     emu/out/ (but outfile): charts, traces, arrays made from
 #                 a finished result; nothing below calls them.
 #   9 front ends  emu/cli/, emu/view/: commands and the viewer.
@@ -51,7 +52,7 @@ layer_of() {
         echo "5 compiler" ;;
     emu/engine*.[ch] | emu/fx/*.[ch])
         echo "6 execution" ;;
-    emu/sim*.[ch] | emu/report*.[ch])
+    emu/sim*.[ch] | emu/report*.[ch] | emu/range*.[ch])
         echo "7 pipeline" ;;
     emu/out/*.[ch])
         echo "8 writers" ;;

@@ -13,6 +13,7 @@
 #include "emu/cli/cli.h"
 #include "emu/graph.h"
 #include "emu/out/outfile.h"
+#include "emu/range.h"
 #include "emu/report.h"
 #include "emu/sim.h"
 #include "firmware/isa.h"
@@ -26,11 +27,14 @@ static const char usage[] =
     "                  [--output-npy O.npy] [--output-layer NAME]\n"
     "                  [--loss-png L.png]\n"
     "                  [--host-mem-gib G] [--mxu-model pe|fast]]\n"
-    "                 [--layers N] [--no-dedup] [--quiet]\n"
+    "                 [--layers N] [--no-dedup] [--quiet] [--no-range]\n"
     "\n"
     "Simulates one training (or inference) step of TRACE on the named pod\n"
     "slice and prints, per core, the step time and where it went, then the\n"
-    "slowest core's step time.  Cores with identical figures are grouped.\n"
+    "slowest core's step time with its range over the unconfirmed ([U])\n"
+    "assumptions: each one at a time at both ends of its plausible range\n"
+    "(the --set table below), the others at their defaults, and the one\n"
+    "that moves it most.  Cores with identical figures are grouped.\n"
     "\n";
 
 static void print_usage(FILE *f)
@@ -63,7 +67,10 @@ static void print_usage(FILE *f)
           "                  most time in (critical path, forward and\n"
           "                  backward together), by category\n"
           "  --quiet         print only the slowest core's step time (s, 9\n"
-          "                  significant digits)\n"
+          "                  significant digits); the range is computed only\n"
+          "                  for a --report then\n"
+          "  --no-range      skip the range over the unconfirmed assumptions\n"
+          "                  (one step per end of each, in worker processes)\n"
           "\n"
           "Output files are written all-or-nothing: every output path is\n"
           "checked before the simulation (an existing directory, device, FIFO\n"
@@ -389,19 +396,75 @@ static void print_layers(const emu_result *r, int64_t n)
     free(lt);
 }
 
-static void print_table(const emu_result *r)
+/* Four decimals read well from 10 ms up; below, four significant digits
+ * (0.0001 s said nothing of a 128 us step). */
+static void fmt_step(char *buf, size_t cap, double s)
+{
+    if (s >= 0.01 || s <= 0)
+        snprintf(buf, cap, "%.4f", s);
+    else
+        snprintf(buf, cap, "%.4g", s);
+}
+
+/* The assumption that moves the step most, with the step at both its
+ * ends, then the step with its range over the unconfirmed assumptions
+ * (the step time stays the last line, as without a range). */
+static void print_range_lines(const emu_result *r, const range_result *rr,
+                              int slow)
+{
+    int top = range_top(rr);
+    if (top < 0) {
+        printf("no unconfirmed assumption moves the step (%d varied, one "
+               "at a time)\n",
+               rr->n);
+    } else {
+        const range_item *it = &rr->items[top];
+        char a[32] = "no time", b[32] = "no time";
+        if (it->low_s >= 0)
+            fmt_step(a, sizeof a, it->low_s);
+        if (it->high_s >= 0)
+            fmt_step(b, sizeof b, it->high_s);
+        /* a value as --set takes it: whole numbers in full (800000000,
+         * not 8e+08) */
+        char lv[32], hv[32];
+        for (int e = 0; e < 2; e++) {
+            double v = e ? it->high_value : it->low_value;
+            char *d = e ? hv : lv;
+            if (v == (double)(long long)v && v < 1e15)
+                snprintf(d, sizeof lv, "%lld", (long long)v);
+            else
+                snprintf(d, sizeof lv, "%.4g", v);
+        }
+        printf("the assumption that moves the step most: %s (%s%s at %s, "
+               "%s%s at %s; --set %s=VALUE)\n",
+               it->key, a, it->low_s >= 0 ? " s" : "", lv, b,
+               it->high_s >= 0 ? " s" : "", hv, it->key);
+    }
+    char st[32], lo[32], hi[32];
+    fmt_step(st, sizeof st, r->step_time_s);
+    fmt_step(lo, sizeof lo, rr->low_s);
+    fmt_step(hi, sizeof hi, rr->high_s);
+    /* "2.7e-05-3.6e-05" would read as a subtraction */
+    int sci = strchr(lo, 'e') || strchr(hi, 'e');
+    printf("step time %s s (%s%s%s over the unconfirmed assumptions, "
+           "docs/VALIDATION.md; slowest core %d)\n",
+           st, lo, sci ? " to " : "-", hi, slow);
+}
+
+static void print_table(const emu_result *r, const range_result *rr)
 {
     int slow = cli_slowest_core(r);
     print_heading(r);
     print_cores(r);
     print_rates(r, slow);
     print_memory(r);
-    /* four decimals read well from 10 ms up; below, four significant
-     * digits (0.0001 s said nothing of a 128 us step) */
-    if (r->step_time_s >= 0.01 || r->step_time_s <= 0)
-        printf("step time %.4f s (slowest core %d)\n", r->step_time_s, slow);
-    else
-        printf("step time %.4g s (slowest core %d)\n", r->step_time_s, slow);
+    if (rr) {
+        print_range_lines(r, rr, slow);
+        return;
+    }
+    char st[32];
+    fmt_step(st, sizeof st, r->step_time_s);
+    printf("step time %s s (slowest core %d)\n", st, slow);
 }
 
 /* Half of what the kernel says is available (/proc/meminfo MemAvailable),
@@ -556,6 +619,7 @@ typedef struct {
     const char *path[N_OUTS]; /* each output, NULL when not asked for */
     const char *fx_only;      /* the first option that needs --functional */
     int quiet;
+    int no_range;   /* --no-range */
     int64_t layers; /* --layers N: 0 none */
     cli_whatif w;
     sim_opts o;
@@ -628,6 +692,8 @@ static int take_arg(run_args *ra, int argc, char **argv, int *i)
         ra->o.no_dedup = 1;
     else if (strcmp(a, "--quiet") == 0)
         ra->quiet = 1;
+    else if (strcmp(a, "--no-range") == 0)
+        ra->no_range = 1;
     else if (strcmp(a, "--layers") == 0) {
         const char *v = cli_value(argc, argv, i);
         if (!v || cli_int("--layers", v, 1, 1000000, &ra->layers))
@@ -683,8 +749,8 @@ static int parse_args(run_args *ra, int argc, char **argv)
  * into *r (emu_result_free it), its status in *st with the error in err;
  * or the exit status, error printed, when it fails before the
  * simulation (*r untouched). */
-static int simulate(run_args *ra, emu_result *r, tpu_status *st,
-                    tpu_error *err)
+static int simulate(run_args *ra, emu_result *r, range_result *rr,
+                    tpu_status *st, tpu_error *err)
 {
     progress_t prog = {now_s(), 0, 0};
     if (isatty(2)) {
@@ -708,6 +774,19 @@ static int simulate(run_args *ra, emu_result *r, tpu_status *st,
     /* prog lives in this frame: no pointer to it outlives the call */
     ra->o.progress = NULL;
     ra->o.progress_ctx = NULL;
+    /* the range is printed, or carried by the report */
+    if (*st == TPU_OK && rr && !ra->no_range &&
+        (!ra->quiet || ra->path[OUT_REPORT])) {
+        *st = range_compute(&g, &ra->o, r, 0, rr, err);
+        if (*st == TPU_OK)
+            *st = range_to_result(rr, r, err);
+        if (*st) {
+            range_free(rr);
+            emu_result_free(r);
+        } else {
+            rr->step_s = r->step_time_s;
+        }
+    }
     graph_free(&g);
     return 0;
 }
@@ -802,7 +881,8 @@ int cli_run(int argc, char **argv)
     tpu_error err = {0};
     tpu_status st = TPU_OK;
     emu_result r;
-    if ((code = simulate(&ra, &r, &st, &err)) != 0)
+    range_result rr = {0};
+    if ((code = simulate(&ra, &r, &rr, &st, &err)) != 0)
         return code;
     if (st) {
         code = sim_failed(&ra, &r, st, &err);
@@ -814,11 +894,12 @@ int cli_run(int argc, char **argv)
     if (!code && ra.quiet)
         printf("%.9g\n", r.step_time_s);
     else if (!code)
-        print_table(&r);
+        print_table(&r, r.has_range ? &rr : NULL);
     if (!code && !ra.quiet && ra.layers)
         print_layers(&r, ra.layers);
     if (!code && r.has_values && !ra.quiet)
         print_values(&r);
+    range_free(&rr);
     emu_result_free(&r);
     return code;
 }

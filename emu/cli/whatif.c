@@ -399,7 +399,9 @@ void cli_whatif_usage(FILE *f)
         snprintf(ru, sizeof ru, "%s%s%s", r, *k->unit ? " " : "", k->unit);
         fprintf(f, "%*s%-*s %-*s ", INDENT, "", kw, k->key, rw, ru);
         int col = INDENT + kw + 1 + rw + 1;
-        put_wrapped(f, k->source, col, col, WIDTH);
+        char src[1024];
+        tpu_param_help_text(k, src, sizeof src);
+        put_wrapped(f, src, col, col, WIDTH);
     }
     fputs("                  Rules between keys, checked once every --set is "
           "in (exit 2):\n",
