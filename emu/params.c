@@ -473,6 +473,10 @@ static const pspan spans[] = {
      NULL},
     {"xla.conv_pad_batch", 0, 1, 0, 1,
      "a 3D layout pads the features alone (0) or the batch too (1)", NULL},
+    {"xla.conv_pad_min_features", 4, 32, 4, 32,
+     "half the sublane tile (an RGBA image folds) up to 32 features (a "
+     "layer that 32-feature tiles would pad 4x to the lanes)",
+     NULL},
     {"xla.halo_fused", 0, 1, 0, 1,
      "each dimension's halo ops as separate passes (0) or one fusion (1)",
      NULL},
