@@ -39,6 +39,7 @@
 #include "emu/cli/cli.h"
 #include "emu/graph.h"
 #include "emu/params.h"
+#include "emu/range.h"
 #include "emu/out/outfile.h"
 #include "emu/report.h"
 #include "emu/sim.h"
@@ -49,6 +50,7 @@
 
 static const char usage_text[] =
     "usage: tpuemu validate [--report R.json] [--dir DIR] [--sources]\n"
+    "                       [--no-range]\n"
     "                       [--set KEY=VALUE ...] [--fit KEY=V1,V2,...]\n"
     "\n"
     "Runs every DIR/*.json (default traces/reference, sorted by name) with\n"
@@ -59,7 +61,10 @@ static const char usage_text[] =
     "against its reference.baseline: work per core per second, predicted\n"
     "and published), how many pairs the predictions order as the published\n"
     "times do (pairs within 5% order nothing), naming any the wrong way\n"
-    "round; the last line is the mean absolute error over every row.\n"
+    "round, and how many published figures fall inside the range of their\n"
+    "prediction over the unconfirmed assumptions (docs/RANGES.md; each row\n"
+    "shows its range; --no-range skips them) with the ranges' median\n"
+    "half-width; the last line is the mean absolute error over every row.\n"
     "--report writes all of it as JSON (tpuemu-validation/1).\n"
     "\n"
     "--set KEY=VALUE runs every trace under a what-if (as run --set).\n"
@@ -92,6 +97,8 @@ typedef struct {
     double pred, pub;
     double work; /* forward MACs per core over the step: global batch x
                     MACs per example / cores (the ratios' numerator) */
+    int has_range;
+    double lo, hi; /* the step's range over the unconfirmed assumptions */
 } vrow;
 
 /* Published step times closer than this factor order nothing: the five
@@ -161,6 +168,40 @@ static void family_errors(const vrow *v, int nv, cJSON *doc)
         cJSON_AddNumberToObject(f, "mean_abs_error_pct", sum / n);
         cJSON_AddItemToArray(fam, f);
     }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* How many published figures fall inside their predicted range, and the
+ * median half-width of the ranges ((high - low) / 2 over the predicted
+ * step): what a user's "0.32 s (0.28-0.41)" is worth. */
+static void range_summary(const vrow *v, int nv, cJSON *doc)
+{
+    int n = 0, inside = 0;
+    double *w = malloc((size_t)(nv > 0 ? nv : 1) * sizeof *w);
+    if (!w)
+        return;
+    for (int i = 0; i < nv; i++) {
+        if (!v[i].has_range)
+            continue;
+        inside += v[i].pub >= v[i].lo && v[i].pub <= v[i].hi;
+        w[n++] = 100 * (v[i].hi - v[i].lo) / 2 / v[i].pred;
+    }
+    if (n > 0) {
+        qsort(w, (size_t)n, sizeof *w, cmp_double);
+        double med = n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
+        printf("ranges: %d of %d published figures inside the range over the "
+               "unconfirmed assumptions; median half-width +/-%.1f%%\n",
+               inside, n, med);
+        cJSON_AddNumberToObject(doc, "published_in_range", inside);
+        cJSON_AddNumberToObject(doc, "rows_with_range", n);
+        cJSON_AddNumberToObject(doc, "median_range_half_width_pct", med);
+    }
+    free(w);
 }
 
 /* Same-code pairs: a row whose reference names a baseline is compared with
@@ -386,6 +427,7 @@ typedef struct {
     int rc;
     int sources; /* print each row's source under it */
     int quiet;   /* rows into `ordered` only: a --fit pass */
+    int no_range; /* skip the ranges (--no-range, and every --fit pass) */
     int n_sets;  /* --set (and --fit's) overrides for every trace */
     const char *const *set_keys, *const *set_values;
 } vtable;
@@ -460,6 +502,9 @@ static void compare_published(vtable *t, cJSON *row, const graph *g,
         macs += g->layers[i].macs;
     int cores = r->cores_per_replica * r->replicas;
     v->work = cores > 0 ? (double)r->global_batch * macs / cores : 0;
+    v->has_range = r->has_range;
+    v->lo = r->range_low_s;
+    v->hi = r->range_high_s;
     cJSON_AddNumberToObject(row, "published_s", g->reference_step_s);
     cJSON_AddNumberToObject(row, "error_pct", pe);
     cJSON_AddStringToObject(row, "source", g->reference_source);
@@ -491,12 +536,26 @@ static void row_ok(vtable *t, cJSON *row, const graph *g, const emu_result *r)
         cJSON_AddStringToObject(row, "baseline", g->reference_baseline);
     if (t->quiet)
         return;
+    char range[48] = "-", in[8] = "";
+    if (r->has_range) {
+        snprintf(range, sizeof range, "%.4g-%.4g", r->range_low_s,
+                 r->range_high_s);
+        cJSON *a = cJSON_AddArrayToObject(row, "range_s");
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(r->range_low_s));
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(r->range_high_s));
+        if (has_published(g)) {
+            int inside = g->reference_step_s >= r->range_low_s &&
+                         g->reference_step_s <= r->range_high_s;
+            snprintf(in, sizeof in, "%s", inside ? "in" : "out");
+            cJSON_AddBoolToObject(row, "published_in_range", inside);
+        }
+    }
     cli_put_cell(g->name, 32);
-    printf(" %-8s %-8s %5d %6lld %12.5g %12s %9s\n",
+    printf(" %-8s %-8s %5d %6lld %12.5g %12s %9s  %-19s %s\n",
            g->reference_family[0] ? g->reference_family : "-", g->system,
            r->cores_per_replica,
            (long long)(r->replicas > 0 ? r->global_batch / r->replicas : 0),
-           r->step_time_s, pub, e);
+           r->step_time_s, pub, e, range, in);
     if (t->sources)
         printf("  source: %s\n", g->has_reference ? g->reference_source
                                                   : "(no published figure)");
@@ -529,6 +588,16 @@ static void validate_one(vtable *t, const char *path, const char *file)
     emu_result r;
     memset(&r, 0, sizeof r);
     tpu_status st = sim_run(&g, &o, &r, &err);
+    if (st == TPU_OK && !t->no_range) {
+        range_result rr;
+        tpu_status rs = range_compute(&g, &o, &r, 0, &rr, &err);
+        if (rs == TPU_OK) {
+            rs = range_to_result(&rr, &r, &err);
+            range_free(&rr);
+        }
+        if (rs != TPU_OK)
+            st = rs;
+    }
     if (st == TPU_ERR_NOFIT)
         row_nofit(t, row, &g, &r, &err);
     else if (st != TPU_OK)
@@ -594,6 +663,7 @@ typedef struct {
     int n;
     const char *keys[VALIDATE_MAX_SETS + 1];
     const char *values[VALIDATE_MAX_SETS + 1];
+    int no_range;
     const char *fit_key;
     char *fit_values; /* "KEY=V1,V2,...", owned, cut in place */
     char *fit_list;   /* the values, within fit_values */
@@ -622,6 +692,7 @@ static int run_table(const vfiles *f, const char *out, int sources,
     cJSON_AddStringToObject(t.doc, "format", "tpuemu-validation/1");
     t.rows = cJSON_AddArrayToObject(t.doc, "traces");
     t.sources = sources;
+    t.no_range = w->no_range;
     vtable_sets(&t, w, NULL);
     if (w->n) {
         cJSON *sets = cJSON_AddObjectToObject(t.doc, "set");
@@ -631,9 +702,9 @@ static int run_table(const vfiles *f, const char *out, int sources,
         }
         printf("\n");
     }
-    printf("%-32s %-8s %-8s %5s %6s %12s %12s %9s\n", "name", "family",
-           "system", "cores", "batch", "predicted s", "published s",
-           "error %");
+    printf("%-32s %-8s %-8s %5s %6s %12s %12s %9s  %-19s %s\n", "name",
+           "family", "system", "cores", "batch", "predicted s", "published s",
+           "error %", w->no_range ? "" : "range s", "");
     fflush(stdout);
     t.ordered = calloc((size_t)f->n, sizeof *t.ordered);
     if (!t.ordered) {
@@ -643,6 +714,7 @@ static int run_table(const vfiles *f, const char *out, int sources,
     run_rows(&t, f);
     family_errors(t.ordered, t.counted, t.doc);
     same_code_ratios(t.ordered, t.counted, t.doc);
+    range_summary(t.ordered, t.counted, t.doc);
     check_order(t.ordered, t.counted, t.doc);
     free(t.ordered);
     print_mean(&t);
@@ -696,6 +768,7 @@ static int run_fit(const vfiles *f, const char *out, vsets *w)
     for (int v = 0; v < nv; v++) {
         vtable t = {0};
         t.quiet = 1;
+        t.no_range = 1;
         t.doc = cJSON_CreateObject();
         t.rows = cJSON_AddArrayToObject(t.doc, "traces");
         t.ordered = rows + (size_t)v * (size_t)f->n;
@@ -843,6 +916,8 @@ int cli_validate(int argc, char **argv)
         int r;
         if (!strcmp(argv[i], "--sources")) {
             sources = 1;
+        } else if (!strcmp(argv[i], "--no-range")) {
+            w.no_range = 1;
         } else if ((r = cli_take(argc, argv, &i, "--set", &set)) != 0) {
             if (r < 0)
                 return 2;
