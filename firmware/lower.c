@@ -432,6 +432,16 @@ static void lower_forward_ops(lower_ctx *c, int l)
         tile_pass(c, ph, l, ib + (L->kind == GACT_PRELU ? 4.0 * L->out.c : 0),
                   ob, oe, graph_act_ops(L, 0));
         return;
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_RESHAPE:
+    case GOP_GMAXPOOL:
+        ops_forward(c, l);
+        return;
     case GOP_COUNT:
         return;
     }
@@ -602,6 +612,16 @@ static void lower_backward_ops(lower_ctx *c, int l)
                        FW_GROUP_PARTITION, 0, 0);
         return;
     }
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_RESHAPE:
+    case GOP_GMAXPOOL:
+        ops_backward(c, l, input_is_data);
+        return;
     case GOP_INPUT:
     case GOP_FLATTEN:
     case GOP_LOSS: /* its gradient came out of the forward pass */

@@ -14,6 +14,7 @@
 #include "test/harness.h"
 
 #define TRAIN "test/ops/ops-train.json"
+#define TRAIN2 "test/ops/ops2-train.json"
 
 static int parse(th_ctx *t, graph *g, const char *layers, const char *inputs,
                  const char *mode, tpu_error *err)
@@ -358,24 +359,45 @@ static int start_weights(const graph *g, float *w, int64_t nw)
         if (L->op == GOP_CONV)
             for (int d = 0; d < L->out.nsp; d++)
                 taps *= L->kernel[d];
-        int64_t nk = L->op == GOP_ACT ? 0 : taps * cin * L->out.c;
+        int norm = L->op == GOP_LAYERNORM || L->op == GOP_GROUPNORM;
+        int64_t nk = L->op == GOP_ACT || norm || L->op == GOP_NORMALIZE
+                         ? 0
+                         : taps * cin * L->out.c;
         for (int64_t i = 0; i < L->weights; i++)
             w[o + i] = i < nk ? fxd_weight(1, l, i, taps * cin,
                                            taps * L->out.c)
                               : 0.0f;
+        /* gamma 1 (beta 0); normalize's variance 1 (mean and count 0) */
+        for (int64_t i = 0; (norm || L->op == GOP_NORMALIZE) && i < L->out.c;
+             i++)
+            w[o + i + (norm ? 0 : L->out.c)] = 1.0f;
         o += L->weights;
     }
     return o == nw ? 0 : -1;
 }
 
-static void train_cases(th_ctx *t)
+/* Whether weight i (in start_weights' order) belongs to a frozen layer
+ * (normalize's statistics): no gradient, so no difference to compare. */
+static int frozen_weight(const graph *g, int64_t i)
 {
-    th_case(t, "training (ops-train.json): 4-way partitionings give one "
-               "core's loss and gradients (fp32 reordering), and the "
-               "gradients agree with central differences");
+    int64_t o = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->share_from >= 0 || L->weights <= 0)
+            continue;
+        if (i < o + L->weights)
+            return L->frozen;
+        o += L->weights;
+    }
+    return 0;
+}
+
+static void train_cases(th_ctx *t, const char *path, const char *what)
+{
+    th_case(t, what);
     graph g;
     tpu_error err = {0};
-    if (!TH_CHECKF(t, graph_load(&g, TRAIN, &err) == 0, "%s", err.msg))
+    if (!TH_CHECKF(t, graph_load(&g, path, &err) == 0, "%s", err.msg))
         return;
     set_parts(&g, 1, 1);
     emu_result flat;
@@ -409,6 +431,8 @@ static void train_cases(th_ctx *t)
     if (w0 && start_weights(&g, w0, nw) == 0) {
         for (int64_t i = 0; i < nw; i += th_asan() ? 41 : 7) {
             const double eps = 1e-2;
+            if (frozen_weight(&g, i))
+                continue;
             double l[2] = {0, 0};
             for (int s = 0; s < 2; s++) {
                 float keep = w0[i];
@@ -443,5 +467,12 @@ void th_suite_ops(th_ctx *t)
     shape_cases(t);
     cost_cases(t);
     value_cases(t);
-    train_cases(t);
+    train_cases(t, TRAIN,
+                "training (ops-train.json): 4-way partitionings give one "
+                "core's loss and gradients (fp32 reordering), and the "
+                "gradients agree with central differences");
+    train_cases(t, TRAIN2,
+                "training (ops2-train.json: normalize, group_norm, "
+                "layer_norm, pad, crop, resize, global_maxpool, reshape): "
+                "the same");
 }

@@ -153,6 +153,8 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_RELU:
     case GOP_SIGMOID:
         return fwd_elementwise(x, core, l, err);
+    case GOP_RESHAPE:
+        return fxo_reshape_forward(x, core, l, err);
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: core %d reads layer '%s' "
@@ -818,6 +820,8 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
             }
         return TPU_OK;
     }
+    case GOP_RESHAPE:
+        return fxo_reshape_backward(x, core, l, err);
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: layer '%s' has no backward "
@@ -858,6 +862,14 @@ tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_ELEMWISE:
     case GOP_ACT:
         return fxo_forward(x, core, l, err);
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_GMAXPOOL:
+        return fxo_more_forward(x, core, l, err);
     default:
         return fwd_elementwise(x, core, l, err);
     }
@@ -877,6 +889,14 @@ tpu_status fxv_backward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_ELEMWISE:
     case GOP_ACT:
         return fxo_backward(x, core, l, err);
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_GMAXPOOL:
+        return fxo_more_backward(x, core, l, err);
     default:
         return bwd_act(x, core, l, err);
     }
