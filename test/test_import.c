@@ -166,17 +166,60 @@ static void applications(th_ctx *t)
                   (long long)keras_total(&g, NULL));
     graph_free(&g);
 
-    th_case(t, "ResNet50 (ZeroPadding2D passed through): 25,636,712 / 53,120");
-    o.allow_identity = "ZeroPadding2D";
+    th_case(t, "ResNet50 (ZeroPadding2D as pad, no --allow-identity): "
+               "25,636,712 / 53,120, and it runs");
     if (imp(t, KDIR "resnet50.json", &o, &g, NULL)) {
         TH_CHECKF(t, keras_total(&g, &nt) == 25636712, "%lld",
                   (long long)keras_total(&g, NULL));
         TH_CHECK(t, nt == 53120);
+        int p = find(&g, "conv1_pad");
+        TH_CHECK(t, p >= 0 && g.layers[p].op == GOP_PAD &&
+                        g.layers[p].out.sp[0] == 230);
+    }
+    graph_free(&g);
+    {
+        char out[512];
+        th_cmd_result r;
+        snprintf(out, sizeof out, "%s/resnet50.trace.json", th_tmpdir());
+        th_run(&r, "%s import " KDIR "resnet50.json -o %s", th_bin(), out);
+        TH_CHECKF(t, r.status == 0, "%s", r.err);
+        th_run(&r, "%s run %s", th_bin(), out);
+        TH_CHECKF(t, r.status == 0, "%s", r.err);
+    }
+
+    static const struct {
+        const char *file, *what;
+        int64_t total;
+    } apps[] = {
+        {"mobilenet.json", "MobileNet (Reshape to [1,1,1024] and back): "
+                           "4,253,864", 4253864},
+        {"efficientnetb0.json", "EfficientNetB0 (Normalization's 7, "
+                                "squeeze-excite through Reshape, swish): "
+                                "5,330,571", 5330571},
+        {"densenet121.json", "DenseNet121: 8,062,504", 8062504},
+    };
+    for (size_t k = 0; k < sizeof apps / sizeof apps[0]; k++) {
+        char path[256];
+        th_case(t, apps[k].what);
+        snprintf(path, sizeof path, KDIR "%s", apps[k].file);
+        if (imp(t, path, &o, &g, NULL))
+            TH_CHECKF(t, keras_total(&g, NULL) == apps[k].total, "%lld",
+                      (long long)keras_total(&g, NULL));
+        graph_free(&g);
+    }
+    th_case(t, "EfficientNetB0's input normalize (2C+1, not trained), "
+               "its se_reshape a reshape to [1,1,C]");
+    if (imp(t, KDIR "efficientnetb0.json", &o, &g, NULL)) {
+        int n = find(&g, "normalization"), r = find(&g, "block1a_se_reshape");
+        TH_CHECK(t, n >= 0 && g.layers[n].op == GOP_NORMALIZE &&
+                        g.layers[n].weights == 7 && g.layers[n].frozen);
+        TH_CHECK(t, r >= 0 && g.layers[r].op == GOP_RESHAPE &&
+                        g.layers[r].out.nsp == 2 &&
+                        g.layers[r].out.sp[0] == 1 && g.layers[r].out.c == 32);
     }
     graph_free(&g);
 
-    th_case(t, "MobileNetV2 (ReLU(max_value=6) as relu6, ZeroPadding2D "
-               "passed through): 3,538,984");
+    th_case(t, "MobileNetV2 (ReLU(max_value=6) as relu6): 3,538,984");
     if (imp(t, KDIR "mobilenetv2.json", &o, &g, NULL)) {
         TH_CHECKF(t, keras_total(&g, NULL) == 3538984, "%lld",
                   (long long)keras_total(&g, NULL));
