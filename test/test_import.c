@@ -7,8 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include "emu/graph.h"
 #include "emu/imp/keras.h"
+#include "emu/sim.h"
 #include "test/harness.h"
 
 #define KDIR "test/keras/"
@@ -396,9 +399,83 @@ static void bad(th_ctx *t)
     }
 }
 
+/* Appends one Keras 2 functional layer reading `src` (NULL: none). */
+static void klayer(FILE *f, int *first, const char *cls, const char *name,
+                   const char *cfg, const char *src, const char *src2)
+{
+    fprintf(f, "%s{\"class_name\": \"%s\", \"name\": \"%s\", "
+               "\"config\": {\"name\": \"%s\"%s%s}, \"inbound_nodes\": [",
+            *first ? "" : ",\n", cls, name, name, *cfg ? ", " : "", cfg);
+    if (src)
+        fprintf(f, "[[\"%s\", 0, 0, {}]%s%s%s]", src, src2 ? ", [\"" : "",
+                src2 ? src2 : "", src2 ? "\", 0, 0, {}]" : "");
+    fprintf(f, "]}");
+    *first = 0;
+}
+
+/* A generated model of 500 layers (125 residual blocks of conv, batchnorm,
+ * relu and add) imported and run: the issue's bound of 1 s of host time
+ * (CPU time, so a busy machine does not fail it; not under ASan). */
+static void speed(th_ctx *t)
+{
+    th_case(t, "a 500-layer Keras model imports and runs in under 1 s of "
+               "host time");
+    char path[512], a[64], b[64], c[64], prev[64];
+    snprintf(path, sizeof path, "%s/deep500.json", th_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (!TH_CHECK(t, f != NULL))
+        return;
+    int first = 1;
+    fprintf(f, "{\"class_name\": \"Functional\", \"config\": {\"name\": "
+               "\"deep500\", \"layers\": [\n");
+    klayer(f, &first, "InputLayer", "x",
+           "\"batch_input_shape\": [null, 32, 32, 16]", NULL, NULL);
+    snprintf(prev, sizeof prev, "x");
+    for (int k = 0; k < 125; k++) {
+        snprintf(a, sizeof a, "c%d", k);
+        snprintf(b, sizeof b, "bn%d", k);
+        snprintf(c, sizeof c, "r%d", k);
+        klayer(f, &first, "Conv2D", a,
+               "\"filters\": 16, \"kernel_size\": [3, 3], \"padding\": "
+               "\"same\", \"use_bias\": false",
+               prev, NULL);
+        klayer(f, &first, "BatchNormalization", b, "\"axis\": -1", a, NULL);
+        klayer(f, &first, "ReLU", c, "", b, NULL);
+        snprintf(a, sizeof a, "add%d", k);
+        klayer(f, &first, "Add", a, "", c, prev);
+        snprintf(prev, sizeof prev, "%s", a);
+    }
+    klayer(f, &first, "GlobalAveragePooling2D", "gap", "", prev, NULL);
+    klayer(f, &first, "Dense", "fc", "\"units\": 10, \"activation\": "
+                                      "\"softmax\"", "gap", NULL);
+    fprintf(f, "], \"input_layers\": [[\"x\", 0, 0]], \"output_layers\": "
+               "[[\"fc\", 0, 0]]}, \"keras_version\": \"2.12.0\"}\n");
+    fclose(f);
+
+    clock_t t0 = clock();
+    keras_opts o;
+    memset(&o, 0, sizeof o);
+    graph g;
+    if (!imp(t, path, &o, &g, NULL))
+        return;
+    TH_CHECKF(t, g.n_layers >= 500, "%d layers", g.n_layers);
+    sim_opts so;
+    sim_opts_default(&so);
+    emu_result r;
+    tpu_error err = {0};
+    int ran = sim_run(&g, &so, &r, &err) == 0;
+    double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    TH_CHECKF(t, ran, "%s", err.msg);
+    if (ran)
+        emu_result_free(&r);
+    graph_free(&g);
+    TH_CHECKF(t, th_asan() || s < 1.0, "%.3f s of host time", s);
+}
+
 void th_suite_import(th_ctx *t)
 {
     schemas(t);
     applications(t);
     bad(t);
+    speed(t);
 }
