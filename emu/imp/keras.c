@@ -1676,7 +1676,12 @@ static void scan_add(keras_scan *s, const char *key, const char *label,
     }
     keras_unmapped *u = &s->u[s->n++];
     kshown(u->key, sizeof u->key, key);
+    /* a class name from the file may hold control characters: the
+     * message is one line */
     snprintf(u->label, sizeof u->label, "%s", label);
+    for (char *q = u->label; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     snprintf(u->first, sizeof u->first, "%s", path);
     kshown(u->first_name, sizeof u->first_name, name);
     u->count = 1;
