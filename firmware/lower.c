@@ -508,6 +508,16 @@ static void lower_forward_ops(lower_ctx *c, int l)
     case GOP_ROI_ALIGN:
         lower_roi(c, l, ph);
         return;
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_RESHAPE:
+    case GOP_GMAXPOOL:
+        ops_forward(c, l);
+        return;
     case GOP_COUNT:
         return;
     }
@@ -693,6 +703,16 @@ static void lower_backward_ops(lower_ctx *c, int l)
     }
     case GOP_ROI_ALIGN:
         lower_roi(c, l, ph);
+        return;
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_RESHAPE:
+    case GOP_GMAXPOOL:
+        ops_backward(c, l, input_is_data);
         return;
     case GOP_INPUT:
     case GOP_FLATTEN:

@@ -278,6 +278,9 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
     }
     case GOP_ELEMWISE:
         return fxo_ew_reduce(x, l, err);
+    case GOP_GROUPNORM:
+    case GOP_GMAXPOOL:
+        return fxo_reduce(x, l, in->phase != PHASE_FWD, err);
     case GOP_LOSS: {
         /* the dice sums; the partial losses are added at the end */
         int cpr = x->p->cpr;

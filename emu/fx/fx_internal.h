@@ -11,7 +11,8 @@
  *   fx_loss.c       the losses and their gradients (fxl_)
  *   fx_coll.c       halo exchange, all-gather, all-reduce (fx_collective)
  *   fx_group.c      grouped and depthwise convolutions' candidates (fxg_)
- *   fx_ops.c        elementwise and activation layers (fxo_)
+ *   fx_ops.c        elementwise, activation, normalisation, pad, crop,
+ *                   resize, reshape and global max pooling layers (fxo_)
  *   fx_roi.c        roi_align, and which core runs a placed layer (fxr_)
  *
  * Storage.  Every core holds, per layer, its shard of the layer's output
@@ -217,6 +218,17 @@ tpu_status fxo_backward(fx_state *x, int core, int l, tpu_error *err);
 /* The partition group's all-reduce of an elementwise layer's broadcast
  * operand gradients, added into them on every core. */
 tpu_status fxo_ew_reduce(fx_state *x, int l, tpu_error *err);
+
+/* Normalisations, pad, crop, resize and global max pooling: forward and
+ * backward passes; reshape's values and gradient (no instructions of its
+ * own); the partition group's all-reduces of group_norm's sums and
+ * global_maxpool's maxima and tie counts (backward: 1). */
+tpu_status fxo_more_forward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxo_more_backward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxo_reshape_forward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxo_reshape_backward(fx_state *x, int core, int l,
+                                tpu_error *err);
+tpu_status fxo_reduce(fx_state *x, int l, int backward, tpu_error *err);
 
 /* ---- emu/fx/fx_loss.c --------------------------------------------------- */
 

@@ -155,6 +155,8 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_RELU:
     case GOP_SIGMOID:
         return fwd_elementwise(x, core, l, err);
+    case GOP_RESHAPE:
+        return fxo_reshape_forward(x, core, l, err);
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: core %d reads layer '%s' "
@@ -829,6 +831,8 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
             }
         return TPU_OK;
     }
+    case GOP_RESHAPE:
+        return fxo_reshape_backward(x, core, l, err);
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: layer '%s' has no backward "
@@ -871,6 +875,14 @@ tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err)
         return fxo_forward(x, core, l, err);
     case GOP_ROI_ALIGN:
         return fxr_forward(x, core, l, err);
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_GMAXPOOL:
+        return fxo_more_forward(x, core, l, err);
     default:
         return fwd_elementwise(x, core, l, err);
     }
@@ -892,6 +904,14 @@ tpu_status fxv_backward(fx_state *x, int core, int l, tpu_error *err)
         return fxo_backward(x, core, l, err);
     case GOP_ROI_ALIGN:
         return fxr_backward(x, core, l, err);
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_GMAXPOOL:
+        return fxo_more_backward(x, core, l, err);
     default:
         return bwd_act(x, core, l, err);
     }
