@@ -42,6 +42,10 @@ SRC_MLPERF06 = ("MLPerf Training v0.6, Google submission "
                 "Google/results/%s/%s/result_0..4.txt; code and flags under "
                 "Google/benchmarks/%s/implementations)")
 
+# The 3D UNet's optimizer (tensorflow/tpu models/official/unet3d/
+# unet_config.py: 'optimizer': 'adam').
+UNET_OPTIMIZER = "adam"
+
 # (slice, global batch, loop steps, step time s, runs' spread) of the six
 # ResNet-50 v1.5 runs; every run_and_time.sh sets --enable_lars=True.
 RESNET_MLPERF06 = (
@@ -665,7 +669,8 @@ def cifar10_keras():
 
 # -- trace files ----------------------------------------------------------
 
-def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None):
+def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None,
+          optimizer=None):
     if _prod(pdims) != cores_per_replica:
         raise TraceError("%s: partition dims %r do not multiply to %d"
                          % (name, pdims, cores_per_replica))
@@ -686,6 +691,8 @@ def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None):
             "input_partition_dims": [list(pdims), None],
         },
     }
+    if optimizer is not None:
+        t["run"]["optimizer"] = optimizer
     if reference is not None:
         t["reference"] = {"step_time_s": reference[0], "source": reference[1]}
         # family: the rows validate summarises together; baseline: the
@@ -729,10 +736,12 @@ def all_traces():
                 trace("retinanet-r50-fpn-2560", r2560, "v3-64", 64, 8, [1, 4, 2, 1],
                       ref_r2560), r2560))
     out.append(("traces/reference/unet3d-128-v3-8.json",
-                trace("unet3d-128", u128, "v3-8", 32, 1, [1, 1, 1, 1, 1], ref_u128),
+                trace("unet3d-128", u128, "v3-8", 32, 1, [1, 1, 1, 1, 1], ref_u128,
+                      UNET_OPTIMIZER),
                 u128))
     out.append(("traces/reference/unet3d-256-v3-128.json",
-                trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256),
+                trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256,
+                      UNET_OPTIMIZER),
                 u256))
     prev = None
     for system, batch, loop, step, spread in RESNET_MLPERF06:
@@ -745,7 +754,8 @@ def all_traces():
         ref = (step, src, "resnet") + ((prev,) if prev else ())
         prev = "resnet50-v1.5-%s" % system
         out.append(("traces/reference/resnet50-%s.json" % system,
-                    trace(prev, rn50, system, batch, 1, [1, 1, 1, 1], ref), rn50))
+                    trace(prev, rn50, system, batch, 1, [1, 1, 1, 1], ref,
+                          "lars"), rn50))
     prev = None
     for system, per, cpr, step, spread in MASKRCNN_MLPERF06:
         m = maskrcnn(placed=cpr > 1, padded=system != "v3-256")
