@@ -729,7 +729,13 @@ static tpu_status apply_act(kx *x, kcall *c, const cJSON *aj,
         return x->err->code;
     char name[GRAPH_NAME_MAX];
     int in_t = x->refs[c->out].t, t;
-    unique_name(x, c->tname, ka->op == GOP_RELU ? "/relu" : "/sigmoid", name);
+    /* as above: an Activation layer keeps its own name, so that summary
+     * rows line up with Keras's */
+    unique_name(x, c->tname,
+                strcmp(c->cls, "Activation") == 0 ? NULL
+                : ka->op == GOP_RELU               ? "/relu"
+                                                   : "/sigmoid",
+                name);
     layer_begin(x, name, (graph_op)ka->op, &in_t, 1);
     tpu_status st = emit(x, c, krank_of(x, c->out), &t);
     return st ? st : new_ref(x, t, &c->out);
