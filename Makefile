@@ -116,7 +116,8 @@ fuzz-import: deps
 	  -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_import \
 	  test/fuzz/fuzz_import.c $(CORE_SRCS) $(CORE_LIBS)
 	build-fuzz/fuzz_import -max_total_time=$(FUZZ_SECONDS) -max_len=262144 \
-	  -timeout=20 -rss_limit_mb=4096 build-fuzz/corpus-import test/keras
+	  -timeout=20 -rss_limit_mb=4096 build-fuzz/corpus-import test/keras \
+	  test/keras/tfjs
 
 # The report reader (check and view read reports users hand them), with a
 # write-read-write round trip; seeded from the committed baselines.
