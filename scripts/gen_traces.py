@@ -760,7 +760,7 @@ def all_traces():
     for system, per, cpr, step, spread in MASKRCNN_MLPERF06:
         m = maskrcnn(placed=cpr > 1, padded=system != "v3-256")
         name = "maskrcnn-r50-fpn-%s" % system
-        src = (SRC_MLPERF06 % ("tpu-" + system, "mask", "maskrcnn")
+        src = (SRC_MLPERF06 % ("tpu-" + system, "mask", "mask")
                + ": Mask R-CNN R50-FPN, 832x1344 padded, %s, global batch 128 "
                "(%d per %s), bf16, momentum; %sstep time %.1f ms = median "
                "block_start spacing / 924 steps%s"
