@@ -517,7 +517,16 @@ static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
 {
     const plan *p = e->in->p;
     double t = 0;
-    if (group_all) {
+    int bng = e->in->g->bn_group;
+    if (group_all == FW_GROUP_BN && bng > 1) {
+        /* run.batchnorm_group consecutive replicas each, all groups at
+         * once (core_of lists replicas in order). */
+        t = ici_allreduce_groups(e->net, p->core_of, p->cpr * bng,
+                                 p->replicas / bng, (double)bytes, 0.0);
+        if (t < 0)
+            return -1;
+        net_stats(e);
+    } else if (group_all) {
         int *cores = malloc(sizeof(int) * (size_t)p->cores);
         if (!cores)
             return -1;
@@ -569,6 +578,9 @@ static tpu_status run_collective(eng *e, tpu_error *err)
     }
     int group_all = in0->op == FW_BARRIER ||
                     (in0->op == FW_ALLREDUCE && in0->b == FW_GROUP_ALL);
+    /* A distributed batchnorm's group spans replicas: its members start
+     * together, as a whole slice's do (replicas run one program). */
+    int group_bn = in0->op == FW_ALLREDUCE && in0->b == FW_GROUP_BN;
     int64_t dur = 0;
     emu_cat cat = CAT_IDLE;
     switch ((fw_op)in0->op) {
@@ -581,7 +593,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
         cat = CAT_HALO;
         break;
     case FW_ALLREDUCE:
-        dur = group_allreduce_ps(e, in0->a, group_all, 0);
+        dur = group_allreduce_ps(e, in0->a,
+                                 group_bn ? FW_GROUP_BN : group_all, 0);
         cat = CAT_ALLREDUCE;
         break;
     default:
@@ -599,7 +612,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
         int rep = p->replica_of[e->sim_core[ci]];
         int64_t start = 0;
         for (int cj = 0; cj < e->ncores_sim; cj++)
-            if (group_all || p->replica_of[e->sim_core[cj]] == rep)
+            if (group_all || group_bn ||
+                p->replica_of[e->sim_core[cj]] == rep)
                 if (e->cs[cj].now > start)
                     start = e->cs[cj].now;
         st[ci] = start;

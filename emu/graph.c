@@ -993,6 +993,12 @@ tpu_status graph_check_run(const graph *g, const char *system,
                         "%s: run.global_batch: %lld does not divide into %d "
                         "replicas",
                         path, (long long)global_batch, replicas);
+    if (g->bn_group > 1 && replicas % g->bn_group != 0)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: run.batchnorm_group: %d does not divide the %d "
+                        "replicas of %s (a group is that many whole "
+                        "replicas)",
+                        path, g->bn_group, replicas, sys->name);
     for (int i = 0; i < g->n_layers; i++) {
         int k = graph_core(&g->layers[i]);
         if (k >= g->cores_per_replica)

@@ -234,6 +234,11 @@ typedef struct {
     int pdims_override;          /* pdims came from --partition, not the
                                     trace (reports record them then) */
     graph_optimizer optimizer;   /* run.optimizer */
+    /* run.batchnorm_group: how many replicas one batchnorm's statistics
+     * span in training (TF's distributed batchnorm, MLPerf ResNet-50's
+     * --distributed_group_size); 1 (or 0 in a graph built by hand): each
+     * replica's own examples. */
+    int bn_group;
     double opt_momentum;         /* rmsprop's "momentum" (0: no slot) */
     int has_reference;
     double reference_step_s;

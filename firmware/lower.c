@@ -406,9 +406,10 @@ static void lower_forward_ops(lower_ctx *c, int l)
             ((I->op != GOP_CONV && I->op != GOP_CONV_T && I->op != GOP_DENSE) ||
              !c->hw->xla_bn_stats_fused))
             tile_pass_fx(c, FX_NONE, ph, l, ib, 0, ie, 3);
-        if (batch_stats && layout_any_split(c, l))
+        if (batch_stats && (layout_any_split(c, l) || c->g->bn_group > 1))
             lower_emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4,
-                       FW_GROUP_PARTITION, 0, 0);
+                       c->g->bn_group > 1 ? FW_GROUP_BN : FW_GROUP_PARTITION,
+                       0, 0);
         if (!fuse_materialised(c, l)) {
             /* values only (the functional executor): no time, no bytes */
             tile_pass(c, ph, l, 0, 0, oe, 0);
@@ -614,9 +615,10 @@ static void lower_backward_ops(lower_ctx *c, int l)
                               ? ob
                               : 0),
                      0, oe, 5);
-        if (layout_any_split(c, l))
+        if (layout_any_split(c, l) || c->g->bn_group > 1)
             lower_emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4,
-                       FW_GROUP_PARTITION, 0, 0);
+                       c->g->bn_group > 1 ? FW_GROUP_BN : FW_GROUP_PARTITION,
+                       0, 0);
         if (!input_is_data)
             tile_pass(c, ph, l, 2 * ob, ib, oe, 6);
         return;

@@ -42,6 +42,11 @@ SRC_MLPERF06 = ("MLPerf Training v0.6, Google submission "
                 "Google/results/%s/%s/result_0..4.txt; code and flags under "
                 "Google/benchmarks/%s/implementations)")
 
+# The MLPerf v0.6 ResNet-50 run on v3-2048 normalises batchnorm over groups
+# of 8 cores (run_and_time.sh --distributed_group_size=8); the others over
+# each core's own examples.
+RESNET_BN_GROUP = {"v3-2048": 8}
+
 # The 3D UNet's optimizer (tensorflow/tpu models/official/unet3d/
 # unet_config.py: 'optimizer': 'adam').
 UNET_OPTIMIZER = "adam"
@@ -670,7 +675,7 @@ def cifar10_keras():
 # -- trace files ----------------------------------------------------------
 
 def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None,
-          optimizer=None):
+          optimizer=None, bn_group=None):
     if _prod(pdims) != cores_per_replica:
         raise TraceError("%s: partition dims %r do not multiply to %d"
                          % (name, pdims, cores_per_replica))
@@ -693,6 +698,8 @@ def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None,
     }
     if optimizer is not None:
         t["run"]["optimizer"] = optimizer
+    if bn_group is not None:
+        t["run"]["batchnorm_group"] = bn_group
     if reference is not None:
         t["reference"] = {"step_time_s": reference[0], "source": reference[1]}
         # family: the rows validate summarises together; baseline: the
@@ -755,7 +762,7 @@ def all_traces():
         prev = "resnet50-v1.5-%s" % system
         out.append(("traces/reference/resnet50-%s.json" % system,
                     trace(prev, rn50, system, batch, 1, [1, 1, 1, 1], ref,
-                          "lars"), rn50))
+                          "lars", RESNET_BN_GROUP.get(system)), rn50))
     prev = None
     for system, per, cpr, step, spread in MASKRCNN_MLPERF06:
         m = maskrcnn(placed=cpr > 1, padded=system != "v3-256")

@@ -979,3 +979,8 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
     }
     return TPU_OK;
 }
+
+int fx_bn_replicas(const fx_state *x)
+{
+    return x->g->bn_group > 1 ? x->g->bn_group : 1;
+}

@@ -116,6 +116,8 @@ float *fx_wts(fx_state *x, int l);
 int64_t fx_gexample(const fx_state *x, int core, int64_t b);
 /* Spatial positions of the layer's whole output. */
 int64_t fx_gpos_count(const glayer *L);
+/* Replicas a batchnorm's statistics span (run.batchnorm_group, at least 1). */
+int fx_bn_replicas(const fx_state *x);
 
 /* Layer l's output shard, fresh (zeroed) on this core. */
 tpu_status fx_new_act(fx_state *x, int core, int l, fxt_tens **out,

@@ -221,7 +221,9 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
     } else {
         if (!c->stats_reduced[l])
             fxv_bn_local_stats(in, bn, bn + C);
-        bn_batch_stats(bn, C, (float)(x->p->batch * fx_gpos_count(L)));
+        bn_batch_stats(bn, C,
+                       (float)(x->p->batch * fx_bn_replicas(x) *
+                               fx_gpos_count(L)));
     }
     int64_t rows = o->B * fxt_npos(o);
     for (int64_t r = 0; r < rows; r++)
@@ -569,7 +571,7 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
                     gy->v[r * C + ch] * (W[ch] * bn[3 * C + ch]);
         return TPU_OK;
     }
-    float n = (float)(x->p->batch * fx_gpos_count(L));
+    float n = (float)(x->p->batch * fx_bn_replicas(x) * fx_gpos_count(L));
     for (int64_t r = 0; r < rows; r++)
         for (int64_t ch = 0; ch < C; ch++) {
             float dy = gy->v[r * C + ch];
