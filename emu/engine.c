@@ -1,6 +1,7 @@
 #include "emu/engine.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,9 @@ typedef struct {
                                      kernel issued at that instant streams
                                      behind it */
     int64_t mxu_key;              /* that product's kernel (mxu_kernel) */
+    int64_t kern_key;             /* the kernel of the last matrix or vector
+                                     instruction (xla.kernel_overhead_ns
+                                     is paid when it changes) */
     int64_t ld[QMAX], st[QMAX];   /* completion times, issue order */
     int nld, nst;
     size_t pc;
@@ -360,6 +364,21 @@ static int64_t mxu_kernel(const fw_insn *in)
     return ((int64_t)in->layer * 256 + in->fx) * 256 + in->phase;
 }
 
+/* A matrix or vector instruction of another kernel than the core's last
+ * one starts that kernel: its fixed cost (xla.kernel_overhead_ns) is the
+ * instruction's unit's time. */
+static void kernel_start(eng *e, int ci, const fw_insn *in, emu_cat cat)
+{
+    core_t *c = &e->cs[ci];
+    int64_t key = mxu_kernel(in);
+    if (key == c->kern_key)
+        return;
+    c->kern_key = key;
+    int64_t ov = (int64_t)llround(e->hw->kernel_overhead_ns * 1e3);
+    if (ov > 0)
+        advance(e, ci, c->now + ov, cat, in);
+}
+
 /* Runs core ci until it reaches a collective or its end. */
 static void run_core(eng *e, int ci)
 {
@@ -392,6 +411,7 @@ static void run_core(eng *e, int ci)
              * make a 256x256 array slower than 128x128 on a 128-channel
              * layer).  Between kernels (another
              * layer, or another of its products) the array drains. */
+            kernel_start(e, ci, in, CAT_MXU);
             int64_t key = mxu_kernel(in);
             cost_matmul_ps(hw, in, c->mxu_end == c->now && c->mxu_key == key,
                            &m, &v);
@@ -409,6 +429,7 @@ static void run_core(eng *e, int ci)
             break;
         }
         case FW_VEC: {
+            kernel_start(e, ci, in, CAT_VECTOR);
             int64_t v = cost_vec_ps(hw, in);
             if (e->in->fx && !e->fx_rc)
                 e->fx_rc = fx_exec(e->in->fx, e->sim_core[ci], in, &e->fx_err);
@@ -603,6 +624,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
     if (dur < 0)
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "out of host memory (interconnect)");
+    if (cat != CAT_IDLE)
+        dur += (int64_t)llround(e->hw->collective_overhead_ns * 1e3);
     /* Start: when the group's last member arrives.  Executed cores form
      * whole replicas, so the group of a core is its replica (or all). */
     int64_t *st = malloc(sizeof(int64_t) * (size_t)e->ncores_sim);
@@ -640,6 +663,7 @@ int64_t engine_local_ps(const tpu_params *hw, cost_dma *dc,
     core_t core;
     memset(&core, 0, sizeof core);
     core.mxu_end = -1;
+    core.kern_key = INT64_MIN;
     int zero = 0;
     eng e = {0};
     e.in = &in;
@@ -702,6 +726,7 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
         e.sim_core[ci] = p->core_of[rep * p->cpr + k];
         e.sim_shard[ci] = k;
         e.cs[ci].mxu_end = -1;
+        e.cs[ci].kern_key = INT64_MIN;
     }
     size_t total_insns = in->progs[0].n ? in->progs[0].n : 1;
     for (;;) {
