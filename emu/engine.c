@@ -707,8 +707,9 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
     e.dc = in->dma_costs;
     if (!e.dc)
         e.dc = e.own_dc = cost_dma_new(in->hw);
-    e.net = ici_new(&in->hw->ici, p->sys->dim_x, p->sys->dim_y,
-                    p->sys->full_pod);
+    e.net = in->net ? in->net
+                    : ici_new(&in->hw->ici, p->sys->dim_x, p->sys->dim_y,
+                              p->sys->full_pod);
     if (!e.sim_core || !e.sim_shard || !e.cs || !e.link_busy ||
         !e.bytes_sent || !e.layer_ps || !e.dc) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (engine)");
@@ -821,7 +822,7 @@ done:
     free(e.bytes_sent);
     free(e.layer_ps);
     cost_dma_free(e.own_dc);
-    if (e.net)
+    if (e.net && e.net != in->net)
         ici_free(e.net);
     return rc;
 }

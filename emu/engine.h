@@ -45,6 +45,10 @@ typedef struct {
     /* DMA block costs to share with the lowering (NULL: the engine
      * measures its own; either way the same numbers). */
     cost_dma *dma_costs;
+    /* The slice's interconnect to borrow (NULL: the engine makes its own):
+     * its cache of collective results is reused.  It must have been made
+     * for this slice with these ici.* values. */
+    ici *net;
     void (*progress)(void *ctx, double fraction);
     void *progress_ctx;
 } engine_input;

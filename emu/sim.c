@@ -416,6 +416,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     ei.hw = &hw;
     ei.progs = progs;
     ei.dma_costs = dc;
+    ei.net = o->net;
     ei.record_timeline = o->record_timeline;
     ei.no_dedup = o->no_dedup;
     ei.progress = o->progress;

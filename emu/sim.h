@@ -34,6 +34,11 @@ typedef struct {
                                   needing more host bytes; 0: 4 GiB */
     int record_timeline;       /* fill per-core events */
     int no_dedup;              /* simulate every core, skip no shortcut */
+    /* The slice's interconnect to borrow (NULL: each run makes its own),
+     * so that runs of one slice share its cache of collective results
+     * (emu/range.c's variants); made with ici_new for the effective
+     * system and the run's ici.* values, which the caller guarantees. */
+    ici *net;
     int time_unfit;            /* time the step even when it does not fit
                                   (fits = 0, TPU_OK): for validation */
     /* Called now and then with the fraction done; may be NULL. */
