@@ -40,7 +40,7 @@ VIEW_PURE_OBJS := $(VIEW_PURE_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/registry.o
 LIB       := $(BUILD)/libtpuemu.a
 
-.PHONY: all deps run test bench asan clean fuzz fuzz-report fuzz-sim fuzz-sweep check-perf rebaseline
+.PHONY: all deps run test bench asan clean fuzz fuzz-report fuzz-sim fuzz-sweep fuzz-import check-perf rebaseline
 all: tpuemu
 
 # Only the viewer objects that draw see SDL's headers.
@@ -107,6 +107,17 @@ fuzz: deps
 	  test/fuzz/fuzz_trace.c $(CORE_SRCS) $(CORE_LIBS)
 	build-fuzz/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	  build-fuzz/corpus test/fuzz/corpus
+
+# The Keras importer (test/fuzz/fuzz_import.c): model JSON through
+# keras_to_trace and the trace reader; seeded from test/keras/.
+fuzz-import: deps
+	@mkdir -p build-fuzz/corpus-import
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -I. $(CORE_CFLAGS) \
+	  -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz_import \
+	  test/fuzz/fuzz_import.c $(CORE_SRCS) $(CORE_LIBS)
+	build-fuzz/fuzz_import -max_total_time=$(FUZZ_SECONDS) -max_len=262144 \
+	  -timeout=20 -rss_limit_mb=4096 build-fuzz/corpus-import test/keras \
+	  test/keras/tfjs
 
 # The report reader (check and view read reports users hand them), with a
 # write-read-write round trip; seeded from the committed baselines.

@@ -1,6 +1,7 @@
 #include "emu/engine.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,9 @@ typedef struct {
                                      kernel issued at that instant streams
                                      behind it */
     int64_t mxu_key;              /* that product's kernel (mxu_kernel) */
+    int64_t kern_key;             /* the kernel of the last matrix or vector
+                                     instruction (xla.kernel_overhead_ns
+                                     is paid when it changes) */
     int64_t ld[QMAX], st[QMAX];   /* completion times, issue order */
     int nld, nst;
     size_t pc;
@@ -360,6 +364,21 @@ static int64_t mxu_kernel(const fw_insn *in)
     return ((int64_t)in->layer * 256 + in->fx) * 256 + in->phase;
 }
 
+/* A matrix or vector instruction of another kernel than the core's last
+ * one starts that kernel: its fixed cost (xla.kernel_overhead_ns) is the
+ * instruction's unit's time. */
+static void kernel_start(eng *e, int ci, const fw_insn *in, emu_cat cat)
+{
+    core_t *c = &e->cs[ci];
+    int64_t key = mxu_kernel(in);
+    if (key == c->kern_key)
+        return;
+    c->kern_key = key;
+    int64_t ov = (int64_t)llround(e->hw->kernel_overhead_ns * 1e3);
+    if (ov > 0)
+        advance(e, ci, c->now + ov, cat, in);
+}
+
 /* Runs core ci until it reaches a collective or its end. */
 static void run_core(eng *e, int ci)
 {
@@ -392,6 +411,7 @@ static void run_core(eng *e, int ci)
              * make a 256x256 array slower than 128x128 on a 128-channel
              * layer).  Between kernels (another
              * layer, or another of its products) the array drains. */
+            kernel_start(e, ci, in, CAT_MXU);
             int64_t key = mxu_kernel(in);
             cost_matmul_ps(hw, in, c->mxu_end == c->now && c->mxu_key == key,
                            &m, &v);
@@ -409,6 +429,7 @@ static void run_core(eng *e, int ci)
             break;
         }
         case FW_VEC: {
+            kernel_start(e, ci, in, CAT_VECTOR);
             int64_t v = cost_vec_ps(hw, in);
             if (e->in->fx && !e->fx_rc)
                 e->fx_rc = fx_exec(e->in->fx, e->sim_core[ci], in, &e->fx_err);
@@ -517,7 +538,16 @@ static int64_t group_allreduce_ps(eng *e, int64_t bytes, int group_all,
 {
     const plan *p = e->in->p;
     double t = 0;
-    if (group_all) {
+    int bng = e->in->g->bn_group;
+    if (group_all == FW_GROUP_BN && bng > 1) {
+        /* run.batchnorm_group consecutive replicas each, all groups at
+         * once (core_of lists replicas in order). */
+        t = ici_allreduce_groups(e->net, p->core_of, p->cpr * bng,
+                                 p->replicas / bng, (double)bytes, 0.0);
+        if (t < 0)
+            return -1;
+        net_stats(e);
+    } else if (group_all) {
         int *cores = malloc(sizeof(int) * (size_t)p->cores);
         if (!cores)
             return -1;
@@ -569,6 +599,9 @@ static tpu_status run_collective(eng *e, tpu_error *err)
     }
     int group_all = in0->op == FW_BARRIER ||
                     (in0->op == FW_ALLREDUCE && in0->b == FW_GROUP_ALL);
+    /* A distributed batchnorm's group spans replicas: its members start
+     * together, as a whole slice's do (replicas run one program). */
+    int group_bn = in0->op == FW_ALLREDUCE && in0->b == FW_GROUP_BN;
     int64_t dur = 0;
     emu_cat cat = CAT_IDLE;
     switch ((fw_op)in0->op) {
@@ -581,7 +614,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
         cat = CAT_HALO;
         break;
     case FW_ALLREDUCE:
-        dur = group_allreduce_ps(e, in0->a, group_all, 0);
+        dur = group_allreduce_ps(e, in0->a,
+                                 group_bn ? FW_GROUP_BN : group_all, 0);
         cat = CAT_ALLREDUCE;
         break;
     default:
@@ -590,6 +624,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
     if (dur < 0)
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "out of host memory (interconnect)");
+    if (cat != CAT_IDLE)
+        dur += (int64_t)llround(e->hw->collective_overhead_ns * 1e3);
     /* Start: when the group's last member arrives.  Executed cores form
      * whole replicas, so the group of a core is its replica (or all). */
     int64_t *st = malloc(sizeof(int64_t) * (size_t)e->ncores_sim);
@@ -599,7 +635,8 @@ static tpu_status run_collective(eng *e, tpu_error *err)
         int rep = p->replica_of[e->sim_core[ci]];
         int64_t start = 0;
         for (int cj = 0; cj < e->ncores_sim; cj++)
-            if (group_all || p->replica_of[e->sim_core[cj]] == rep)
+            if (group_all || group_bn ||
+                p->replica_of[e->sim_core[cj]] == rep)
                 if (e->cs[cj].now > start)
                     start = e->cs[cj].now;
         st[ci] = start;
@@ -626,6 +663,7 @@ int64_t engine_local_ps(const tpu_params *hw, cost_dma *dc,
     core_t core;
     memset(&core, 0, sizeof core);
     core.mxu_end = -1;
+    core.kern_key = INT64_MIN;
     int zero = 0;
     eng e = {0};
     e.in = &in;
@@ -688,6 +726,7 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
         e.sim_core[ci] = p->core_of[rep * p->cpr + k];
         e.sim_shard[ci] = k;
         e.cs[ci].mxu_end = -1;
+        e.cs[ci].kern_key = INT64_MIN;
     }
     size_t total_insns = in->progs[0].n ? in->progs[0].n : 1;
     for (;;) {

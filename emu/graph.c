@@ -19,7 +19,8 @@ static const char *const op_names[GOP_COUNT] = {
     "relu",    "sigmoid", "flatten",        "global_avgpool",
     "add",     "concat",  "maxpool",        "avgpool", "upsample",
     "dropout", "loss",    "elementwise",    "activation",
-    "roi_align"};
+    "roi_align", "layer_norm", "group_norm", "normalize", "pad", "crop",
+    "resize", "reshape", "global_maxpool"};
 
 static const char *const ew_names[GEW_COUNT] = {"multiply", "subtract",
                                                 "maximum", "minimum",
@@ -674,6 +675,73 @@ static tpu_status infer_roi(const graph *g, glayer *L, const glayer *src,
     return check_shape(&L->out, err);
 }
 
+/* The normalisations, pad and crop, resize, reshape and global max
+ * pooling (docs/TRACE.md). */
+static tpu_status infer_more(const graph *g, glayer *L, const glayer *src,
+                             const char **key, tpu_error *err)
+{
+    tpu_status st;
+    char a[96], b[96];
+    (void)g;
+    switch (L->op) {
+    case GOP_LAYERNORM: /* gamma and beta (Keras's center and scale) */
+        L->weights = 2 * src->out.c;
+        return TPU_OK;
+    case GOP_GROUPNORM:
+        *key = "groups";
+        if (src->out.c % L->groups)
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%d does not divide the input's %lld channels",
+                            L->groups, (long long)src->out.c);
+        L->weights = 2 * src->out.c;
+        return TPU_OK;
+    case GOP_NORMALIZE: /* mean, variance and Keras's count */
+        L->weights = 2 * src->out.c + 1;
+        return TPU_OK;
+    case GOP_PAD:
+    case GOP_CROP:
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        *key = L->op == GOP_PAD ? "pads" : "crops";
+        for (int d = 0; d < src->out.nsp; d++) {
+            L->out.sp[d] = src->out.sp[d] + L->pad_lo[d] + L->pad_hi[d];
+            if (L->out.sp[d] < 1)
+                return tpu_fail(err, TPU_ERR_INPUT,
+                                "crops %lld + %lld leave nothing of "
+                                "dimension %d (%lld)",
+                                (long long)-L->pad_lo[d],
+                                (long long)-L->pad_hi[d], d,
+                                (long long)src->out.sp[d]);
+        }
+        return check_shape(&L->out, err);
+    case GOP_RESIZE:
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        for (int d = 0; d < src->out.nsp; d++)
+            L->out.sp[d] = src->out.sp[d] * L->factor[d];
+        *key = "factor";
+        return check_shape(&L->out, err);
+    case GOP_RESHAPE:
+        *key = "shape";
+        if (gshape_elems(&L->target) != gshape_elems(&src->out))
+            return tpu_fail(err, TPU_ERR_INPUT,
+                            "%s has %lld elements, the input %s %lld",
+                            shape_text(a, sizeof a, &L->target),
+                            (long long)gshape_elems(&L->target),
+                            shape_text(b, sizeof b, &src->out),
+                            (long long)gshape_elems(&src->out));
+        L->out = L->target;
+        return TPU_OK;
+    case GOP_GMAXPOOL:
+        if ((st = need_spatial(L, src, key, err)))
+            return st;
+        set_flat(&L->out, src->out.c);
+        return TPU_OK;
+    default:
+        return tpu_fail(err, TPU_ERR_INPUT, "unknown op");
+    }
+}
+
 /* The layer's output shape, MACs and weights from its inputs (inferred
  * before it); *key names the trace key a refusal is about. */
 static tpu_status infer_layer(graph *g, int i, const char **key,
@@ -751,6 +819,15 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
         return TPU_OK;
     case GOP_ROI_ALIGN:
         return infer_roi(g, L, src, key, err);
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_RESHAPE:
+    case GOP_GMAXPOOL:
+        return infer_more(g, L, src, key, err);
     default:
         break;
     }
@@ -792,6 +869,15 @@ double graph_layer_flops(const graph *g, int i)
         return (double)gshape_elems(&g->layers[L->in[0]].out);
     case GOP_ACT:
         return out;
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM: /* statistics (x, x^2) and the normalise */
+        return 3 * out;
+    case GOP_NORMALIZE:
+        return 2 * out;
+    case GOP_RESIZE: /* two multiply-adds a dimension */
+        return 2 * out * L->out.nsp;
+    case GOP_GMAXPOOL:
+        return (double)gshape_elems(&g->layers[L->in[0]].out);
     case GOP_ELEMWISE:
         return out * (L->n_in - 1 + (L->kind == GEW_AVERAGE));
     case GOP_LOSS: {
@@ -907,6 +993,12 @@ tpu_status graph_check_run(const graph *g, const char *system,
                         "%s: run.global_batch: %lld does not divide into %d "
                         "replicas",
                         path, (long long)global_batch, replicas);
+    if (g->bn_group > 1 && replicas % g->bn_group != 0)
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "%s: run.batchnorm_group: %d does not divide the %d "
+                        "replicas of %s (a group is that many whole "
+                        "replicas)",
+                        path, g->bn_group, replicas, sys->name);
     for (int i = 0; i < g->n_layers; i++) {
         int k = graph_core(&g->layers[i]);
         if (k >= g->cores_per_replica)
@@ -949,7 +1041,8 @@ static int has_weight_op(const glayer *L)
 {
     graph_op op = L->op;
     return op == GOP_CONV || op == GOP_CONV_T || op == GOP_DENSE ||
-           op == GOP_BATCHNORM || (op == GOP_ACT && L->kind == GACT_PRELU);
+           op == GOP_BATCHNORM || (op == GOP_ACT && L->kind == GACT_PRELU) ||
+           op == GOP_LAYERNORM || op == GOP_GROUPNORM;
 }
 
 /* Marks in want[] the owners an entry names; a matched sharer goes into
@@ -1120,7 +1213,7 @@ tpu_status graph_freeze(graph *g, const char *list, const char *path,
         if (L->share_from >= 0)
             L->frozen = g->layers[L->share_from].frozen;
         else if (none)
-            L->frozen = 0;
+            L->frozen = L->op == GOP_NORMALIZE; /* never trained */
         else if (want[i])
             L->frozen = 1;
     }

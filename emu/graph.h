@@ -55,6 +55,16 @@ typedef enum {
                        broadcast ([C] or [1,..,1,C] against [..,C]) */
     GOP_ACT,        /* activation, `kind` a graph_act */
     GOP_ROI_ALIGN,  /* levels -> [rois, out_h, out_w, C] per example */
+    GOP_LAYERNORM,  /* layer_norm: each position over its channels */
+    GOP_GROUPNORM,  /* group_norm: each example's `groups` channel groups
+                       over every position (instance norm: groups = C) */
+    GOP_NORMALIZE,  /* normalize: stored per-channel mean and variance
+                       (Keras Normalization), never trained */
+    GOP_PAD,        /* pad: zeros, pad_lo/pad_hi rows per spatial dim */
+    GOP_CROP,       /* crop: pad_lo/pad_hi hold minus the rows cut */
+    GOP_RESIZE,     /* resize: bilinear by integer `factor` per dim */
+    GOP_RESHAPE,    /* reshape to `target` (same elements per example) */
+    GOP_GMAXPOOL,   /* global_maxpool */
     GOP_COUNT
 } graph_op;
 
@@ -201,6 +211,8 @@ typedef struct {
      * none) */
     int kind;
     double alpha, max_value;
+    /* reshape: the per-example shape the trace asks for */
+    gshape target;
 
     /* derived, per example */
     int64_t weights;             /* parameters (incl. bias, BN gamma/beta),
@@ -222,6 +234,11 @@ typedef struct {
     int pdims_override;          /* pdims came from --partition, not the
                                     trace (reports record them then) */
     graph_optimizer optimizer;   /* run.optimizer */
+    /* run.batchnorm_group: how many replicas one batchnorm's statistics
+     * span in training (TF's distributed batchnorm, MLPerf ResNet-50's
+     * --distributed_group_size); 1 (or 0 in a graph built by hand): each
+     * replica's own examples. */
+    int bn_group;
     double opt_momentum;         /* rmsprop's "momentum" (0: no slot) */
     int has_reference;
     double reference_step_s;

@@ -55,6 +55,11 @@ typedef struct {
     int xla_remat;           /* 1: when a training step does not fit in HBM,
                                 activations cheap to recompute are dropped and
                                 recomputed in the backward pass */
+    double kernel_overhead_ns; /* fixed cost of starting a kernel (one
+                                layer's pass: its first matrix or vector
+                                instruction) */
+    double collective_overhead_ns; /* fixed cost of each collective:
+                                handshake and DMA set-up */
     int xla_tile_search;     /* 1: each tiled loop takes the tile size its
                                 cost model finds fastest; 0: the largest
                                 that fits VMEM */

@@ -109,6 +109,7 @@ static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
                                        "num_cores_per_replica",
                                        "input_partition_dims",
                                        "optimizer",
+                                       "batchnorm_group",
                                        "comment",
                                        NULL};
     const cJSON *ipd, *opt;
@@ -131,6 +132,10 @@ static tpu_status trace_run(trace_ctx *c, graph *g, const cJSON *run)
                         &n64)))
         return st;
     g->cores_per_replica = (int)n64;
+    n64 = 1;
+    if ((st = trace_int(c, run, "run", "batchnorm_group", 0, 1, 65536, &n64)))
+        return st;
+    g->bn_group = (int)n64;
     if ((st = trace_str(c, run, "run", "comment", 0, &cm)))
         return st;
     opt = cJSON_GetObjectItemCaseSensitive(run, "optimizer");

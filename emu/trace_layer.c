@@ -71,7 +71,8 @@ static const char *const trace_op_words[] = {
     "relu",    "sigmoid", "flatten",        "global_avgpool",
     "add",     "concat",  "maxpool",        "avgpool", "upsample",
     "dropout", "loss",    "elementwise",    "activation",
-    "roi_align", NULL};
+    "roi_align", "layer_norm", "group_norm", "normalize", "pad", "crop",
+    "resize", "reshape", "global_maxpool", NULL};
 static const char *const trace_ew_words[] = {
     "multiply", "subtract", "maximum", "minimum", "average", NULL};
 static const char *const trace_act_words[] = {
@@ -121,7 +122,25 @@ static const char *const *trace_op_keys(graph_op op)
                                       "dtype", "comment",   "kind",
                                       "alpha", "max_value", "trainable",
                                       "core",  NULL};
+    static const char *const ln[] = {"name",    "op",        "in",
+                                     "dtype",   "comment",   "trainable",
+                                     "core",    NULL};
+    static const char *const gn[] = {"name",    "op",        "in",
+                                     "dtype",   "comment",   "trainable",
+                                     "groups",  "core",      NULL};
+    static const char *const pad[] = {"name",    "op",   "in", "dtype",
+                                      "comment", "pads", "core", NULL};
+    static const char *const crop[] = {"name",    "op",    "in", "dtype",
+                                       "comment", "crops", "core", NULL};
+    static const char *const rs[] = {"name",    "op",    "in", "dtype",
+                                     "comment", "shape", "core", NULL};
     switch (op) {
+    case GOP_LAYERNORM: return ln;
+    case GOP_GROUPNORM: return gn;
+    case GOP_PAD: return pad;
+    case GOP_CROP: return crop;
+    case GOP_RESIZE: return up;
+    case GOP_RESHAPE: return rs;
     case GOP_CONV: return conv;
     case GOP_CONV_T: return conv_t;
     case GOP_DENSE: return dense;
@@ -381,6 +400,62 @@ static tpu_status trace_dropout(trace_ctx *c, const cJSON *o,
     return TPU_OK;
 }
 
+static tpu_status trace_shape(trace_ctx *c, const cJSON *o, const char *base,
+                              gshape *out);
+
+/* One entry of pads/crops: rows at both ends (a number) or [lo, hi]. */
+static int trace_pad_pair(const cJSON *e, int64_t *lo, int64_t *hi)
+{
+    if (trace_is_int(e, 0, GRAPH_DIM_MAX)) {
+        *lo = *hi = (int64_t)e->valuedouble;
+        return 1;
+    }
+    if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 ||
+        !trace_is_int(e->child, 0, GRAPH_DIM_MAX) ||
+        !trace_is_int(e->child->next, 0, GRAPH_DIM_MAX))
+        return 0;
+    *lo = (int64_t)e->child->valuedouble;
+    *hi = (int64_t)e->child->next->valuedouble;
+    return 1;
+}
+
+/* pad's pads and crop's crops: one number for every side of every
+ * spatial dimension, or one entry per spatial dimension (a number for
+ * both ends, or [lo, hi]).  A crop is kept as a negative pad. */
+static tpu_status trace_pads(trace_ctx *c, const cJSON *o, const char *base,
+                             const glayer *src, glayer *L)
+{
+    const char *key = L->op == GOP_PAD ? "pads" : "crops";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    char p[320];
+    int64_t lo[GRAPH_MAX_SP] = {0}, hi[GRAPH_MAX_SP] = {0};
+    int n = src->out.nsp, ok = 1;
+    if (!v)
+        return trace_fail(c, base, "missing key '%s'", key);
+    trace_path(p, sizeof p, base, key);
+    if (trace_is_int(v, 0, GRAPH_DIM_MAX)) {
+        for (int d = 0; d < GRAPH_MAX_SP; d++)
+            lo[d] = hi[d] = (int64_t)v->valuedouble;
+    } else if (cJSON_IsArray(v) && (n == 0 || cJSON_GetArraySize(v) == n)) {
+        int d = 0;
+        for (const cJSON *e = v->child; e && ok; e = e->next, d++)
+            ok = trace_pad_pair(e, &lo[d], &hi[d]);
+    } else {
+        ok = 0;
+    }
+    if (!ok)
+        return trace_fail(c, p,
+                          "expected a number or one entry per spatial "
+                          "dimension (%d), each a number or [lo, hi] of "
+                          "integers from 0 to %d",
+                          n, GRAPH_DIM_MAX);
+    for (int d = 0; d < GRAPH_MAX_SP; d++) {
+        L->pad_lo[d] = L->op == GOP_PAD ? lo[d] : -lo[d];
+        L->pad_hi[d] = L->op == GOP_PAD ? hi[d] : -hi[d];
+    }
+    return TPU_OK;
+}
+
 /* An optional finite number within [lo, hi] (alpha, max_value). */
 static tpu_status trace_real(trace_ctx *c, const cJSON *o, const char *base,
                              const char *key, double lo, double hi,
@@ -556,6 +631,23 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
             return st;
         L->flat_keep = (int)n64;
         return TPU_OK;
+    case GOP_GROUPNORM:
+        if ((st = trace_int(c, o, base, "groups", 1, 1, GRAPH_DIM_MAX, &n64)))
+            return st;
+        L->groups = (int)n64;
+        return TPU_OK;
+    case GOP_PAD:
+    case GOP_CROP:
+        return trace_pads(c, o, base, src, L);
+    case GOP_RESIZE:
+        if ((st = trace_dims(c, o, base, "factor", 1, 1, L->factor, &rank)))
+            return st;
+        return trace_rank(c, src, base, "factor", rank);
+    case GOP_RESHAPE:
+        return trace_shape(c, o, base, &L->target);
+    case GOP_NORMALIZE:
+        L->frozen = 1; /* statistics adapted before training, not trained */
+        return TPU_OK;
     default:
         return TPU_OK;
     }
@@ -578,7 +670,8 @@ static tpu_status trace_trainable(trace_ctx *c, const graph *g,
                           "does)", trace_act_words[L->kind]);
     }
     if (L->op != GOP_CONV && L->op != GOP_CONV_T && L->op != GOP_DENSE &&
-        L->op != GOP_BATCHNORM && !(L->op == GOP_ACT))
+        L->op != GOP_BATCHNORM && !(L->op == GOP_ACT) &&
+        L->op != GOP_LAYERNORM && L->op != GOP_GROUPNORM)
         return TPU_OK;
     if ((st = trace_bool(c, o, base, "trainable", &tr)))
         return st;
@@ -618,7 +711,7 @@ tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
 
 /* shape: [C], [H,W,C] or [D,H,W,C], channels last. */
 static tpu_status trace_shape(trace_ctx *c, const cJSON *o, const char *base,
-                              glayer *L)
+                              gshape *out)
 {
     char p[320];
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
@@ -635,16 +728,16 @@ static tpu_status trace_shape(trace_ctx *c, const cJSON *o, const char *base,
     for (const cJSON *e = ok ? sh->child : NULL; e && ok; e = e->next, d++) {
         ok = trace_is_int(e, 1, GRAPH_DIM_MAX);
         if (ok && d == n - 1)
-            L->out.c = (int64_t)e->valuedouble;
+            out->c = (int64_t)e->valuedouble;
         else if (ok)
-            L->out.sp[d] = (int64_t)e->valuedouble;
+            out->sp[d] = (int64_t)e->valuedouble;
     }
     if (!ok)
         return trace_fail(c, p,
                           "expected 1, 3 or 4 positive integers ([C], "
                           "[H,W,C] or [D,H,W,C]), each at most %d",
                           GRAPH_DIM_MAX);
-    L->out.nsp = n - 1;
+    out->nsp = n - 1;
     return TPU_OK;
 }
 
@@ -675,7 +768,7 @@ tpu_status trace_input(trace_ctx *c, graph *g, const cJSON *o, int j)
     L->op = GOP_INPUT;
     L->dtype_bytes = dt ? 4 : 2;
     L->share_from = -1;
-    if ((st = trace_shape(c, o, base, L)))
+    if ((st = trace_shape(c, o, base, &L->out)))
         return st;
     return trace_commit(c, g, base, "shape");
 }

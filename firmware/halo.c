@@ -53,6 +53,19 @@ static void need_range(const glayer *L, const glayer *I, int d, int64_t o0,
         *hi = (o1 - 1) / f + 1;
         break;
     }
+    case GOP_PAD:
+    case GOP_CROP:
+        *lo = o0 - L->pad_lo[d];
+        *hi = o1 - L->pad_lo[d];
+        break;
+    case GOP_RESIZE: {
+        /* half-pixel centres: out[o] lerps the inputs around
+         * (o + 0.5) / f - 0.5, i.e. (2o + 1 - f) / 2f */
+        int64_t f = L->factor[d] > 0 ? L->factor[d] : 1;
+        *lo = floordiv(2 * o0 + 1 - f, 2 * f);
+        *hi = ceildiv(2 * (o1 - 1) + 1 - f, 2 * f) + 1;
+        break;
+    }
     default:
         *lo = o0;
         *hi = o1;
@@ -82,6 +95,19 @@ static void grad_need_range(const glayer *L, int d, int64_t i0, int64_t i1,
         int64_t f = L->factor[d] > 0 ? L->factor[d] : 1;
         *lo = i0 * f;
         *hi = i1 * f;
+        break;
+    }
+    case GOP_PAD:
+    case GOP_CROP:
+        *lo = i0 + L->pad_lo[d];
+        *hi = i1 + L->pad_lo[d];
+        break;
+    case GOP_RESIZE: {
+        /* the outputs whose upper neighbour is at or past i0 and whose
+         * lower one is before i1 (need_range's centres) */
+        int64_t f = L->factor[d] > 0 ? L->factor[d] : 1;
+        *lo = f * (i0 - 1) + floordiv(f - 1, 2) + 1;
+        *hi = f * i1 + ceildiv(f - 1, 2);
         break;
     }
     default:
@@ -121,7 +147,7 @@ static void halo_of_shard(const lower_ctx *c, int l, int i, const int *coords,
         int64_t ilo, ihi, olo, ohi;
         plan_range(c->p, c->g, i, d, coords[d], &ilo, &ihi);
         h->in_ext[d] = ihi - ilo;
-        if (!same_rank) {
+        if (!same_rank || L->op == GOP_RESHAPE) {
             /* flatten of a split tensor gathers it; global pooling and a
              * loss reduce their own shard and all-reduce the result */
             if (layout_is_split(c, i, d) && L->op != GOP_GAP &&

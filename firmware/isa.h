@@ -52,7 +52,9 @@ typedef enum {
     FW_OP_COUNT
 } fw_op;
 
-enum { FW_GROUP_PARTITION = 0, FW_GROUP_ALL = 1 };
+/* FW_GROUP_BN: run.batchnorm_group consecutive replicas (every core of
+ * each), a distributed batchnorm's statistics. */
+enum { FW_GROUP_PARTITION = 0, FW_GROUP_ALL = 1, FW_GROUP_BN = 2 };
 
 /* What a compute instruction computes, for --functional (emu/fexec.h):
  * the timing never depends on it. */

@@ -406,9 +406,10 @@ static void lower_forward_ops(lower_ctx *c, int l)
             ((I->op != GOP_CONV && I->op != GOP_CONV_T && I->op != GOP_DENSE) ||
              !c->hw->xla_bn_stats_fused))
             tile_pass_fx(c, FX_NONE, ph, l, ib, 0, ie, 3);
-        if (batch_stats && layout_any_split(c, l))
+        if (batch_stats && (layout_any_split(c, l) || c->g->bn_group > 1))
             lower_emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4,
-                       FW_GROUP_PARTITION, 0, 0);
+                       c->g->bn_group > 1 ? FW_GROUP_BN : FW_GROUP_PARTITION,
+                       0, 0);
         if (!fuse_materialised(c, l)) {
             /* values only (the functional executor): no time, no bytes */
             tile_pass(c, ph, l, 0, 0, oe, 0);
@@ -508,6 +509,16 @@ static void lower_forward_ops(lower_ctx *c, int l)
     case GOP_ROI_ALIGN:
         lower_roi(c, l, ph);
         return;
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_RESHAPE:
+    case GOP_GMAXPOOL:
+        ops_forward(c, l);
+        return;
     case GOP_COUNT:
         return;
     }
@@ -604,9 +615,10 @@ static void lower_backward_ops(lower_ctx *c, int l)
                               ? ob
                               : 0),
                      0, oe, 5);
-        if (layout_any_split(c, l))
+        if (layout_any_split(c, l) || c->g->bn_group > 1)
             lower_emit(c, FW_ALLREDUCE, ph, l, 2 * L->out.c * 4,
-                       FW_GROUP_PARTITION, 0, 0);
+                       c->g->bn_group > 1 ? FW_GROUP_BN : FW_GROUP_PARTITION,
+                       0, 0);
         if (!input_is_data)
             tile_pass(c, ph, l, 2 * ob, ib, oe, 6);
         return;
@@ -693,6 +705,16 @@ static void lower_backward_ops(lower_ctx *c, int l)
     }
     case GOP_ROI_ALIGN:
         lower_roi(c, l, ph);
+        return;
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_RESHAPE:
+    case GOP_GMAXPOOL:
+        ops_backward(c, l, input_is_data);
         return;
     case GOP_INPUT:
     case GOP_FLATTEN:

@@ -9,6 +9,7 @@
  *   gconv.c   a grouped convolution's candidate lowerings
  *   fuse.c    the passes XLA's fusion removes, and what is never stored
  *   mem.c     what one core keeps in HBM, and rematerialisation
+ *   ops.c     normalisations, pad/crop, resize, reshape, global max pool
  */
 #ifndef FIRMWARE_LOWER_INTERNAL_H
 #define FIRMWARE_LOWER_INTERNAL_H
@@ -154,6 +155,10 @@ void gconv_emit(lower_ctx *c, int phase, const gconv *q, int part, int cand);
 tpu_status fuse_plan(lower_ctx *c);
 int fuse_materialised(const lower_ctx *c, int l);
 double fuse_apply_ops(const lower_ctx *c, int i);
+
+/* ops.c: normalisations, pad, crop, resize, reshape, global max pooling */
+void ops_forward(lower_ctx *c, int l);
+void ops_backward(lower_ctx *c, int l, int input_is_data);
 
 /* mem.c */
 void mem_mark_kept_for(lower_ctx *c);

@@ -26,7 +26,8 @@ static int saved_for_backward(const lower_ctx *c, int l)
     if (L->op == GOP_ACT && L->needs_grad && L->kind != GACT_GELU &&
         L->kind != GACT_SWISH && L->kind != GACT_PRELU)
         return 1;
-    if (L->op == GOP_MAXPOOL && g->layers[L->in[0]].needs_grad)
+    if ((L->op == GOP_MAXPOOL || L->op == GOP_GMAXPOOL) &&
+        g->layers[L->in[0]].needs_grad)
         return 1;
     return c->kept_for[l];
 }
@@ -50,7 +51,10 @@ void mem_mark_kept_for(lower_ctx *c)
                  (J->kind == GACT_GELU || J->kind == GACT_SWISH ||
                   J->kind == GACT_PRELU)) ||
                 (J->op == GOP_ELEMWISE && J->needs_grad &&
-                 J->kind != GEW_SUBTRACT && J->kind != GEW_AVERAGE))
+                 J->kind != GEW_SUBTRACT && J->kind != GEW_AVERAGE) ||
+                ((J->op == GOP_LAYERNORM || J->op == GOP_GROUPNORM) &&
+                 J->needs_grad) ||
+                (J->op == GOP_GMAXPOOL && g->layers[l].needs_grad))
                 c->kept_for[l] = 1;
         }
     }

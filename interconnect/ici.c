@@ -190,6 +190,8 @@ void ici_free(ici *n)
     free(n->arate);
     free(n->atf);
     free(n->crate);
+    free(n->heap);
+    free(n->hpos);
     if (n->rl)
         for (int i = 0; i < n->nres; i++)
             free(n->rl[i]);
@@ -698,4 +700,11 @@ int ici_allreduce_links(const ici *n, const int *cores, int ncores)
 void ici_fail_alloc_after(ici *n, long k)
 {
     n->mem.fail_after = k;
+}
+
+void ici_set_scan(ici *n, int on)
+{
+    n->scan = on != 0;
+    for (int i = 0; i < ICI_CACHE; i++)
+        cache_clear(&n->cache[i]);
 }

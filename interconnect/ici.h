@@ -118,4 +118,11 @@ double ici_link_busy_s(const ici *n, int chip, int dir);
  * an allocation looks at it. */
 void ici_fail_alloc_after(ici *n, long k);
 
+/* Testing: on (1), calls run the reference event loop, which finds the
+ * next event and the flows that finish by a scan over every active flow;
+ * off (0, the default), a heap of finish times.  Both give the same
+ * doubles (test ici_host).  Empties the cache of calls, so that a call
+ * is simulated again. */
+void ici_set_scan(ici *n, int on);
+
 #endif

@@ -130,12 +130,17 @@ struct ici {
     int nbk, capbk;
     int *hash, hcap;     /* time bits -> bucket, open addressing */
     int *bh, nbh, capbh; /* heap of non-empty buckets by time */
-    /* the active flows in start order (dense: id, bytes left, rate,
-     * finish time) */
+    /* the active flows in start order, by slot: id (-1 for a slot whose
+     * flow finished), bytes left, rate, finish time (run_heap: as of the
+     * last rate change) */
     int *aid, *fin, *bfl;
     int *amark; /* per slot: visit stamp of rates_update */
     double *arem, *arate, *atf, *crate;
-    int nact, capact;
+    int nact, capact; /* slots in use (holes included), allocated */
+    int nlive;        /* slots with a flow */
+    /* the finish-time heap: slots by atf, and each slot's place in it */
+    int *heap, *hpos, nheap;
+    int scan; /* test hook: the reference event loop (ici_set_scan) */
     int nbusy;       /* resources with an active flow */
     int invalid;     /* components forgotten (comps_reset) */
     long nglobal;    /* solves over all flows (components not apart) */

@@ -42,6 +42,15 @@ SRC_MLPERF06 = ("MLPerf Training v0.6, Google submission "
                 "Google/results/%s/%s/result_0..4.txt; code and flags under "
                 "Google/benchmarks/%s/implementations)")
 
+# The MLPerf v0.6 ResNet-50 run on v3-2048 normalises batchnorm over groups
+# of 8 cores (run_and_time.sh --distributed_group_size=8); the others over
+# each core's own examples.
+RESNET_BN_GROUP = {"v3-2048": 8}
+
+# The 3D UNet's optimizer (tensorflow/tpu models/official/unet3d/
+# unet_config.py: 'optimizer': 'adam').
+UNET_OPTIMIZER = "adam"
+
 # (slice, global batch, loop steps, step time s, runs' spread) of the six
 # ResNet-50 v1.5 runs; every run_and_time.sh sets --enable_lars=True.
 RESNET_MLPERF06 = (
@@ -665,7 +674,8 @@ def cifar10_keras():
 
 # -- trace files ----------------------------------------------------------
 
-def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None):
+def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None,
+          optimizer=None, bn_group=None):
     if _prod(pdims) != cores_per_replica:
         raise TraceError("%s: partition dims %r do not multiply to %d"
                          % (name, pdims, cores_per_replica))
@@ -686,6 +696,10 @@ def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None):
             "input_partition_dims": [list(pdims), None],
         },
     }
+    if optimizer is not None:
+        t["run"]["optimizer"] = optimizer
+    if bn_group is not None:
+        t["run"]["batchnorm_group"] = bn_group
     if reference is not None:
         t["reference"] = {"step_time_s": reference[0], "source": reference[1]}
         # family: the rows validate summarises together; baseline: the
@@ -729,10 +743,12 @@ def all_traces():
                 trace("retinanet-r50-fpn-2560", r2560, "v3-64", 64, 8, [1, 4, 2, 1],
                       ref_r2560), r2560))
     out.append(("traces/reference/unet3d-128-v3-8.json",
-                trace("unet3d-128", u128, "v3-8", 32, 1, [1, 1, 1, 1, 1], ref_u128),
+                trace("unet3d-128", u128, "v3-8", 32, 1, [1, 1, 1, 1, 1], ref_u128,
+                      UNET_OPTIMIZER),
                 u128))
     out.append(("traces/reference/unet3d-256-v3-128.json",
-                trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256),
+                trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256,
+                      UNET_OPTIMIZER),
                 u256))
     prev = None
     for system, batch, loop, step, spread in RESNET_MLPERF06:
@@ -745,12 +761,13 @@ def all_traces():
         ref = (step, src, "resnet") + ((prev,) if prev else ())
         prev = "resnet50-v1.5-%s" % system
         out.append(("traces/reference/resnet50-%s.json" % system,
-                    trace(prev, rn50, system, batch, 1, [1, 1, 1, 1], ref), rn50))
+                    trace(prev, rn50, system, batch, 1, [1, 1, 1, 1], ref,
+                          "lars", RESNET_BN_GROUP.get(system)), rn50))
     prev = None
     for system, per, cpr, step, spread in MASKRCNN_MLPERF06:
         m = maskrcnn(placed=cpr > 1, padded=system != "v3-256")
         name = "maskrcnn-r50-fpn-%s" % system
-        src = (SRC_MLPERF06 % ("tpu-" + system, "mask", "maskrcnn")
+        src = (SRC_MLPERF06 % ("tpu-" + system, "mask", "mask")
                + ": Mask R-CNN R50-FPN, 832x1344 padded, %s, global batch 128 "
                "(%d per %s), bf16, momentum; %sstep time %.1f ms = median "
                "block_start spacing / 924 steps%s"

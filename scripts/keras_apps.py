@@ -6,7 +6,11 @@ Each builder follows the application's code in keras/applications/ (Keras
 2.x: vgg16.py, resnet.py) layer by layer, with the same names, so the
 parameter totals can be checked against the ones Keras publishes
 (https://keras.io/api/applications/): VGG16 138,357,544, ResNet50
-25,636,712, MobileNetV2 3,538,984 (mobilenet_v2.py).  ops_block is no
+25,636,712, MobileNetV2 3,538,984 (mobilenet_v2.py), MobileNet 4,253,864
+(mobilenet.py, Keras 2.8's top: Reshape to [1,1,1024] before the
+classifier), EfficientNetB0 5,330,571 (efficientnet.py: Rescaling and
+Normalization at the input, squeeze-excite with Reshape, swish), DenseNet121
+8,062,504 (densenet.py).  ops_block is no
 application: one small model with every activation and merge class the
 importer maps beyond those (its total counted by hand in
 test/test_import.c).
@@ -241,6 +245,186 @@ def mobilenet_v2():
     return m.model([x])
 
 
+def mobilenet():
+    """keras/applications/mobilenet.py, alpha 1.0, depth multiplier 1."""
+    m = Functional("mobilenet_1.00_224")
+
+    def bn(x, name):
+        return m._add("BatchNormalization", name, {
+            "axis": -1, "momentum": 0.99, "epsilon": 1e-3, "center": True,
+            "scale": True}, [x])
+
+    def relu6(x, name):
+        return m.layer("ReLU", x, name, max_value=6.0, negative_slope=0.0,
+                       threshold=0.0)
+
+    def dw_block(x, filters, strides, bid):
+        if strides == 2:
+            x = m.layer("ZeroPadding2D", x, "conv_pad_%d" % bid,
+                        padding=[[0, 1], [0, 1]],
+                        data_format="channels_last")
+        x = m.dwconv(x, "conv_dw_%d" % bid, 3, strides,
+                     "same" if strides == 1 else "valid", use_bias=False)
+        x = bn(x, "conv_dw_%d_bn" % bid)
+        x = relu6(x, "conv_dw_%d_relu" % bid)
+        x = m.conv(x, "conv_pw_%d" % bid, filters, 1, padding="same",
+                   use_bias=False)
+        x = bn(x, "conv_pw_%d_bn" % bid)
+        return relu6(x, "conv_pw_%d_relu" % bid)
+
+    x = m.input("input_1", [224, 224, 3])
+    x = m.layer("ZeroPadding2D", x, "conv1_pad", padding=[[0, 1], [0, 1]],
+                data_format="channels_last")
+    x = m.conv(x, "conv1", 32, 3, 2, "valid", use_bias=False)
+    x = bn(x, "conv1_bn")
+    x = relu6(x, "conv1_relu")
+    spec = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + \
+        [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
+    for i, (f, s) in enumerate(spec):
+        x = dw_block(x, f, s, i + 1)
+    x = m.gap(x, "global_average_pooling2d")
+    x = m.layer("Reshape", x, "reshape_1", target_shape=[1, 1, 1024])
+    x = m.layer("Dropout", x, "dropout", rate=1e-3, noise_shape=None,
+                seed=None)
+    x = m.conv(x, "conv_preds", 1000, 1, padding="same")
+    x = m.layer("Reshape", x, "reshape_2", target_shape=[1000])
+    x = m.act(x, "predictions", "softmax")
+    return m.model([x])
+
+
+def efficientnet_b0():
+    """keras/applications/efficientnet.py, B0 (width and depth 1.0)."""
+    m = Functional("efficientnetb0")
+    blocks = [(3, 1, 32, 16, 1, 1), (3, 2, 16, 24, 6, 2),
+              (5, 2, 24, 40, 6, 2), (3, 3, 40, 80, 6, 2),
+              (5, 3, 80, 112, 6, 1), (5, 4, 112, 192, 6, 2),
+              (3, 1, 192, 320, 6, 1)]
+
+    def bn(x, name):
+        return m._add("BatchNormalization", name, {
+            "axis": 3, "momentum": 0.99, "epsilon": 1e-3, "center": True,
+            "scale": True}, [x])
+
+    def pad_for(k):  # imagenet_utils.correct_pad on an even input
+        return [[k // 2 - 1, k // 2], [k // 2 - 1, k // 2]]
+
+    def block(x, name, fin, fout, k, s, e, drop):
+        inp = x
+        f = fin * e
+        if e != 1:
+            x = m.conv(x, name + "expand_conv", f, 1, padding="same",
+                       use_bias=False)
+            x = bn(x, name + "expand_bn")
+            x = m.act(x, name + "expand_activation", "swish")
+        if s == 2:
+            x = m.layer("ZeroPadding2D", x, name + "dwconv_pad",
+                        padding=pad_for(k), data_format="channels_last")
+        x = m.dwconv(x, name + "dwconv", k, s, "same" if s == 1 else "valid",
+                     use_bias=False)
+        x = bn(x, name + "bn")
+        x = m.act(x, name + "activation", "swish")
+        se = m.layer("GlobalAveragePooling2D", x, name + "se_squeeze",
+                     data_format="channels_last", keepdims=False)
+        se = m.layer("Reshape", se, name + "se_reshape",
+                     target_shape=[1, 1, f])
+        se = m.conv(se, name + "se_reduce", max(1, int(fin * 0.25)), 1,
+                    padding="same", activation="swish")
+        se = m.conv(se, name + "se_expand", f, 1, padding="same",
+                    activation="sigmoid")
+        x = m.layer("Multiply", [x, se], name + "se_excite")
+        x = m.conv(x, name + "project_conv", fout, 1, padding="same",
+                   use_bias=False)
+        x = bn(x, name + "project_bn")
+        if s == 1 and fin == fout:
+            if drop > 0:
+                x = m.layer("Dropout", x, name + "drop", rate=drop,
+                            noise_shape=[None, 1, 1, 1], seed=None)
+            x = m.add([x, inp], name + "add")
+        return x
+
+    x = m.input("input_1", [224, 224, 3])
+    x = m.layer("Rescaling", x, "rescaling", scale=1 / 255.0, offset=0.0)
+    x = m.layer("Normalization", x, "normalization", axis=-1, mean=None,
+                variance=None, invert=False)
+    x = m.layer("ZeroPadding2D", x, "stem_conv_pad", padding=pad_for(3),
+                data_format="channels_last")
+    x = m.conv(x, "stem_conv", 32, 3, 2, "valid", use_bias=False)
+    x = bn(x, "stem_bn")
+    x = m.act(x, "stem_activation", "swish")
+    total = sum(b[1] for b in blocks)
+    b = 0
+    for i, (k, r, fin, fout, e, s) in enumerate(blocks):
+        for j in range(r):
+            x = block(x, "block%d%s_" % (i + 1, chr(j + 97)),
+                      fin if j == 0 else fout, fout, k, s if j == 0 else 1,
+                      e, 0.2 * b / total)
+            b += 1
+    x = m.conv(x, "top_conv", 1280, 1, padding="same", use_bias=False)
+    x = bn(x, "top_bn")
+    x = m.act(x, "top_activation", "swish")
+    x = m.gap(x, "avg_pool")
+    x = m.layer("Dropout", x, "top_dropout", rate=0.2, noise_shape=None,
+                seed=None)
+    x = m.dense(x, "predictions", 1000, "softmax")
+    return m.model([x])
+
+
+def densenet121():
+    """keras/applications/densenet.py, blocks [6, 12, 24, 16]."""
+    m = Functional("densenet121")
+    npad = [0]
+
+    def bn(x, name):
+        return m._add("BatchNormalization", name, {
+            "axis": 3, "momentum": 0.99, "epsilon": 1.001e-5,
+            "center": True, "scale": True}, [x])
+
+    def zpad(x, p):
+        name = "zero_padding2d" + ("_%d" % npad[0] if npad[0] else "")
+        npad[0] += 1
+        return m.layer("ZeroPadding2D", x, name, padding=[[p, p], [p, p]],
+                       data_format="channels_last")
+
+    def conv_block(x, c, name):
+        x1 = bn(x, name + "_0_bn")
+        x1 = m.act(x1, name + "_0_relu", "relu")
+        x1 = m.conv(x1, name + "_1_conv", 128, 1, use_bias=False)
+        x1 = bn(x1, name + "_1_bn")
+        x1 = m.act(x1, name + "_1_relu", "relu")
+        x1 = m.conv(x1, name + "_2_conv", 32, 3, padding="same",
+                    use_bias=False)
+        return m.layer("Concatenate", [x, x1], name + "_concat",
+                       axis=3), c + 32
+
+    def transition(x, c, name):
+        x = bn(x, name + "_bn")
+        x = m.act(x, name + "_relu", "relu")
+        x = m.conv(x, name + "_conv", c // 2, 1, use_bias=False)
+        x = m.layer("AveragePooling2D", x, name + "_pool", pool_size=[2, 2],
+                    strides=[2, 2], padding="valid",
+                    data_format="channels_last")
+        return x, c // 2
+
+    x = m.input("input_1", [224, 224, 3])
+    x = zpad(x, 3)
+    x = m.conv(x, "conv1/conv", 64, 7, 2, use_bias=False)
+    x = bn(x, "conv1/bn")
+    x = m.act(x, "conv1/relu", "relu")
+    x = zpad(x, 1)
+    x = m.maxpool(x, "pool1", 3, 2)
+    c = 64
+    for i, n in enumerate([6, 12, 24, 16]):
+        for j in range(n):
+            x, c = conv_block(x, c, "conv%d_block%d" % (i + 2, j + 1))
+        if i < 3:
+            x, c = transition(x, c, "pool%d" % (i + 2))
+    x = bn(x, "bn")
+    x = m.act(x, "relu", "relu")
+    x = m.gap(x, "avg_pool")
+    x = m.dense(x, "predictions", 1000, "softmax")
+    return m.model([x])
+
+
 def ops_block():
     """Every activation and merge class mapped to the trace's activation
     and elementwise ops, with squeeze-excite's broadcast multiply."""
@@ -268,7 +452,8 @@ def ops_block():
 
 
 APPS = {"vgg16": vgg16, "resnet50": resnet50, "mobilenetv2": mobilenet_v2,
-        "ops_block": ops_block}
+        "mobilenet": mobilenet, "efficientnetb0": efficientnet_b0,
+        "densenet121": densenet121, "ops_block": ops_block}
 
 
 def main():

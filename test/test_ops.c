@@ -1,4 +1,5 @@
-/* The elementwise and activation ops (docs/TRACE.md): shape inference and
+/* The elementwise and activation ops, and the normalisations, pad, crop,
+ * resize, reshape and global max pooling (docs/TRACE.md): shape inference and
  * refusals, the lowering's cost against a hand count, --functional values
  * against the formulas computed here in double, partitioned runs equal to
  * one core, and gradients against central differences
@@ -14,6 +15,7 @@
 #include "test/harness.h"
 
 #define TRAIN "test/ops/ops-train.json"
+#define TRAIN2 "test/ops/ops2-train.json"
 
 static int parse(th_ctx *t, graph *g, const char *layers, const char *inputs,
                  const char *mode, tpu_error *err)
@@ -181,6 +183,58 @@ static void cost_cases(th_ctx *t)
     graph_free(&g);
 }
 
+static void cost2_cases(th_ctx *t)
+{
+    th_case(t, "cost (ops2-train.json, one core): normalise passes at 4 "
+               "operations an element and dx at 6, normalize 3, pad and "
+               "crop 1 (backward over the input), resize 5 each way, "
+               "global_maxpool 2 and 3 over its input");
+    graph g;
+    tpu_error err = {0};
+    if (!TH_CHECKF(t, graph_load(&g, TRAIN2, &err) == 0, "%s", err.msg))
+        return;
+    g.pdims_rank = 0;
+    g.cores_per_replica = 1;
+    sim_opts o;
+    sim_opts_default(&o);
+    o.system = "v3-2";
+    fw_program prog;
+    fw_memory mem;
+    if (!TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &err) == 0, "%s",
+                   err.msg)) {
+        graph_free(&g);
+        return;
+    }
+    /* elements: 'o' the output's, 'i' the input's, '-' no pass */
+    static const struct {
+        const char *name;
+        char fe, be;
+        double fwd, bwd;
+    } want[] = {
+        {"nz", 'o', '-', 3, 0}, {"gn", 'o', 'o', 4, 6}, {"ln", 'o', 'o', 4, 6},
+        {"in", 'o', 'o', 4, 6}, {"p", 'o', 'i', 1, 1},  {"cr", 'o', 'i', 1, 1},
+        {"r", 'o', 'o', 5, 5},  {"gm", 'i', 'i', 2, 3},
+    };
+    int64_t B = g.global_batch / 2;
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        int l = graph_find(&g, want[k].name);
+        double oe = (double)(B * gshape_elems(&g.layers[l].out));
+        double ie = (double)(B * gshape_elems(&g.layers[g.layers[l].in[0]].out));
+        for (int ph = 0; ph < 2; ph++) {
+            char w = ph ? want[k].be : want[k].fe;
+            double e, ops, we = w == 'o' ? oe : w == 'i' ? ie : 0;
+            double wo = ph ? want[k].bwd : want[k].fwd;
+            vec_sum(&prog, l, ph ? PHASE_BWD : PHASE_FWD, &e, &ops);
+            TH_CHECKF(t, e == we && ops == wo,
+                      "%s %s: %g elements at %g ops (want %g at %g)",
+                      want[k].name, ph ? "backward" : "forward", e, ops, we,
+                      wo);
+        }
+    }
+    fw_program_free(&prog);
+    graph_free(&g);
+}
+
 /* Layer `name`'s output (and the layer `src`'s) of one step. */
 static float *output_of(th_ctx *t, const graph *g, const char *name,
                         int64_t *n)
@@ -311,6 +365,64 @@ static void value_cases(th_ctx *t)
     graph_free(&g);
 }
 
+static void norm_value_cases(th_ctx *t)
+{
+    th_case(t, "values: layer_norm over each position's channels and "
+               "group_norm over each example's groups (fresh gamma 1, beta "
+               "0, eps 1e-3), against the formulas in double");
+    static const char *const ops[] = {"layer_norm", "group_norm"};
+    for (int k = 0; k < 2; k++) {
+        char layers[512];
+        snprintf(layers, sizeof layers,
+                 "{\"name\": \"c\", \"op\": \"conv\", \"in\": \"x\", "
+                 "\"filters\": 4, \"kernel\": [3, 3], \"dtype\": \"f32\"},"
+                 "{\"name\": \"n\", \"op\": \"%s\", \"in\": \"c\", "
+                 "%s\"dtype\": \"f32\"}",
+                 ops[k], k ? "\"groups\": 2, " : "");
+        graph g;
+        tpu_error err = {0};
+        if (!TH_CHECKF(t,
+                       parse(t, &g, layers,
+                             "{\"name\": \"x\", \"shape\": [6, 5, 3], "
+                             "\"dtype\": \"f32\"}",
+                             "infer", &err),
+                       "%s", err.msg))
+            continue;
+        int64_t n = 0, n2 = 0;
+        float *x = output_of(t, &g, "c", &n), *y = output_of(t, &g, "n", &n2);
+        double worst = 0;
+        int64_t C = 4, per = n / 8, npos = per / C, cg = k ? 2 : C;
+        /* sets: layer_norm one per example and position (its C channels),
+         * group_norm one per example and group (npos x cg elements) */
+        int64_t nsets = k ? 8 * (C / cg) : 8 * npos;
+        for (int64_t st = 0; x && y && n == n2 && st < nsets; st++) {
+            int64_t b = k ? st / (C / cg) : st / npos;
+            int64_t p0 = k ? 0 : st % npos, p1 = k ? npos : p0 + 1;
+            int64_t c0 = k ? (st % (C / cg)) * cg : 0;
+            double m = 0, q = 0, cnt = 0;
+            for (int64_t p = p0; p < p1; p++)
+                for (int64_t ch = c0; ch < c0 + cg; ch++) {
+                    double v = x[b * per + p * C + ch];
+                    m += v;
+                    q += v * v;
+                    cnt++;
+                }
+            m /= cnt;
+            double inv = 1 / sqrt(q / cnt - m * m + 1e-3);
+            for (int64_t p = p0; p < p1; p++)
+                for (int64_t ch = c0; ch < c0 + cg; ch++) {
+                    int64_t e = b * per + p * C + ch;
+                    worst = fmax(worst, fabs(y[e] - (x[e] - m) * inv));
+                }
+        }
+        TH_CHECKF(t, x && y && n == n2 && n > 0 && worst < 1e-4,
+                  "%s: off by %g", ops[k], worst);
+        free(x);
+        free(y);
+        graph_free(&g);
+    }
+}
+
 static int run(th_ctx *t, const graph *g, const char *sys, emu_result *r,
                const float *w0, int64_t nw)
 {
@@ -358,24 +470,45 @@ static int start_weights(const graph *g, float *w, int64_t nw)
         if (L->op == GOP_CONV)
             for (int d = 0; d < L->out.nsp; d++)
                 taps *= L->kernel[d];
-        int64_t nk = L->op == GOP_ACT ? 0 : taps * cin * L->out.c;
+        int norm = L->op == GOP_LAYERNORM || L->op == GOP_GROUPNORM;
+        int64_t nk = L->op == GOP_ACT || norm || L->op == GOP_NORMALIZE
+                         ? 0
+                         : taps * cin * L->out.c;
         for (int64_t i = 0; i < L->weights; i++)
             w[o + i] = i < nk ? fxd_weight(1, l, i, taps * cin,
                                            taps * L->out.c)
                               : 0.0f;
+        /* gamma 1 (beta 0); normalize's variance 1 (mean and count 0) */
+        for (int64_t i = 0; (norm || L->op == GOP_NORMALIZE) && i < L->out.c;
+             i++)
+            w[o + i + (norm ? 0 : L->out.c)] = 1.0f;
         o += L->weights;
     }
     return o == nw ? 0 : -1;
 }
 
-static void train_cases(th_ctx *t)
+/* Whether weight i (in start_weights' order) belongs to a frozen layer
+ * (normalize's statistics): no gradient, so no difference to compare. */
+static int frozen_weight(const graph *g, int64_t i)
 {
-    th_case(t, "training (ops-train.json): 4-way partitionings give one "
-               "core's loss and gradients (fp32 reordering), and the "
-               "gradients agree with central differences");
+    int64_t o = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        if (L->share_from >= 0 || L->weights <= 0)
+            continue;
+        if (i < o + L->weights)
+            return L->frozen;
+        o += L->weights;
+    }
+    return 0;
+}
+
+static void train_cases(th_ctx *t, const char *path, const char *what)
+{
+    th_case(t, what);
     graph g;
     tpu_error err = {0};
-    if (!TH_CHECKF(t, graph_load(&g, TRAIN, &err) == 0, "%s", err.msg))
+    if (!TH_CHECKF(t, graph_load(&g, path, &err) == 0, "%s", err.msg))
         return;
     set_parts(&g, 1, 1);
     emu_result flat;
@@ -409,6 +542,8 @@ static void train_cases(th_ctx *t)
     if (w0 && start_weights(&g, w0, nw) == 0) {
         for (int64_t i = 0; i < nw; i += th_asan() ? 41 : 7) {
             const double eps = 1e-2;
+            if (frozen_weight(&g, i))
+                continue;
             double l[2] = {0, 0};
             for (int s = 0; s < 2; s++) {
                 float keep = w0[i];
@@ -442,6 +577,15 @@ void th_suite_ops(th_ctx *t)
 {
     shape_cases(t);
     cost_cases(t);
+    cost2_cases(t);
     value_cases(t);
-    train_cases(t);
+    norm_value_cases(t);
+    train_cases(t, TRAIN,
+                "training (ops-train.json): 4-way partitionings give one "
+                "core's loss and gradients (fp32 reordering), and the "
+                "gradients agree with central differences");
+    train_cases(t, TRAIN2,
+                "training (ops2-train.json: normalize, group_norm, "
+                "layer_norm, pad, crop, resize, global_maxpool, reshape): "
+                "the same");
 }

@@ -248,7 +248,7 @@ static const char legend[] =
     "neighbour); m k n: a product's rows, depth, columns (k is one part's "
     "with kparts=); epi= fp32 vector ops beside it\n"
     "; elems= vector elements, ops_x100= ops per element x100; group=0 "
-    "partition group, 1 all cores; pending= transfers left in flight; "
+    "partition group, 1 all cores, 2 a batchnorm group of replicas; pending= transfers left in flight; "
     "docs/FIRMWARE.md, \"Reading a listing\"\n";
 
 /* The step simulated as run does, for --timed: r filled (free it), or a

@@ -299,7 +299,13 @@ void fx_free(fx_state *x)
 static void init_weights(const fx_state *x, int l, float *w)
 {
     const glayer *L = &x->g->layers[l];
-    if (L->op == GOP_BATCHNORM) {
+    if (L->op == GOP_NORMALIZE) { /* mean 0, variance 1, count 0 */
+        for (int64_t c = 0; c < L->weights; c++)
+            w[c] = c >= L->out.c && c < 2 * L->out.c ? 1.0f : 0.0f;
+        return;
+    }
+    if (L->op == GOP_BATCHNORM || L->op == GOP_LAYERNORM ||
+        L->op == GOP_GROUPNORM) {
         for (int64_t c = 0; c < L->out.c; c++) {
             w[c] = 1.0f;
             w[L->out.c + c] = 0.0f;
@@ -972,4 +978,9 @@ tpu_status fx_end_step(fx_state *x, emu_result *r, tpu_error *err)
         r->n_grads = ng;
     }
     return TPU_OK;
+}
+
+int fx_bn_replicas(const fx_state *x)
+{
+    return x->g->bn_group > 1 ? x->g->bn_group : 1;
 }

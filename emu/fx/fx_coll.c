@@ -215,24 +215,27 @@ static float *part_gap(fx_state *x, int core, int l)
     return x->cs[core].act[l].v;
 }
 
+/* Sums every core's part over its group: `reps` consecutive replicas (1:
+ * the replica's partition group; run.batchnorm_group for a distributed
+ * batchnorm), and hands the sum back to each. */
 static tpu_status group_sum(fx_state *x, int l, int contrib_layer, part_fn get,
-                            int64_t n, tpu_error *err)
+                            int64_t n, int reps, tpu_error *err)
 {
-    int cpr = x->p->cpr;
+    int cpr = x->p->cpr, gsz = cpr * reps;
     float *tot = calloc((size_t)n + 1, sizeof(float));
     if (!tot)
         return fx_oom(err);
-    for (int r = 0; r < x->p->replicas; r++) {
+    for (int r0 = 0; r0 < x->p->replicas; r0 += reps) {
         memset(tot, 0, (size_t)n * sizeof(float));
-        for (int s = 0; s < cpr; s++) {
-            int k = x->p->core_of[r * cpr + s];
+        for (int s = 0; s < gsz; s++) {
+            int k = x->p->core_of[r0 * cpr + s];
             const float *p = get(x, k, l);
             if (p && fx_contributes(x, k, contrib_layer))
                 for (int64_t i = 0; i < n; i++)
                     tot[i] += p[i];
         }
-        for (int s = 0; s < cpr; s++) {
-            float *p = get(x, x->p->core_of[r * cpr + s], l);
+        for (int s = 0; s < gsz; s++) {
+            float *p = get(x, x->p->core_of[r0 * cpr + s], l);
             if (p)
                 memcpy(p, tot, (size_t)n * sizeof(float));
         }
@@ -252,6 +255,7 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
         return TPU_OK;
     const glayer *L = &x->g->layers[l];
     int64_t C = L->out.c;
+    int reps = in->b == FW_GROUP_BN && x->g->bn_group > 1 ? x->g->bn_group : 1;
     switch (L->op) {
     case GOP_BATCHNORM:
         if (in->phase == PHASE_FWD) {
@@ -263,12 +267,12 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
                 fxv_bn_local_stats(t, x->cs[k].bn[l], x->cs[k].bn[l] + C);
                 x->cs[k].stats_reduced[l] = 1;
             }
-            return group_sum(x, l, l, part_bn_fwd, 2 * C, err);
+            return group_sum(x, l, l, part_bn_fwd, 2 * C, reps, err);
         }
-        return group_sum(x, l, l, part_bn_bwd, 2 * C, err);
+        return group_sum(x, l, l, part_bn_bwd, 2 * C, reps, err);
     case GOP_GAP: {
         tpu_status rc =
-            group_sum(x, l, L->in[0], part_gap, x->p->batch * C, err);
+            group_sum(x, l, L->in[0], part_gap, x->p->batch * C, 1, err);
         for (int k = 0; k < x->p->cores && !rc; k++) {
             fxt_tens *t = &x->cs[k].act[l];
             for (int64_t i = 0; i < fxt_elems(t); i++)
@@ -278,6 +282,9 @@ static tpu_status coll_allreduce(fx_state *x, const fw_insn *const *ins,
     }
     case GOP_ELEMWISE:
         return fxo_ew_reduce(x, l, err);
+    case GOP_GROUPNORM:
+    case GOP_GMAXPOOL:
+        return fxo_reduce(x, l, in->phase != PHASE_FWD, err);
     case GOP_LOSS: {
         /* the dice sums; the partial losses are added at the end */
         int cpr = x->p->cpr;

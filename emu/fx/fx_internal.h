@@ -11,7 +11,8 @@
  *   fx_loss.c       the losses and their gradients (fxl_)
  *   fx_coll.c       halo exchange, all-gather, all-reduce (fx_collective)
  *   fx_group.c      grouped and depthwise convolutions' candidates (fxg_)
- *   fx_ops.c        elementwise and activation layers (fxo_)
+ *   fx_ops.c        elementwise, activation, normalisation, pad, crop,
+ *                   resize, reshape and global max pooling layers (fxo_)
  *   fx_roi.c        roi_align, and which core runs a placed layer (fxr_)
  *
  * Storage.  Every core holds, per layer, its shard of the layer's output
@@ -115,6 +116,8 @@ float *fx_wts(fx_state *x, int l);
 int64_t fx_gexample(const fx_state *x, int core, int64_t b);
 /* Spatial positions of the layer's whole output. */
 int64_t fx_gpos_count(const glayer *L);
+/* Replicas a batchnorm's statistics span (run.batchnorm_group, at least 1). */
+int fx_bn_replicas(const fx_state *x);
 
 /* Layer l's output shard, fresh (zeroed) on this core. */
 tpu_status fx_new_act(fx_state *x, int core, int l, fxt_tens **out,
@@ -217,6 +220,17 @@ tpu_status fxo_backward(fx_state *x, int core, int l, tpu_error *err);
 /* The partition group's all-reduce of an elementwise layer's broadcast
  * operand gradients, added into them on every core. */
 tpu_status fxo_ew_reduce(fx_state *x, int l, tpu_error *err);
+
+/* Normalisations, pad, crop, resize and global max pooling: forward and
+ * backward passes; reshape's values and gradient (no instructions of its
+ * own); the partition group's all-reduces of group_norm's sums and
+ * global_maxpool's maxima and tie counts (backward: 1). */
+tpu_status fxo_more_forward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxo_more_backward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxo_reshape_forward(fx_state *x, int core, int l, tpu_error *err);
+tpu_status fxo_reshape_backward(fx_state *x, int core, int l,
+                                tpu_error *err);
+tpu_status fxo_reduce(fx_state *x, int l, int backward, tpu_error *err);
 
 /* ---- emu/fx/fx_loss.c --------------------------------------------------- */
 

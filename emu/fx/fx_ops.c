@@ -422,3 +422,674 @@ tpu_status fxo_backward(fx_state *x, int core, int l, tpu_error *err)
     return x->g->layers[l].op == GOP_ACT ? act_backward(x, core, l, err)
                                          : ew_backward(x, core, l, err);
 }
+
+/* ---- normalisations ---------------------------------------------------- */
+
+/* Keras's LayerNormalization and GroupNormalization epsilon, and the one
+ * Normalization divides by at least (backend.epsilon()). */
+#define NORM_EPS 1e-3f
+#define STD_EPS 1e-7f
+
+/* Bits of fx_core.stats_reduced for these ops: the forward statistics,
+ * and the backward sums, came from the partition group's all-reduce. */
+#define RED_FWD 1
+#define RED_BWD 2
+
+/* group_norm's per example and group buffer in fx_core.bn: sums of x and
+ * x^2, mean, 1 / deviation, sums of g and g x-hat (g = dY gamma), 6 n
+ * floats for n = B groups; at least 6 C (the step start clears that). */
+static float *gn_buf(fx_state *x, int core, int l, int64_t n)
+{
+    fx_core *c = &x->cs[core];
+    int64_t C = x->g->layers[l].out.c;
+    if (!c->bn[l]) {
+        int64_t cap = 6 * n > 6 * C ? 6 * n : 6 * C;
+        c->bn[l] = calloc((size_t)cap + 1, sizeof(float));
+    }
+    return c->bn[l];
+}
+
+/* Channels of one group_norm group (all of them for layer_norm). */
+static int64_t norm_cg(const glayer *L)
+{
+    return L->op == GOP_GROUPNORM ? L->out.c / L->groups : L->out.c;
+}
+
+/* This core's sums of x and x^2 per example and group into s[0..2n). */
+static void gn_local_sums(const glayer *L, const fxt_tens *in, float *s,
+                          int64_t n)
+{
+    int64_t C = in->C, cg = norm_cg(L), npos = fxt_npos(in);
+    memset(s, 0, sizeof(float) * (size_t)(2 * n));
+    for (int64_t b = 0; b < in->B; b++)
+        for (int64_t p = 0; p < npos; p++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                float v = in->v[(b * npos + p) * C + ch];
+                int64_t j = b * L->groups + ch / cg;
+                s[j] += v;
+                s[n + j] += v * v;
+            }
+}
+
+/* Mean and 1 / deviation of each group from the sums over m values. */
+static void gn_stats(float *s, int64_t n, float m)
+{
+    for (int64_t j = 0; j < n; j++) {
+        float mean = s[j] / m, var = s[n + j] / m - mean * mean;
+        s[2 * n + j] = mean;
+        s[3 * n + j] = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + NORM_EPS);
+    }
+}
+
+/* This core's sums of g and g x-hat per example and group into
+ * s[4n..6n) (the forward statistics at s[2n..4n)). */
+static void gn_local_bsums(fx_state *x, int l, const fxt_tens *in,
+                           const fxt_tens *gy, float *s, int64_t n)
+{
+    const glayer *L = &x->g->layers[l];
+    const float *W = fx_wts(x, l);
+    int64_t C = in->C, cg = norm_cg(L), npos = fxt_npos(in);
+    memset(s + 4 * n, 0, sizeof(float) * (size_t)(2 * n));
+    for (int64_t b = 0; b < in->B; b++)
+        for (int64_t p = 0; p < npos; p++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                int64_t i = (b * npos + p) * C + ch;
+                int64_t j = b * L->groups + ch / cg;
+                float xh = (in->v[i] - s[2 * n + j]) * s[3 * n + j];
+                float g = gy->v[i] * W[ch];
+                s[4 * n + j] += g;
+                s[5 * n + j] += g * xh;
+            }
+}
+
+/* The norm's input in its output's box (o), or an error for a backward
+ * into a replicated input of a split output. */
+static tpu_status norm_input(fx_state *x, int core, int l, const fxt_tens *o,
+                             fxt_tens *tmp, const fxt_tens **in,
+                             tpu_error *err)
+{
+    return fxv_operand_box(x, core, l, 0, o, tmp, in, err);
+}
+
+static tpu_status norm_forward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *in;
+    fxt_tens *o, tmp = {0};
+    tpu_status rc;
+    if ((rc = fx_new_act(x, core, l, &o, err)) ||
+        (rc = norm_input(x, core, l, o, &tmp, &in, err))) {
+        fxt_free(&tmp);
+        return rc;
+    }
+    const float *W = fx_wts(x, l);
+    int64_t C = o->C, npos = fxt_npos(o), rows = o->B * npos;
+    int dt = L->dtype_bytes;
+    if (L->op == GOP_NORMALIZE) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                float sd = sqrtf(W[C + ch]);
+                o->v[r * C + ch] = fxt_round(
+                    (in->v[r * C + ch] - W[ch]) / (sd > STD_EPS ? sd : STD_EPS),
+                    dt);
+            }
+    } else if (L->op == GOP_LAYERNORM) {
+        for (int64_t r = 0; r < rows; r++) {
+            const float *v = &in->v[r * C];
+            float s = 0.0f, q = 0.0f;
+            for (int64_t ch = 0; ch < C; ch++) {
+                s += v[ch];
+                q += v[ch] * v[ch];
+            }
+            float mean = s / (float)C, var = q / (float)C - mean * mean;
+            float inv = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + NORM_EPS);
+            for (int64_t ch = 0; ch < C; ch++)
+                o->v[r * C + ch] = fxt_round(
+                    (v[ch] - mean) * inv * W[ch] + W[C + ch], dt);
+        }
+    } else {
+        int64_t n = o->B * L->groups, cg = norm_cg(L);
+        float *s = gn_buf(x, core, l, n);
+        if (!s) {
+            fxt_free(&tmp);
+            return fx_oom(err);
+        }
+        if (!(x->cs[core].stats_reduced[l] & RED_FWD))
+            gn_local_sums(L, in, s, n);
+        gn_stats(s, n, (float)(fx_gpos_count(L) * cg));
+        for (int64_t b = 0; b < o->B; b++)
+            for (int64_t p = 0; p < npos; p++)
+                for (int64_t ch = 0; ch < C; ch++) {
+                    int64_t i = (b * npos + p) * C + ch;
+                    int64_t j = b * L->groups + ch / cg;
+                    float xh = (in->v[i] - s[2 * n + j]) * s[3 * n + j];
+                    o->v[i] = fxt_round(xh * W[ch] + W[C + ch], dt);
+                }
+    }
+    fxt_free(&tmp);
+    return TPU_OK;
+}
+
+/* dx = inv / m (m g - sum g - x-hat sum g x-hat), g = dY gamma, over a
+ * position's channels (layer_norm) or an example's group (group_norm);
+ * gamma's and beta's gradients are this core's sums of dY x-hat and dY,
+ * all-reduced with the other weight gradients. */
+static tpu_status norm_backward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    int dx = x->g->layers[L->in[0]].needs_grad;
+    int dw = graph_layer_trains(x->g, l);
+    const fxt_tens *in;
+    fxt_tens *gy, *gx = NULL, tmp = {0};
+    float *wg = NULL;
+    tpu_status rc;
+    if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
+        (rc = norm_input(x, core, l, gy, &tmp, &in, err)) ||
+        (dx && (rc = fx_grad_of(x, core, L->in[0], &gx, err))) ||
+        (dw && (rc = fx_wgrad_of(x, core, l, &wg, err)))) {
+        fxt_free(&tmp);
+        return rc;
+    }
+    if (gx && (fxt_elems(gx) != fxt_elems(gy) || gx->B != gy->B)) {
+        fxt_free(&tmp);
+        return tpu_fail(err, TPU_ERR_INPUT,
+                        "functional mode: '%s' backward into a replicated "
+                        "input of a split output: not modelled yet",
+                        L->name);
+    }
+    const float *W = fx_wts(x, l);
+    int64_t C = gy->C, npos = fxt_npos(gy), rows = gy->B * npos;
+    if (L->op == GOP_NORMALIZE) {
+        for (int64_t r = 0; gx && r < rows; r++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                float sd = sqrtf(W[C + ch]);
+                gx->v[r * C + ch] +=
+                    gy->v[r * C + ch] / (sd > STD_EPS ? sd : STD_EPS);
+            }
+        fxt_free(&tmp);
+        return TPU_OK;
+    }
+    float *s = NULL;
+    int64_t n = gy->B * L->groups, cg = norm_cg(L);
+    if (L->op == GOP_GROUPNORM) {
+        if (!(s = gn_buf(x, core, l, n))) {
+            fxt_free(&tmp);
+            return fx_oom(err);
+        }
+        if (dx && !(x->cs[core].stats_reduced[l] & RED_BWD))
+            gn_local_bsums(x, l, in, gy, s, n);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *v = &in->v[r * C], *d = &gy->v[r * C];
+        float mean, inv, s1 = 0.0f, s2 = 0.0f, m = (float)C;
+        int64_t j0 = (r / npos) * L->groups;
+        if (L->op == GOP_LAYERNORM) {
+            float a = 0.0f, q = 0.0f;
+            for (int64_t ch = 0; ch < C; ch++) {
+                a += v[ch];
+                q += v[ch] * v[ch];
+            }
+            mean = a / m;
+            float var = q / m - mean * mean;
+            inv = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + NORM_EPS);
+            for (int64_t ch = 0; ch < C; ch++) {
+                float g = d[ch] * W[ch];
+                s1 += g;
+                s2 += g * (v[ch] - mean) * inv;
+            }
+        } else {
+            mean = inv = 0.0f;
+        }
+        for (int64_t ch = 0; ch < C; ch++) {
+            if (L->op == GOP_GROUPNORM) {
+                int64_t j = j0 + ch / cg;
+                mean = s[2 * n + j];
+                inv = s[3 * n + j];
+                s1 = s[4 * n + j];
+                s2 = s[5 * n + j];
+                m = (float)(fx_gpos_count(L) * cg);
+            }
+            float xh = (v[ch] - mean) * inv, g = d[ch] * W[ch];
+            if (gx)
+                gx->v[r * C + ch] += inv / m * (m * g - s1 - xh * s2);
+            if (wg) {
+                wg[ch] += d[ch] * xh;
+                wg[C + ch] += d[ch];
+            }
+        }
+    }
+    fxt_free(&tmp);
+    return TPU_OK;
+}
+
+/* ---- pad, crop, resize ------------------------------------------------- */
+
+/* Bilinear resize along one dimension (TensorFlow's half-pixel centres,
+ * as Keras's UpSampling2D(interpolation="bilinear") calls tf.image.resize):
+ * output o lerps inputs lo and hi (clamped to [0, n)) by w. */
+static void lerp_of(int64_t o, int64_t f, int64_t n, int64_t *lo, int64_t *hi,
+                    float *w)
+{
+    double src = ((double)o + 0.5) / (double)f - 0.5, fl = floor(src);
+    *lo = fl < 0 ? 0 : (int64_t)fl;
+    *hi = (int64_t)ceil(src) > n - 1 ? n - 1 : (int64_t)ceil(src);
+    if (*hi < 0)
+        *hi = 0;
+    *w = (float)(src - fl);
+}
+
+static int64_t rs_factor(const glayer *L, int d)
+{
+    return d < L->out.nsp ? fxt_dflt(L->factor[d]) : 1;
+}
+
+static tpu_status window_forward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *in;
+    fxt_tens *o;
+    tpu_status rc;
+    if ((rc = fx_fwin_of(x, core, l, &in, err)) ||
+        (rc = fx_new_act(x, core, l, &o, err)))
+        return rc;
+    int64_t C = o->C, npos = fxt_npos(o);
+    int dt = L->dtype_bytes;
+    for (int64_t b = 0; b < o->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], go[SP], li[SP];
+            fxt_global(o, pos, loc, go);
+            float *dst = &o->v[fxt_at(o, b, loc, 0)];
+            int miss = 0;
+            if (L->op != GOP_RESIZE) {
+                int64_t gi[SP];
+                for (int d = 0; d < SP; d++)
+                    gi[d] = go[d] - (d < L->out.nsp ? L->pad_lo[d] : 0);
+                int got = fxt_locate(in, gi, li, &miss);
+                if (got < 0)
+                    return fx_missing(err, x, core, l, "pad", miss);
+                for (int64_t ch = 0; ch < C; ch++)
+                    dst[ch] = fxt_round(
+                        got ? in->v[fxt_at(in, b, li, ch)] : 0.0f, dt);
+                continue;
+            }
+            /* resize: the 2^nsp corners, lo/hi per dimension */
+            int64_t lo[SP], hi[SP];
+            float w[SP];
+            for (int d = 0; d < SP; d++) {
+                lo[d] = hi[d] = go[d];
+                w[d] = 0.0f;
+                if (d < L->out.nsp)
+                    lerp_of(go[d], rs_factor(L, d), in->gext[d], &lo[d],
+                            &hi[d], &w[d]);
+            }
+            for (int64_t ch = 0; ch < C; ch++)
+                dst[ch] = 0.0f;
+            for (int k = 0; k < (1 << SP); k++) {
+                int64_t gi[SP];
+                float wt = 1.0f;
+                for (int d = 0; d < SP; d++) {
+                    int up = (k >> d) & 1;
+                    gi[d] = up ? hi[d] : lo[d];
+                    wt *= up ? w[d] : 1.0f - w[d];
+                }
+                if (wt == 0.0f)
+                    continue;
+                if (fxt_locate(in, gi, li, &miss) < 0)
+                    return fx_missing(err, x, core, l, "resize", miss);
+                const float *v = &in->v[fxt_at(in, b, li, 0)];
+                for (int64_t ch = 0; ch < C; ch++)
+                    dst[ch] += wt * v[ch];
+            }
+            for (int64_t ch = 0; ch < C; ch++)
+                dst[ch] = fxt_round(dst[ch], dt);
+        }
+    return TPU_OK;
+}
+
+/* Resize's gradient along one dimension: the outputs that read input p
+ * and their weights (at most 2f + 2), in output order. */
+static int rs_sources(int64_t p, int64_t f, int64_t n, int64_t nout,
+                      int64_t *os, float *ws)
+{
+    int k = 0;
+    int64_t a = f * (p - 1) - 1, z = f * (p + 2) + 1;
+    for (int64_t o = a < 0 ? 0 : a; o < z && o < nout; o++) {
+        int64_t lo, hi;
+        float w, t = 0.0f;
+        lerp_of(o, f, n, &lo, &hi, &w);
+        if (lo == p)
+            t += 1.0f - w;
+        if (hi == p)
+            t += w;
+        if (t != 0.0f) {
+            os[k] = o;
+            ws[k++] = t;
+        }
+    }
+    return k;
+}
+
+static tpu_status window_backward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    if (!x->g->layers[L->in[0]].needs_grad)
+        return TPU_OK;
+    const fxt_tens *gw;
+    fxt_tens *gx;
+    tpu_status rc;
+    if ((rc = fx_gwin_of(x, core, l, &gw, err)) ||
+        (rc = fx_grad_of(x, core, L->in[0], &gx, err)))
+        return rc;
+    int64_t C = gx->C, npos = fxt_npos(gx);
+    enum { MAXS = 64 };
+    for (int64_t b = 0; b < gx->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], gp[SP], lo_[SP];
+            fxt_global(gx, pos, loc, gp);
+            float *dst = &gx->v[fxt_at(gx, b, loc, 0)];
+            int miss = 0;
+            if (L->op != GOP_RESIZE) {
+                int64_t go[SP];
+                for (int d = 0; d < SP; d++)
+                    go[d] = gp[d] + (d < L->out.nsp ? L->pad_lo[d] : 0);
+                int got = fxt_locate(gw, go, lo_, &miss);
+                if (got < 0)
+                    return fx_missing(err, x, core, l, "pad gradient", miss);
+                for (int64_t ch = 0; got && ch < C; ch++)
+                    dst[ch] += gw->v[fxt_at(gw, b, lo_, ch)];
+                continue;
+            }
+            int64_t os[SP][MAXS];
+            float ws[SP][MAXS];
+            int ns[SP];
+            for (int d = 0; d < SP; d++) {
+                if (d >= L->out.nsp || rs_factor(L, d) * 2 + 4 > MAXS) {
+                    os[d][0] = gp[d];
+                    ws[d][0] = 1.0f;
+                    ns[d] = 1;
+                    if (d < L->out.nsp)
+                        return tpu_fail(err, TPU_ERR_INPUT,
+                                        "functional mode: resize '%s': "
+                                        "factor %d above %d not modelled",
+                                        L->name, L->factor[d], MAXS / 2 - 2);
+                    continue;
+                }
+                ns[d] = rs_sources(gp[d], rs_factor(L, d), gx->gext[d],
+                                   gw->gext[d], os[d], ws[d]);
+            }
+            int64_t tot = (int64_t)ns[0] * ns[1] * ns[2];
+            for (int64_t q = 0; q < tot; q++) {
+                int64_t go[SP], qq = q;
+                float wt = 1.0f;
+                for (int d = SP - 1; d >= 0; d--) {
+                    int k = (int)(qq % ns[d]);
+                    qq /= ns[d];
+                    go[d] = os[d][k];
+                    wt *= ws[d][k];
+                }
+                if (fxt_locate(gw, go, lo_, &miss) < 0)
+                    return fx_missing(err, x, core, l, "resize gradient",
+                                      miss);
+                const float *v = &gw->v[fxt_at(gw, b, lo_, 0)];
+                for (int64_t ch = 0; ch < C; ch++)
+                    dst[ch] += wt * v[ch];
+            }
+        }
+    return TPU_OK;
+}
+
+/* ---- reshape ----------------------------------------------------------- */
+
+/* Element e (row-major within one example) of a tensor of global extents
+ * gext and C channels: its coordinates and channel. */
+static void flat_coords(int64_t e, const int64_t gext[SP], int64_t C,
+                        int64_t g[SP], int64_t *ch)
+{
+    *ch = e % C;
+    e /= C;
+    for (int d = SP - 1; d >= 0; d--) {
+        g[d] = e % gext[d];
+        e /= gext[d];
+    }
+}
+
+/* A reshape's values: each element of this core's box from the same
+ * row-major element of its input's window (gathered when split). */
+tpu_status fxo_reshape_forward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *in;
+    fxt_tens *o;
+    tpu_status rc;
+    if ((rc = fx_fwin_of(x, core, l, &in, err)) ||
+        (rc = fx_new_act(x, core, l, &o, err)))
+        return rc;
+    int64_t npos = fxt_npos(o);
+    for (int64_t b = 0; b < o->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], go[SP];
+            fxt_global(o, pos, loc, go);
+            int64_t e0 = fxt_gflat(o, go, 0);
+            for (int64_t ch = 0; ch < o->C; ch++) {
+                int64_t gi[SP], li[SP], ci;
+                int miss = 0;
+                flat_coords(e0 + ch, in->gext, in->C, gi, &ci);
+                if (fxt_locate(in, gi, li, &miss) <= 0)
+                    return fx_missing(err, x, core, l, "reshape", miss);
+                o->v[fxt_at(o, b, loc, ch)] =
+                    fxt_round(in->v[fxt_at(in, b, li, ci)], L->dtype_bytes);
+            }
+        }
+    return TPU_OK;
+}
+
+/* Its gradient: each element of the input's box from the output
+ * gradient, which a split output would hold only in part. */
+tpu_status fxo_reshape_backward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    fxt_tens *gy, *gx;
+    tpu_status rc;
+    if (!x->g->layers[L->in[0]].needs_grad)
+        return TPU_OK;
+    if ((rc = fx_grad_of(x, core, l, &gy, err)) ||
+        (rc = fx_grad_of(x, core, L->in[0], &gx, err)))
+        return rc;
+    int64_t npos = fxt_npos(gx);
+    for (int64_t b = 0; b < gx->B; b++)
+        for (int64_t pos = 0; pos < npos; pos++) {
+            int64_t loc[SP], gi[SP];
+            fxt_global(gx, pos, loc, gi);
+            int64_t e0 = fxt_gflat(gx, gi, 0);
+            for (int64_t ch = 0; ch < gx->C; ch++) {
+                int64_t go[SP], lo[SP], co;
+                int miss = 0;
+                flat_coords(e0 + ch, gy->gext, gy->C, go, &co);
+                if (fxt_locate(gy, go, lo, &miss) <= 0)
+                    return tpu_fail(err, TPU_ERR_INPUT,
+                                    "functional mode: reshape '%s' backward "
+                                    "from a split output: not modelled yet",
+                                    L->name);
+                gx->v[fxt_at(gx, b, loc, ch)] += gy->v[fxt_at(gy, b, lo, co)];
+            }
+        }
+    return TPU_OK;
+}
+
+/* ---- global max pooling ------------------------------------------------ */
+
+/* This core's maxima of its input box per example and channel into m
+ * (-inf where it holds no position). */
+static void gmax_local(const fxt_tens *in, float *m)
+{
+    int64_t C = in->C, npos = fxt_npos(in);
+    for (int64_t i = 0; i < in->B * C; i++)
+        m[i] = -INFINITY;
+    for (int64_t b = 0; b < in->B; b++)
+        for (int64_t p = 0; p < npos; p++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                float v = in->v[(b * npos + p) * C + ch];
+                if (v > m[b * C + ch])
+                    m[b * C + ch] = v;
+            }
+}
+
+/* The positions holding each maximum (y), counted into n. */
+static void gmax_ties(const fxt_tens *in, const float *y, float *n)
+{
+    int64_t C = in->C, npos = fxt_npos(in);
+    memset(n, 0, sizeof(float) * (size_t)(in->B * C));
+    for (int64_t b = 0; b < in->B; b++)
+        for (int64_t p = 0; p < npos; p++)
+            for (int64_t ch = 0; ch < C; ch++)
+                n[b * C + ch] += in->v[(b * npos + p) * C + ch] == y[b * C + ch];
+}
+
+static tpu_status gmax_forward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *in;
+    fxt_tens *o;
+    tpu_status rc;
+    if ((rc = fx_act_of(x, core, L->in[0], &in, err)) ||
+        (rc = fx_new_act(x, core, l, &o, err)))
+        return rc;
+    gmax_local(in, o->v);
+    for (int64_t i = 0; i < o->B * o->C; i++)
+        o->v[i] = fxt_round(o->v[i], L->dtype_bytes);
+    return TPU_OK;
+}
+
+/* dY to the maxima, shared among ties (TensorFlow's reduce_max gradient);
+ * the counts summed over the split by the all-reduce when there is one. */
+static tpu_status gmax_backward(fx_state *x, int core, int l, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    const fxt_tens *in, *y;
+    fxt_tens *gy, *gx;
+    tpu_status rc;
+    if (!x->g->layers[L->in[0]].needs_grad)
+        return TPU_OK;
+    if ((rc = fx_dy_of(x, core, l, &gy, err)) ||
+        (rc = fx_act_of(x, core, l, &y, err)) ||
+        (rc = fx_act_of(x, core, L->in[0], &in, err)) ||
+        (rc = fx_grad_of(x, core, L->in[0], &gx, err)))
+        return rc;
+    int64_t C = in->C, npos = fxt_npos(in);
+    float *n = gn_buf(x, core, l, in->B * C);
+    if (!n)
+        return fx_oom(err);
+    if (!(x->cs[core].stats_reduced[l] & RED_BWD))
+        gmax_ties(in, y->v, n);
+    for (int64_t b = 0; b < in->B; b++)
+        for (int64_t p = 0; p < npos; p++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                int64_t i = (b * npos + p) * C + ch, j = b * C + ch;
+                if (in->v[i] == y->v[j] && n[j] > 0)
+                    gx->v[i] += gy->v[j] / n[j];
+            }
+    return TPU_OK;
+}
+
+/* The partition group's all-reduces: group_norm's sums (forward: x and
+ * x^2; backward: g and g x-hat), global_maxpool's maxima and tie counts.
+ * Each core's partials are formed here from its own shard, as batchnorm's
+ * are (fx_coll.c), and the contributing cores' are combined. */
+tpu_status fxo_reduce(fx_state *x, int l, int backward, tpu_error *err)
+{
+    const glayer *L = &x->g->layers[l];
+    int cpr = x->p->cpr, gmax = L->op == GOP_GMAXPOOL;
+    int64_t B = x->p->batch;
+    int64_t n = gmax ? B * L->out.c : B * L->groups;
+    int64_t off = gmax ? 0 : backward ? 4 * n : 0, len = gmax ? n : 2 * n;
+    float *tot = calloc((size_t)len + 1, sizeof(float));
+    tpu_status rc = TPU_OK;
+    if (!tot)
+        return fx_oom(err);
+    for (int r = 0; r < x->p->replicas && !rc; r++) {
+        for (int64_t i = 0; i < len; i++)
+            tot[i] = gmax && !backward ? -INFINITY : 0.0f;
+        for (int s = 0; s < cpr && !rc; s++) {
+            int k = x->p->core_of[r * cpr + s];
+            /* the sums run over the distinct shards of what they read: the
+             * input forward, dY (the output's boxes) backward */
+            int in_l = gmax || !backward ? L->in[0] : l;
+            const fxt_tens *in, *y;
+            fxt_tens *gy, tmp = {0};
+            float *buf = gn_buf(x, k, l, n);
+            if (!buf) {
+                rc = fx_oom(err);
+                break;
+            }
+            if (!fx_contributes(x, k, in_l))
+                continue;
+            if (gmax || !backward) {
+                if ((rc = fx_act_of(x, k, L->in[0], &in, err)))
+                    break;
+                if (!gmax)
+                    gn_local_sums(L, in, buf, n);
+                else if (!backward)
+                    gmax_local(in, buf);
+                else if (!(rc = fx_act_of(x, k, l, &y, err)))
+                    gmax_ties(in, y->v, buf);
+            } else if (!(rc = fx_dy_of(x, k, l, &gy, err)) &&
+                       !(rc = norm_input(x, k, l, gy, &tmp, &in, err))) {
+                gn_local_bsums(x, l, in, gy, buf, n);
+            }
+            fxt_free(&tmp);
+            for (int64_t i = 0; !rc && i < len; i++) {
+                float v = buf[off + i];
+                if (gmax && !backward)
+                    tot[i] = v > tot[i] ? v : tot[i];
+                else
+                    tot[i] += v;
+            }
+        }
+        for (int s = 0; s < cpr && !rc; s++) {
+            int k = x->p->core_of[r * cpr + s];
+            float *buf = gn_buf(x, k, l, n);
+            if (gmax && !backward) {
+                /* a core whose shard is empty ran no pass */
+                fxt_tens *o;
+                if (!x->cs[k].have_act[l] &&
+                    (rc = fx_new_act(x, k, l, &o, err)))
+                    break;
+                for (int64_t i = 0; i < len; i++)
+                    x->cs[k].act[l].v[i] = fxt_round(tot[i], L->dtype_bytes);
+                continue;
+            }
+            memcpy(buf + off, tot, sizeof(float) * (size_t)len);
+            x->cs[k].stats_reduced[l] |= backward ? RED_BWD : RED_FWD;
+        }
+    }
+    free(tot);
+    return rc;
+}
+
+tpu_status fxo_more_forward(fx_state *x, int core, int l, tpu_error *err)
+{
+    switch (x->g->layers[l].op) {
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+        return norm_forward(x, core, l, err);
+    case GOP_GMAXPOOL:
+        return gmax_forward(x, core, l, err);
+    default:
+        return window_forward(x, core, l, err);
+    }
+}
+
+tpu_status fxo_more_backward(fx_state *x, int core, int l, tpu_error *err)
+{
+    switch (x->g->layers[l].op) {
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+        return norm_backward(x, core, l, err);
+    case GOP_GMAXPOOL:
+        return gmax_backward(x, core, l, err);
+    default:
+        return window_backward(x, core, l, err);
+    }
+}

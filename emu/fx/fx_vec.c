@@ -155,6 +155,8 @@ tpu_status fxv_lazy_forward(fx_state *x, int core, int l, tpu_error *err)
     case GOP_RELU:
     case GOP_SIGMOID:
         return fwd_elementwise(x, core, l, err);
+    case GOP_RESHAPE:
+        return fxo_reshape_forward(x, core, l, err);
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: core %d reads layer '%s' "
@@ -219,7 +221,9 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
     } else {
         if (!c->stats_reduced[l])
             fxv_bn_local_stats(in, bn, bn + C);
-        bn_batch_stats(bn, C, (float)(x->p->batch * fx_gpos_count(L)));
+        bn_batch_stats(bn, C,
+                       (float)(x->p->batch * fx_bn_replicas(x) *
+                               fx_gpos_count(L)));
     }
     int64_t rows = o->B * fxt_npos(o);
     for (int64_t r = 0; r < rows; r++)
@@ -567,7 +571,7 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
                     gy->v[r * C + ch] * (W[ch] * bn[3 * C + ch]);
         return TPU_OK;
     }
-    float n = (float)(x->p->batch * fx_gpos_count(L));
+    float n = (float)(x->p->batch * fx_bn_replicas(x) * fx_gpos_count(L));
     for (int64_t r = 0; r < rows; r++)
         for (int64_t ch = 0; ch < C; ch++) {
             float dy = gy->v[r * C + ch];
@@ -829,6 +833,8 @@ tpu_status fxv_lazy_backward(fx_state *x, int core, int l, tpu_error *err)
             }
         return TPU_OK;
     }
+    case GOP_RESHAPE:
+        return fxo_reshape_backward(x, core, l, err);
     default:
         return tpu_fail(err, TPU_ERR_SYSTEM,
                         "internal: functional: layer '%s' has no backward "
@@ -871,6 +877,14 @@ tpu_status fxv_forward(fx_state *x, int core, int l, tpu_error *err)
         return fxo_forward(x, core, l, err);
     case GOP_ROI_ALIGN:
         return fxr_forward(x, core, l, err);
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_GMAXPOOL:
+        return fxo_more_forward(x, core, l, err);
     default:
         return fwd_elementwise(x, core, l, err);
     }
@@ -892,6 +906,14 @@ tpu_status fxv_backward(fx_state *x, int core, int l, tpu_error *err)
         return fxo_backward(x, core, l, err);
     case GOP_ROI_ALIGN:
         return fxr_backward(x, core, l, err);
+    case GOP_LAYERNORM:
+    case GOP_GROUPNORM:
+    case GOP_NORMALIZE:
+    case GOP_PAD:
+    case GOP_CROP:
+    case GOP_RESIZE:
+    case GOP_GMAXPOOL:
+        return fxo_more_backward(x, core, l, err);
     default:
         return bwd_act(x, core, l, err);
     }

@@ -519,10 +519,35 @@ static cJSON *layer_json(const kx *x, const glayer *L)
         if (L->max_value > 0)
             cJSON_AddNumberToObject(j, "max_value", L->max_value);
         break;
+    case GOP_GROUPNORM:
+        cJSON_AddNumberToObject(j, "groups", L->groups);
+        break;
+    case GOP_PAD:
+    case GOP_CROP: {
+        cJSON *a = cJSON_AddArrayToObject(
+            j, L->op == GOP_PAD ? "pads" : "crops");
+        int sg = L->op == GOP_PAD ? 1 : -1;
+        for (int d = 0; a && d < nsp; d++) {
+            int v[2] = {(int)(sg * L->pad_lo[d]), (int)(sg * L->pad_hi[d])};
+            cJSON_AddItemToArray(a, int_list(v, 2));
+        }
+        break;
+    }
+    case GOP_RESIZE:
+        cJSON_AddItemToObject(j, "factor", int_list(L->factor, nsp));
+        break;
+    case GOP_RESHAPE: {
+        int v[GRAPH_MAX_SP + 1], n = L->target.nsp;
+        for (int d = 0; d < n; d++)
+            v[d] = (int)L->target.sp[d];
+        v[n] = (int)L->target.c;
+        cJSON_AddItemToObject(j, "shape", int_list(v, n + 1));
+        break;
+    }
     default:
         break;
     }
-    if (L->frozen && L->share_from < 0)
+    if (L->frozen && L->share_from < 0 && L->op != GOP_NORMALIZE)
         cJSON_AddBoolToObject(j, "trainable", 0);
     return j;
 }
@@ -704,7 +729,13 @@ static tpu_status apply_act(kx *x, kcall *c, const cJSON *aj,
         return x->err->code;
     char name[GRAPH_NAME_MAX];
     int in_t = x->refs[c->out].t, t;
-    unique_name(x, c->tname, ka->op == GOP_RELU ? "/relu" : "/sigmoid", name);
+    /* as above: an Activation layer keeps its own name, so that summary
+     * rows line up with Keras's */
+    unique_name(x, c->tname,
+                strcmp(c->cls, "Activation") == 0 ? NULL
+                : ka->op == GOP_RELU               ? "/relu"
+                                                   : "/sigmoid",
+                name);
     layer_begin(x, name, (graph_op)ka->op, &in_t, 1);
     tpu_status st = emit(x, c, krank_of(x, c->out), &t);
     return st ? st : new_ref(x, t, &c->out);
@@ -1221,7 +1252,7 @@ static tpu_status map_merge(kx *x, kcall *c)
 static const char *check_nearest(const cJSON *cfg, char *buf, size_t cap)
 {
     const char *s = get_str(cfg, "interpolation");
-    if (s && strcmp(s, "nearest") != 0) {
+    if (s && strcmp(s, "nearest") != 0 && strcmp(s, "bilinear") != 0) {
         snprintf(buf, cap, "interpolation '%.40s'", s);
         return buf;
     }
@@ -1238,7 +1269,10 @@ static tpu_status map_upsample(kx *x, kcall *c)
         (st = grow(x)))
         return st;
     int nsp = dims == 1 ? 2 : dims, in_t = x->refs[c->in[0]].t;
-    glayer *L = layer_begin(x, c->tname, GOP_UPSAMPLE, &in_t, 1);
+    const char *ip = get_str(c->cfg, "interpolation");
+    int bilinear = ip && strcmp(ip, "bilinear") == 0;
+    glayer *L = layer_begin(x, c->tname, bilinear ? GOP_RESIZE : GOP_UPSAMPLE,
+                            &in_t, 1);
     for (int d = 0; d < nsp; d++)
         L->factor[d] = f[d];
     if ((st = emit(x, c, dims + 1, &t)))
@@ -1341,6 +1375,181 @@ static tpu_status map_folded(kx *x, kcall *c)
     return st;
 }
 
+/* LayerNormalization (arg GOP_LAYERNORM), GroupNormalization
+ * (GOP_GROUPNORM: groups, 32 by default) and the Normalization
+ * preprocessing layer (GOP_NORMALIZE), each on the channel axis. */
+static tpu_status map_norm(kx *x, kcall *c)
+{
+    int t, center = 1, scale = 1;
+    int64_t groups = 32;
+    tpu_status st;
+    if ((st = single_input(x, c)) || (st = channel_axis(x, c, 1)) ||
+        (st = cfg_bool(x, c, "center", 1, &center)) ||
+        (st = cfg_bool(x, c, "scale", 1, &scale)) || (st = grow(x)))
+        return st;
+    if (c->arg == GOP_GROUPNORM &&
+        (st = cfg_int(x, c, "groups", 1, GRAPH_DIM_MAX, 32, &groups)))
+        return st;
+    if (c->arg != GOP_NORMALIZE && (!center || !scale)) {
+        char b[64];
+        if ((st = note(x, "%s '%s' has center or scale false: the trace's "
+                       "%s counts gamma and beta anyway (%lld parameters "
+                       "more than Keras)",
+                       c->cls, kshown(b, sizeof b, c->kname),
+                       graph_op_name((graph_op)c->arg),
+                       (long long)shape_of(x, c->in[0])->c *
+                           ((!center) + (!scale)))))
+            return st;
+    }
+    int in_t = x->refs[c->in[0]].t;
+    glayer *L = layer_begin(x, c->tname, (graph_op)c->arg, &in_t, 1);
+    L->groups = (int)groups;
+    if (c->arg != GOP_NORMALIZE && (st = weights_of(x, c, L, 0)))
+        return st;
+    if (c->arg == GOP_NORMALIZE)
+        L->frozen = 1;
+    if ((st = emit(x, c, krank_of(x, c->in[0]), &t)))
+        return st;
+    if (c->arg != GOP_NORMALIZE)
+        weights_done(c, 0, t);
+    return new_ref(x, t, &c->out);
+}
+
+/* One entry of ZeroPadding's padding or Cropping's cropping: n for both
+ * ends, or [lo, hi]. */
+static int pad_entry(const cJSON *e, int *lo, int *hi)
+{
+    if (is_int(e, 0, GRAPH_DIM_MAX)) {
+        *lo = *hi = (int)e->valuedouble;
+        return 1;
+    }
+    if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 ||
+        !is_int(cJSON_GetArrayItem(e, 0), 0, GRAPH_DIM_MAX) ||
+        !is_int(cJSON_GetArrayItem(e, 1), 0, GRAPH_DIM_MAX))
+        return 0;
+    *lo = (int)cJSON_GetArrayItem(e, 0)->valuedouble;
+    *hi = (int)cJSON_GetArrayItem(e, 1)->valuedouble;
+    return 1;
+}
+
+/* ZeroPadding1D/2D/3D (arg: dims) and Cropping1D/2D/3D (10 + dims):
+ * padding / cropping is n, a list of dims entries (each n or [lo, hi]),
+ * or for 1D [lo, hi]. */
+static tpu_status map_pad(kx *x, kcall *c)
+{
+    int dims = c->arg % 10, crop = c->arg >= 10, t;
+    int lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0}, ok = 1;
+    const char *key = crop ? "cropping" : "padding";
+    char p[KERAS_PATH_MAX];
+    tpu_status st;
+    if ((st = single_input(x, c)) || (st = need_rank(x, c, dims)) ||
+        (st = cfg_channels_last(x, c)) || (st = grow(x)))
+        return st;
+    const cJSON *j = get(c->cfg, key);
+    kpath(p, c->path, ".config.%s", key);
+    if (j && is_int(j, 0, GRAPH_DIM_MAX)) {
+        for (int d = 0; d < dims; d++)
+            lo[d] = hi[d] = (int)j->valuedouble;
+    } else if (dims == 1 && j) {
+        ok = pad_entry(j, &lo[0], &hi[0]);
+    } else if (j && cJSON_IsArray(j) && cJSON_GetArraySize(j) == dims) {
+        for (int d = 0; d < dims && ok; d++)
+            ok = pad_entry(cJSON_GetArrayItem(j, d), &lo[d], &hi[d]);
+    } else {
+        ok = 0;
+    }
+    if (!ok)
+        return kfail(x, p, "expected an integer or %d entries (each an "
+                     "integer or [lo, hi]), found %s", dims, jtype(j));
+    int in_t = x->refs[c->in[0]].t, sg = crop ? -1 : 1;
+    glayer *L = layer_begin(x, c->tname, crop ? GOP_CROP : GOP_PAD, &in_t, 1);
+    /* a 1D layer is the trace's 2D one of height 1 */
+    for (int d = 0; d < dims; d++) {
+        L->pad_lo[d + (dims == 1)] = sg * lo[d];
+        L->pad_hi[d + (dims == 1)] = sg * hi[d];
+    }
+    if ((st = emit(x, c, dims + 1, &t)))
+        return st;
+    return new_ref(x, t, &c->out);
+}
+
+/* GlobalMaxPooling1D/2D/3D (arg: dims). */
+static tpu_status map_gmax(kx *x, kcall *c)
+{
+    int t;
+    tpu_status st;
+    if ((st = single_input(x, c)) || (st = need_rank(x, c, c->arg)) ||
+        (st = cfg_channels_last(x, c)) || (st = grow(x)))
+        return st;
+    int in_t = x->refs[c->in[0]].t;
+    layer_begin(x, c->tname, GOP_GMAXPOOL, &in_t, 1);
+    if ((st = emit(x, c, 1, &t)))
+        return st;
+    return new_ref(x, t, &c->out);
+}
+
+/* Reshape: target_shape (one -1 inferred) as the trace's shape; a flat
+ * target is a flatten, the input's own shape nothing; a 2-entry target
+ * (Keras's steps, channels) is the trace's [1, steps, channels]. */
+static tpu_status map_reshape(kx *x, kcall *c)
+{
+    const cJSON *j = get(c->cfg, "target_shape");
+    char p[KERAS_PATH_MAX];
+    int64_t v[4], known = 1, elems;
+    int n = 0, free_at = -1, t;
+    tpu_status st;
+    if ((st = single_input(x, c)) || (st = grow(x)))
+        return st;
+    kpath(p, c->path, ".config.target_shape");
+    elems = gshape_elems(shape_of(x, c->in[0]));
+    if (!j || !cJSON_IsArray(j) || cJSON_GetArraySize(j) < 1 ||
+        cJSON_GetArraySize(j) > 4)
+        return kfail(x, p, "expected a list of 1 to 4 integers, found %s",
+                     jtype(j));
+    for (const cJSON *e = j->child; e; e = e->next, n++) {
+        if (is_int(e, -1, -1) && free_at < 0) {
+            free_at = n;
+            v[n] = 1;
+            continue;
+        }
+        if (!is_int(e, 1, GRAPH_DIM_MAX))
+            return kfail(x, p, "expected positive integers and at most one "
+                         "-1");
+        v[n] = (int64_t)e->valuedouble;
+        known *= v[n];
+    }
+    if (free_at >= 0 && elems % known == 0)
+        v[free_at] = elems / known;
+    int in_t = x->refs[c->in[0]].t;
+    if (n == 1) {
+        if (krank_of(x, c->in[0]) == 1 && v[0] == elems) {
+            c->out = c->in[0];
+            return TPU_OK;
+        }
+        layer_begin(x, c->tname, GOP_FLATTEN, &in_t, 1);
+        if (v[0] != elems)
+            return kfail(x, p, "%lld elements, the input has %lld",
+                         (long long)v[0], (long long)elems);
+        if ((st = emit(x, c, 1, &t)))
+            return st;
+        return new_ref(x, t, &c->out);
+    }
+    glayer *L = layer_begin(x, c->tname, GOP_RESHAPE, &in_t, 1);
+    gshape *s = &L->target;
+    s->nsp = n == 2 ? 2 : n - 1;
+    s->c = v[n - 1];
+    if (n == 2) {
+        s->sp[0] = 1;
+        s->sp[1] = v[0];
+    } else {
+        for (int d = 0; d < n - 1; d++)
+            s->sp[d] = v[d];
+    }
+    if ((st = emit(x, c, n, &t)))
+        return st;
+    return new_ref(x, t, &c->out);
+}
+
 static tpu_status map_model(kx *x, kcall *c);
 
 /* Every Keras class the trace format can express.  Adding a class is
@@ -1403,6 +1612,22 @@ static const keras_class keras_classes[] = {
     {"Minimum", map_ew, NULL, GEW_MINIMUM},
     {"Average", map_ew, NULL, GEW_AVERAGE},
     {"Rescaling", map_folded, NULL, 0},
+    {"LayerNormalization", map_norm, NULL, GOP_LAYERNORM},
+    {"GroupNormalization", map_norm, NULL, GOP_GROUPNORM},
+    {"Normalization", map_norm, NULL, GOP_NORMALIZE},
+    {"ZeroPadding1D", map_pad, NULL, 1},
+    {"ZeroPadding2D", map_pad, NULL, 2},
+    {"ZeroPadding3D", map_pad, NULL, 3},
+    {"Cropping1D", map_pad, NULL, 11},
+    {"Cropping2D", map_pad, NULL, 12},
+    {"Cropping3D", map_pad, NULL, 13},
+    {"GlobalMaxPooling1D", map_gmax, check_keepdims, 1},
+    {"GlobalMaxPooling2D", map_gmax, check_keepdims, 2},
+    {"GlobalMaxPooling3D", map_gmax, check_keepdims, 3},
+    {"GlobalMaxPool1D", map_gmax, check_keepdims, 1},
+    {"GlobalMaxPool2D", map_gmax, check_keepdims, 2},
+    {"GlobalMaxPool3D", map_gmax, check_keepdims, 3},
+    {"Reshape", map_reshape, NULL, 0},
     {"Sequential", map_model, NULL, 0},
     {"Functional", map_model, NULL, 0},
     {"Model", map_model, NULL, 0},
@@ -1457,7 +1682,12 @@ static void scan_add(keras_scan *s, const char *key, const char *label,
     }
     keras_unmapped *u = &s->u[s->n++];
     kshown(u->key, sizeof u->key, key);
+    /* a class name from the file may hold control characters: the
+     * message is one line */
     snprintf(u->label, sizeof u->label, "%s", label);
+    for (char *q = u->label; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     snprintf(u->first, sizeof u->first, "%s", path);
     kshown(u->first_name, sizeof u->first_name, name);
     u->count = 1;

@@ -1,0 +1,198 @@
+/* tpuemu import against TensorFlow.js: models written by tfjs-layers
+ * (test/keras/tfjs/, made by scripts/tfjs_fixtures/gen.js), each as its
+ * model.toJSON() and as its model.json.  Each imports, `tpuemu summary`
+ * gives tfjs's own countParams() and, per layer and per call, tfjs's
+ * output shape, and the imported trace runs.  A model of classes with no
+ * trace op is refused with every one of them listed. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test/harness.h"
+
+#define TDIR "test/keras/tfjs/"
+
+/* The number after `label` in the summary text, thousands separators
+ * skipped; -1 when absent. */
+static long long summary_count(const char *out, const char *label)
+{
+    const char *p = strstr(out, label);
+    long long v = 0;
+    int any = 0;
+    if (!p)
+        return -1;
+    for (p += strlen(label); *p == ',' || (*p >= '0' && *p <= '9'); p++)
+        if (*p != ',') {
+            v = v * 10 + (*p - '0');
+            any = 1;
+        }
+    return any ? v : -1;
+}
+
+/* The output shape of the summary row of layer `name` ("NAME (op) [..]"
+ * at the start of a line) into dims; its rank, or -1 without such a row. */
+static int summary_shape(const char *out, const char *name, long long *dims,
+                         int cap)
+{
+    size_t n = strlen(name);
+    for (const char *p = out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p) {
+        if (strncmp(p, name, n) != 0 || strncmp(p + n, " (", 2) != 0)
+            continue;
+        const char *b = strchr(p, '['), *e = strchr(p, '\n');
+        if (!b || (e && b > e))
+            return -1;
+        int k = 0;
+        for (b++; k < cap && *b && *b != ']';) {
+            char *end;
+            dims[k++] = strtoll(b, &end, 10);
+            b = end;
+            while (*b == ',' || *b == ' ')
+                b++;
+        }
+        return k;
+    }
+    return -1;
+}
+
+/* Whether the trace's dims equal tfjs's shape (batch first, null): the
+ * batch is dropped, and a 1D layer's [steps, C] is the trace's
+ * [1, steps, C]. */
+static int same_shape(const cJSON *tf, const long long *dims, int rank)
+{
+    int n = cJSON_GetArraySize(tf) - 1, off = 0;
+    if (n == 2 && rank == 3 && dims[0] == 1)
+        off = 1;
+    if (n + off != rank)
+        return 0;
+    for (int d = 0; d < n; d++) {
+        const cJSON *v = cJSON_GetArrayItem(tf, d + 1);
+        if (!cJSON_IsNumber(v) || (long long)v->valuedouble != dims[d + off])
+            return 0;
+    }
+    return 1;
+}
+
+static void shape_text(const cJSON *tf, char *buf, size_t cap)
+{
+    char *s = cJSON_PrintUnformatted(tf);
+    snprintf(buf, cap, "%s", s ? s : "?");
+    free(s);
+}
+
+/* The summary of `file` against tfjs's numbers in info. */
+static void check_summary(th_ctx *t, const char *file, const cJSON *info)
+{
+    static th_cmd_result r;
+    th_run(&r, "%s summary " TDIR "%s", th_bin(), file);
+    if (!TH_CHECKF(t, r.status == 0, "summary %s: %s", file, r.err))
+        return;
+    long long total = summary_count(r.out, "Total params: "),
+              train = summary_count(r.out, "Trainable params: ");
+    const cJSON *cp = cJSON_GetObjectItem(info, "count_params"),
+                *tp = cJSON_GetObjectItem(info, "trainable_params");
+    TH_CHECKF(t, cJSON_IsNumber(cp) && total == (long long)cp->valuedouble,
+              "%s: %lld parameters, tfjs counts %.0f", file, total,
+              cJSON_IsNumber(cp) ? cp->valuedouble : -1.0);
+    TH_CHECKF(t, cJSON_IsNumber(tp) && train == (long long)tp->valuedouble,
+              "%s: %lld trainable, tfjs %.0f", file, train,
+              cJSON_IsNumber(tp) ? tp->valuedouble : -1.0);
+
+    const cJSON *layers = cJSON_GetObjectItem(info, "layers"), *l;
+    int rows = 0;
+    cJSON_ArrayForEach(l, layers)
+    {
+        const cJSON *nm = cJSON_GetObjectItem(l, "name"),
+                    *shapes = cJSON_GetObjectItem(l, "output_shapes"), *s;
+        int call = 0;
+        if (!cJSON_IsString(nm))
+            continue;
+        cJSON_ArrayForEach(s, shapes)
+        {
+            char name[160], want[96];
+            long long dims[8];
+            /* a shared layer's later calls are NAME@1, ... */
+            if (call == 0)
+                snprintf(name, sizeof name, "%s", nm->valuestring);
+            else
+                snprintf(name, sizeof name, "%s@%d", nm->valuestring, call);
+            call++;
+            int rank = summary_shape(r.out, name, dims, 8);
+            shape_text(s, want, sizeof want);
+            if (TH_CHECKF(t, rank >= 0, "%s: no summary row '%s' (tfjs %s)",
+                          file, name, want) &&
+                TH_CHECKF(t, same_shape(s, dims, rank),
+                          "%s: '%s' has rank %d [%lld, %lld, ...], tfjs %s",
+                          file, name, rank, dims[0], rank > 1 ? dims[1] : 0,
+                          want))
+                rows++;
+        }
+    }
+    TH_CHECKF(t, rows > 3, "%s: %d layers compared", file, rows);
+}
+
+/* Imports file and runs the trace. */
+static void check_runs(th_ctx *t, const char *file)
+{
+    static th_cmd_result r;
+    char out[512];
+    snprintf(out, sizeof out, "%s/tfjs_%s", th_tmpdir(), file);
+    th_run(&r, "%s import " TDIR "%s -o %s", th_bin(), file, out);
+    if (!TH_CHECKF(t, r.status == 0, "import %s: %s", file, r.err))
+        return;
+    th_run(&r, "%s run %s", th_bin(), out);
+    TH_CHECKF(t, r.status == 0, "run of the import of %s: %s", file, r.err);
+    remove(out);
+}
+
+void th_suite_import_tfjs(th_ctx *t)
+{
+    /* th_case keeps the title's pointer: literals */
+    static const struct {
+        const char *name, *title;
+    } models[] = {
+        {"seq_cnn", "tfjs Sequential CNN: countParams, layer shapes, runs"},
+        {"res_block", "tfjs residual blocks, shared conv: the same"},
+        {"ops_block", "tfjs depthwise, separable, SE, pad, crop, resize, LN"},
+        {"conv1d", "tfjs Conv1D, 1D pooling, spatial dropout"},
+        {"conv3d", "tfjs Conv3D, 3D pooling, Conv3DTranspose"},
+    };
+    static th_cmd_result r;
+    char file[128];
+
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        snprintf(file, sizeof file, TDIR "%s.tfjs.json", models[m].name);
+        char *text = th_slurp(file, NULL);
+        cJSON *info = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        th_case(t, models[m].title);
+        if (!TH_CHECKF(t, info != NULL, "cannot read %s", file))
+            continue;
+        /* the toJSON config and the model.json */
+        for (int form = 0; form < 2; form++) {
+            snprintf(file, sizeof file, "%s%s", models[m].name,
+                     form ? ".model.json" : ".json");
+            check_summary(t, file, info);
+            check_runs(t, file);
+        }
+        cJSON_Delete(info);
+    }
+
+    th_case(t, "tfjs classes with no trace op: refused, each listed");
+    th_run(&r, "%s import " TDIR "unmapped.json -o %s/tfjs_unmapped.json",
+           th_bin(), th_tmpdir());
+    TH_CHECKF(t, r.status == 2, "status %d: %s", r.status, r.err);
+    TH_CHECK(t, strstr(r.err, "unmapped.json: config.layers[2]: layer 'thr' "
+                              "(ThresholdedReLU)"));
+    TH_CHECK(t, strstr(r.err, "the file's unmapped classes: ThresholdedReLU "
+                              "x1, Permute x1, RepeatVector x1, LSTM x1"));
+    th_run(&r, "%s import " TDIR "unmapped.model.json -o "
+               "%s/tfjs_unmapped.json",
+           th_bin(), th_tmpdir());
+    TH_CHECK(t, r.status == 2 &&
+                    strstr(r.err, "unmapped.model.json: "
+                                  "modelTopology.config.layers[2]") &&
+                    strstr(r.err, "LSTM x1"));
+    th_run(&r, "%s summary " TDIR "unmapped.model.json", th_bin());
+    TH_CHECK(t, r.status == 2 && strstr(r.err, "RepeatVector x1"));
+}
