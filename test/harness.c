@@ -527,6 +527,30 @@ int th_terminal_safe(const char *s)
     return 1;
 }
 
+int th_fit_notes(const char *s)
+{
+    static const char fits[] = "tpuemu: note: fits on ";
+    static const char none[] = "tpuemu: note: no split of ";
+    int n = 0;
+    for (const char *ln = s; *ln;) {
+        const char *nl = strchr(ln, '\n');
+        if (!nl)
+            return -1;
+        int skipped = 0, total = 0, used = 0;
+        if (strncmp(ln, fits, sizeof fits - 1) == 0 &&
+            strstr(ln, " with input_partition_dims [") != NULL &&
+            strstr(ln, " with input_partition_dims [") < nl)
+            n++;
+        else if (strncmp(ln, none, sizeof none - 1) != 0 &&
+                 !(sscanf(ln, "tpuemu: note: %d of %d candidates not tried%n",
+                          &skipped, &total, &used) == 2 &&
+                   used > 0 && skipped > 0 && skipped <= total))
+            return -1;
+        ln = nl + 1;
+    }
+    return n;
+}
+
 void th_sweep_text(char *buf, size_t cap, const char *trace,
                    const char *rest)
 {

@@ -121,6 +121,14 @@ void th_result_whatif(th_ctx *t, const char *name, char *path, size_t cap,
  * newline), DEL, C1, U+2028/9 and the bidi controls. */
 int th_terminal_safe(const char *s);
 
+/* s is what run prints on stderr after a step that does not fit (exit 3)
+ * and after its own lines: only the notes of its search for what would fit
+ * (emu/cli/advise_search.c: `tpuemu: note: fits on ...` lines, `no split of
+ * ...` when none fits, `N of M candidates not tried ...` when its time ran
+ * out).  Returns how many `fits on` lines s holds, or -1 when some line of
+ * s is none of these or is not ended by a newline. */
+int th_fit_notes(const char *s);
+
 /* A sweep file's text in buf[cap]: name "sw", the base trace as given,
  * then rest (its other members, "grid" among them). */
 void th_sweep_text(char *buf, size_t cap, const char *trace,

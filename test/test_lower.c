@@ -156,7 +156,10 @@ static void gather_cases(th_ctx *t, th_cmd_result *c)
 }
 
 /* `lower` of a step that does not fit prints the program (what needs the
- * memory) and exits 3 with run's message, as its help says. */
+ * memory) and exits 3 with run's message, as its help says.  29.4 GiB is
+ * run's figure for the default model, batchnorm's normalise fused into its
+ * consumers (xla.bn_apply_fused=1); with xla.bn_apply_fused=0 it is
+ * 29.9 GiB. */
 static void lower_nofit(th_ctx *t)
 {
     th_case(t, "lower: a step that does not fit prints its program and "
@@ -164,7 +167,7 @@ static void lower_nofit(th_ctx *t)
     th_cmd_result c;
     th_run(&c, "%s lower traces/retinanet-2560-v3-8.json", th_bin());
     TH_CHECKF(t, c.status == 3 && strstr(c.out, "; tpuemu firmware:") &&
-                     strstr(c.err, "needs 29.9 GiB of HBM per core"),
+                     strstr(c.err, "needs 29.4 GiB of HBM per core"),
               "status %d: %.200s / %s", c.status, c.out, c.err);
     th_run(&c, "%s lower traces/retinanet-2560-v3-8.json --set "
                "hbm.capacity_gib=64", th_bin());

@@ -155,7 +155,10 @@ static void weights_nofit_cases(th_ctx *t, th_cmd_result *c)
 
     th_case(t, "activations too large: no word about weights");
     th_run(c, "%s run traces/retinanet-2560-v3-8.json", th_bin());
-    TH_CHECKF(t, c->status == 3 && strstr(c->err, "needs 29.9 GiB"),
+    /* 29.4 GiB with batchnorm's normalise fused into its consumers, the
+     * default (29.9 with xla.bn_apply_fused=0); the notes after the error
+     * line name splits and slices, never weights */
+    TH_CHECKF(t, c->status == 3 && strstr(c->err, "needs 29.4 GiB"),
               "status %d, stderr %s", c->status, c->err);
     TH_CHECKF(t, strstr(c->err, "split weights") == NULL, "stderr: %s",
               c->err);
@@ -163,10 +166,13 @@ static void weights_nofit_cases(th_ctx *t, th_cmd_result *c)
 
 static void remat_cases(th_ctx *t, th_cmd_result *c)
 {
-    th_case(t, "an uneven split: the recomputing cores are named, not "
-               "hidden behind the core that needs most");
+    th_case(t, "an uneven split (batchnorm unfused): the recomputing cores "
+               "are named, not hidden behind the core that needs most");
+    /* unfused, cores recompute to fit in 532.5 MiB and core 15 needs most
+     * (519 MiB); fused (the default) no core needs more than 310 MiB and
+     * nothing is recomputed */
     th_run(c, "%s run traces/small/remat-uneven.json --set "
-              "hbm.capacity_gib=0.52", th_bin());
+              "hbm.capacity_gib=0.52 --set xla.bn_apply_fused=0", th_bin());
     const char *l = strstr(c->out, "fits by recomputing ");
     int core = -1;
     const char *on = l ? strstr(l, " on core ") : NULL;

@@ -168,9 +168,18 @@ static void regressions(th_ctx *t, th_cmd_result *r)
     if (p) {
         TH_CHECK(t, has_text(p, w, h, 6, V_HEADER + 5, "time (us)", C_INK));
         TH_CHECK(t, count_rgb_in(p, w, w - 10, V_HEADER, w, V_HEADER + V_AXIS, C_INK) == 0);
-        /* a label near the right end (the step's length decides which:
-         * 90 us of a 95 us step) */
-        TH_CHECK(t, count_rgb_in(p, w, w - 55, V_HEADER, w - 10, V_HEADER + V_AXIS, C_INK) > 10);
+        /* the last tick is labelled, inside the plot: the step's length
+         * decides which tick is last (70 us of tiny2d's 76 us step),
+         * so it is found by its grid line in the empty plot below the rows,
+         * and must lie in the plot's right half */
+        int yg = h - V_FOOTER - 10, xl = -1;
+        for (int x = V_LABELS; x < w; x++)
+            if (count_rgb_in(p, w, x, yg, x + 1, yg + 1, VIEW_GRID))
+                xl = x;
+        TH_CHECKF(t, xl > (V_LABELS + w - 10) / 2 && xl <= w - 10, "last grid line at x %d", xl);
+        int lx0 = xl - 4 * FONT_W, lx1 = xl + 4 * FONT_W < w - 10 ? xl + 4 * FONT_W : w - 10;
+        TH_CHECKF(t, xl > 0 && count_rgb_in(p, w, lx0, V_HEADER, lx1, V_HEADER + V_AXIS, C_INK) > 10,
+                  "no label at the last tick, x %d", xl);
         free(p);
     }
     p = shot(t, r, "--demo --size 640x400 --script 'move:600,80 z z z z z z z z z z z z z z z z'",

@@ -251,7 +251,11 @@ void th_suite_view_layers(th_ctx *t)
     if (!th_asan()) {
         emu_result big;
         if (simulate(t, "traces/retinanet-1280-v3-8.json", &big)) {
-            if (lane_shot(t, r, "traces/retinanet-1280-v3-8.json", &d, &p, &w, &h)) {
+            /* 1920 wide: the widest layer run, p3_class_out's backward (7%
+             * of the step), is 121 px there, room for its whole label (102
+             * px); 78 px at the default 1280 cuts it */
+            if (lane_shot(t, r, "traces/retinanet-1280-v3-8.json --size 1920x800", &d, &p, &w,
+                          &h)) {
                 check_runs(t, &big, 0, &d);
                 TH_CHECKF(t, d.n > 100, "%zu spans", d.n);
                 label_counts n = check_labels(t, &big, &d, p, "retinanet 1280");

@@ -166,10 +166,12 @@ static void run_cases(th_ctx *t)
     double conv1 = run_step(t, RET1280 " --freeze conv1,bn_conv1");
     TH_CHECKF(t, trace > 0 && res2 == trace, "trace %.6f, res2* %.6f", trace,
               res2);
-    /* VALIDATION.md's "all layers trainable" row (0.768318 s when this
-     * was written) is the trace with every "trainable": false removed, as
-     * scripts/sensitivity.sh edits it: compared with that, not with a
-     * number the firmware model moves. */
+    /* VALIDATION.md's "all layers trainable" row is the trace with every
+     * "trainable": false removed, as scripts/sensitivity.sh edits it:
+     * compared with that, not with a number the firmware model moves.
+     * Training the stem and res2 too costs their backward pass: 0.519 s
+     * against 0.424 (0.558 against 0.461 with xla.bn_apply_fused=0), over
+     * 15% more either way. */
     char thawed_trace[600], targs[800];
     snprintf(thawed_trace, sizeof thawed_trace, "%s/whatif-thawed.json",
              th_tmpdir());
@@ -179,7 +181,7 @@ static void run_cases(th_ctx *t)
     TH_CHECK(t, s.status == 0);
     snprintf(targs, sizeof targs, "%s", thawed_trace);
     double edited = run_step(t, targs);
-    TH_CHECKF(t, none > 0.7 && none == edited && none > trace,
+    TH_CHECKF(t, none == edited && none > 1.15 * trace,
               "--freeze none %.6f, edited trace %.6f", none, edited);
     TH_CHECK(t, conv1 == trace);
     /* on a trace that freezes nothing, freezing the stem saves time */

@@ -434,14 +434,16 @@ void th_suite_xla_lower(th_ctx *t)
                       v ? "maxpool 2x2" : "avgpool 64x64", per, want[v]);
         }
     }
-    th_case(t, "xla.bn_apply_fused=1 (what-if): batchnorm + relu feeding a "
-               "conv make no pass and store nothing; values unchanged");
+    th_case(t, "xla.bn_apply_fused=1 (the default) against 0: batchnorm + "
+               "relu feeding a conv make no pass and store nothing; values "
+               "unchanged");
     {
         /* x -> c0 1x1 -> bn -> relu -> c1 3x3 -> loss, f32 so values are
          * exact: fused, the batchnorm's forward moves no bytes, the relu
          * output is not kept for the backward (c1's weight gradient reads
          * the batchnorm's input, kept anyway), and the values are the
-         * same bits. */
+         * same bits.  Each side sets its value: 1 is the default, 0 the
+         * unfused step it is compared with. */
         const char *tr =
             "{\"format\":\"tpuemu-trace/1\",\"name\":\"f\","
             "\"system\":\"v3-8\",\"run\":{\"mode\":\"train\","
@@ -459,8 +461,8 @@ void th_suite_xla_lower(th_ctx *t)
             "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"c1\","
             "\"dtype\":\"f32\"}]}}";
         tally sep, fus;
-        if (TH_CHECKF(t, lower_tally(tr, NULL, NULL, "bn", PHASE_FWD, &sep,
-                                     &e) == 0, "%s", e.msg) &&
+        if (TH_CHECKF(t, lower_tally(tr, "xla.bn_apply_fused", "0", "bn",
+                                     PHASE_FWD, &sep, &e) == 0, "%s", e.msg) &&
             TH_CHECKF(t, lower_tally(tr, "xla.bn_apply_fused", "1", "bn",
                                      PHASE_FWD, &fus, &e) == 0, "%s", e.msg)) {
             TH_CHECKF(t, sep.ld > 0 && sep.st > 0,
@@ -474,13 +476,14 @@ void th_suite_xla_lower(th_ctx *t)
          * operand element it streams, per tap: K x M more vector work in
          * its forward product and again in its weight gradient's. */
         tally f0;
-        if (TH_CHECKF(t, lower_tally(tr, NULL, NULL, "c1", PHASE_FWD, &f0, &e) == 0,
-                      "%s", e.msg)) {
+        if (TH_CHECKF(t, lower_tally(tr, "xla.bn_apply_fused", "0", "c1",
+                                     PHASE_FWD, &f0, &e) == 0, "%s", e.msg)) {
             double want = 5 * (double)f0.k_max * f0.m_rows;
             for (int ph = PHASE_FWD; ph <= PHASE_BWD; ph++) {
                 tally r0, r1;
-                if (!TH_CHECKF(t, lower_tally(tr, NULL, NULL, "c1", ph, &r0,
-                                              &e) == 0, "%s", e.msg) ||
+                if (!TH_CHECKF(t, lower_tally(tr, "xla.bn_apply_fused", "0",
+                                              "c1", ph, &r0, &e) == 0,
+                               "%s", e.msg) ||
                     !TH_CHECKF(t, lower_tally(tr, "xla.bn_apply_fused", "1",
                                               "c1", ph, &r1, &e) == 0,
                                "%s", e.msg))
