@@ -16,6 +16,7 @@
 
 #include "emu/graph.h"
 #include "emu/params.h"
+#include "emu/result.h"
 #include "emu/status.h"
 
 struct cJSON;
@@ -128,6 +129,25 @@ static inline int advise_distinguishable(double lo_a, double hi_a, double lo_b,
 {
     return hi_a < lo_b || hi_b < lo_a;
 }
+
+/* A candidate's step and its range over the unconfirmed assumptions, for
+ * advise_reorder: the step with each varied key at each end (the items
+ * of a report's range_assumptions), and the work one step does in the
+ * unit the table ranks by (examples, or examples per chip). */
+typedef struct {
+    double step_s, work;
+    const emu_range_item *items;
+    int n;
+} advise_ranged;
+
+/* Whether some unconfirmed assumption puts b ahead of a (the ranking's
+ * winner): a key under which b's work per second at one end of the key's
+ * range beats a's at the same end (a key that does not move a step leaves
+ * it at its default).  1 with "KEY=VALUE" (the end that gains b most, the
+ * value from the key's plausible range on generation gen) in set; 0 when
+ * no key reorders them one at a time. */
+int advise_reorder(const advise_ranged *a, const advise_ranged *b, int gen,
+                   char *set, size_t cap);
 
 /* The on-demand price of one chip-hour of generation gen in USD
  * (emu/params.c, tpu_chip_price). */
