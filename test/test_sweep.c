@@ -80,6 +80,61 @@ static void make_report(const char *path)
     emu_result_free(&r);
 }
 
+/* The ranking's marks, on real runs of traces/small/tiny2d.json (16
+ * examples, microseconds per step). */
+static void rank_marks(th_ctx *t, th_cmd_result *c, const char *d)
+{
+    th_case(t, "the ranking marks a run whose step range overlaps the "
+               "winner's with the --set that reorders them, and that --set "
+               "does; runs far apart are not marked");
+    /* one split on two slices: v3-32's interconnect is what separates
+     * them, and it is unconfirmed */
+    th_run(c, "%s sweep --trace traces/small/tiny2d.json --system "
+              "v3-8,v3-32 --partition 1,2,1,1 --out %s/mk -j 2",
+           th_bin(), d);
+    const char *win = strstr(c->out, "\n0000 ");
+    const char *mk = strstr(c->out, "\n0001 ");
+    const char *set = mk ? strstr(mk, "~ not distinguishable: --set ") : NULL;
+    const char *eol = mk ? strchr(mk + 1, '\n') : NULL;
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "step range ms") && win &&
+                     mk && win < mk && set && set < eol &&
+                     strstr(set, " puts it first"),
+              "status %d: %s%s", c->status, c->out, c->err);
+    char kv[128] = "";
+    if (set)
+        sscanf(set + strlen("~ not distinguishable: --set "), "%127s", kv);
+    /* the winner (v3-8) and the marked run (v3-32) with that one value:
+     * the marked one is now the faster (the same 16 examples) */
+    double step[2] = {0, 0};
+    static const char *const sys[2] = {"v3-8", "v3-32"};
+    for (int i = 0; i < 2 && kv[0]; i++) {
+        th_run(c, "%s run traces/small/tiny2d.json --system %s --partition "
+                  "1,2,1,1 --set %s --quiet --no-range",
+               th_bin(), sys[i], kv);
+        step[i] = c->status == 0 ? atof(c->out) : 0;
+    }
+    TH_CHECKF(t, step[0] > 0 && step[1] > 0 && step[1] < step[0],
+              "--set %s: v3-8 %g s, v3-32 %g s", kv, step[0], step[1]);
+    /* 16 and 512 examples: 512 is far ahead whatever the assumptions */
+    th_run(c, "%s sweep --trace traces/small/tiny2d.json --batch 16,512 "
+              "--partition 1,1,1,1 --out %s/far -j 2",
+           th_bin(), d);
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "step range ms") &&
+                     strstr(c->out, "per chip first") &&
+                     !strstr(c->out, "not distinguishable"),
+              "status %d: %s%s", c->status, c->out, c->err);
+    /* without ranges (--no-range, passed on to the runs): no column, no
+     * mark */
+    th_run(c, "%s sweep --trace traces/small/tiny2d.json --system "
+              "v3-8,v3-32 --partition 1,2,1,1 --out %s/mk -j 2 --no-range "
+              "&& cat %s/mk/commands.txt",
+           th_bin(), d, d);
+    TH_CHECKF(t, c->status == 0 && !strstr(c->out, "step range ms") &&
+                     !strstr(c->out, "not distinguishable") &&
+                     strstr(c->out, "--quiet --no-range\n"),
+              "status %d: %s%s", c->status, c->out, c->err);
+}
+
 void th_suite_sweep(th_ctx *t)
 {
     const char *d = th_tmpdir();
@@ -668,5 +723,6 @@ void th_suite_sweep(th_ctx *t)
         TH_CHECKF(t, strncmp(c.out, "0\n", 2) == 0,
                   "results.csv missing or a temporary left: %s", c.out);
     }
+    rank_marks(t, &c, d);
 }
 

@@ -117,7 +117,7 @@ static int all_ranged(const ranked *rk, long long n, const sweep_run *res)
 static void unit_range(const ranked *k, const emu_result *r, double *lo,
                        double *hi)
 {
-    double per = k->key / r->step_time_s; /* the work of one step */
+    double per = k->key * r->step_time_s; /* the work of one step */
     *lo = per / r->range_high_s;
     *hi = per / r->range_low_s;
 }
@@ -145,7 +145,8 @@ static void mark_of(const ranked *w, const ranked *k, const sweep_run *res,
         snprintf(buf, cap, "  ~ not distinguishable: --set %s puts it "
                            "first", set);
     else
-        snprintf(buf, cap, "  ~ not distinguishable");
+        snprintf(buf, cap, "  ~ not distinguishable (no one assumption "
+                           "reorders them)");
 }
 
 static void print_row(const sweep *s, const int *w, const ranked *k,
