@@ -59,6 +59,10 @@ typedef struct {
      * the candidates are ranked on step_s alone and none is marked. */
     int has_range;
     double step_lo_s, step_hi_s;
+    /* With the range: the step with each varied key at each end (the
+     * report's range_assumptions; owned, n_range entries). */
+    emu_range_item *range;
+    int n_range;
     double ex_per_s, ex_per_s_chip;
     double usd_per_mex; /* 1M examples at the chip-hour price */
     char why[1024];     /* ADV_FAILED, ADV_INVALID: the message */
@@ -120,6 +124,14 @@ typedef struct {
 tpu_status advise_search(const advise_opts *o, advise_result *res,
                          tpu_error *err);
 void advise_result_free(advise_result *res);
+
+/* The step range of candidate c over the unconfirmed assumptions
+ * (emu/range.h: 15-30 more simulations, in worker processes): has_range,
+ * step_lo_s, step_hi_s and range set.  Only for a candidate that fits;
+ * nothing to do when it has its range already.  Call it after
+ * advise_search, outside its threads (range_compute forks). */
+tpu_status advise_range(const advise_opts *o, const advise_result *res,
+                        advise_cand *c, tpu_error *err);
 
 /* Two step times known only within [lo, hi] each are told apart when
  * the ranges do not overlap: 1 then, 0 when either could be the
