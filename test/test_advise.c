@@ -59,7 +59,7 @@ void th_suite_advise(th_ctx *t)
     th_case(t, "the search: candidates, both tables, the closing line");
     th_run(&r,
            "%s advise traces/small/tiny2d.json --slices v3-8,v3-32 "
-           "--top 0 --jobs 2",
+           "--top 0 --jobs 2 --ranges 0",
            th_bin());
     TH_CHECKF(t, r.status == 0, "%s", r.err);
     TH_CHECK(t, strstr(r.out, "global batch 16: 2 slices x "));
@@ -67,8 +67,9 @@ void th_suite_advise(th_ctx *t)
     TH_CHECK(t, strstr(r.out, "cheapest first (USD per 1M examples):"));
     TH_CHECK(t, strstr(r.out, "\nbest per chip: v3-8 with "));
     TH_CHECK(t, strstr(r.out, "$2 per chip-hour (Cloud TPU pricing"));
-    /* no ranges yet: nothing marked */
+    /* --ranges 0: no range, nothing marked */
     TH_CHECK(t, !strstr(r.out, "not distinguishable"));
+    TH_CHECK(t, !strstr(r.out, "step range s"));
     {
         /* fastest first: step times never decrease down the table */
         double prev = 0;
@@ -101,6 +102,103 @@ void th_suite_advise(th_ctx *t)
     }
     /* every split of "all" over 1-16 cores on v3-32: 1x16x1x1 is one */
     TH_CHECK(t, strstr(r.out, "1x16x1x1"));
+
+    th_case(t, "ranges: a row whose range overlaps the first's is marked "
+               "with the --set that reorders them, and that --set does; "
+               "rows far apart are not marked; the closing line compares "
+               "the best per chip with the runner-up");
+    th_run(&r,
+           "%s advise traces/small/tiny2d.json --slices v3-8,v3-32 --top 3 "
+           "--jobs 2",
+           th_bin());
+    TH_CHECKF(t, r.status == 0 &&
+                     strstr(r.out, "step ranges over the unconfirmed "
+                                   "assumptions: the first 3 of each table") &&
+                     strstr(r.out, "step range s"),
+              "%s%s", r.out, r.err);
+    {
+        /* the first row with a named key, and the first row */
+        const char *first = row_after(r.out, "fastest first:", 1);
+        const char *marked = NULL;
+        for (int k = 2; k <= 3 && !marked; k++) {
+            const char *row = row_after(r.out, "fastest first:", k);
+            const char *eol = row ? strchr(row + 1, '\n') : NULL;
+            const char *m = row ? strstr(row, "not distinguishable: --set ")
+                                : NULL;
+            if (m && m < eol)
+                marked = row;
+        }
+        TH_CHECKF(t, first && marked, "%s", r.out);
+        char s1[16] = "", p1[32] = "", s2[16] = "", p2[32] = "", kv[128] = "";
+        int k1, k2;
+        int ok = first && marked &&
+                 sscanf(first, "%d %15s %*d %31s", &k1, s1, p1) == 3 &&
+                 sscanf(marked, "%d %15s %*d %31s", &k2, s2, p2) == 3 &&
+                 sscanf(strstr(marked, "--set ") + 6, "%127s", kv) == 1;
+        /* "1x2x1x1" as --partition 1,2,1,1 */
+        for (char *q = p1; *q; q++)
+            *q = *q == 'x' ? ',' : *q;
+        for (char *q = p2; *q; q++)
+            *q = *q == 'x' ? ',' : *q;
+        double st[2] = {0, 0};
+        for (int i = 0; ok && i < 2; i++) {
+            th_run(&r,
+                   "%s run traces/small/tiny2d.json --system %s --partition "
+                   "%s --set %s --quiet --no-range",
+                   th_bin(), i ? s2 : s1, i ? p2 : p1, kv);
+            st[i] = r.status == 0 ? atof(r.out) : 0;
+        }
+        /* the same global batch: with that value the marked row is the
+         * faster */
+        TH_CHECKF(t, ok && st[0] > 0 && st[1] > 0 && st[1] < st[0],
+                  "--set %s: %s %s %g s, %s %s %g s", kv, s1, p1, st[0], s2,
+                  p2, st[1]);
+    }
+    th_run(&r,
+           "%s advise traces/small/tiny2d.json --slices v3-8 --top 0 "
+           "--ranges 64 --jobs 2",
+           th_bin());
+    TH_CHECKF(t, r.status == 0, "%s", r.err);
+    {
+        /* every row has its range: marked exactly when it overlaps the
+         * first row's (the same batch: step ranges compare directly) */
+        double lo1 = 0, hi1 = 0;
+        int ok = 1, apart = 0, marked = 0;
+        const char *stop = strstr(r.out, "cheapest first");
+        for (int k = 1;; k++) {
+            const char *row = row_after(r.out, "fastest first:", k);
+            if (!row || row > stop)
+                break;
+            const char *eol = strchr(row + 1, '\n');
+            /* the range is the 12th word */
+            const char *p = row + 1;
+            for (int w = 0; w < 11 && p; w++) {
+                while (*p == ' ')
+                    p++;
+                while (*p && *p != ' ')
+                    p++;
+            }
+            double lo = 0, hi = 0;
+            ok &= p && sscanf(p, " %lf-%lf", &lo, &hi) == 2 && lo <= hi;
+            const char *m = strstr(row, "not distinguishable");
+            int is_marked = m && m < eol;
+            if (k == 1) {
+                lo1 = lo;
+                hi1 = hi;
+                ok &= !is_marked;
+                continue;
+            }
+            int over = !advise_distinguishable(lo1, hi1, lo, hi);
+            ok &= over == is_marked;
+            apart += !over;
+            marked += is_marked;
+        }
+        TH_CHECKF(t, ok && apart > 0 && marked > 0,
+                  "ok %d, %d apart, %d marked: %s", ok, apart, marked, r.out);
+        TH_CHECKF(t, strstr(r.out, "\nbest per chip: v3-8 with ") &&
+                         strstr(r.out, "from the runner-up (v3-8 "),
+                  "%s", r.out);
+    }
 
     th_case(t, "--price scales the cost, not the ranking by step time");
     th_run(&r,

@@ -80,6 +80,61 @@ static void make_report(const char *path)
     emu_result_free(&r);
 }
 
+/* The ranking's marks, on real runs of traces/small/tiny2d.json (16
+ * examples, microseconds per step). */
+static void rank_marks(th_ctx *t, th_cmd_result *c, const char *d)
+{
+    th_case(t, "the ranking marks a run whose step range overlaps the "
+               "winner's with the --set that reorders them, and that --set "
+               "does; runs far apart are not marked");
+    /* one split on two slices: v3-32's interconnect is what separates
+     * them, and it is unconfirmed */
+    th_run(c, "%s sweep --trace traces/small/tiny2d.json --system "
+              "v3-8,v3-32 --partition 1,2,1,1 --out %s/mk -j 2",
+           th_bin(), d);
+    const char *win = strstr(c->out, "\n0000 ");
+    const char *mk = strstr(c->out, "\n0001 ");
+    const char *set = mk ? strstr(mk, "~ not distinguishable: --set ") : NULL;
+    const char *eol = mk ? strchr(mk + 1, '\n') : NULL;
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "step range ms") && win &&
+                     mk && win < mk && set && set < eol &&
+                     strstr(set, " puts it first"),
+              "status %d: %s%s", c->status, c->out, c->err);
+    char kv[128] = "";
+    if (set)
+        sscanf(set + strlen("~ not distinguishable: --set "), "%127s", kv);
+    /* the winner (v3-8) and the marked run (v3-32) with that one value:
+     * the marked one is now the faster (the same 16 examples) */
+    double step[2] = {0, 0};
+    static const char *const sys[2] = {"v3-8", "v3-32"};
+    for (int i = 0; i < 2 && kv[0]; i++) {
+        th_run(c, "%s run traces/small/tiny2d.json --system %s --partition "
+                  "1,2,1,1 --set %s --quiet --no-range",
+               th_bin(), sys[i], kv);
+        step[i] = c->status == 0 ? atof(c->out) : 0;
+    }
+    TH_CHECKF(t, step[0] > 0 && step[1] > 0 && step[1] < step[0],
+              "--set %s: v3-8 %g s, v3-32 %g s", kv, step[0], step[1]);
+    /* 16 and 512 examples: 512 is far ahead whatever the assumptions */
+    th_run(c, "%s sweep --trace traces/small/tiny2d.json --batch 16,512 "
+              "--partition 1,1,1,1 --out %s/far -j 2",
+           th_bin(), d);
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "step range ms") &&
+                     strstr(c->out, "per chip first") &&
+                     !strstr(c->out, "not distinguishable"),
+              "status %d: %s%s", c->status, c->out, c->err);
+    /* without ranges (--no-range, passed on to the runs): no column, no
+     * mark */
+    th_run(c, "%s sweep --trace traces/small/tiny2d.json --system "
+              "v3-8,v3-32 --partition 1,2,1,1 --out %s/mk -j 2 --no-range "
+              "&& cat %s/mk/commands.txt",
+           th_bin(), d, d);
+    TH_CHECKF(t, c->status == 0 && !strstr(c->out, "step range ms") &&
+                     !strstr(c->out, "not distinguishable") &&
+                     strstr(c->out, "--quiet --no-range\n"),
+              "status %d: %s%s", c->status, c->out, c->err);
+}
+
 void th_suite_sweep(th_ctx *t)
 {
     const char *d = th_tmpdir();
@@ -135,18 +190,20 @@ void th_suite_sweep(th_ctx *t)
     TH_CHECKF(t, strncmp(c.out, "1\n0\n", 4) == 0, "grep: %s", c.out);
 
     th_case(t, "\"partition_dims\": \"all\": every split of 1-16 cores "
-               "per replica that every system and batch of the grid accepts");
+               "per replica, each where the grid's systems and batches "
+               "accept it");
     {
         char aw[512];
         snprintf(aw, sizeof aw, "%s/all.json", d);
-        /* 64x64 on v3-8 (and v3-32): at most 8 cores per replica, so
-         * 1 + 2 + 3 + 4 splits of H and W, by cores then H first */
+        /* 64x64 on v3-8: at most 8 cores per replica, so 1 + 2 + 3 + 4
+         * splits of H and W, by cores then H first; v3-32 runs those and
+         * the 5 of 16 cores */
         write_sweep(aw, "sweep-base.json",
                     "\"grid\": {\"partition_dims\": \"all\", "
                     "\"system\": [\"v3-8\", \"v3-32\"]}");
         th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
                aw, d);
-        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 20,
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 25,
                   "status %d, %d lines: %s%s", c.status, count_lines(c.out),
                   c.out, c.err);
         static const char *const order[] = {"pd1x1x1x1", "pd1x2x1x1",
@@ -218,31 +275,44 @@ void th_suite_sweep(th_ctx *t)
         TH_CHECKF(t, c.status == 2 && strstr(c.err, "no split") &&
                          strstr(c.err, "on v3-32 at batch 1"),
                   "status %d: %s", c.status, c.err);
-        /* several systems: what the intersection drops is said on stderr,
-         * with the system that refuses it; stdout stays one run a line.
-         * Batch 8 on v3-32 needs 4 or more cores per replica, v3-8 takes
-         * at most 8: three splits of 1-2 cores and five of 16 dropped. */
+        /* several systems: each split runs where it is valid, and a note
+         * per system on stderr says which it does not run there, and why;
+         * stdout stays one run a line.  Batch 8 on v3-32 needs 4 or more
+         * cores per replica, v3-8 takes at most 8: of the 15 splits, v3-8
+         * runs 10 and v3-32 12. */
         write_sweep(aw, "sweep-base.json",
                     "\"grid\": {\"partition_dims\": \"all\", "
                     "\"system\": [\"v3-8\", \"v3-32\"], \"batch\": [8]}");
         th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
                aw, d);
-        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 14 &&
-                         strstr(c.err, "\"all\" drops [1,1,1,1]: not valid "
-                                       "on v3-32 at batch 8") &&
-                         strstr(c.err, "drops 4 more splits"),
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 22 &&
+                         strstr(c.err, "on v3-8 at batch 8, 5 of the 15 "
+                                       "splits are not valid and not run: "
+                                       "[1,16,1,1], ") &&
+                         strstr(c.err, "on v3-32 at batch 8, 3 of the 15 "
+                                       "splits are not valid and not run: "
+                                       "[1,1,1,1], [1,2,1,1], [1,1,2,1] "
+                                       "([1,1,1,1]: run.global_batch: 8 "
+                                       "does not divide into 32 replicas)") &&
+                         !strstr(c.out, "pd1x16x1x1.json --system v3-8 ") &&
+                         !strstr(c.out, "pd1x1x1x1.json --system v3-32 ") &&
+                         strstr(c.out, "pd1x1x1x1.json --system v3-8 ") &&
+                         strstr(c.out, "pd1x16x1x1.json --system v3-32 "),
                   "status %d, %d lines: %s%s", c.status, count_lines(c.out),
                   c.out, c.err);
-        /* each system has splits, none shared: 16 cores per replica at
-         * batch 2 on v3-32, at most 8 on v3-8 */
+        /* each system has splits, none shared by all four pairs: 16 cores
+         * per replica at batch 2 on v3-32, at most 8 on v3-8; each pair
+         * runs its own (7 + 10 + 5 + 12) */
         write_sweep(aw, "sweep-base.json",
                     "\"grid\": {\"partition_dims\": \"all\", "
                     "\"system\": [\"v3-8\", \"v3-32\"], \"batch\": [2, 8]}");
         th_run(&c, "%s sweep %s --print-commands --out %s/all-out", th_bin(),
                aw, d);
-        TH_CHECKF(t, c.status == 2 && strstr(c.err, "none on all") &&
-                         error_lines(c.err) == 1,
-                  "status %d: %s", c.status, c.err);
+        TH_CHECKF(t, c.status == 0 && count_lines(c.out) == 34 &&
+                         strstr(c.err, "on v3-32 at batch 2, 10 of the 15 ") &&
+                         error_lines(c.err) == 0,
+                  "status %d, %d lines: %s", c.status, count_lines(c.out),
+                  c.err);
     }
 
     th_case(t, "\"scale_batch\": true keeps the base trace's examples per "
@@ -424,7 +494,8 @@ void th_suite_sweep(th_ctx *t)
         snprintf(uw, sizeof uw, "%s/uni.json", d);
         write_sweep(uw, "uni-base.json",
                     "\"grid\": {\"freeze\": [\"none\", \"ç1\", \"ç1,c2\"]}");
-        th_run(&c, "%s sweep %s --jobs 2 --out %s/uni-out", th_bin(), uw, d);
+        th_run(&c, "%s sweep %s --jobs 2 --no-range --out %s/uni-out",
+               th_bin(), uw, d);
         /* the column after the label: where "step ms" ends in the
          * header, each row's number ends (in characters) */
         const char *hd = strstr(c.out, "\nrun ");
@@ -433,10 +504,10 @@ void th_suite_sweep(th_ctx *t)
             const char *nl = strchr(ln, '\n');
             if (!nl || (rows > 0 && strncmp(ln, "000", 3) != 0))
                 break;
-            /* characters up to the end of the step time: 5th word from
-             * the end of a row, 7th of the header ("step ms", "per
-             * core" and "HBM GiB" are two words each) */
-            int chars = 0, fields = 0, nth = rows == 0 ? 7 : 5;
+            /* characters up to the end of the step time: 6th word from
+             * the end of a row, 9th of the header ("step ms", "per
+             * core", "per chip" and "HBM GiB" are two words each) */
+            int chars = 0, fields = 0, nth = rows == 0 ? 9 : 6;
             const char *q = nl;
             while (q > ln && fields < nth) {
                 q--;
@@ -453,7 +524,8 @@ void th_suite_sweep(th_ctx *t)
             rows++;
             ln = nl + 1;
         }
-        TH_CHECKF(t, ok && rows == 4, "%d rows: %s%s", rows, c.out, c.err);
+        TH_CHECKF(t, ok && rows == 4 && !strstr(c.out, "step range"),
+                  "%d rows: %s%s", rows, c.out, c.err);
     }
 
     th_case(t, "a failing run: its status and log are named");
@@ -656,5 +728,6 @@ void th_suite_sweep(th_ctx *t)
         TH_CHECKF(t, strncmp(c.out, "0\n", 2) == 0,
                   "results.csv missing or a temporary left: %s", c.out);
     }
+    rank_marks(t, &c, d);
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -19,7 +20,7 @@
 static const char usage[] =
     "usage: tpuemu advise TRACE.json|MODEL [--slices LIST|all|v2|v3]\n"
     "                    [--max-chips N] [--batch N] [--max-cpr N]\n"
-    "                    [--price USD] [--top N] [--jobs N]\n"
+    "                    [--price USD] [--top N] [--jobs N] [--ranges N]\n"
     "                    [--csv FILE] [--png FILE] [--print-commands --out "
     "DIR]\n"
     "                    [--set KEY=VALUE ...] [--freeze LIST]\n"
@@ -42,6 +43,12 @@ static const char usage[] =
     "                  price of the generation: tpuemu advise --help-prices)\n"
     "  --top N         rows of each table (default 15; 0: all)\n"
     "  --jobs N        simulations at a time (default the processors, <= 8)\n"
+    "  --ranges N      the step range over the unconfirmed assumptions\n"
+    "                  (docs/RANGES.md) of the first N rows of each table\n"
+    "                  and the two best per chip (default 3; 0: none); a\n"
+    "                  row whose range overlaps the first row's is marked\n"
+    "                  \"not distinguishable\" with the --set that would\n"
+    "                  put it first\n"
     "  --keep-splits N on a slice larger than the smallest that holds a\n"
     "                  replica, simulate only the N splits of each size\n"
     "                  fastest on that smallest slice (default 2; 0: all)\n"
@@ -56,6 +63,11 @@ static const char usage[] =
     "4 out of host memory\n";
 
 #define ADVISE_TOP_DEFAULT 15
+/* Candidates of each table whose step range is computed (--ranges): each
+ * range is 15-30 more simulations, so only the rows a user reads first,
+ * and the two best per chip the closing line compares. */
+#define ADVISE_RANGES_DEFAULT 3
+#define ADVISE_RANGES_MAX 64
 #define ADVISE_MAX_SLICES 32
 #define ADVISE_MAX_SETS 64
 
@@ -64,7 +76,7 @@ int cli_import_take(keras_opts *o, char *allow, size_t cap, int argc,
 
 typedef struct {
     const char *input, *slices, *csv, *png, *out, *freeze;
-    int64_t batch, max_chips, max_cpr, top, jobs, keep;
+    int64_t batch, max_chips, max_cpr, top, jobs, keep, ranges;
     double price;
     int print_commands;
     int n_sets;
@@ -132,7 +144,8 @@ static int take_own(advise_args *a, int argc, char **argv, int *i)
                 {"--max-cpr", &a->max_cpr, 1, ADVISE_CPR_LIMIT},
                 {"--top", &a->top, 0, 1 << 20},
                 {"--jobs", &a->jobs, 1, 64},
-                {"--keep-splits", &a->keep, 0, 1 << 20}};
+                {"--keep-splits", &a->keep, 0, 1 << 20},
+                {"--ranges", &a->ranges, 0, ADVISE_RANGES_MAX}};
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
         if ((r = cli_take(argc, argv, i, ints[k].name, &v)) != 0) {
             if (r < 0 ||
@@ -171,6 +184,7 @@ static int parse_args(advise_args *a, int argc, char **argv, const char **path)
     memset(a, 0, sizeof *a);
     a->top = -1;
     a->keep = -1;
+    a->ranges = -1;
     *path = NULL;
     for (int i = 1; i < argc; i++) {
         int r = take_own(a, argc, argv, &i);
@@ -211,6 +225,8 @@ static int parse_args(advise_args *a, int argc, char **argv, const char **path)
         a->top = ADVISE_TOP_DEFAULT;
     if (a->keep < 0)
         a->keep = ADVISE_KEEP_SPLITS;
+    if (a->ranges < 0)
+        a->ranges = ADVISE_RANGES_DEFAULT;
     a->ko.batch = a->batch;
     return 0;
 }
@@ -350,22 +366,49 @@ static int by_cost(const void *a, const void *b)
     return by_step(a, b);
 }
 
-static int any_range(const row *r, int n)
+/* What a table ranks by: the step (every candidate has the global
+ * batch), the price of 1M examples, or examples per second per chip. */
+typedef enum { UNIT_STEP, UNIT_COST, UNIT_CHIP } rank_unit;
+
+/* The work of one step in the unit's terms: its rate is work / step
+ * (larger is better). */
+static double unit_work(const advise_cand *c, rank_unit u)
 {
-    for (int i = 0; i < n; i++)
-        if (!r[i].c->has_range)
-            return 0;
-    return n > 0;
+    if (u == UNIT_COST)
+        return c->usd_per_mex > 0 ? c->step_s / c->usd_per_mex : 0;
+    if (u == UNIT_CHIP)
+        return (double)c->global_batch / c->chips;
+    return (double)c->global_batch;
+}
+
+/* Whether b could be ranked before a (the better) under the unconfirmed
+ * assumptions: 0 told apart (or no range to tell), 1 not, with the --set
+ * that reorders them in set ("" when no one key does). */
+static int overlaps(const advise_cand *a, const advise_cand *b, rank_unit u,
+                    char *set, size_t cap)
+{
+    set[0] = 0;
+    if (!a->has_range || !b->has_range)
+        return 0;
+    double wa = unit_work(a, u), wb = unit_work(b, u);
+    if (advise_distinguishable(wa / a->step_hi_s, wa / a->step_lo_s,
+                               wb / b->step_hi_s, wb / b->step_lo_s))
+        return 0;
+    advise_ranged ra = {a->step_s, wa, a->range, a->n_range};
+    advise_ranged rb = {b->step_s, wb, b->range, b->n_range};
+    advise_reorder(&ra, &rb, b->sys->gen, set, cap);
+    return 1;
 }
 
 static void print_table(const advise_result *res, const row *r, int n, int top,
-                        const char *title)
+                        rank_unit u, const char *title)
 {
-    int ranged = any_range(r, n);
+    int ranged = n > 0 && r[0].c->has_range;
     printf("\n%s\n", title);
     printf("%4s  %-8s %5s  %-10s %4s %9s  %10s %10s %10s %8s %10s%s\n", "#",
            "slice", "chips", "split", "cpr", "ex/repl", "step s", "ex/s",
-           "ex/s/chip", "HBM GiB", "USD/1M ex", ranged ? "  vs #1" : "");
+           "ex/s/chip", "HBM GiB", "USD/1M ex",
+           ranged ? "  step range s          vs #1" : "");
     for (int i = 0; i < n && (top == 0 || i < top); i++) {
         const advise_cand *c = r[i].c;
         printf("%4d  %-8s %5d  %-10s %4d %9lld  %10.4g %10.4g %10.4g %8.2f "
@@ -374,19 +417,82 @@ static void print_table(const advise_result *res, const row *r, int n, int top,
                c->cpr, (long long)c->per_replica, c->step_s, c->ex_per_s,
                c->ex_per_s_chip, c->hbm_need_bytes / (1024.0 * 1024 * 1024),
                c->usd_per_mex);
-        /* a row whose step time could be the first row's under the
-         * unconfirmed assumptions */
-        if (ranged && i > 0)
-            printf("  %s",
-                   advise_distinguishable(r[0].c->step_lo_s, r[0].c->step_hi_s,
-                                          c->step_lo_s, c->step_hi_s)
-                       ? ""
-                       : "not distinguishable");
+        if (ranged && c->has_range) {
+            char rg[48], set[128];
+            snprintf(rg, sizeof rg, "%.4g-%.4g", c->step_lo_s, c->step_hi_s);
+            printf("  %-21s", rg);
+            /* a row that could be the first under the unconfirmed
+             * assumptions, and the one that would put it there */
+            if (i > 0 && overlaps(r[0].c, c, u, set, sizeof set))
+                printf(" not distinguishable%s%s",
+                       set[0] ? ": --set " : " (no one assumption reorders "
+                                             "them)",
+                       set);
+        }
         printf("\n");
     }
     if (top && n > top)
         printf("(%d more: --top 0 lists every one, --csv writes them)\n",
                n - top);
+}
+
+/* The best and the runner-up by examples per second per chip (NULL when
+ * fewer). */
+static void best_per_chip(const row *r, int n, const advise_cand **best,
+                          const advise_cand **second)
+{
+    *best = *second = NULL;
+    for (int i = 0; i < n; i++) {
+        const advise_cand *c = r[i].c;
+        if (!*best || c->ex_per_s_chip > (*best)->ex_per_s_chip) {
+            *second = *best;
+            *best = c;
+        } else if (!*second || c->ex_per_s_chip > (*second)->ex_per_s_chip) {
+            *second = c;
+        }
+    }
+}
+
+/* The step ranges of the first k rows of each table and of the two best
+ * per chip (advise_range, one candidate after the other, each over the
+ * processors); the count and time said on stdout.  0, or the exit status
+ * with the error printed. */
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compute_ranges(const advise_opts *o, advise_result *res,
+                          const row *fast, const row *cheap, int n, int k)
+{
+    if (k <= 0 || n == 0)
+        return 0;
+    const advise_cand *want[2 * ADVISE_RANGES_MAX + 2];
+    int nw = 0;
+    for (int i = 0; i < k && i < n && i < ADVISE_RANGES_MAX; i++) {
+        want[nw++] = fast[i].c;
+        want[nw++] = cheap[i].c;
+    }
+    best_per_chip(fast, n, &want[nw], &want[nw + 1]);
+    nw += 2;
+    double t0 = wall_s();
+    int done = 0;
+    for (int i = 0; i < nw; i++) {
+        if (!want[i] || want[i]->has_range)
+            continue;
+        tpu_error err = {0};
+        if (advise_range(o, res, &res->c[want[i] - res->c], &err))
+            return cli_fail(&err);
+        done++;
+    }
+    printf("step ranges over the unconfirmed assumptions: the first %d of "
+           "each table and the two best per chip (%d candidates, %.1f s; "
+           "--ranges N)\n",
+           k < ADVISE_RANGES_MAX ? k : ADVISE_RANGES_MAX, done,
+           wall_s() - t0);
+    return 0;
 }
 
 /* ---- outputs -------------------------------------------------------- */
@@ -403,7 +509,9 @@ static tpu_status write_csv(outfile *of, const advise_result *res, const row *r,
                             int n)
 {
     FILE *f = of->f;
-    int ranged = any_range(r, n);
+    int ranged = 0; /* the range columns when some row has a range */
+    for (int i = 0; i < n; i++)
+        ranged |= r[i].c->has_range;
     fprintf(f,
             "rank,slice,chips,cores,input_partition_dims,"
             "cores_per_replica,replicas,global_batch,examples_per_replica,"
@@ -421,8 +529,10 @@ static tpu_status write_csv(outfile *of, const advise_result *res, const row *r,
         fprintf(f, ",%d,%d,%lld,%lld,%.9g,", c->cpr, c->replicas,
                 (long long)c->global_batch, (long long)c->per_replica,
                 c->step_s);
-        if (ranged)
+        if (ranged && c->has_range)
             fprintf(f, "%.9g,%.9g,", c->step_lo_s, c->step_hi_s);
+        else if (ranged)
+            fprintf(f, ",,");
         fprintf(f, "%.9g,%.9g,%.0f,%.6g,%.6g\n", c->ex_per_s, c->ex_per_s_chip,
                 c->hbm_need_bytes, price, c->usd_per_mex);
     }
@@ -798,19 +908,31 @@ int cli_advise(int argc, char **argv)
         }
     }
     if (!code) {
-        print_table(&res, fast, n, (int)a.top, "fastest first:");
-        print_table(&res, cheap, n, (int)a.top,
+        code = compute_ranges(&o, &res, fast, cheap, n, (int)a.ranges);
+    }
+    if (!code) {
+        print_table(&res, fast, n, (int)a.top, UNIT_STEP, "fastest first:");
+        print_table(&res, cheap, n, (int)a.top, UNIT_COST,
                     "cheapest first (USD per 1M examples):");
-        const advise_cand *best = fast[0].c;
-        for (int i = 1; i < n; i++)
-            if (fast[i].c->ex_per_s_chip > best->ex_per_s_chip)
-                best = fast[i].c;
+        const advise_cand *best, *second;
+        best_per_chip(fast, n, &best, &second);
         printf("\nbest per chip: %s with input_partition_dims %s (%d "
                "core%s per replica): %.4g examples/s per chip, step %.4g s, "
-               "$%.2f per 1M examples\n",
+               "$%.2f per 1M examples",
                best->sys->name, res.split[best->split].label, best->cpr,
                best->cpr == 1 ? "" : "s", best->ex_per_s_chip, best->step_s,
                best->usd_per_mex);
+        char set[128];
+        if (second && best->has_range && second->has_range) {
+            int ov = overlaps(best, second, UNIT_CHIP, set, sizeof set);
+            printf("; %s from the runner-up (%s %s, %.4g examples/s per "
+                   "chip)%s%s",
+                   ov ? "not distinguishable" : "distinguishable",
+                   second->sys->name, res.split[second->split].label,
+                   second->ex_per_s_chip, set[0] ? ": --set " : "",
+                   set[0] ? set : "");
+        }
+        printf("\n");
         code = write_outputs(&a, &o, &res, fast, n, g.name);
         if (!code && a.print_commands)
             code = print_commands(&a, &o, &res, fast, n, path);

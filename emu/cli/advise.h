@@ -16,6 +16,7 @@
 
 #include "emu/graph.h"
 #include "emu/params.h"
+#include "emu/result.h"
 #include "emu/status.h"
 
 struct cJSON;
@@ -58,6 +59,10 @@ typedef struct {
      * the candidates are ranked on step_s alone and none is marked. */
     int has_range;
     double step_lo_s, step_hi_s;
+    /* With the range: the step with each varied key at each end (the
+     * report's range_assumptions; owned, n_range entries). */
+    emu_range_item *range;
+    int n_range;
     double ex_per_s, ex_per_s_chip;
     double usd_per_mex; /* 1M examples at the chip-hour price */
     char why[1024];     /* ADV_FAILED, ADV_INVALID: the message */
@@ -120,6 +125,14 @@ tpu_status advise_search(const advise_opts *o, advise_result *res,
                          tpu_error *err);
 void advise_result_free(advise_result *res);
 
+/* The step range of candidate c over the unconfirmed assumptions
+ * (emu/range.h: 15-30 more simulations, in worker processes): has_range,
+ * step_lo_s, step_hi_s and range set.  Only for a candidate that fits;
+ * nothing to do when it has its range already.  Call it after
+ * advise_search, outside its threads (range_compute forks). */
+tpu_status advise_range(const advise_opts *o, const advise_result *res,
+                        advise_cand *c, tpu_error *err);
+
 /* Two step times known only within [lo, hi] each are told apart when
  * the ranges do not overlap: 1 then, 0 when either could be the
  * faster. */
@@ -128,6 +141,25 @@ static inline int advise_distinguishable(double lo_a, double hi_a, double lo_b,
 {
     return hi_a < lo_b || hi_b < lo_a;
 }
+
+/* A candidate's step and its range over the unconfirmed assumptions, for
+ * advise_reorder: the step with each varied key at each end (the items
+ * of a report's range_assumptions), and the work one step does in the
+ * unit the table ranks by (examples, or examples per chip). */
+typedef struct {
+    double step_s, work;
+    const emu_range_item *items;
+    int n;
+} advise_ranged;
+
+/* Whether some unconfirmed assumption puts b ahead of a (the ranking's
+ * winner): a key under which b's work per second at one end of the key's
+ * range beats a's at the same end (a key that does not move a step leaves
+ * it at its default).  1 with "KEY=VALUE" (the end that gains b most, the
+ * value from the key's plausible range on generation gen) in set; 0 when
+ * no key reorders them one at a time. */
+int advise_reorder(const advise_ranged *a, const advise_ranged *b, int gen,
+                   char *set, size_t cap);
 
 /* The on-demand price of one chip-hour of generation gen in USD
  * (emu/params.c, tpu_chip_price). */

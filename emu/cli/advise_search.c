@@ -14,6 +14,7 @@
 #include "emu/cli/advise.h"
 #include "emu/cli/sweep/sweep.h"
 #include "emu/imp/keras.h"
+#include "emu/range.h"
 #include "emu/sim.h"
 #include "firmware/lower.h"
 
@@ -43,6 +44,8 @@ double advise_usd_per_mex(double ex_per_s, int chips, double usd_chip_hour)
 
 void advise_result_free(advise_result *res)
 {
+    for (int i = 0; i < res->n; i++)
+        free(res->c[i].range);
     free(res->split);
     free(res->c);
     memset(res, 0, sizeof *res);
@@ -230,10 +233,9 @@ static advise_state fit_check(const advise_opts *o, const graph *g,
     return st;
 }
 
-/* The step's range under the unconfirmed assumptions belongs in
- * [step_lo_s, step_hi_s] with has_range set; emu_result carries the
- * point figure only, so the range is that point and has_range 0, and the
- * tables mark nothing as indistinguishable. */
+/* The search times the point figure only (has_range 0: the range is
+ * that point); advise_range adds the range for the candidates the tables
+ * show first. */
 static void take_timing(advise_cand *c, const emu_result *r)
 {
     c->step_s = r->step_time_s;
@@ -627,6 +629,53 @@ tpu_status advise_search(const advise_opts *o, advise_result *res,
     if (!st)
         derive(o, res);
     res->elapsed_s = now_s() - t0;
+    return st;
+}
+
+/* ---- ranges ----------------------------------------------------------- */
+
+tpu_status advise_range(const advise_opts *o, const advise_result *res,
+                        advise_cand *c, tpu_error *err)
+{
+    if (c->state != ADV_FITS || c->has_range)
+        return TPU_OK;
+    graph g;
+    tpu_status st = variant_graph(o, &res->split[c->split], &g, err);
+    if (st) {
+        graph_free(&g);
+        return st;
+    }
+    sim_opts so;
+    sim_opts_default(&so);
+    so.trace_path = o->path;
+    so.system = c->sys->name;
+    so.global_batch = c->global_batch;
+    so.n_sets = o->n_sets;
+    so.set_keys = o->set_keys;
+    so.set_values = o->set_values;
+    emu_result r;
+    memset(&r, 0, sizeof r);
+    st = sim_run(&g, &so, &r, err);
+    range_result rr;
+    memset(&rr, 0, sizeof rr);
+    if (!st)
+        st = range_compute(&g, &so, &r, 0, &rr, err);
+    emu_result_free(&r);
+    memset(&r, 0, sizeof r);
+    if (!st)
+        st = range_to_result(&rr, &r, err);
+    if (!st) {
+        c->has_range = 1;
+        c->step_lo_s = rr.low_s;
+        c->step_hi_s = rr.high_s;
+        c->range = r.range; /* taken from r */
+        c->n_range = r.n_range;
+        r.range = NULL;
+        r.n_range = 0;
+    }
+    range_free(&rr);
+    emu_result_free(&r);
+    graph_free(&g);
     return st;
 }
 

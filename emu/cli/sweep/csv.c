@@ -1,6 +1,9 @@
 /* tpuemu sweep: OUT/results.csv (emu/cli/sweep/sweep.h), one row per run: the
  * swept values, exit status, fits, step time, the slowest core's
- * categories, HBM needed and the global batch.  Numbers read back
+ * categories, HBM needed, the global batch, examples per second (per
+ * slice and per chip) and the step's range over the unconfirmed
+ * assumptions.  A grid point that is not run (its split is not valid on
+ * its system and batch) has no row.  Numbers read back
  * exactly; a step that was never timed (does not fit, failed) leaves its
  * cells empty, which a spreadsheet skips where it would average a 0. */
 #include <stdio.h>
@@ -55,7 +58,9 @@ static void csv_header(FILE *f, const sweep *s)
         fprintf(f, ",%s_s", emu_cat_name((emu_cat)c));
     /* global_batch last, so the earlier columns keep their places: with
      * a batch axis or scale_batch it differs from run to run. */
-    fputs(",hbm_needed_bytes,global_batch\n", f);
+    fputs(",hbm_needed_bytes,global_batch,examples_per_s,"
+          "examples_per_s_per_chip,step_time_low_s,step_time_high_s\n",
+          f);
 }
 
 /* The batch run idx was given (its command line, else the base trace's);
@@ -95,6 +100,27 @@ static void csv_result(FILE *f, const sweep_run *o)
     csv_num(f, r->hbm_needed_bytes);
 }
 
+/* Throughput per slice and per chip, and the step's range: empty cells
+ * for a run without a timed step (or, for the range, without one in its
+ * report). */
+static void csv_rates(FILE *f, const sweep_run *o)
+{
+    const emu_result *r = &o->r;
+    if (!(o->have && o->status == 0 && r->fits && r->step_time_s > 0)) {
+        csv_empty(f, 4);
+        return;
+    }
+    double eps = (double)r->global_batch / r->step_time_s;
+    csv_num(f, eps);
+    csv_num(f, eps / (r->chips > 0 ? r->chips : 1));
+    if (r->has_range) {
+        csv_num(f, r->range_low_s);
+        csv_num(f, r->range_high_s);
+    } else {
+        csv_empty(f, 2);
+    }
+}
+
 static void csv_row(FILE *f, const sweep *s, long long i, const sweep_run *o)
 {
     int idx[SWEEP_MAX_AXES];
@@ -115,7 +141,9 @@ static void csv_row(FILE *f, const sweep *s, long long i, const sweep_run *o)
         fprintf(f, ",%s,,,,", o->status == 3 ? "0" : "");
         csv_empty(f, CAT_COUNT + 1);
     }
-    fprintf(f, ",%lld\n", run_batch(s, idx, o));
+    fprintf(f, ",%lld", run_batch(s, idx, o));
+    csv_rates(f, o);
+    fputc('\n', f);
 }
 
 int sweep_write_csv(const sweep *s, const char *out, long long nruns,
@@ -128,7 +156,8 @@ int sweep_write_csv(const sweep *s, const char *out, long long nruns,
         return cli_error(4, "out of memory");
     csv_header(f, s);
     for (long long i = 0; i < nruns; i++)
-        csv_row(f, s, i, &res[i]);
+        if (res[i].status != SWEEP_SKIPPED)
+            csv_row(f, s, i, &res[i]);
     if (fclose(f) != 0 || !buf) {
         free(buf);
         return cli_error(4, "out of memory");

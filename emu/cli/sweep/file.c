@@ -30,6 +30,8 @@ void sweep_free(sweep *s)
         free(s->ax[a].v);
     }
     s->naxes = 0;
+    free(s->pd_valid);
+    s->pd_valid = NULL;
     cJSON_Delete(s->base);
     s->base = NULL;
     if (s->have_g)
@@ -119,6 +121,20 @@ void sweep_run_index(const sweep *s, long long i, int *idx)
         idx[a] = (int)(i % s->ax[a].n);
         i /= s->ax[a].n;
     }
+}
+
+int sweep_skipped(const sweep *s, long long i)
+{
+    int apd = sweep_axis_of(s, AX_PD);
+    if (!s->pd_valid || apd < 0)
+        return 0;
+    int idx[SWEEP_MAX_AXES];
+    sweep_run_index(s, i, idx);
+    int asys = sweep_axis_of(s, AX_SYSTEM), abat = sweep_axis_of(s, AX_BATCH);
+    int nb = abat >= 0 ? s->ax[abat].n : 1;
+    long long c = (long long)(asys >= 0 ? idx[asys] : 0) * nb +
+                  (abat >= 0 ? idx[abat] : 0);
+    return !s->pd_valid[(long long)idx[apd] * s->pd_ncombo + c];
 }
 
 int sweep_axis_of(const sweep *s, sweep_kind k)
@@ -846,6 +862,8 @@ static int parse_rest(sweep *s, cJSON *doc, int rc)
         rc = sweep_check_sets(s);
     if (!rc)
         rc = sweep_check_points(s);
+    for (long long i = 0, n = rc ? 0 : sweep_count_runs(s); i < n; i++)
+        s->nskipped += sweep_skipped(s, i);
     cJSON_Delete(doc);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* tpuemu sweep: the grid (emu/cli/sweep/sweep.h).  "partition_dims": "all"
- * expanded into the splits valid on every system and batch of the grid;
+ * expanded into the splits valid on some system and batch of the grid
+ * (each run only where it is valid);
  * each partitioning's trace (the base trace with its run section
  * changed); and every grid point checked as `run` checks it (--set values
  * alone and together, system, batch and partitioning), before anything is
@@ -98,6 +99,15 @@ static int pd_fits_inputs(const sweep *s, const cJSON *pd)
 
 /* ---- "partition_dims": "all" ------------------------------------------ */
 
+/* What "all" left out on one system x batch pair: the splits valid on
+ * other pairs only, the first few by name, and why the first is not valid
+ * here. */
+typedef struct {
+    int n;
+    char names[SWEEP_ALL_SHOW_DROPPED][48];
+    char why[300];
+} all_drops;
+
 /* The search for "all": the grid's systems and batches (each list, or
  * NULL for the base trace's), and what the search has found so far. */
 typedef struct {
@@ -106,11 +116,13 @@ typedef struct {
     int ncombo;      /* system x batch pairs */
     int nsp;         /* spatial dimensions of the first input */
     const gshape *sh;
-    int *combo_ok;   /* per pair: how many splits are valid on it */
-    int ndropped;    /* splits valid on some pairs only */
+    int *combo_ok;   /* per pair: how many kept splits are valid on it */
+    int ndropped;    /* kept splits valid on some pairs only */
+    unsigned char *cur; /* per pair: the split being tried is valid */
+    unsigned char *valid; /* per kept split, per pair (sweep.pd_valid) */
+    all_drops *drops;   /* per pair */
     cJSON *list;     /* the splits kept */
 } all_search;
-
 /* The c-th system x batch pair of the grid, batch fastest: the grid's
  * values, or the base trace's where an axis is absent. */
 static void combo_at(const all_search *as, int c, const char **sname,
@@ -199,9 +211,9 @@ static int put_split(graph *g, const gshape *sh, int nsp, const int *e,
     return ok;
 }
 
-/* On how many system x batch pairs the split in the base graph is valid;
- * the first pair that refuses it in *refused, with its reason. */
-static int count_valid(all_search *as, int *refused, tpu_error *why_not)
+/* On how many system x batch pairs the split in the base graph is valid
+ * (each pair's answer in as->cur). */
+static int count_valid(all_search *as)
 {
     int valid_on = 0;
     for (int c = 0; c < as->ncombo; c++) {
@@ -209,37 +221,34 @@ static int count_valid(all_search *as, int *refused, tpu_error *why_not)
         int64_t b;
         combo_at(as, c, &sname, &b);
         tpu_error err = {0};
-        if (graph_check_run(&as->s->g, sname, b, "", &err) == TPU_OK) {
-            valid_on++;
-            as->combo_ok[c]++;
-        } else if (*refused < 0) {
-            *refused = c;
-            *why_not = err;
-        }
+        as->cur[c] = graph_check_run(&as->s->g, sname, b, "", &err) == TPU_OK;
+        valid_on += as->cur[c];
     }
     return valid_on;
 }
 
-/* A split valid on some pairs only is counted, and the first few named,
- * so that the user hears what the intersection dropped and which system
- * rules it out. */
-static void note_dropped(all_search *as, int refused, const tpu_error *why)
+/* The kept split in the base graph is not valid on pair c: named there
+ * (the first few), with the reason for the first. */
+static void note_dropped(all_search *as, int c)
 {
-    if (as->ndropped++ >= SWEEP_ALL_SHOW_DROPPED)
+    all_drops *d = &as->drops[c];
+    int k = d->n++;
+    if (k >= (int)(sizeof d->names / sizeof d->names[0]))
         return;
-    char lbl[96];
-    pd_label_now(&as->s->g, as->nsp, lbl, sizeof lbl);
+    pd_label_now(&as->s->g, as->nsp, d->names[k], sizeof d->names[k]);
+    if (k > 0)
+        return;
     const char *sname;
     int64_t b;
-    combo_at(as, refused, &sname, &b);
-    fprintf(stderr,
-            "sweep: note: \"all\" drops %s: not valid on %s at batch %lld "
-            "(%s)\n",
-            lbl, sname, (long long)b, strip_where(why->msg));
+    combo_at(as, c, &sname, &b);
+    tpu_error err = {0};
+    graph_check_run(&as->s->g, sname, b, "", &err);
+    snprintf(d->why, sizeof d->why, "%.299s", strip_where(err.msg));
 }
 
 /* Adds the split in the base graph to the list when every other input it
- * applies to takes it; -1 when out of memory. */
+ * applies to takes it, with the pairs it is valid on; 1 kept, 0 not, -1
+ * out of memory. */
 static int keep_split(all_search *as)
 {
     const graph *g = &as->s->g;
@@ -251,30 +260,46 @@ static int keep_split(all_search *as)
     char why[64];
     cJSON *full = sweep_pd_from_simple(as->s, d, as->nsp + 2, why,
                                        sizeof why);
-    if (full && pd_fits_inputs(as->s, full))
+    int n = cJSON_GetArraySize(as->list);
+    unsigned char *v = full && pd_fits_inputs(as->s, full)
+                           ? realloc(as->valid, (size_t)(n + 1) *
+                                                    (size_t)as->ncombo)
+                           : NULL;
+    int kept = v != NULL;
+    if (v) {
+        as->valid = v;
+        memcpy(v + (size_t)n * (size_t)as->ncombo, as->cur,
+               (size_t)as->ncombo);
         cJSON_AddItemToArray(as->list, d);
-    else
+    } else {
         cJSON_Delete(d);
+    }
+    int oom = !full || (!v && pd_fits_inputs(as->s, full));
     cJSON_Delete(full);
-    return 0;
+    return oom ? -1 : kept;
 }
 
 /* The split of exponents e (summing to sum): kept when within the
- * extents and valid on every system x batch pair.  -1 when out of
- * memory. */
+ * extents and valid on some system x batch pair (the grid runs it on
+ * those only).  -1 when out of memory. */
 static int try_split(all_search *as, const int *e, int sum)
 {
     if (!put_split(&as->s->g, as->sh, as->nsp, e, sum))
         return 0;
-    int refused = -1;
-    tpu_error why_not = {0};
-    int valid_on = count_valid(as, &refused, &why_not);
-    if (valid_on < as->ncombo) {
-        if (valid_on > 0)
-            note_dropped(as, refused, &why_not);
+    int valid_on = count_valid(as);
+    if (valid_on == 0)
         return 0;
+    int kept = keep_split(as);
+    if (kept <= 0)
+        return kept;
+    as->ndropped += valid_on < as->ncombo;
+    for (int c = 0; c < as->ncombo; c++) {
+        if (as->cur[c])
+            as->combo_ok[c]++;
+        else
+            note_dropped(as, c);
     }
-    return keep_split(as);
+    return 0;
 }
 
 /* The next composition of e's sum into nsp parts, e[0] descending; 0
@@ -322,30 +347,53 @@ static const char *all_word(const sweep *s)
     return s->namer ? s->namer->all : "\"all\": ";
 }
 
-/* No split survived: name a system and batch on which none at all is
- * valid, else say that the valid sets are disjoint. */
+/* No split is valid on any pair: name the first pair (with a single
+ * pair, the one the grid has). */
 static int no_split_error(const all_search *as)
 {
     const sweep *s = as->s;
+    const char *sname;
+    int64_t b;
+    combo_at(as, 0, &sname, &b);
+    return sweep_bad(s, "grid.partition_dims",
+                     "%sno split of the first input is valid on %s at "
+                     "batch %lld (%s)",
+                     all_word(s), sname, (long long)b,
+                     s->namer ? s->namer->advice
+                              : "remove it from the grid or change the "
+                                "batch");
+}
+
+/* One note per system x batch pair that does not run every split kept:
+ * which (the first few by name) and why the first is not valid there.
+ * The grid runs each split only where it is valid. */
+static void print_dropped(const all_search *as)
+{
+    int nkept = cJSON_GetArraySize(as->list);
     for (int c = 0; c < as->ncombo; c++) {
-        if (as->combo_ok[c] != 0)
+        const all_drops *d = &as->drops[c];
+        if (d->n == 0)
             continue;
         const char *sname;
         int64_t b;
         combo_at(as, c, &sname, &b);
-        return sweep_bad(s, "grid.partition_dims",
-                         "%sno split of the first input is valid on %s at "
-                         "batch %lld (%s)",
-                         all_word(s), sname, (long long)b,
-                         s->namer ? s->namer->advice
-                                  : "remove it from the grid or change the "
-                                    "batch");
+        if (d->n == nkept) {
+            fprintf(stderr, "sweep: note: on %s at batch %lld no split of "
+                            "the first input is valid (the first, %s: %s): "
+                            "nothing runs there\n",
+                    sname, (long long)b, d->names[0], d->why);
+            continue;
+        }
+        fprintf(stderr, "sweep: note: on %s at batch %lld, %d of the %d "
+                        "splits %s not valid and not run:",
+                sname, (long long)b, d->n, nkept, d->n == 1 ? "is" : "are");
+        int shown = (int)(sizeof d->names / sizeof d->names[0]);
+        for (int k = 0; k < d->n && k < shown; k++)
+            fprintf(stderr, "%s %s", k ? "," : "", d->names[k]);
+        if (d->n > shown)
+            fprintf(stderr, " and %d more", d->n - shown);
+        fprintf(stderr, " (%s: %s)\n", d->names[0], d->why);
     }
-    return sweep_bad(s, "grid.partition_dims",
-                     "%severy split of the first input is valid on some "
-                     "system and batch of the grid but none on all (%d "
-                     "dropped; sweep the systems separately)",
-                     all_word(s), as->ndropped);
 }
 
 /* The base graph's own partitioning, which the search overwrites. */
@@ -371,10 +419,12 @@ static void restore_split(graph *g, const saved_split *k)
 /* "partition_dims": "all": every split of the first input's spatial
  * dimensions over 1 to SWEEP_ALL_MAX_CPR cores per replica (powers of two,
  * as every Cloud TPU slice has 2^k cores), each factor at most its
- * extent, that `run` accepts on every system and batch of the grid
+ * extent, that `run` accepts on some system and batch of the grid
  * (graph_check_run, on the base trace with the split in place).  Listed by
  * cores per replica, then the outer dimension's factor largest first:
- * [1,1,1,1], [1,2,1,1], [1,1,2,1], [1,4,1,1], [1,2,2,1], ... */
+ * [1,1,1,1], [1,2,1,1], [1,1,2,1], [1,4,1,1], [1,2,2,1], ...  A split
+ * valid on some systems and batches only runs on those (s->pd_valid), and
+ * a note per system and batch on stderr names what it does not run. */
 int sweep_expand_all(sweep *s, const cJSON *grid, cJSON **out)
 {
     all_search as = {0};
@@ -394,22 +444,32 @@ int sweep_expand_all(sweep *s, const cJSON *grid, cJSON **out)
                 (cJSON_IsArray(as.bat) ? cJSON_GetArraySize(as.bat) : 1);
     as.list = cJSON_CreateArray();
     as.combo_ok = calloc((size_t)as.ncombo, sizeof *as.combo_ok);
+    as.cur = calloc((size_t)as.ncombo, 1);
+    as.drops = calloc((size_t)as.ncombo, sizeof *as.drops);
     saved_split keep;
     save_split(&s->g, &keep);
-    rc = as.list && as.combo_ok ? search_splits(&as) : -1;
+    rc = as.list && as.combo_ok && as.cur && as.drops ? search_splits(&as)
+                                                      : -1;
     restore_split(&s->g, &keep);
     if (rc)
         rc = cli_error(4, "out of memory");
-    else if (as.ndropped > SWEEP_ALL_SHOW_DROPPED)
-        fprintf(stderr, "sweep: note: \"all\" drops %d more splits valid "
-                        "on some systems or batches of the grid only\n",
-                as.ndropped - SWEEP_ALL_SHOW_DROPPED);
-    if (!rc && cJSON_GetArraySize(as.list) == 0)
+    else if (cJSON_GetArraySize(as.list) == 0)
         rc = no_split_error(&as);
+    else
+        print_dropped(&as);
     free(as.combo_ok);
+    free(as.cur);
+    free(as.drops);
     if (rc) {
+        free(as.valid);
         cJSON_Delete(as.list);
         return rc;
+    }
+    if (as.ndropped > 0) {
+        s->pd_valid = as.valid;
+        s->pd_ncombo = as.ncombo;
+    } else {
+        free(as.valid);
     }
     *out = as.list;
     return 0;
@@ -690,7 +750,10 @@ static int check_systems_batches(const sweep *s, const graph *g,
     int rc = 0;
     for (p->isys = 0; p->isys < nsys && !rc; p->isys++)
         for (p->ibat = 0; p->ibat < nbat && !rc; p->ibat++)
-            rc = check_point(s, g, p);
+            if (!s->pd_valid ||
+                s->pd_valid[(long long)p->ipd * s->pd_ncombo +
+                            p->isys * nbat + p->ibat])
+                rc = check_point(s, g, p);
     return rc;
 }
 

@@ -76,6 +76,8 @@ void sweep_build_cmd(const sweep *s, const char *bin, const char *out,
              SWEEP_OUT_MAX, out, i);
     add_opt(c, "--report", c->report);
     add_arg(c, "--quiet");
+    if (s->no_range)
+        add_arg(c, "--no-range");
     c->argv[c->argc] = NULL;
 }
 
@@ -123,6 +125,8 @@ int sweep_write_commands(const sweep *s, const char *bin, const char *out,
     }
     long long nruns = sweep_count_runs(s);
     for (long long i = 0; i < nruns; i++) {
+        if (sweep_skipped(s, i))
+            continue;
         sweep_build_cmd(s, bin, out, i, cmd);
         put_cmd(print_only ? stdout : f, cmd);
     }
@@ -216,6 +220,7 @@ typedef struct {
     const sweep *s;
     const char *bin, *out;
     long long nruns, jobs;
+    long long ndo;    /* the runs of the grid that run (not skipped) */
     sweep_run *res;
     pid_t *pids;      /* per run, while it runs */
     sweep_cmd cmd;
@@ -263,6 +268,10 @@ static void start_runs(runner *rn)
 {
     while (rn->running < rn->jobs && rn->next < rn->nruns) {
         long long i = rn->next++;
+        if (sweep_skipped(rn->s, i)) {
+            rn->res[i].status = SWEEP_SKIPPED;
+            continue;
+        }
         sweep_build_cmd(rn->s, rn->bin, rn->out, i, &rn->cmd);
         /* A stale report of an earlier sweep must not stand in for a
          * run that fails before writing its own. */
@@ -298,7 +307,7 @@ static void record_end(runner *rn, pid_t pid, int st)
         rn->running--;
         rn->done++;
         rn->before_stop += !rn->stop;
-        fprintf(stderr, "[%lld/%lld] run %04lld: %s\n", rn->done, rn->nruns,
+        fprintf(stderr, "[%lld/%lld] run %04lld: %s\n", rn->done, rn->ndo,
                 i,
                 rn->stop         ? "stopped"
                 : r->status == 0 ? "done"
@@ -357,7 +366,7 @@ static void run_loop(runner *rn)
         int ended = reap_ended(rn);
         if (caught_sig && !rn->stop)
             forward_stop(rn, caught_sig);
-        if (rn->running == 0 && (rn->stop || rn->done >= rn->nruns))
+        if (rn->running == 0 && (rn->stop || rn->done >= rn->ndo))
             break;
         if (!ended && rn->running > 0)
             sigsuspend(&wait_mask);
@@ -392,6 +401,10 @@ static void read_back(runner *rn, long long i, char *why, size_t cap)
 static void tally(sweep_tally *t, long long i, const sweep_run *r,
                   const char *why, int spawn_errno)
 {
+    if (r->status == SWEEP_SKIPPED) {
+        t->skipped++;
+        return;
+    }
     if (r->status == 3)
         t->nofit++;
     if (r->status == 3 || r->status == 0)
@@ -427,9 +440,10 @@ int sweep_run_all(const sweep *s, const char *bin, const char *out,
         return cli_error(4, "out of memory");
     }
     *rn = (runner){.s = s, .bin = bin, .out = out, .nruns = nruns,
-                   .jobs = jobs, .res = res, .pids = pids};
-    printf("sweep %s: %lld runs, %lld at a time, in %s\n", s->name, nruns,
-           jobs, out);
+                   .ndo = nruns - s->nskipped, .jobs = jobs, .res = res,
+                   .pids = pids};
+    printf("sweep %s: %lld runs, %lld at a time, in %s\n", s->name,
+           rn->ndo, jobs, out);
     fflush(stdout);
     run_loop(rn);
     memset(t, 0, sizeof *t);
@@ -566,10 +580,15 @@ int sweep_read_reports(const sweep *s, const char *bin, const char *out,
     memset(t, 0, sizeof *t);
     t->fail_run = -1;
     printf("sweep %s: gathering the reports of %lld runs from %s/reports\n",
-           s->name, nruns, out);
+           s->name, nruns - s->nskipped, out);
     fflush(stdout);
     for (long long i = 0; i < nruns && !caught_sig; i++) {
         char why[600];
+        if (sweep_skipped(s, i)) {
+            res[i].status = SWEEP_SKIPPED;
+            t->skipped++;
+            continue;
+        }
         sweep_build_cmd(s, bin, out, i, c);
         int rc = gather_one(s, i, c, &res[i], why, sizeof why);
         if (rc == 4) {

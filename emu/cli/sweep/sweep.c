@@ -50,13 +50,13 @@
 
 static const char usage_text[] =
     "usage: tpuemu sweep SWEEP.json [--jobs|-j N] [--print-commands] [--out DIR]\n"
-    "                    [--bin TPUEMU]\n"
+    "                    [--bin TPUEMU] [--no-range]\n"
     "       tpuemu sweep SWEEP.json --gather [--out DIR] [--bin TPUEMU]\n"
     "       tpuemu sweep --trace TRACE.json [--system NAME[,NAME...]]\n"
     "                    [--batch N[,N...]] [--set KEY=V[,V...] ...]\n"
     "                    [--freeze LIST] [--partition N,H,W,C]\n"
     "                    [--jobs|-j N] [--print-commands]\n"
-    "                    [--out DIR] [--bin TPUEMU] [--gather]\n"
+    "                    [--out DIR] [--bin TPUEMU] [--gather] [--no-range]\n"
     "\n"
     "Expands the grid of SWEEP.json (partition_dims x system x batch x\n"
     "freeze x --set values) into independent `tpuemu run` processes and\n"
@@ -79,13 +79,21 @@ static const char usage_text[] =
     "the sweep would have; a missing or unreadable report (or one another\n"
     "command wrote) is a failed run, named on stderr with its command line.\n"
     "--bin runs another tpuemu build (default: this one).\n"
+    "--no-range is passed on to every run: no step range over the\n"
+    "unconfirmed assumptions (15-30 more steps a run), so no\n"
+    "\"not distinguishable\" marks in the ranking.\n"
+    "The ranking lists the runs that fit fastest first, then by examples\n"
+    "per second per chip; where the reports carry step ranges, a run whose\n"
+    "range overlaps the winner's is marked \"not distinguishable\", with\n"
+    "the --set that would put it first.\n"
     "SIGINT, SIGTERM or SIGHUP to the sweep stops the runs under way (the\n"
     "signal is passed on), writes no results.csv or chart, and the sweep\n"
     "dies of the same signal (exit status 128+N in a shell).\n"
     "\n"
     "--trace TRACE.json, without a sweep file: every split of the trace's\n"
-    "first input over 1 to 16 cores per replica that runs on every system\n"
-    "and batch given (the sweep file's \"partition_dims\": \"all\"), on the\n"
+    "first input over 1 to 16 cores per replica, each on the systems and\n"
+    "batches given that it runs on (the sweep file's \"partition_dims\":\n"
+    "\"all\"; a note on stderr names what each system does not run), on the\n"
     "trace's system or each of --system, at its batch or each of --batch,\n"
     "for each value of each --set key (one --set per key), with --freeze\n"
     "LIST; --partition N,H,W,C runs that one split instead of every one\n"
@@ -108,6 +116,7 @@ typedef struct {
     const char *file, *out, *bin; /* NULL: not given */
     sweep_cli cli;                /* the command-line form (--trace) */
     int print_only, gather;
+    int no_range;                 /* --no-range: passed on to the runs */
     int64_t jobs;                 /* 0: not given */
     const char *jobs_as, *jobs_was; /* how --jobs was given, for a repeat */
 } sweep_opts;
@@ -148,6 +157,10 @@ static int take_option(sweep_opts *o, int argc, char **argv, int *i)
     }
     if (strcmp(a, "--gather") == 0) {
         o->gather = 1;
+        return 0;
+    }
+    if (strcmp(a, "--no-range") == 0) {
+        o->no_range = 1;
         return 0;
     }
     int took = sweep_cli_take(&o->cli, argc, argv, i);
@@ -489,9 +502,14 @@ static void die_stopped(const char *out, const sweep_tally *t,
 static int summarize(const char *out, long long nruns, const sweep_tally *t,
                      int gather, int rc)
 {
-    printf("%lld runs: %lld done, %d do not fit, %d %s\n", nruns,
-           nruns - t->nofit - t->failed, t->nofit, t->failed,
+    long long ran = nruns - t->skipped;
+    printf("%lld runs: %lld done, %d do not fit, %d %s", ran,
+           ran - t->nofit - t->failed, t->nofit, t->failed,
            gather ? "without a readable report" : "failed");
+    if (t->skipped)
+        printf("; %lld grid points not run (the split is not valid on "
+               "that system and batch)", t->skipped);
+    printf("\n");
     fflush(stdout);
     if (rc || t->fail_run < 0)
         return rc;
@@ -500,7 +518,7 @@ static int summarize(const char *out, long long nruns, const sweep_tally *t,
                                         "have no readable report (the first, "
                                         "run %04lld: %s): run their commands "
                                         "(above) and gather again",
-                         t->failed, nruns, t->fail_run, t->fail_why);
+                         t->failed, ran, t->fail_run, t->fail_why);
     char q[1000];
     cli_shown(q, sizeof q, out);
     return cli_error(t->first_fail, "sweep: run %04lld %s: see "
@@ -570,6 +588,7 @@ static int sweep_main(sweep *s, const sweep_opts *o, char *bin,
 {
     char out[1024];
     int rc = o->file ? sweep_parse(s, o->file) : sweep_cli_parse(s, &o->cli);
+    s->no_range = o->no_range;
     if (!rc)
         rc = settle_paths(s, o, out, sizeof out, bin, bin_cap);
     if (!rc && o->gather)

@@ -42,9 +42,9 @@
 #define SWEEP_FILE_MAX (16L << 20)
 #define SWEEP_MAX_SERIES 12
 #define SWEEP_MAX_ARGS (16 + 2 * SWEEP_MAX_AXES)
-/* How many dropped splits "all" names one by one before it counts the
- * rest. */
-#define SWEEP_ALL_SHOW_DROPPED 4
+/* How many splits "all" does not run on one system and batch it names
+ * one by one before it counts the rest. */
+#define SWEEP_ALL_SHOW_DROPPED 8
 /* "partition_dims": "all" splits into at most this many cores per
  * replica: the 2-16 of spatial partitioning's published runs. */
 #define SWEEP_ALL_MAX_CPR 16
@@ -110,12 +110,27 @@ typedef struct {
     cJSON *base;      /* the base trace's JSON, for variants */
     graph g;          /* the base trace as the library reads it */
     int have_g;
+    /* "partition_dims": "all" over several systems or batches keeps every
+     * split valid on some of them: pd_valid[split * pd_ncombo + pair]
+     * says whether `run` accepts the split (the partition_dims axis's
+     * value) on a system x batch pair of the grid (batch fastest).  NULL
+     * when every split is valid on every pair.  A grid point whose split
+     * is not valid on its pair is not run (sweep_skipped). */
+    unsigned char *pd_valid;
+    int pd_ncombo;
+    long long nskipped; /* grid points not run */
+    int no_range;       /* --no-range: passed on to every run */
 } sweep;
+
+/* sweep_run.status of a grid point that is not run: its split is not
+ * valid on its system and batch (sweep.pd_valid). */
+#define SWEEP_SKIPPED (-4)
 
 /* What one run came to. */
 typedef struct {
     int status;        /* exit status, -1 signal, -2 not run, -3 unknown
-                          (--gather: no report it could read) */
+                          (--gather: no report it could read),
+                          SWEEP_SKIPPED */
     int sig;           /* the signal that ended it (status -1) */
     int have;          /* report read */
     emu_result r;
@@ -124,6 +139,7 @@ typedef struct {
 /* What the runs came to, for the summary line and the exit status. */
 typedef struct {
     int nofit, failed;
+    long long skipped;     /* grid points not run (sweep_skipped) */
     int first_fail;        /* exit status of the first failed run, or 0 */
     long long fail_run;    /* that run, or -1 */
     char fail_why[600];    /* what happened to it */
@@ -169,6 +185,9 @@ int sweep_has_ctrl(const char *str);
 /* Shortest of %.15g/%.16g/%.17g that reads back exactly: "450", "0.1". */
 void sweep_num_text(char *buf, size_t cap, double v);
 long long sweep_count_runs(const sweep *s);
+/* Whether grid point i is not run (its split is not valid on its system
+ * and batch: sweep.pd_valid). */
+int sweep_skipped(const sweep *s, long long i);
 /* Axis value indices of run i into idx[naxes]: last axis fastest. */
 void sweep_run_index(const sweep *s, long long i, int *idx);
 /* The axis of kind k, or -1. */
