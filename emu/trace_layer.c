@@ -158,18 +158,65 @@ static const char *const *trace_op_keys(graph_op op)
     }
 }
 
+/* When a layer's shape is refused, the cause is often the input's shape
+ * written as another framework writes it: channels first ([3,224,224] for
+ * [224,224,3]) or with the batch folded in ([8,224,224,3]).  Says so in
+ * the user's terms (traces are per example and channels-last); "" when no
+ * input looks like either. */
+static void trace_shape_hint(const graph *g, char *out, size_t cap)
+{
+    out[0] = 0;
+    for (int i = 0; i < g->n_inputs && i < g->n_layers; i++) {
+        const gshape *s = &g->layers[i].out;
+        if (s->nsp < 2)
+            continue;
+        char shp[96];
+        size_t n = 0;
+        for (int d = 0; d < s->nsp && n < sizeof shp; d++)
+            n += (size_t)snprintf(shp + n, sizeof shp - n, "%s%lld",
+                                  d ? "," : "[", (long long)s->sp[d]);
+        if (n < sizeof shp)
+            snprintf(shp + n, sizeof shp - n, ",%lld]", (long long)s->c);
+        if (s->sp[0] <= 4 && s->c >= 16 && s->sp[1] >= 16) {
+            char cl[96];
+            size_t m = 0;
+            for (int d = 1; d < s->nsp && m < sizeof cl; d++)
+                m += (size_t)snprintf(cl + m, sizeof cl - m, "%s%lld",
+                                      d > 1 ? "," : "[", (long long)s->sp[d]);
+            if (m < sizeof cl)
+                snprintf(cl + m, sizeof cl - m, ",%lld,%lld]",
+                         (long long)s->c, (long long)s->sp[0]);
+            snprintf(out, cap,
+                     " (shapes are per example and channels-last: input "
+                     "'%.64s' %.96s looks channels-first, %.96s)",
+                     g->layers[i].name, shp, cl);
+            return;
+        }
+        if (s->nsp == 3 && s->sp[0] <= 64 && s->sp[0] * 4 < s->sp[1] &&
+            s->sp[0] * 4 < s->sp[2]) {
+            snprintf(out, cap,
+                     " (shapes are per example: if input '%.64s' %.96s holds "
+                     "a batch of %lld, drop it; the batch is "
+                     "run.global_batch)",
+                     g->layers[i].name, shp, (long long)s->sp[0]);
+            return;
+        }
+    }
+}
+
 /* A per-dimension list's length must match the input's spatial rank (a
  * flat input is refused by shape inference with its own message). */
-static tpu_status trace_rank(trace_ctx *c, const glayer *src, const char *base,
-                             const char *key, int rank)
+static tpu_status trace_rank(trace_ctx *c, const graph *g, const glayer *src,
+                             const char *base, const char *key, int rank)
 {
-    char p[320], q[64];
+    char p[320], q[64], hint[512];
     if (rank <= 0 || src->out.nsp == 0 || rank == src->out.nsp)
         return TPU_OK;
     trace_path(p, sizeof p, base, key);
-    return trace_fail(c, p, "%d numbers for the %dD input '%s'; expected %d",
+    trace_shape_hint(g, hint, sizeof hint);
+    return trace_fail(c, p, "%d numbers for the %dD input '%s'; expected %d%s",
                       rank, src->out.nsp, trace_q(q, sizeof q, src->name),
-                      src->out.nsp);
+                      src->out.nsp, hint);
 }
 
 /* A layer's or input's name must be new: names are how layers refer to
@@ -201,10 +248,11 @@ static tpu_status trace_commit(trace_ctx *c, graph *g, const char *base,
                                       c->err);
     if (!st)
         return TPU_OK;
-    char why[sizeof c->err->msg];
+    char why[sizeof c->err->msg], hint[512];
     memcpy(why, c->err->msg, sizeof why);
     trace_path(p, sizeof p, base, at ? at : key);
-    return trace_fail(c, p, "%s", why);
+    trace_shape_hint(g, hint, sizeof hint);
+    return trace_fail(c, p, "%s%s", why, hint);
 }
 
 /* What every layer has: an object with a known op (which decides the
@@ -335,7 +383,7 @@ static tpu_status trace_conv(trace_ctx *c, const graph *g, const cJSON *o,
     L->filters = (int)n64;
     if ((st = trace_dims(c, o, base, "kernel", 1, 0, L->kernel, &krank)))
         return st;
-    if ((st = trace_rank(c, src, base, "kernel", krank)))
+    if ((st = trace_rank(c, g, src, base, "kernel", krank)))
         return st;
     if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
         return st;
@@ -363,20 +411,21 @@ static tpu_status trace_conv(trace_ctx *c, const graph *g, const cJSON *o,
     return trace_share(c, g, o, base, L);
 }
 
-static tpu_status trace_pool(trace_ctx *c, const cJSON *o, const char *base,
+static tpu_status trace_pool(trace_ctx *c, const graph *g, const cJSON *o,
+                             const char *base,
                              const glayer *src, glayer *L)
 {
     int pad = 0, rank, krank;
     tpu_status st;
     if ((st = trace_dims(c, o, base, "window", 1, 1, L->kernel, &krank)))
         return st;
-    if ((st = trace_rank(c, src, base, "window", krank)))
+    if ((st = trace_rank(c, g, src, base, "window", krank)))
         return st;
     /* strides default to the window (Keras) */
     memcpy(L->strides, L->kernel, sizeof L->strides);
     if ((st = trace_dims(c, o, base, "strides", 0, 1, L->strides, &rank)))
         return st;
-    if ((st = trace_rank(c, src, base, "strides", rank)))
+    if ((st = trace_rank(c, g, src, base, "strides", rank)))
         return st;
     if ((st = trace_enum(c, o, base, "padding", 0, trace_pad_words, &pad)))
         return st;
@@ -597,11 +646,11 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
         return trace_bool(c, o, base, "use_bias", &L->use_bias);
     case GOP_MAXPOOL:
     case GOP_AVGPOOL:
-        return trace_pool(c, o, base, src, L);
+        return trace_pool(c, g, o, base, src, L);
     case GOP_UPSAMPLE:
         if ((st = trace_dims(c, o, base, "factor", 1, 1, L->factor, &rank)))
             return st;
-        return trace_rank(c, src, base, "factor", rank);
+        return trace_rank(c, g, src, base, "factor", rank);
     case GOP_DROPOUT:
         return trace_dropout(c, o, base, L);
     case GOP_LOSS:
@@ -642,7 +691,7 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
     case GOP_RESIZE:
         if ((st = trace_dims(c, o, base, "factor", 1, 1, L->factor, &rank)))
             return st;
-        return trace_rank(c, src, base, "factor", rank);
+        return trace_rank(c, g, src, base, "factor", rank);
     case GOP_RESHAPE:
         return trace_shape(c, o, base, &L->target);
     case GOP_NORMALIZE:

@@ -96,7 +96,8 @@ static void unknown_key_cases(th_ctx *t)
     th_run(c, "%s run --help", th_bin());
     TH_CHECKF(t, strstr(c->out, "[C] a published figure") &&
                      strstr(c->out, "[U] unconfirmed") &&
-                     strstr(c->out, "does not follow ici.link_gbs"),
+                     strstr(c->out, "does not follow") &&
+                     strstr(c->out, "ici.link_gbs)"),
               "help: %.300s", c->out);
     free(c);
 }
