@@ -14,7 +14,7 @@
  * shortcuts give exactly what full execution gives; `no_dedup` turns both
  * off and test_engine checks the equality.
  *
- * Accounting (SPEC.md): the core's clock only moves forward on its
+ * Accounting (docs/SPEC.md): the core's clock only moves forward on its
  * critical path, and every advance is charged to one category: a matrix
  * instruction to mxu (its overlapped vector epilogue only where it is
  * longer), a vector pass to vector, a DMA wait or a full DMA queue to

@@ -22,7 +22,7 @@ void th_suite_params(th_ctx *t)
     TH_CHECK(t, fabs(hbm_peak_bps(&p3.hbm) / 1e9 - 450) < 1e-6);
     TH_CHECK(t, fabs(hbm_peak_bps(&p2.hbm) / 1e9 - 350) < 1e-6);
 
-    th_case(t, "every slice of SPEC.md is known, with 2 cores per chip");
+    th_case(t, "every slice of docs/SPEC.md is known, with 2 cores per chip");
     const char *names[] = {"v2-8",   "v2-32",   "v2-128", "v2-256", "v2-512",
                            "v3-8",   "v3-32",   "v3-64",  "v3-128", "v3-256",
                            "v3-512", "v3-1024", "v3-2048"};

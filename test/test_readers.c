@@ -1,4 +1,4 @@
-/* The input readers' contract (SPEC.md: every malformed input is refused
+/* The input readers' contract (docs/SPEC.md: every malformed input is refused
  * with "FILE: json.path: message", exit 2, and nothing hangs): run checks
  * against the effective --system/--batch, the name index and the layer
  * limit, FIFOs and devices, NUL and invalid UTF-8 in strings, and reports

@@ -1,4 +1,4 @@
-/* The report: byte-identical round trip, SPEC.md keys in SPEC.md order,
+/* The report: byte-identical round trip, docs/SPEC.md keys in its order,
  * tolerance of reports with only the SPEC keys, and atomic writes that
  * never leave a temporary or a partial file. */
 #include <dirent.h>
@@ -164,7 +164,7 @@ void th_suite_report(th_ctx *t)
         emu_result_free(&r);
     }
 
-    th_case(t, "SPEC.md keys present, in SPEC.md order");
+    th_case(t, "docs/SPEC.md keys present, in its order");
     {
         emu_result r;
         make_result(&r, 4, 1);
