@@ -186,6 +186,20 @@ typedef struct {
     pthread_mutex_t mu;
 } pool;
 
+/* The simulation options of candidate c: its slice and batch, the
+ * user's --set values. */
+static void cand_opts(const advise_opts *o, const advise_cand *c,
+                      sim_opts *so)
+{
+    sim_opts_default(so);
+    so->trace_path = o->path;
+    so->system = c->sys->name;
+    so->global_batch = c->global_batch;
+    so->n_sets = o->n_sets;
+    so->set_keys = o->set_keys;
+    so->set_values = o->set_values;
+}
+
 /* Whether the candidate fits, from the lowering alone (no engine): what
  * sim_run checks before it times the step, through sim_lower on every
  * core of one replica (replicas run the same programs). */
@@ -203,13 +217,7 @@ static advise_state fit_check(const advise_opts *o, const graph *g,
     if (tpu_params_check(&hw, &err))
         return ADV_INVALID;
     sim_opts so;
-    sim_opts_default(&so);
-    so.trace_path = o->path;
-    so.system = c->sys->name;
-    so.global_batch = c->global_batch;
-    so.n_sets = o->n_sets;
-    so.set_keys = o->set_keys;
-    so.set_values = o->set_values;
+    cand_opts(o, c, &so);
     advise_state st = ADV_FITS;
     double need = 0;
     for (int k = 0; st == ADV_FITS && k < g->cores_per_replica; k++) {
@@ -246,13 +254,7 @@ static void take_timing(advise_cand *c, const emu_result *r)
 static void simulate(const advise_opts *o, const graph *g, advise_cand *c)
 {
     sim_opts so;
-    sim_opts_default(&so);
-    so.trace_path = o->path;
-    so.system = c->sys->name;
-    so.global_batch = c->global_batch;
-    so.n_sets = o->n_sets;
-    so.set_keys = o->set_keys;
-    so.set_values = o->set_values;
+    cand_opts(o, c, &so);
     emu_result r;
     tpu_error err = {0};
     tpu_status st = sim_run(g, &so, &r, &err);
@@ -646,13 +648,7 @@ tpu_status advise_range(const advise_opts *o, const advise_result *res,
         return st;
     }
     sim_opts so;
-    sim_opts_default(&so);
-    so.trace_path = o->path;
-    so.system = c->sys->name;
-    so.global_batch = c->global_batch;
-    so.n_sets = o->n_sets;
-    so.set_keys = o->set_keys;
-    so.set_values = o->set_values;
+    cand_opts(o, c, &so);
     emu_result r;
     memset(&r, 0, sizeof r);
     st = sim_run(&g, &so, &r, err);
