@@ -60,7 +60,8 @@ static void facts_of(const graph *g, const sim_opts *o, const emu_result *b,
 static int key_matters(const char *key, const trace_facts *f)
 {
     if (strcmp(key, "ici.onchip_gbs") == 0 ||
-        strcmp(key, "ici.onchip_latency_s") == 0)
+        strcmp(key, "ici.onchip_latency_s") == 0 ||
+        strcmp(key, "xla.collective_overhead_ns") == 0)
         return f->collectives;
     if (strcmp(key, "ici.link_gbs") == 0 ||
         strcmp(key, "ici.hop_latency_s") == 0)
