@@ -17,6 +17,7 @@
 #include "emu/range.h"
 #include "emu/sim.h"
 #include "firmware/lower.h"
+#include "interconnect/ici.h"
 
 /* Threads at most: each simulation holds a replica's programs, and the
  * machines this runs on have few cores. */
@@ -251,10 +252,48 @@ static void take_timing(advise_cand *c, const emu_result *r)
     c->has_range = 0;
 }
 
-static void simulate(const advise_opts *o, const graph *g, advise_cand *c)
+/* nets: this worker's interconnect per slice (made on first use), so
+ * that the candidates of one slice share its cache of collective results:
+ * the gradient all-reduce over the whole slice is the same call for every
+ * split, and on v3-1024 it is most of a step's host time.  Every
+ * candidate of a slice runs with the same ici.* values (--set applies to
+ * all), which sim_opts.net requires. */
+typedef struct {
+    const tpu_system *sys;
+    ici *net;
+} slice_net;
+
+#define ADVISE_NETS 32
+
+/* The worker's interconnect of c's slice, made on first use; NULL when
+ * the table is full or memory runs out (the run then makes its own). */
+static ici *net_of(const advise_opts *o, const advise_cand *c,
+                   slice_net *nets)
+{
+    int k = 0;
+    for (; k < ADVISE_NETS && nets[k].sys; k++)
+        if (nets[k].sys == c->sys)
+            return nets[k].net;
+    if (k == ADVISE_NETS)
+        return NULL;
+    tpu_params hw;
+    tpu_error e2 = {0};
+    tpu_params_default(&hw, c->sys->gen);
+    for (int i = 0; i < o->n_sets; i++)
+        if (tpu_params_set(&hw, o->set_keys[i], o->set_values[i], &e2))
+            return NULL;
+    nets[k].net = ici_new(&hw.ici, c->sys->dim_x, c->sys->dim_y,
+                          c->sys->full_pod);
+    nets[k].sys = nets[k].net ? c->sys : NULL;
+    return nets[k].net;
+}
+
+static void simulate(const advise_opts *o, const graph *g, advise_cand *c,
+                     slice_net *nets)
 {
     sim_opts so;
     cand_opts(o, c, &so);
+    so.net = nets ? net_of(o, c, nets) : NULL;
     emu_result r;
     tpu_error err = {0};
     tpu_status st = sim_run(g, &so, &r, &err);
@@ -274,7 +313,7 @@ static void simulate(const advise_opts *o, const graph *g, advise_cand *c)
     emu_result_free(&r);
 }
 
-static void run_one(pool *pl, advise_cand *c)
+static void run_one(pool *pl, advise_cand *c, slice_net *nets)
 {
     const advise_opts *o = pl->o;
     pthread_mutex_lock(&pl->mu);
@@ -302,7 +341,7 @@ static void run_one(pool *pl, advise_cand *c)
     } else if (o->fit_only) {
         c->state = fit_check(o, g, c);
     } else {
-        simulate(o, g, c);
+        simulate(o, g, c, nets);
     }
     pthread_mutex_lock(&pl->mu);
     if (c->state == ADV_NOFIT && c->per_replica < pl->nofit_min[c->split])
@@ -320,18 +359,23 @@ static void run_one(pool *pl, advise_cand *c)
 static void *worker(void *arg)
 {
     pool *pl = arg;
+    slice_net *nets = calloc(ADVISE_NETS, sizeof *nets);
     for (;;) {
         pthread_mutex_lock(&pl->mu);
         int i = pl->next < pl->res->n ? pl->order[pl->next++] : -1;
         pthread_mutex_unlock(&pl->mu);
-        if (i < 0)
+        if (i < 0) {
+            for (int k = 0; nets && k < ADVISE_NETS && nets[k].sys; k++)
+                ici_free(nets[k].net);
+            free(nets);
             return NULL;
+        }
         advise_cand *c = &pl->res->c[i];
         if (pl->o->deadline_s > 0 && now_s() - pl->t0 > pl->o->deadline_s) {
             c->state = ADV_SKIPPED;
             continue;
         }
-        run_one(pl, c);
+        run_one(pl, c, nets);
     }
 }
 
