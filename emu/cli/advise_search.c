@@ -187,6 +187,20 @@ typedef struct {
     pthread_mutex_t mu;
 } pool;
 
+/* The chip data of candidate c's slice with the user's --set values. */
+static tpu_status cand_params(const advise_opts *o, const advise_cand *c,
+                              tpu_params *hw, tpu_error *err)
+{
+    tpu_params_default(hw, c->sys->gen);
+    for (int i = 0; i < o->n_sets; i++) {
+        tpu_status st =
+            tpu_params_set(hw, o->set_keys[i], o->set_values[i], err);
+        if (st)
+            return st;
+    }
+    return TPU_OK;
+}
+
 /* The simulation options of candidate c: its slice and batch, the
  * user's --set values. */
 static void cand_opts(const advise_opts *o, const advise_cand *c,
@@ -211,11 +225,7 @@ static advise_state fit_check(const advise_opts *o, const graph *g,
     if (graph_check_run(g, c->sys->name, c->global_batch, o->path, &err))
         return ADV_INVALID;
     tpu_params hw;
-    tpu_params_default(&hw, c->sys->gen);
-    for (int i = 0; i < o->n_sets; i++)
-        if (tpu_params_set(&hw, o->set_keys[i], o->set_values[i], &err))
-            return ADV_INVALID;
-    if (tpu_params_check(&hw, &err))
+    if (cand_params(o, c, &hw, &err) || tpu_params_check(&hw, &err))
         return ADV_INVALID;
     sim_opts so;
     cand_opts(o, c, &so);
@@ -278,10 +288,8 @@ static ici *net_of(const advise_opts *o, const advise_cand *c,
         return NULL;
     tpu_params hw;
     tpu_error e2 = {0};
-    tpu_params_default(&hw, c->sys->gen);
-    for (int i = 0; i < o->n_sets; i++)
-        if (tpu_params_set(&hw, o->set_keys[i], o->set_values[i], &e2))
-            return NULL;
+    if (cand_params(o, c, &hw, &e2))
+        return NULL;
     nets[k].net = ici_new(&hw.ici, c->sys->dim_x, c->sys->dim_y,
                           c->sys->full_pod);
     nets[k].sys = nets[k].net ? c->sys : NULL;

@@ -1166,7 +1166,9 @@ static const char *check_keepdims(const cJSON *cfg, char *buf, size_t cap)
     return NULL;
 }
 
-static tpu_status map_gap(kx *x, kcall *c)
+/* A global pooling layer (op GOP_GAP or GOP_GMAXPOOL) over c->arg
+ * spatial dims. */
+static tpu_status map_global_pool(kx *x, kcall *c, graph_op op)
 {
     int t;
     tpu_status st;
@@ -1174,10 +1176,15 @@ static tpu_status map_gap(kx *x, kcall *c)
         (st = cfg_channels_last(x, c)) || (st = grow(x)))
         return st;
     int in_t = x->refs[c->in[0]].t;
-    layer_begin(x, c->tname, GOP_GAP, &in_t, 1);
+    layer_begin(x, c->tname, op, &in_t, 1);
     if ((st = emit(x, c, 1, &t)))
         return st;
     return new_ref(x, t, &c->out);
+}
+
+static tpu_status map_gap(kx *x, kcall *c)
+{
+    return map_global_pool(x, c, GOP_GAP);
 }
 
 static tpu_status map_flatten(kx *x, kcall *c)
@@ -1476,16 +1483,7 @@ static tpu_status map_pad(kx *x, kcall *c)
 /* GlobalMaxPooling1D/2D/3D (arg: dims). */
 static tpu_status map_gmax(kx *x, kcall *c)
 {
-    int t;
-    tpu_status st;
-    if ((st = single_input(x, c)) || (st = need_rank(x, c, c->arg)) ||
-        (st = cfg_channels_last(x, c)) || (st = grow(x)))
-        return st;
-    int in_t = x->refs[c->in[0]].t;
-    layer_begin(x, c->tname, GOP_GMAXPOOL, &in_t, 1);
-    if ((st = emit(x, c, 1, &t)))
-        return st;
-    return new_ref(x, t, &c->out);
+    return map_global_pool(x, c, GOP_GMAXPOOL);
 }
 
 /* Reshape: target_shape (one -1 inferred) as the trace's shape; a flat
