@@ -186,6 +186,7 @@ void ici_free(ici *n)
     free(n->fin);
     free(n->bfl);
     free(n->amark);
+    free(n->sbits);
     free(n->arem);
     free(n->arate);
     free(n->atf);
@@ -227,6 +228,8 @@ void ici_free(ici *n)
     free(n->acc_core_list);
     free(n->key);
     free(n->kbytes);
+    free(n->dec_key);
+    free(n->dec_of);
     free(n);
 }
 
@@ -621,6 +624,118 @@ void ici_assert_group(const ici *n, ici_mem *m, const int *cores,
 
 /* ---- all-reduce --------------------------------------------------------- */
 
+/* Union-find over groups: the root of group g. */
+static int dec_root(int *up, int g)
+{
+    while (up[g] != g) {
+        up[g] = up[up[g]];
+        g = up[g];
+    }
+    return g;
+}
+
+/* Splits the groups of a call (key: canonical cores, ngroups of gs) into
+ * clusters whose flows share no resource: each group's flows are built
+ * (routes do not depend on the bytes, so one byte each) and groups that
+ * meet on a link or an on-chip path are joined.  n->dec_of[g] receives
+ * group g's cluster, numbered in the order of their first groups; returns
+ * the number of clusters.  The split of the last key is kept: every
+ * all-reduce of one partition layout has the same key. */
+static int decompose(ici *n, const int *key, int gs, int ng)
+{
+    int total = gs * ng;
+    if (n->dec_key && n->dec_nkey == total && n->dec_gs == gs &&
+        n->dec_ng == ng &&
+        memcmp(n->dec_key, key, (size_t)total * sizeof(int)) == 0)
+        return n->dec_nc;
+    n->dec_nkey = 0; /* invalid until complete (an unwind may come) */
+    n->dec_key =
+        ici_ralloc(&n->mem, n->dec_key, (size_t)total * sizeof(int));
+    n->dec_of = ici_ralloc(&n->mem, n->dec_of, (size_t)ng * sizeof(int));
+    /* per resource: the first group whose flows cross it */
+    int *own = ici_tmp_alloc(&n->mem, (size_t)n->nres * sizeof(int));
+    for (int r = 0; r < n->nres; r++)
+        own[r] = -1;
+    int *up = n->dec_of;
+    for (int g = 0; g < ng; g++)
+        up[g] = g;
+    flow_begin(n);
+    for (int g = 0; g < ng; g++) {
+        int f0 = n->nfl;
+        allreduce_build(n, key + g * gs, gs, 1.0);
+        for (int f = f0; f < n->nfl; f++)
+            for (int h = 0; h < n->fl[f].nr; h++) {
+                int r = n->route[n->fl[f].r0 + h];
+                if (own[r] < 0) {
+                    own[r] = g;
+                } else {
+                    int a = dec_root(up, own[r]), b = dec_root(up, g);
+                    if (a != b)
+                        up[a > b ? a : b] = a < b ? a : b;
+                }
+            }
+    }
+    ici_tmp_free(&n->mem, own);
+    flow_begin(n);
+    acc_drop(n);
+    /* a cluster's root is its smallest group (unions keep the smaller
+     * root): the clusters numbered in the order of their roots */
+    int *lab = ici_tmp_alloc(&n->mem, (size_t)ng * sizeof(int));
+    int nc = 0;
+    for (int g = 0; g < ng; g++) {
+        int r = dec_root(up, g);
+        lab[g] = r == g ? nc++ : lab[r];
+    }
+    memcpy(up, lab, (size_t)ng * sizeof(int));
+    ici_tmp_free(&n->mem, lab);
+    memcpy(n->dec_key, key, (size_t)total * sizeof(int));
+    n->dec_gs = gs;
+    n->dec_ng = ng;
+    n->dec_nc = nc;
+    n->dec_nkey = total;
+    return nc;
+}
+
+/* The groups' all-reduces of a call whose groups fall into nc > 1
+ * independent clusters (decompose): max-min rates decompose over
+ * resources no flow shares, so each cluster runs alone, in its own
+ * canonical frame, and clusters that are shifted copies of one another
+ * replay one cache entry.  The call lasts as long as its slowest
+ * cluster. */
+static double allreduce_clusters(ici *n, const int *key, int gs, int ng,
+                                 int nc, double bytes, int ox, int oy)
+{
+    int *ck = ici_tmp_alloc(&n->mem, (size_t)(gs * ng) * sizeof(int));
+    double dur = 0;
+    for (int c = 0; c < nc; c++) {
+        int m = 0, ngc = 0, cox, coy;
+        for (int g = 0; g < ng; g++)
+            if (n->dec_of[g] == c) {
+                memcpy(ck + m, key + g * gs, (size_t)gs * sizeof(int));
+                m += gs;
+                ngc++;
+            }
+        canon(n, ck, m, ck, &cox, &coy);
+        uint64_t h = key_hash(0, bytes, gs, ngc, ck, m, NULL);
+        ici_cache_ent *e = cache_find(n, h, 0, bytes, gs, ngc, ck, m, NULL);
+        double d;
+        if (e) {
+            d = cache_replay(n, e, ox + cox, oy + coy);
+        } else {
+            flow_begin(n);
+            for (int g = 0; g < ngc; g++)
+                allreduce_build(n, ck + g * gs, gs, bytes);
+            d = flow_run(n);
+            cache_store(n, h, 0, bytes, gs, ngc, ck, m, NULL, d, ox + cox,
+                        oy + coy);
+        }
+        if (d > dur)
+            dur = d;
+    }
+    ici_tmp_free(&n->mem, ck);
+    return dur;
+}
+
 /* The duration of the groups' all-reduces (simulated or replayed). */
 static double allreduce_run(ici *n, const int *cores, int group_size,
                             int ngroups, double bytes)
@@ -632,6 +747,12 @@ static double allreduce_run(ici *n, const int *cores, int group_size,
     n->key = ici_grow(n, n->key, &n->capkey, total, sizeof(int));
     int *key = n->key, ox, oy;
     canon(n, cores, total, key, &ox, &oy);
+    if (ngroups > 1) {
+        int nc = decompose(n, key, group_size, ngroups);
+        if (nc > 1)
+            return allreduce_clusters(n, key, group_size, ngroups, nc, bytes,
+                                      ox, oy);
+    }
     uint64_t h = key_hash(0, bytes, group_size, ngroups, key, total, NULL);
     ici_cache_ent *e =
         cache_find(n, h, 0, bytes, group_size, ngroups, key, total, NULL);

@@ -135,6 +135,7 @@ struct ici {
      * last rate change) */
     int *aid, *fin, *bfl;
     int *amark; /* per slot: visit stamp of rates_update */
+    uint64_t *sbits; /* per slot, one bit: sort_slots' scratch, all 0 */
     double *arem, *arate, *atf, *crate;
     int nact, capact; /* slots in use (holes included), allocated */
     int nlive;        /* slots with a flow */
@@ -185,6 +186,10 @@ struct ici {
     int *key;
     double *kbytes;
     int capkey, capkbytes;
+    /* the last all-reduce call's split into independent clusters of
+     * groups: its key (canonical cores), and each group's cluster */
+    int *dec_key, *dec_of;
+    int dec_nkey, dec_gs, dec_ng, dec_nc;
 
     ici_mem mem;
 };

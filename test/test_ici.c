@@ -244,6 +244,55 @@ void th_suite_ici(th_ctx *t)
         ici_free(n);
     }
 
+    th_case(t, "groups on disjoint links run apart: the call is its slowest "
+               "cluster, bit for bit, with every group's statistics");
+    {
+        /* v3-2048: 64 groups of 32 cores, each a 4 x 4 block of chips whose
+         * rings stay inside the block */
+        int gs = 32, ng = 64, *c = malloc(sizeof(int) * (size_t)(gs * ng));
+        for (int g = 0; g < ng; g++)
+            for (int i = 0; i < gs; i++) {
+                int bx = g % 8, by = g / 8, ch = i / 2;
+                int x = 4 * bx + ch % 4, y = 4 * by + ch / 4;
+                c[g * gs + i] = 2 * (x + 32 * y) + (i & 1);
+            }
+        ici *one = mk("v3-2048", &p);
+        double t1 = ici_allreduce(one, c + 9 * gs, gs, 3e6, 0);
+        n = mk("v3-2048", &p);
+        long hits = ici_cache_hits(n);
+        double ta = ici_allreduce_groups(n, c, gs, ng, 3e6, 0);
+        TH_CHECKF(t, memcmp(&ta, &t1, sizeof ta) == 0, "%.17g vs %.17g", ta,
+                  t1);
+        /* one simulation, the other 63 groups shifted replays */
+        TH_CHECK(t, ici_cache_hits(n) == hits + ng - 1);
+        int ch9 = c[9 * gs] / 2, ch0 = c[0] / 2;
+        TH_CHECK(t, ici_link_busy_s(n, ch9, 0) == ici_link_busy_s(one, ch9, 0));
+        TH_CHECK(t, ici_link_busy_s(n, ch0, 0) == ici_link_busy_s(one, ch9, 0));
+        TH_CHECK(t, ici_core_bytes_sent(n, c[9 * gs + 5]) ==
+                    ici_core_bytes_sent(one, c[9 * gs + 5]));
+        ici_free(one);
+        /* groups that share links stay one simulation: the first two
+         * groups' chips interleaved along x contend, the third is apart */
+        int mix[3 * 8];
+        for (int i = 0; i < 8; i++) {
+            mix[i] = 2 * (2 * (i / 2)) + (i & 1);          /* x = 0,2,4,6 */
+            mix[8 + i] = 2 * (2 * (i / 2) + 1) + (i & 1);  /* x = 1,3,5,7 */
+            mix[16 + i] = 2 * (16 + 32 * 16 + i / 2) + (i & 1);
+        }
+        ici *pair = mk("v3-2048", &p);
+        double tp = ici_allreduce_groups(pair, mix, 8, 2, 3e6, 0);
+        ici *lone = mk("v3-2048", &p);
+        double tl = ici_allreduce(lone, mix + 16, 8, 3e6, 0);
+        double tm = ici_allreduce_groups(n, mix, 8, 3, 3e6, 0);
+        TH_CHECKF(t, tm == (tp > tl ? tp : tl), "%.17g vs %.17g, %.17g", tm,
+                  tp, tl);
+        TH_CHECK(t, tp > tl); /* the interleaved pair contends */
+        ici_free(pair);
+        ici_free(lone);
+        free(c);
+        ici_free(n);
+    }
+
     th_case(t, "v3-8 all-reduce: no step down where the stream is cut into "
                "more pieces (fixed-size pieces, then equal ones)");
     {
