@@ -44,7 +44,18 @@ void cost_matmul_ps(const tpu_params *hw, const fw_insn *in, int stream,
 int64_t cost_vec_ps(const tpu_params *hw, const fw_insn *in)
 {
     double ops = (double)in->a * (double)in->b / 100.0;
-    return cost_cycles_ps(hw, ops / vpu_rate(hw) + hw->vpu_op_overhead_cycles);
+    int64_t t = cost_cycles_ps(hw, ops / vpu_rate(hw) +
+                                       hw->vpu_op_overhead_cycles);
+    /* c: update windows of a scatter-add applied in order
+     * (xla.scatter_update_ns each): the vector work hides under them or
+     * they under it */
+    if (in->c > 0) {
+        int64_t s = (int64_t)llround((double)in->c * hw->scatter_update_ns *
+                                     1e3);
+        if (s > t)
+            t = s;
+    }
+    return t;
 }
 
 /* ---- DMA blocks ---------------------------------------------------------- */

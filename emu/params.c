@@ -192,6 +192,18 @@ void tpu_params_default(tpu_params *p, int gen)
      * judges each by leaving a family out. */
     p->kernel_overhead_ns = 0;
     p->collective_overhead_ns = 0;
+    /* [U] A scatter-add (the gradient of a gather) may update the same row
+     * twice, so the TPU applies its updates in order, one update window
+     * (a row of C channels) at a time, each a read-modify-write of HBM:
+     * XLA's ScatterExpander turns a scatter into a while loop with one
+     * trip per update (openxla/xla service/scatter_expander.cc; issue
+     * openxla/xla#12982 shows it on TPU), and JAX's scatter on TPU v2/v3
+     * costs 15-22 ns per scalar update with today's compiler (pytorch/xla
+     * issue #8720).  The value is fitted on the public set
+     * (docs/VALIDATION.md, `validate --fit`): only Mask R-CNN's roi_align
+     * scatters, so only its rows identify it; range 15-1000 ns, from
+     * today's per-element cost up to a loop trip of a microsecond. */
+    p->scatter_update_ns = 200;
     /* [U] How the TPU compiler lowers a grouped convolution
      * (feature_group_count > 1) is not public.  [C] XLA's
      * ConvolutionGroupConverter (openxla/xla convolution_group_converter.cc;
@@ -369,6 +381,8 @@ static const pentry table[] = {
       "[U] no public figure: starting one layer's pass"),
     D("xla.collective_overhead_ns", collective_overhead_ns, "ns", 0, 1e6,
       "[U] no public figure: a collective's handshake"),
+    D("xla.scatter_update_ns", scatter_update_ns, "ns", 0, 1e6,
+      "[U] a scatter-add's updates in order, per row (fitted)"),
     I("xla.tile_search", xla_tile_search, "0/1", 0, 1,
       "[C] XLA TPU picks tiles by cost model (MLSys 2021)"),
     I("xla.group_conv", xla_group_conv, "0-3", 0, 3,
@@ -496,6 +510,10 @@ static const pspan spans[] = {
     {"xla.collective_overhead_ns", 0, 20000, 0, 20000,
      "none up to 20 us, an MPI small-message all-reduce on a 2019 HPC "
      "network",
+     NULL},
+    {"xla.scatter_update_ns", 15, 1000, 15, 1000,
+     "today's 15-22 ns per element of a JAX scatter on TPU v2/v3 up to a "
+     "while-loop trip of 1 us per update (ScatterExpander)",
      NULL},
     {"xla.halo_fused", 0, 1, 0, 1,
      "each dimension's halo ops as separate passes (0) or one fusion (1)",

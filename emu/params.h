@@ -60,6 +60,10 @@ typedef struct {
                                 instruction) */
     double collective_overhead_ns; /* fixed cost of each collective:
                                 handshake and DMA set-up */
+    double scatter_update_ns; /* a scatter-add's cost per update window
+                                (one row of C channels) beyond its vector
+                                work: the updates run one after another
+                                (roi_align's backward) */
     int xla_tile_search;     /* 1: each tiled loop takes the tile size its
                                 cost model finds fastest; 0: the largest
                                 that fits VMEM */

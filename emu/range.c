@@ -24,6 +24,7 @@ typedef struct {
     int conv3d_small;  /* a 3D convolution under the small-batch layout */
     int grouped;       /* a grouped convolution */
     int remat;         /* the default step fits by recomputing */
+    int scatter;       /* a backward scatter-add (roi_align's) */
 } trace_facts;
 
 static void facts_of(const graph *g, const sim_opts *o, const emu_result *b,
@@ -48,6 +49,7 @@ static void facts_of(const graph *g, const sim_opts *o, const emu_result *b,
         if (L->unused)
             continue;
         f->batchnorm |= L->op == GOP_BATCHNORM;
+        f->scatter |= g->train && L->op == GOP_ROI_ALIGN;
         int conv = L->op == GOP_CONV || L->op == GOP_CONV_T;
         f->grouped |= conv && graph_groups(L) > 1;
         f->conv3d_small |= conv && small && L->out.nsp == 3;
@@ -74,6 +76,8 @@ static int key_matters(const char *key, const trace_facts *f)
         return f->batchnorm && f->train;
     if (strcmp(key, "xla.bn_apply_fused") == 0)
         return f->batchnorm;
+    if (strcmp(key, "xla.scatter_update_ns") == 0)
+        return f->scatter;
     /* [C] for 2D convolutions (the Cloud TPU guide): unconfirmed for 3D
      * layouts only */
     if (strcmp(key, "xla.conv_pad_batch") == 0)

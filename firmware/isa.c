@@ -84,6 +84,10 @@ void fw_format(const fw_insn *in, char *buf, size_t cap)
                      fw_halo_rows_lo(in), fw_halo_rows_hi(in));
         o += w > 0 ? (size_t)w : 0;
     }
+    if (in->op == FW_VEC && in->c > 0 && o < cap) {
+        w = snprintf(buf + o, cap - o, " serial=%" PRId64, in->c);
+        o += w > 0 ? (size_t)w : 0;
+    }
     if (in->op == FW_MATMUL && in->passes > 1 && o < cap) {
         w = snprintf(buf + o, cap - o, " passes=%d", in->passes);
         o += w > 0 ? (size_t)w : 0;

@@ -18,7 +18,8 @@
  *   mxu.matmul  m           k             n          epi elems   C[m,n] += A[m,k] B[k,n] on the core's MXUs
  *                                                                (bf16; `passes` bf16 passes for f32), with
  *                                                                `d` fp32 vector ops overlapped (VLIW)
- *   vpu.op      elems       ops/elem x100 -          -           vector unit pass over a VMEM tile
+ *   vpu.op      elems       ops/elem x100 serial     -           vector unit pass over a VMEM tile; serial:
+ *                                                                scatter-add update windows applied in order
  *   ici.halo    dim         from lo       from hi    rows        collective-permute: receive that many bytes from the neighbours along
  *                                                                split spatial dim `dim` (partition group); rows = lo rows << 32 | hi rows
  *   ici.allreduce bytes     group         -          -           sum across group: 0 partition group, 1 all cores

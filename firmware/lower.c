@@ -291,26 +291,76 @@ static double roi_levels_bytes(const lower_ctx *c, const glayer *L,
     return b;
 }
 
+/* Whether roi_align l reads levels the plan split (they are gathered
+ * whole first). */
+static int roi_split(const lower_ctx *c, const glayer *L)
+{
+    int split = 0;
+    for (int k = 0; k < L->n_in; k++)
+        split |= layout_any_split(c, L->in[k]);
+    return split;
+}
+
+/* roi_align l's forward gather of its levels. */
+static void roi_gather(lower_ctx *c, int l)
+{
+    const glayer *L = &c->g->layers[l];
+    lower_emit_fx(c, FX_FWD, FW_ALLGATHER, PHASE_FWD, l,
+                  (int64_t)ceil(roi_levels_bytes(c, L, L->roi_padded)), 0, 0,
+                  0);
+}
+
+/* The gradients of placed roi_aligns back to the replica's cores, emitted
+ * when the backward pass reaches a layer that is not placed: until then
+ * each head's core runs its own backward while the others run theirs
+ * (the code assigns the heads to cores so that they overlap), instead of
+ * meeting at every head's gather. */
+static void roi_flush(lower_ctx *c)
+{
+    for (int i = 0; i < c->npend; i++) {
+        const glayer *L = &c->g->layers[c->pend[i]];
+        lower_emit_fx(c, FX_DX, FW_ALLGATHER, PHASE_BWD, c->pend[i],
+                      (int64_t)ceil(roi_levels_bytes(c, L, L->roi_padded)),
+                      0, 0, 0);
+    }
+    c->npend = 0;
+}
+
 /* roi_align (docs/FIRMWARE.md, "roi_align"): the levels are gathered
  * whole to the core that runs it when the plan split them (the ROIs fall
  * anywhere); each output bin is one bilinear sample at its centre, 4 rows
  * of C channels read from HBM and combined on the vector unit.  Its
  * backward zeroes the levels' gradient and scatter-adds 4 weighted rows
- * per sample into it; a placed roi_align then sends each core its part of
- * that gradient (the same bytes back). */
+ * per sample into it, streamed and then one update after another (two
+ * samples may add to one row); a placed roi_align then sends each core
+ * its part of that gradient (the same bytes back, roi_flush).  A placed
+ * roi_align's gather also brings the levels of every later placed
+ * roi_align that reads no layer after it: XLA starts a transfer once its
+ * data is ready, so one head's core does not wait for another head's
+ * forward to receive its levels. */
 static void lower_roi(lower_ctx *c, int l, int ph)
 {
     const glayer *L = &c->g->layers[l];
     double ob = layout_out_bytes(c, l), oe = layout_out_elems(c, l);
     double whole = roi_levels_bytes(c, L, 0);
     double moved = roi_levels_bytes(c, L, L->roi_padded);
-    int split = 0;
-    for (int k = 0; k < L->n_in; k++)
-        split |= layout_any_split(c, L->in[k]);
+    int split = roi_split(c, L);
     if (ph == PHASE_FWD) {
-        if (split)
-            lower_emit_fx(c, FX_FWD, FW_ALLGATHER, ph, l, (int64_t)ceil(moved),
-                          0, 0, 0);
+        if (split && !c->gathered[l]) {
+            roi_gather(c, l);
+            for (int j = l + 1; graph_core(L) >= 0 && j < c->g->n_layers;
+                 j++) {
+                const glayer *J = &c->g->layers[j];
+                int ready = J->op == GOP_ROI_ALIGN && !J->unused &&
+                            graph_core(J) >= 0 && roi_split(c, J);
+                for (int k = 0; ready && k < J->n_in; k++)
+                    ready = J->in[k] <= l;
+                if (ready) {
+                    roi_gather(c, j);
+                    c->gathered[j] = 1;
+                }
+            }
+        }
         if (L->roi_padded) /* the padded stack, written once */
             tile_pass_fx(c, FX_NONE, ph, l, whole, moved,
                          moved / L->dtype_bytes, 1);
@@ -323,12 +373,15 @@ static void lower_roi(lower_ctx *c, int l, int ph)
     if (!need)
         return;
     tile_pass(c, ph, l, 5 * ob, 4 * ob + moved, oe, 8);
+    /* the scatter-add's update windows (4 rows of C a bin) applied in
+     * order, xla.scatter_update_ns each */
+    lower_emit(c, FW_VEC, ph, l, 0, 0,
+               (int64_t)ceil(4 * oe / (double)L->out.c), 0);
     if (L->roi_padded) /* the stack's gradient back into the levels' */
         tile_pass_fx(c, FX_NONE, ph, l, moved, whole,
                      moved / L->dtype_bytes, 1);
     if (graph_core(L) >= 0 && c->p->cpr > 1)
-        lower_emit_fx(c, FX_DX, FW_ALLGATHER, ph, l, (int64_t)ceil(moved), 0,
-                      0, 0);
+        c->pend[c->npend++] = l;
 }
 
 static int consumer_is(const lower_ctx *c, int l, graph_op op)
@@ -733,6 +786,8 @@ static void ctx_free(lower_ctx *c)
     free(c->ends);
     free(c->kept_for);
     free(c->apply_t);
+    free(c->gathered);
+    free(c->pend);
     fw_program_free(&c->scratch);
     fw_program_free(&c->cand);
 }
@@ -806,8 +861,10 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
     c.last_use = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
     c.ends = malloc(sizeof(double) * ((size_t)g->n_layers + 1));
     c.kept_for = calloc((size_t)g->n_layers + 1, 1);
+    c.gathered = calloc((size_t)g->n_layers + 1, 1);
+    c.pend = malloc(sizeof(int) * ((size_t)g->n_layers + 1));
     if (!c.nconsumers || !c.relu_fused || !c.remat || !c.last_use || !c.ends ||
-        !c.kept_for) {
+        !c.kept_for || !c.gathered || !c.pend) {
         ctx_free(&c);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
@@ -852,9 +909,12 @@ tpu_status fw_lower(const graph *g, const plan *p, const tpu_params *hw,
                 head[c.last_use[l]] = l;
             }
         for (int l = g->n_layers - 1; l >= 0; l--) {
+            if (graph_core(&g->layers[l]) < 0)
+                roi_flush(&c);
             mem_emit_recompute(&c, l, head, next);
             lower_backward(&c, l);
         }
+        roi_flush(&c);
         free(head);
         free(next);
     }

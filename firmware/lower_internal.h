@@ -45,6 +45,12 @@ typedef struct {
                             whose output is not stored (the batchnorm or
                             its fused relu), -1; NULL when the switch is
                             off (bn_apply_fused) */
+    uint8_t *gathered;   /* per roi_align: its levels' forward gather was
+                            emitted with an earlier roi_align's */
+    int *pend;           /* placed roi_aligns whose gradient goes back to
+                            the replica's cores at the next layer that is
+                            not placed (npend of them) */
+    int npend;
     fw_memory *mem;
     int fx;                  /* fx_kind stamped on compute instructions */
     const fw_pricer *pricer; /* prices candidate sequences (fw_lower) */

@@ -49,6 +49,8 @@ row "xla.conv_pad_min_features=1" "--set xla.conv_pad_min_features=1"
 row "hbm.capacity_gib=16 (xla.remat)" "--set hbm.capacity_gib=16"
 row "xla.remat=0 (capacity 64)" "--set xla.remat=0"
 row "xla.tile_search=0 (largest tile)" "--set xla.tile_search=0"
+row "xla.scatter_update_ns=15" "--set xla.scatter_update_ns=15"
+row "xla.scatter_update_ns=1000" "--set xla.scatter_update_ns=1000"
 # Not parameters: which layers the RetinaNet reference freezes.  The traces
 # follow models/official/detection's 2019 base_config (conv1 and res2 with
 # their batchnorms); models/official/retinanet freezes conv1's kernel only;

@@ -259,6 +259,87 @@ static void case_cost(th_ctx *t)
     graph_free(&gb);
 }
 
+/* The position in core `core`'s program of the first instruction of layer
+ * `name`, op `op`, phase `ph` (and fx `fx` when >= 0), and its c operand;
+ * -1 when there is none. */
+static long find_insn(th_ctx *t, const graph *g, int core, const char *name,
+                      int op, int ph, int fx, int64_t *c)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    fw_program prog;
+    fw_memory mem;
+    tpu_error err = {0};
+    long at = -1;
+    int l = graph_find(g, name);
+    if (!TH_CHECKF(t, sim_lower(g, &o, core, &prog, &mem, &err) == 0, "%s",
+                   err.msg))
+        return -1;
+    for (size_t i = 0; i < prog.n && at < 0; i++) {
+        const fw_insn *in = &prog.code[i];
+        if (in->layer == l && in->op == op && in->phase == ph &&
+            (fx < 0 || in->fx == fx) && (op != FW_VEC || in->c > 0)) {
+            at = (long)i;
+            if (c)
+                *c = in->c;
+        }
+    }
+    fw_program_free(&prog);
+    return at;
+}
+
+static void case_scatter(th_ctx *t)
+{
+    char buf[4096];
+    graph g = {0};
+    th_case(t, "roi_align backward: 4 scatter-add updates a bin, in order, "
+               "xla.scatter_update_ns each; two placed heads overlap");
+    roi_trace(buf, sizeof buf, 4, "[1,4,1,1]", 1, 0, 64);
+    if (!load(t, &g, buf))
+        return;
+    /* 4 examples a replica: 64 ROIs x 4x4 bins (core 2), 3 x 2x2 (core 1) */
+    int64_t cr = 0, cm = 0;
+    TH_CHECK(t, find_insn(t, &g, 2, "roi", FW_VEC, PHASE_BWD, -1, &cr) >= 0 &&
+                    cr == 4 * 4 * 64 * 16);
+    TH_CHECK(t, find_insn(t, &g, 1, "m", FW_VEC, PHASE_BWD, -1, &cm) >= 0 &&
+                    cm == 4 * 4 * 3 * 4);
+    TH_CHECK(t, find_insn(t, &g, 1, "roi", FW_VEC, PHASE_BWD, -1, NULL) < 0);
+    /* core 2 runs its head's backward before it meets the gather that
+     * returns core 1's head's gradient, and receives both heads' levels
+     * before its own head's forward */
+    long h1 = find_insn(t, &g, 2, "h1", FW_MATMUL, PHASE_BWD, -1, NULL);
+    long gm = find_insn(t, &g, 2, "m", FW_ALLGATHER, PHASE_BWD, FX_DX, NULL);
+    TH_CHECKF(t, h1 >= 0 && gm > h1, "h1 backward at %ld, m's gather at %ld",
+              h1, gm);
+    long fm = find_insn(t, &g, 2, "m", FW_ALLGATHER, PHASE_FWD, FX_FWD, NULL);
+    long f1 = find_insn(t, &g, 2, "h1", FW_MATMUL, PHASE_FWD, -1, NULL);
+    TH_CHECKF(t, fm >= 0 && fm < f1, "m's gather at %ld, h1 forward at %ld",
+              fm, f1);
+    /* 10 us an update: the step grows by core 2's updates alone (core 1's
+     * 192, 1.9 ms, run beside them) */
+    static const char *const key[] = {"xla.scatter_update_ns"};
+    static const char *const v0[] = {"0"}, *const v1[] = {"10000"};
+    sim_opts o;
+    sim_opts_default(&o);
+    o.steps = 1;
+    o.n_sets = 1;
+    o.set_keys = key;
+    o.set_values = v0;
+    emu_result a = {0}, b = {0};
+    tpu_error err = {0};
+    int ok = sim_run(&g, &o, &a, &err) == 0;
+    o.set_values = v1;
+    ok = ok && sim_run(&g, &o, &b, &err) == 0;
+    if (TH_CHECKF(t, ok, "%s", err.msg)) {
+        double d = b.step_time_s - a.step_time_s, own = (double)cr * 1e-5;
+        TH_CHECKF(t, d > 0.999 * own && d < own + 0.5 * (double)cm * 1e-5,
+                  "step grew %.6g s; core 2's updates %.6g s", d, own);
+    }
+    emu_result_free(&a);
+    emu_result_free(&b);
+    graph_free(&g);
+}
+
 static void case_refused(th_ctx *t)
 {
     char buf[4096];
@@ -282,5 +363,6 @@ void th_suite_roi(th_ctx *t)
     case_shapes(t);
     case_values(t);
     case_cost(t);
+    case_scatter(t);
     case_refused(t);
 }
