@@ -73,6 +73,8 @@ static const char usage_text[] =
     "each family out in turn: the value the other families choose and the\n"
     "error it gives on the family left out (leave-one-family-out\n"
     "cross-validation, docs/VALIDATION.md); --report writes tpuemu-fit/1.\n"
+    "List the prior first: where the other families cannot tell the values\n"
+    "apart, the first stands for them (and the line says so).\n"
     "\n"
     "Without --dir, traces/reference is looked for in the current\n"
     "directory, then next to the tpuemu binary and up to two directories\n"
@@ -833,11 +835,18 @@ static int run_fit(const vfiles *f, const char *out, vsets *w)
     double held_sum = 0;
     int held_n = 0;
     for (int j = 0; j < nf && nf > 1; j++) {
+        /* ties keep the first value listed: the prior */
         int bv = 0;
-        for (int v = 1; v < nv; v++)
-            if (fit_mae(rows + (size_t)v * (size_t)f->n, n, fam[j], 0) <
-                fit_mae(rows + (size_t)bv * (size_t)f->n, n, fam[j], 0))
+        double lo_e = fit_mae(rows, n, fam[j], 0), hi_e = lo_e;
+        for (int v = 1; v < nv; v++) {
+            double ev = fit_mae(rows + (size_t)v * (size_t)f->n, n, fam[j], 0);
+            if (ev < fit_mae(rows + (size_t)bv * (size_t)f->n, n, fam[j], 0))
                 bv = v;
+            lo_e = ev < lo_e ? ev : lo_e;
+            hi_e = ev > hi_e ? ev : hi_e;
+        }
+        /* the other families cannot tell the values apart */
+        int blind = hi_e - lo_e < 0.05;
         const vrow *rb = rows + (size_t)bv * (size_t)f->n;
         double e = fit_mae(rb, n, fam[j], 1);
         int k = 0;
@@ -847,13 +856,20 @@ static int run_fit(const vfiles *f, const char *out, vsets *w)
                 k++;
             }
         held_n += k;
-        printf("without %-10s the others choose %s=%s; on %s it gives "
-               "%.1f%%\n",
-               fam[j][0] ? fam[j] : "-", w->fit_key, vals[bv],
-               fam[j][0] ? fam[j] : "-", e);
+        if (blind)
+            printf("without %-10s the others do not tell the values apart; "
+                   "the first, %s=%s, gives %.1f%% on %s\n",
+                   fam[j][0] ? fam[j] : "-", w->fit_key, vals[bv], e,
+                   fam[j][0] ? fam[j] : "-");
+        else
+            printf("without %-10s the others choose %s=%s; on %s it gives "
+                   "%.1f%%\n",
+                   fam[j][0] ? fam[j] : "-", w->fit_key, vals[bv],
+                   fam[j][0] ? fam[j] : "-", e);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "held_out", fam[j][0] ? fam[j] : "-");
         cJSON_AddStringToObject(o, "value", vals[bv]);
+        cJSON_AddBoolToObject(o, "identified", !blind);
         cJSON_AddNumberToObject(o, "held_out_mean_abs_error_pct", e);
         cJSON_AddItemToArray(lo, o);
     }
