@@ -1138,6 +1138,23 @@ static double run_scan(ici *n, int nf)
     return t_end;
 }
 
+/* rem[s] -= rate[s] x dt for every slot, two slots at a time (a multiply
+ * and a subtract each, rounded as one at a time would round them): the
+ * loop the heap loop runs at every event over some 3300 slots (v3-1024),
+ * which the compiler pairs into vector operations only when told the
+ * arrays do not overlap and the count is even. */
+static void advance(double *restrict rem, const double *restrict rate, int m,
+                    double dt)
+{
+    int m2 = m & ~1;
+    for (int s = 0; s < m2; s += 2) {
+        rem[s] -= rate[s] * dt;
+        rem[s + 1] -= rate[s + 1] * dt;
+    }
+    if (m2 < m)
+        rem[m2] -= rate[m2] * dt;
+}
+
 /* The event loop with the same arithmetic as run_scan, so the same
  * doubles: every event still advances every flow's bytes (a multiply and
  * a subtract a flow, no branch), but the next finish and the flows that
@@ -1183,8 +1200,7 @@ static double run_heap(ici *n, int nf)
         TPU_ASSERT(tn < INFINITY);
         double dt = tn - t;
         t = tn;
-        for (int s = 0; s < n->nact; s++)
-            n->arem[s] -= n->arate[s] * dt;
+        advance(n->arem, n->arate, n->nact, dt);
         int finished = 0;
         for (int i = 0; i < nc; i++) {
             int sl = n->bfl[i];
