@@ -186,6 +186,10 @@ void ici_free(ici *n)
     free(n->fin);
     free(n->bfl);
     free(n->amark);
+    free(n->aro);
+    free(n->anr);
+    free(n->amap);
+    free(n->apool);
     free(n->sbits);
     free(n->arem);
     free(n->arate);

@@ -32,8 +32,7 @@ typedef struct {
     double ready; /* latest arrival among its predecessors */
     int r0, nr;   /* route: resources in n->route[r0 .. r0+nr) */
     int head;     /* successors: list n->edge[head], NOFLOW ends */
-    int deps;     /* predecessors not yet arrived; once the flow has
-                   * started (deps 0), its slot in the active arrays */
+    int deps;     /* predecessors not yet arrived */
 } flow_fl;
 
 /* A dependency: flow `to2 >> 1` waits for the arrival (to2 even) or the
@@ -135,6 +134,11 @@ struct ici {
      * last rate change) */
     int *aid, *fin, *bfl;
     int *amark; /* per slot: visit stamp of rates_update */
+    /* per slot: its route, copied to apool[aro .. aro+anr) when it starts
+     * (a solve reads the slots' routes, not the flows': locality), and
+     * act_compact's map from old slots to new */
+    int *aro, *anr, *amap, *apool;
+    int napool, capapool;
     uint64_t *sbits; /* per slot, one bit: sort_slots' scratch, all 0 */
     double *arem, *arate, *atf, *crate;
     int nact, capact; /* slots in use (holes included), allocated */
@@ -155,7 +159,8 @@ struct ici {
     int ntouched;
     unsigned char *frozen;
     int capfrozen;
-    /* per resource: active flows through it in start order, component,
+    /* per resource: the slots of active flows through it in start
+     * order (increasing), component,
      * dirty (a flow started or finished on it) */
     int **rl, *rl_len, *rl_cap;
     int *res_comp, *res_ser, *res_mark, *dirty, *bres;
