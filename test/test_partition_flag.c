@@ -52,6 +52,10 @@ void th_suite_partition_flag(th_ctx *t)
               a->status, b->status, a->err, b->err);
     TH_CHECKF(t, strcmp(body(a->out), body(b->out)) == 0,
               "--partition:\n%s\nthe trace:\n%s", a->out, b->out);
+    /* the x form advise and sweep print */
+    th_run(b, "%s run %s --partition 1x2x2x1", th_bin(), TINY);
+    TH_CHECKF(t, b->status == 0 && strcmp(body(a->out), body(b->out)) == 0,
+              "1x2x2x1 (exit %d):\n%s", b->status, b->out);
 
     th_case(t, "the report records the split and the replica size");
     emu_result r;
@@ -94,6 +98,8 @@ void th_suite_partition_flag(th_ctx *t)
         {"1,4,4,1", "16 cores per replica do not divide the 8 cores of v3-8"},
         {"1,x,2,1", "--partition 1,x,2,1: expected 2 to 5 factors"},
         {"1,,2,1", "--partition 1,,2,1: expected"},
+        {"1x2,2x1", "--partition 1x2,2x1: expected 2 to 5 factors"},
+        {"1x2x2x", "--partition 1x2x2x: expected"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         th_run(a, "%s run %s --partition %s", th_bin(), TINY, bad[k].arg);

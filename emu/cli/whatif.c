@@ -17,16 +17,21 @@ void cli_whatif_init(cli_whatif *w)
     w->optimizer = -1;
 }
 
+/* Commas, or an x between factors as advise and sweep print a split
+ * (1x4x2x1): one separator throughout. */
 int cli_partition_parse(const char *v, int dims[GRAPH_MAX_PDIMS], int *n)
 {
     char q[300];
     const char *p = v;
+    char sep = 0;
     *n = 0;
     for (;;) {
         size_t len = strspn(p, "0123456789");
         long f = len > 0 && len <= 4 ? atol(p) : 0;
+        if (!sep && (p[len] == ',' || p[len] == 'x'))
+            sep = p[len];
         if (f < 1 || f > 4096 || *n == GRAPH_MAX_PDIMS ||
-            (p[len] != ',' && p[len] != 0))
+            (p[len] != sep && p[len] != 0))
             break;
         dims[(*n)++] = (int)f;
         if (!p[len])
@@ -36,7 +41,8 @@ int cli_partition_parse(const char *v, int dims[GRAPH_MAX_PDIMS], int *n)
     cli_shown(q, sizeof q, v);
     cli_error(2, "--partition %s: expected 2 to %d factors of the first "
                  "input's dimensions, each 1 to 4096, separated by commas "
-                 "(N,H,W,C for an image: 1,4,2,1 splits H in 4 and W in 2)",
+                 "or x (N,H,W,C for an image: 1,4,2,1 or 1x4x2x1 splits H "
+                 "in 4 and W in 2)",
               q, GRAPH_MAX_PDIMS);
     *n = 0;
     return -1;
@@ -369,8 +375,8 @@ void cli_whatif_usage(FILE *f)
           "lars (docs/TRACE.md)\n"
           "  --partition N,H,W,C  split the first input as "
           "input_partition_dims would\n"
-          "                  (1,4,2,1: H in 4, W in 2); num_cores_per_replica "
-          "is their product\n"
+          "                  (1,4,2,1 or 1x4x2x1: H in 4, W in 2); "
+          "num_cores_per_replica is their product\n"
           "  --set K=V       override one hardware parameter (repeatable, once "
           "per key, in any\n"
           "                  order); keys, accepted range and unit, and where "
