@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "hbm/hbm.h"
 #include "mxu/mxu.h"
@@ -74,6 +75,7 @@ struct cost_dma {
     size_t cap, n;
     hbm *h;
     double refi_s;
+    hbm_params hp; /* what it was made for */
 };
 
 cost_dma *cost_dma_new(const tpu_params *hw)
@@ -87,7 +89,15 @@ cost_dma *cost_dma_new(const tpu_params *hw)
         return NULL;
     }
     d->refi_s = hw->hbm.t_refi_ns * 1e-9;
+    memcpy(&d->hp, &hw->hbm, sizeof d->hp);
     return d;
+}
+
+int cost_dma_matches(const cost_dma *d, const tpu_params *hw)
+{
+    /* a bytewise match is conservative: padding that differs only
+     * refuses a cache that would have been right */
+    return d && memcmp(&d->hp, &hw->hbm, sizeof d->hp) == 0;
 }
 
 void cost_dma_free(cost_dma *d)

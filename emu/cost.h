@@ -36,6 +36,9 @@ typedef struct cost_dma cost_dma;
 /* NULL when host memory runs out. */
 cost_dma *cost_dma_new(const tpu_params *hw);
 void cost_dma_free(cost_dma *d);
+/* 1 when d was made for hw's HBM (the only parameters its costs depend
+ * on): a run with hw may then borrow it (sim_opts.dma_costs). */
+int cost_dma_matches(const cost_dma *d, const tpu_params *hw);
 /* Duration of one block of `bytes` (write: VMEM -> HBM) in steady state;
  * 0 for no bytes. */
 int64_t cost_dma_ps(cost_dma *d, int64_t bytes, int write);

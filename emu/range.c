@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "emu/cost.h"
 #include "emu/params.h"
 
 /* What a variant needs to know of the trace to tell whether a key can
@@ -331,14 +332,23 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
     tpu_status rc = TPU_OK;
     /* One interconnect for every variant that keeps the ici.* values: its
      * cache of collective results (the gradient all-reduce of a large
-     * slice is most of a step's host time) is filled by the first such
-     * variant, run here, and read by the workers, which inherit it. */
+     * slice is most of a step's host time) is the default step's when the
+     * caller lent it one (sim_caches_new), or else filled by the first
+     * such variant, run here; the workers inherit it. */
     sim_opts so = *o;
     const tpu_system *sys = tpu_system_find(base->system);
-    so.net = sys ? ici_new(&hw.ici, sys->dim_x, sys->dim_y, sys->full_pod)
-                 : NULL;
+    ici *own_net = NULL;
+    if (!so.net)
+        so.net = own_net = sys ? ici_new(&hw.ici, sys->dim_x, sys->dim_y,
+                                         sys->full_pod)
+                               : NULL;
+    /* and one cache of DMA costs for every variant that keeps the hbm.*
+     * values (sim_run lends it only to those) */
+    cost_dma *own_dma = NULL;
+    if (!so.dma_costs)
+        so.dma_costs = own_dma = cost_dma_new(&hw);
     int primed = -1;
-    for (int t = 0; so.net && t < nt && primed < 0; t++)
+    for (int t = 0; own_net && t < nt && primed < 0; t++)
         if (strncmp(out->items[tasks[t].item].key, "ici.", 4)) {
             primed = t;
             outs[t].task = t;
@@ -364,8 +374,9 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
         rc = run_forked(g, o, &hw, out->items, tasks, nt, jobs, primed, outs,
                         err);
     }
-    if (so.net)
-        ici_free(so.net);
+    if (own_net)
+        ici_free(own_net);
+    cost_dma_free(own_dma);
     for (int t = 0; rc == TPU_OK && t < nt; t++) {
         range_item *it = &out->items[tasks[t].item];
         double s = outs[t].ok ? outs[t].step_s : -1;

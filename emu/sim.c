@@ -11,6 +11,7 @@
 #include "emu/params.h"
 #include "emu/plan.h"
 #include "firmware/lower.h"
+#include "interconnect/ici.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -154,6 +155,21 @@ static tpu_status sim_setup(const graph *g, const sim_opts *o,
     *sys_out = sys;
     *batch_out = batch;
     return TPU_OK;
+}
+
+void sim_caches_new(const graph *g, const sim_opts *o, ici **net,
+                    cost_dma **dma)
+{
+    const tpu_system *sys;
+    int64_t batch;
+    tpu_params hw;
+    tpu_error e = {0};
+    *net = NULL;
+    *dma = NULL;
+    if (sim_setup(g, o, &sys, &batch, &hw, &e))
+        return;
+    *net = ici_new(&hw.ici, sys->dim_x, sys->dim_y, sys->full_pod);
+    *dma = cost_dma_new(&hw);
 }
 
 #define HOST_LIMIT_DEFAULT (4.0 * GIB)
@@ -345,7 +361,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     rc = plan_build(&p, g, sys, batch, err);
     if (rc)
         goto fail;
-    cost_dma *dc = NULL;
+    cost_dma *dc = NULL, *own_dc = NULL;
     fw_program *progs = calloc((size_t)p.cpr, sizeof *progs);
     fw_memory *mems = calloc((size_t)p.cpr, sizeof *mems);
     if (!progs || !mems) {
@@ -353,8 +369,12 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         goto fail_plan;
     }
     /* one cache of DMA costs for the lowering's tile search and the
-     * engine: each block size is measured on the HBM model once */
-    dc = cost_dma_new(&hw);
+     * engine: each block size is measured on the HBM model once (per
+     * caller, when it lends one made for this HBM) */
+    if (cost_dma_matches(o->dma_costs, &hw))
+        dc = o->dma_costs;
+    else
+        dc = own_dc = cost_dma_new(&hw);
     if (!dc) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
         goto fail_plan;
@@ -457,7 +477,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         fw_program_free(&progs[k]);
     free(progs);
     free(mems);
-    cost_dma_free(dc);
+    cost_dma_free(own_dc);
     plan_free(&p);
     return TPU_OK;
 
@@ -467,7 +487,7 @@ fail_plan:
             fw_program_free(&progs[k]);
     free(progs);
     free(mems);
-    cost_dma_free(dc);
+    cost_dma_free(own_dc);
     plan_free(&p);
 fail:
     if (rc != TPU_ERR_NOFIT) {

@@ -39,6 +39,11 @@ typedef struct {
      * (emu/range.c's variants); made with ici_new for the effective
      * system and the run's ici.* values, which the caller guarantees. */
     ici *net;
+    /* A cache of DMA costs to borrow (NULL: each run makes its own); used
+     * only when made for the run's hbm.* values (cost_dma_matches), so
+     * that runs of one HBM share their measurements: the tile search
+     * prices every candidate's blocks on the HBM model. */
+    struct cost_dma *dma_costs;
     int time_unfit;            /* time the step even when it does not fit
                                   (fits = 0, TPU_OK): for validation */
     /* Called now and then with the fraction done; may be NULL. */
@@ -47,6 +52,14 @@ typedef struct {
 } sim_opts;
 
 void sim_opts_default(sim_opts *o);
+
+/* The caches a caller may lend to several runs of one trace (sim_opts.net
+ * and .dma_costs): the interconnect of the run's effective system and
+ * ici.* values and the DMA costs of its hbm.* values.  Each is NULL when
+ * the options are invalid (sim_run says why) or memory runs out; the
+ * caller frees them (ici_free, cost_dma_free) after the runs. */
+void sim_caches_new(const graph *g, const sim_opts *o, ici **net,
+                    struct cost_dma **dma);
 
 /* Simulates one step.  TPU_ERR_NOFIT (with the figures in err) when the
  * workload does not fit; the result is still filled then (fits = 0, the

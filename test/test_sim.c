@@ -4,6 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/cost.h"
+#include "emu/params.h"
+#include "emu/sim.h"
+#include "interconnect/ici.h"
 #include "mxu/mxu.h"
 #include "test/harness.h"
 
@@ -56,8 +60,70 @@ static void nofit_placement_cases(th_ctx *t, th_cmd_result *c)
     free(text);
 }
 
+/* Lent caches change no figure: a run that borrows the interconnect and
+ * DMA costs of another run of the same trace gives the same step, and a
+ * DMA cache made for another HBM is refused. */
+static void cache_cases(th_ctx *t)
+{
+    th_case(t, "runs that borrow one trace's caches give the same doubles; "
+               "a DMA cache of another HBM is not borrowed");
+    graph g;
+    tpu_error err = {0};
+    if (!TH_CHECKF(t, graph_load(&g, "traces/retinanet-2560-v3-8-p8.json",
+                                 &err) == 0,
+                   "%s", err.msg))
+        return;
+    sim_opts o;
+    sim_opts_default(&o);
+    emu_result a = {0}, b = {0}, c = {0};
+    ici *net = NULL;
+    cost_dma *dma = NULL;
+    int ok = sim_run(&g, &o, &a, &err) == 0;
+    sim_caches_new(&g, &o, &net, &dma);
+    TH_CHECK(t, net && dma);
+    o.net = net;
+    o.dma_costs = dma;
+    /* twice: the second run finds everything cached */
+    ok = ok && sim_run(&g, &o, &b, &err) == 0;
+    emu_result_free(&b);
+    ok = ok && sim_run(&g, &o, &b, &err) == 0;
+    if (TH_CHECKF(t, ok, "%s", err.msg))
+        TH_CHECKF(t, a.step_time_s == b.step_time_s, "%.17g vs %.17g",
+                  a.step_time_s, b.step_time_s);
+    tpu_params hw;
+    tpu_params_default(&hw, 3);
+    TH_CHECK(t, cost_dma_matches(dma, &hw));
+    TH_CHECK(t, tpu_params_set(&hw, "hbm.bandwidth_gbs", "300", &err) == 0);
+    TH_CHECK(t, !cost_dma_matches(dma, &hw));
+    /* a what-if of the HBM with the default's cache lent: its own costs */
+    static const char *const key[] = {"hbm.bandwidth_gbs"},
+                             *const val[] = {"300"};
+    sim_opts q;
+    sim_opts_default(&q);
+    q.n_sets = 1;
+    q.set_keys = key;
+    q.set_values = val;
+    emu_result d = {0};
+    ok = sim_run(&g, &q, &c, &err) == 0;
+    q.dma_costs = dma;
+    ok = ok && sim_run(&g, &q, &d, &err) == 0;
+    if (TH_CHECKF(t, ok, "%s", err.msg))
+        TH_CHECKF(t, c.step_time_s == d.step_time_s &&
+                         c.step_time_s != a.step_time_s,
+                  "%.17g vs %.17g (default %.17g)", c.step_time_s,
+                  d.step_time_s, a.step_time_s);
+    emu_result_free(&a);
+    emu_result_free(&b);
+    emu_result_free(&c);
+    emu_result_free(&d);
+    ici_free(net);
+    cost_dma_free(dma);
+    graph_free(&g);
+}
+
 void th_suite_sim(th_ctx *t)
 {
+    cache_cases(t);
     th_cmd_result *c = malloc(sizeof *c); /* 72 KiB: not on the stack */
     if (!c)
         return;

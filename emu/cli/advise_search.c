@@ -13,6 +13,7 @@
 
 #include "emu/cli/advise.h"
 #include "emu/cli/sweep/sweep.h"
+#include "emu/cost.h"
 #include "emu/imp/keras.h"
 #include "emu/range.h"
 #include "emu/sim.h"
@@ -273,6 +274,15 @@ typedef struct {
     ici *net;
 } slice_net;
 
+/* A worker's caches: an interconnect per slice, and DMA costs per
+ * generation (every candidate of a generation runs with the same hbm.*
+ * values, and the tile search measures most block sizes again for each
+ * split otherwise). */
+typedef struct {
+    slice_net *nets;
+    cost_dma *dma[4];
+} worker_cache;
+
 #define ADVISE_NETS 32
 
 /* The worker's interconnect of c's slice, made on first use; NULL when
@@ -296,12 +306,31 @@ static ici *net_of(const advise_opts *o, const advise_cand *c,
     return nets[k].net;
 }
 
+/* The worker's DMA costs for c's generation, made on first use (NULL:
+ * the run makes its own). */
+static cost_dma *dma_of(const advise_opts *o, const advise_cand *c,
+                        worker_cache *wc)
+{
+    int gen = c->sys->gen;
+    if (gen < 0 || gen >= 4)
+        return NULL;
+    if (!wc->dma[gen]) {
+        tpu_params hw;
+        tpu_error e2 = {0};
+        if (cand_params(o, c, &hw, &e2))
+            return NULL;
+        wc->dma[gen] = cost_dma_new(&hw);
+    }
+    return wc->dma[gen];
+}
+
 static void simulate(const advise_opts *o, const graph *g, advise_cand *c,
-                     slice_net *nets)
+                     worker_cache *wc)
 {
     sim_opts so;
     cand_opts(o, c, &so);
-    so.net = nets ? net_of(o, c, nets) : NULL;
+    so.net = wc && wc->nets ? net_of(o, c, wc->nets) : NULL;
+    so.dma_costs = wc ? dma_of(o, c, wc) : NULL;
     emu_result r;
     tpu_error err = {0};
     tpu_status st = sim_run(g, &so, &r, &err);
@@ -321,7 +350,7 @@ static void simulate(const advise_opts *o, const graph *g, advise_cand *c,
     emu_result_free(&r);
 }
 
-static void run_one(pool *pl, advise_cand *c, slice_net *nets)
+static void run_one(pool *pl, advise_cand *c, worker_cache *wc)
 {
     const advise_opts *o = pl->o;
     pthread_mutex_lock(&pl->mu);
@@ -349,7 +378,7 @@ static void run_one(pool *pl, advise_cand *c, slice_net *nets)
     } else if (o->fit_only) {
         c->state = fit_check(o, g, c);
     } else {
-        simulate(o, g, c, nets);
+        simulate(o, g, c, wc);
     }
     pthread_mutex_lock(&pl->mu);
     if (c->state == ADV_NOFIT && c->per_replica < pl->nofit_min[c->split])
@@ -367,15 +396,18 @@ static void run_one(pool *pl, advise_cand *c, slice_net *nets)
 static void *worker(void *arg)
 {
     pool *pl = arg;
-    slice_net *nets = calloc(ADVISE_NETS, sizeof *nets);
+    worker_cache wc = {calloc(ADVISE_NETS, sizeof(slice_net)), {NULL}};
     for (;;) {
         pthread_mutex_lock(&pl->mu);
         int i = pl->next < pl->res->n ? pl->order[pl->next++] : -1;
         pthread_mutex_unlock(&pl->mu);
         if (i < 0) {
-            for (int k = 0; nets && k < ADVISE_NETS && nets[k].sys; k++)
-                ici_free(nets[k].net);
-            free(nets);
+            for (int k = 0; wc.nets && k < ADVISE_NETS && wc.nets[k].sys;
+                 k++)
+                ici_free(wc.nets[k].net);
+            free(wc.nets);
+            for (int k = 0; k < 4; k++)
+                cost_dma_free(wc.dma[k]);
             return NULL;
         }
         advise_cand *c = &pl->res->c[i];
@@ -383,7 +415,7 @@ static void *worker(void *arg)
             c->state = ADV_SKIPPED;
             continue;
         }
-        run_one(pl, c, nets);
+        run_one(pl, c, &wc);
     }
 }
 

@@ -11,12 +11,14 @@
 #include "emu/out/npy.h"
 #include "emu/cli/advise.h"
 #include "emu/cli/cli.h"
+#include "emu/cost.h"
 #include "emu/graph.h"
 #include "emu/out/outfile.h"
 #include "emu/range.h"
 #include "emu/report.h"
 #include "emu/sim.h"
 #include "firmware/isa.h"
+#include "interconnect/ici.h"
 
 static const char usage[] =
     "usage: tpuemu run TRACE.json [--system NAME] [--batch N]\n"
@@ -768,6 +770,15 @@ static int simulate(run_args *ra, emu_result *r, range_result *rr,
         graph_free(&g);
         return code;
     }
+    /* with a range to compute, the default step's collectives and DMA
+     * costs serve its variants too */
+    int want_range = rr && !ra->no_range && (!ra->quiet || ra->path[OUT_REPORT]);
+    ici *net = NULL;
+    cost_dma *dma = NULL;
+    if (want_range && !ra->o.functional)
+        sim_caches_new(&g, &ra->o, &net, &dma);
+    ra->o.net = net;
+    ra->o.dma_costs = dma;
     *st = sim_run(&g, &ra->o, r, err);
     if (prog.shown)
         fprintf(stderr, "\r%40s\r", "");
@@ -787,6 +798,11 @@ static int simulate(run_args *ra, emu_result *r, range_result *rr,
             rr->step_s = r->step_time_s;
         }
     }
+    ra->o.net = NULL;
+    ra->o.dma_costs = NULL;
+    if (net)
+        ici_free(net);
+    cost_dma_free(dma);
     graph_free(&g);
     return 0;
 }

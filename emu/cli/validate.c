@@ -37,12 +37,14 @@
 #include <cjson/cJSON.h>
 
 #include "emu/cli/cli.h"
+#include "emu/cost.h"
 #include "emu/graph.h"
 #include "emu/params.h"
 #include "emu/range.h"
 #include "emu/out/outfile.h"
 #include "emu/report.h"
 #include "emu/sim.h"
+#include "interconnect/ici.h"
 
 #define VALIDATE_MAX_FILES 4096
 #define VALIDATE_MAX_SETS 32
@@ -589,6 +591,14 @@ static void validate_one(vtable *t, const char *path, const char *file)
     o.set_values = t->set_values;
     emu_result r;
     memset(&r, 0, sizeof r);
+    /* the default step's collectives and DMA costs serve the range's
+     * variants too */
+    ici *net = NULL;
+    cost_dma *dma = NULL;
+    if (!t->no_range)
+        sim_caches_new(&g, &o, &net, &dma);
+    o.net = net;
+    o.dma_costs = dma;
     tpu_status st = sim_run(&g, &o, &r, &err);
     if (st == TPU_OK && !t->no_range) {
         range_result rr;
@@ -608,6 +618,9 @@ static void validate_one(vtable *t, const char *path, const char *file)
         row_ok(t, row, &g, &r);
     if (!t->quiet)
         fflush(stdout);
+    if (net)
+        ici_free(net);
+    cost_dma_free(dma);
     emu_result_free(&r);
     graph_free(&g);
 }
