@@ -406,15 +406,20 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
     int left = m, bad = 0;
     double prev = 0;
     while (left > 0) {
+        /* Resources with no unfrozen flow left drop out of the list (they
+         * take part in nothing more); the others keep their order. */
         double share = INFINITY;
+        int w = 0;
         for (int k = 0; k < n->ntouched; k++) {
             int r = n->touched[k];
             if (n->res_cnt[r] > 0) {
+                n->touched[w++] = r;
                 double s = n->res_cap[r] / n->res_cnt[r];
                 if (s < share)
                     share = s;
             }
         }
+        n->ntouched = w;
         TPU_ASSERT(share < INFINITY);
         if (share < 0)
             share = 0;
@@ -454,8 +459,7 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
             }
         }
     }
-    for (int k = 0; k < n->ntouched; k++)
-        n->res_cnt[n->touched[k]] = 0;
+    /* every flow froze: every count is back at 0 */
     return bad ? -1 : nsh;
 }
 
