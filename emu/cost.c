@@ -167,3 +167,162 @@ int64_t cost_dma_ps(cost_dma *d, int64_t bytes, int write)
     d->n++;
     return ps;
 }
+
+/* ---- sequence prices ------------------------------------------------------ */
+
+/* An instruction as the 8 integers its timing can depend on. */
+enum { MEMO_W = 8 };
+
+typedef struct {
+    uint64_t hash;
+    size_t off, n; /* in pool, n instructions */
+    int64_t ps;
+} memo_ent;
+
+struct cost_memo {
+    memo_ent *tab; /* open addressing; n == 0 marks an empty slot */
+    size_t cap, used;
+    int64_t *pool;
+    size_t npool, cappool;
+    tpu_params hw; /* what it prices for (memo_params) */
+};
+
+/* The chip data a local sequence's price depends on: all but the
+ * interconnect's and the record of what --set gave. */
+static void memo_params(const tpu_params *hw, tpu_params *k)
+{
+    memcpy(k, hw, sizeof *k);
+    memset(&k->ici, 0, sizeof k->ici);
+    k->collective_overhead_ns = 0;
+    k->set_mask = 0;
+    k->hbm_peak_gbs_set = 0;
+}
+
+static void memo_words(const fw_insn *in, int64_t w[MEMO_W])
+{
+    w[0] = (int64_t)in->op | (int64_t)in->phase << 8 |
+           (int64_t)in->passes << 16 | (int64_t)in->fx << 24 |
+           (int64_t)in->recompute << 32 | (int64_t)in->gconv << 40;
+    w[1] = in->layer;
+    w[2] = in->a;
+    w[3] = in->b;
+    w[4] = in->c;
+    w[5] = in->d;
+    w[6] = in->e;
+    w[7] = in->kparts;
+}
+
+static uint64_t memo_hash(const fw_program *p)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)p->n;
+    for (size_t i = 0; i < p->n; i++) {
+        int64_t w[MEMO_W];
+        memo_words(&p->code[i], w);
+        for (int k = 0; k < MEMO_W; k++)
+            h = (h ^ (uint64_t)w[k]) * 1099511628211ULL;
+    }
+    return h ? h : 1;
+}
+
+static int memo_same(const cost_memo *m, const memo_ent *e,
+                     const fw_program *p)
+{
+    if (e->n != p->n)
+        return 0;
+    const int64_t *q = m->pool + e->off;
+    for (size_t i = 0; i < p->n; i++, q += MEMO_W) {
+        int64_t w[MEMO_W];
+        memo_words(&p->code[i], w);
+        if (memcmp(w, q, sizeof w))
+            return 0;
+    }
+    return 1;
+}
+
+cost_memo *cost_memo_new(const tpu_params *hw)
+{
+    cost_memo *m = calloc(1, sizeof *m);
+    if (m)
+        memo_params(hw, &m->hw);
+    return m;
+}
+
+int cost_memo_matches(const cost_memo *m, const tpu_params *hw)
+{
+    if (!m)
+        return 0;
+    tpu_params k;
+    memo_params(hw, &k);
+    /* bytewise, so conservative: padding that differs only refuses */
+    return memcmp(&k, &m->hw, sizeof k) == 0;
+}
+
+void cost_memo_free(cost_memo *m)
+{
+    if (!m)
+        return;
+    free(m->tab);
+    free(m->pool);
+    free(m);
+}
+
+int64_t cost_memo_get(const cost_memo *m, const fw_program *prog)
+{
+    if (!m || !m->cap || prog->n == 0)
+        return -1;
+    uint64_t h = memo_hash(prog);
+    for (size_t j = (size_t)(h >> 20) & (m->cap - 1); m->tab[j].n;
+         j = (j + 1) & (m->cap - 1))
+        if (m->tab[j].hash == h && memo_same(m, &m->tab[j], prog))
+            return m->tab[j].ps;
+    return -1;
+}
+
+void cost_memo_put(cost_memo *m, const fw_program *prog, int64_t ps)
+{
+    if (!m || prog->n == 0 || ps < 0)
+        return;
+    if (2 * (m->used + 1) > m->cap) {
+        size_t nc = m->cap ? 2 * m->cap : 1024;
+        memo_ent *nt = calloc(nc, sizeof *nt);
+        if (!nt)
+            return;
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->tab[i].n) {
+                size_t j = (size_t)(m->tab[i].hash >> 20) & (nc - 1);
+                while (nt[j].n)
+                    j = (j + 1) & (nc - 1);
+                nt[j] = m->tab[i];
+            }
+        free(m->tab);
+        m->tab = nt;
+        m->cap = nc;
+    }
+    size_t need = m->npool + prog->n * MEMO_W;
+    if (need > m->cappool) {
+        size_t nc = m->cappool ? m->cappool : 4096;
+        while (nc < need)
+            nc *= 2;
+        int64_t *np = realloc(m->pool, nc * sizeof *np);
+        if (!np)
+            return;
+        m->pool = np;
+        m->cappool = nc;
+    }
+    uint64_t h = memo_hash(prog);
+    size_t j = (size_t)(h >> 20) & (m->cap - 1);
+    while (m->tab[j].n) {
+        if (m->tab[j].hash == h && memo_same(m, &m->tab[j], prog))
+            return; /* already there */
+        j = (j + 1) & (m->cap - 1);
+    }
+    memo_ent *e = &m->tab[j];
+    e->hash = h;
+    e->off = m->npool;
+    e->n = prog->n;
+    e->ps = ps;
+    for (size_t i = 0; i < prog->n; i++)
+        memo_words(&prog->code[i], m->pool + m->npool + i * MEMO_W);
+    m->npool = need;
+    m->used++;
+}

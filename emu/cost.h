@@ -43,4 +43,22 @@ int cost_dma_matches(const cost_dma *d, const tpu_params *hw);
  * 0 for no bytes. */
 int64_t cost_dma_ps(cost_dma *d, int64_t bytes, int write);
 
+/* The prices of whole instruction sequences, remembered by their
+ * instructions: the lowering's tile search prices the same candidate
+ * again for every layer of one shape (a network's repeated blocks, a
+ * detection head on each level), and a price is a pure function of the
+ * sequence and the chip data, which one memo must not mix. */
+typedef struct cost_memo cost_memo;
+
+/* For the chip data hw; NULL when host memory runs out. */
+cost_memo *cost_memo_new(const tpu_params *hw);
+void cost_memo_free(cost_memo *m);
+/* 1 when m was made for chip data that price every local sequence as hw
+ * does (all but the interconnect's, which no local sequence reads). */
+int cost_memo_matches(const cost_memo *m, const tpu_params *hw);
+/* The price remembered for prog, or -1. */
+int64_t cost_memo_get(const cost_memo *m, const fw_program *prog);
+/* Remembers prog's price (ps >= 0); without room it remembers nothing. */
+void cost_memo_put(cost_memo *m, const fw_program *prog, int64_t ps);
+
 #endif

@@ -347,6 +347,11 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
     cost_dma *own_dma = NULL;
     if (!so.dma_costs)
         so.dma_costs = own_dma = cost_dma_new(&hw);
+    /* and one memo of the tile search's prices, which the variants of
+     * interconnect keys (the lowering does not read them) share */
+    cost_memo *own_memo = NULL;
+    if (!so.price_memo)
+        so.price_memo = own_memo = cost_memo_new(&hw);
     int primed = -1;
     for (int t = 0; own_net && t < nt && primed < 0; t++)
         if (strncmp(out->items[tasks[t].item].key, "ici.", 4)) {
@@ -377,6 +382,7 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
     if (own_net)
         ici_free(own_net);
     cost_dma_free(own_dma);
+    cost_memo_free(own_memo);
     for (int t = 0; rc == TPU_OK && t < nt; t++) {
         range_item *it = &out->items[tasks[t].item];
         double s = outs[t].ok ? outs[t].step_s : -1;

@@ -20,12 +20,18 @@
 typedef struct {
     const tpu_params *hw;
     cost_dma *dc;
+    cost_memo *memo; /* this run's prices (NULL: none remembered) */
 } sim_pricing;
 
 static int64_t price_local(void *ctx, const fw_program *prog)
 {
     const sim_pricing *sp = ctx;
-    return engine_local_ps(sp->hw, sp->dc, prog);
+    int64_t ps = cost_memo_get(sp->memo, prog);
+    if (ps >= 0)
+        return ps;
+    ps = engine_local_ps(sp->hw, sp->dc, prog);
+    cost_memo_put(sp->memo, prog, ps);
+    return ps;
 }
 
 void sim_opts_default(sim_opts *o)
@@ -157,19 +163,34 @@ static tpu_status sim_setup(const graph *g, const sim_opts *o,
     return TPU_OK;
 }
 
-void sim_caches_new(const graph *g, const sim_opts *o, ici **net,
-                    cost_dma **dma)
+void sim_caches_new(const graph *g, const sim_opts *o, sim_caches *c)
 {
     const tpu_system *sys;
     int64_t batch;
     tpu_params hw;
     tpu_error e = {0};
-    *net = NULL;
-    *dma = NULL;
+    memset(c, 0, sizeof *c);
     if (sim_setup(g, o, &sys, &batch, &hw, &e))
         return;
-    *net = ici_new(&hw.ici, sys->dim_x, sys->dim_y, sys->full_pod);
-    *dma = cost_dma_new(&hw);
+    c->net = ici_new(&hw.ici, sys->dim_x, sys->dim_y, sys->full_pod);
+    c->dma = cost_dma_new(&hw);
+    c->memo = cost_memo_new(&hw);
+}
+
+void sim_caches_lend(const sim_caches *c, sim_opts *o)
+{
+    o->net = c->net;
+    o->dma_costs = c->dma;
+    o->price_memo = c->memo;
+}
+
+void sim_caches_free(sim_caches *c)
+{
+    if (c->net)
+        ici_free(c->net);
+    cost_dma_free(c->dma);
+    cost_memo_free(c->memo);
+    memset(c, 0, sizeof *c);
 }
 
 #define HOST_LIMIT_DEFAULT (4.0 * GIB)
@@ -379,13 +400,20 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory");
         goto fail_plan;
     }
-    sim_pricing sp = {&hw, dc};
+    /* the shards of a replica lower alike: one memo of prices for all
+     * (the caller's, when it lends one made for this chip data) */
+    cost_memo *own_memo = NULL;
+    sim_pricing sp = {&hw, dc, o->price_memo};
+    if (!cost_memo_matches(sp.memo, &hw))
+        sp.memo = own_memo = cost_memo_new(&hw);
     fw_pricer pricer = {price_local, &sp};
     double need = 0;
     for (int k = 0; k < p.cpr; k++) {
         rc = fw_lower(g, &p, &hw, k, &pricer, &progs[k], &mems[k], err);
-        if (rc)
+        if (rc) {
+            cost_memo_free(own_memo);
             goto fail_plan;
+        }
         if (mems[k].remat_bytes > out->hbm_remat_bytes) {
             out->hbm_remat_bytes = mems[k].remat_bytes;
             out->hbm_remat_core = k;
@@ -404,6 +432,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
             out->small_batch_padded = mems[k].small_batch_padded;
         }
     }
+    cost_memo_free(own_memo);
     rc = note_gconv(out, g, &progs[0], err);
     if (rc)
         goto fail_plan;
@@ -518,9 +547,10 @@ tpu_status sim_lower(const graph *g, const sim_opts *o, int core,
         plan_free(&p);
         return tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (lowering)");
     }
-    sim_pricing sp = {&hw, dc};
+    sim_pricing sp = {&hw, dc, cost_memo_new(&hw)};
     fw_pricer pricer = {price_local, &sp};
     rc = fw_lower(g, &p, &hw, p.shard_of[core], &pricer, prog, mem, err);
+    cost_memo_free(sp.memo);
     if (!rc && mem->peak_bytes > hw.hbm.capacity_bytes)
         rc = nofit_fail(err, o->trace_path ? o->trace_path : g->name, sys,
                         &hw, &p, mem);

@@ -44,6 +44,9 @@ typedef struct {
      * that runs of one HBM share their measurements: the tile search
      * prices every candidate's blocks on the HBM model. */
     struct cost_dma *dma_costs;
+    /* Prices of the tile search's candidates to borrow the same way (used
+     * only when made for the run's chip data, cost_memo_matches). */
+    struct cost_memo *price_memo;
     int time_unfit;            /* time the step even when it does not fit
                                   (fits = 0, TPU_OK): for validation */
     /* Called now and then with the fraction done; may be NULL. */
@@ -53,13 +56,21 @@ typedef struct {
 
 void sim_opts_default(sim_opts *o);
 
-/* The caches a caller may lend to several runs of one trace (sim_opts.net
- * and .dma_costs): the interconnect of the run's effective system and
- * ici.* values and the DMA costs of its hbm.* values.  Each is NULL when
- * the options are invalid (sim_run says why) or memory runs out; the
- * caller frees them (ici_free, cost_dma_free) after the runs. */
-void sim_caches_new(const graph *g, const sim_opts *o, ici **net,
-                    struct cost_dma **dma);
+/* The caches a caller may lend to several runs of one trace: the
+ * interconnect of the run's effective system and ici.* values, the DMA
+ * costs of its hbm.* values and the prices of its chip data.  Each is
+ * NULL when the options are invalid (sim_run says why) or memory runs
+ * out. */
+typedef struct {
+    ici *net;
+    struct cost_dma *dma;
+    struct cost_memo *memo;
+} sim_caches;
+
+void sim_caches_new(const graph *g, const sim_opts *o, sim_caches *c);
+/* Sets o's borrowed caches to c's (all NULL for a zeroed c). */
+void sim_caches_lend(const sim_caches *c, sim_opts *o);
+void sim_caches_free(sim_caches *c);
 
 /* Simulates one step.  TPU_ERR_NOFIT (with the figures in err) when the
  * workload does not fit; the result is still filled then (fits = 0, the

@@ -76,13 +76,12 @@ static void cache_cases(th_ctx *t)
     sim_opts o;
     sim_opts_default(&o);
     emu_result a = {0}, b = {0}, c = {0};
-    ici *net = NULL;
-    cost_dma *dma = NULL;
+    sim_caches cc;
     int ok = sim_run(&g, &o, &a, &err) == 0;
-    sim_caches_new(&g, &o, &net, &dma);
-    TH_CHECK(t, net && dma);
-    o.net = net;
-    o.dma_costs = dma;
+    sim_caches_new(&g, &o, &cc);
+    TH_CHECK(t, cc.net && cc.dma && cc.memo);
+    sim_caches_lend(&cc, &o);
+    cost_dma *dma = cc.dma;
     /* twice: the second run finds everything cached */
     ok = ok && sim_run(&g, &o, &b, &err) == 0;
     emu_result_free(&b);
@@ -93,6 +92,13 @@ static void cache_cases(th_ctx *t)
     tpu_params hw;
     tpu_params_default(&hw, 3);
     TH_CHECK(t, cost_dma_matches(dma, &hw));
+    /* the price memo: any chip data but the interconnect's tell apart */
+    TH_CHECK(t, cost_memo_matches(cc.memo, &hw));
+    tpu_params hi = hw, hc = hw;
+    TH_CHECK(t, tpu_params_set(&hi, "ici.link_gbs", "100", &err) == 0 &&
+                    cost_memo_matches(cc.memo, &hi));
+    TH_CHECK(t, tpu_params_set(&hc, "clock_hz", "800e6", &err) == 0 &&
+                    !cost_memo_matches(cc.memo, &hc));
     TH_CHECK(t, tpu_params_set(&hw, "hbm.bandwidth_gbs", "300", &err) == 0);
     TH_CHECK(t, !cost_dma_matches(dma, &hw));
     /* a what-if of the HBM with the default's cache lent: its own costs */
@@ -116,8 +122,7 @@ static void cache_cases(th_ctx *t)
     emu_result_free(&b);
     emu_result_free(&c);
     emu_result_free(&d);
-    ici_free(net);
-    cost_dma_free(dma);
+    sim_caches_free(&cc);
     graph_free(&g);
 }
 

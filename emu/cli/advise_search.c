@@ -281,6 +281,8 @@ typedef struct {
 typedef struct {
     slice_net *nets;
     cost_dma *dma[4];
+    cost_memo *memo[4]; /* prices of the tile search's candidates: one
+                           split and batch lowers alike on every slice */
 } worker_cache;
 
 #define ADVISE_NETS 32
@@ -320,6 +322,7 @@ static cost_dma *dma_of(const advise_opts *o, const advise_cand *c,
         if (cand_params(o, c, &hw, &e2))
             return NULL;
         wc->dma[gen] = cost_dma_new(&hw);
+        wc->memo[gen] = cost_memo_new(&hw);
     }
     return wc->dma[gen];
 }
@@ -331,6 +334,8 @@ static void simulate(const advise_opts *o, const graph *g, advise_cand *c,
     cand_opts(o, c, &so);
     so.net = wc && wc->nets ? net_of(o, c, wc->nets) : NULL;
     so.dma_costs = wc ? dma_of(o, c, wc) : NULL;
+    /* made with the DMA costs, for the same chip data */
+    so.price_memo = so.dma_costs ? wc->memo[c->sys->gen] : NULL;
     emu_result r;
     tpu_error err = {0};
     tpu_status st = sim_run(g, &so, &r, &err);
@@ -396,7 +401,8 @@ static void run_one(pool *pl, advise_cand *c, worker_cache *wc)
 static void *worker(void *arg)
 {
     pool *pl = arg;
-    worker_cache wc = {calloc(ADVISE_NETS, sizeof(slice_net)), {NULL}};
+    worker_cache wc = {calloc(ADVISE_NETS, sizeof(slice_net)), {NULL},
+                       {NULL}};
     for (;;) {
         pthread_mutex_lock(&pl->mu);
         int i = pl->next < pl->res->n ? pl->order[pl->next++] : -1;
@@ -406,8 +412,10 @@ static void *worker(void *arg)
                  k++)
                 ici_free(wc.nets[k].net);
             free(wc.nets);
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < 4; k++) {
                 cost_dma_free(wc.dma[k]);
+                cost_memo_free(wc.memo[k]);
+            }
             return NULL;
         }
         advise_cand *c = &pl->res->c[i];

@@ -773,12 +773,10 @@ static int simulate(run_args *ra, emu_result *r, range_result *rr,
     /* with a range to compute, the default step's collectives and DMA
      * costs serve its variants too */
     int want_range = rr && !ra->no_range && (!ra->quiet || ra->path[OUT_REPORT]);
-    ici *net = NULL;
-    cost_dma *dma = NULL;
+    sim_caches cc = {0};
     if (want_range && !ra->o.functional)
-        sim_caches_new(&g, &ra->o, &net, &dma);
-    ra->o.net = net;
-    ra->o.dma_costs = dma;
+        sim_caches_new(&g, &ra->o, &cc);
+    sim_caches_lend(&cc, &ra->o);
     *st = sim_run(&g, &ra->o, r, err);
     if (prog.shown)
         fprintf(stderr, "\r%40s\r", "");
@@ -798,11 +796,9 @@ static int simulate(run_args *ra, emu_result *r, range_result *rr,
             rr->step_s = r->step_time_s;
         }
     }
-    ra->o.net = NULL;
-    ra->o.dma_costs = NULL;
-    if (net)
-        ici_free(net);
-    cost_dma_free(dma);
+    sim_caches none = {0};
+    sim_caches_lend(&none, &ra->o);
+    sim_caches_free(&cc);
     graph_free(&g);
     return 0;
 }

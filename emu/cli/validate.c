@@ -593,12 +593,10 @@ static void validate_one(vtable *t, const char *path, const char *file)
     memset(&r, 0, sizeof r);
     /* the default step's collectives and DMA costs serve the range's
      * variants too */
-    ici *net = NULL;
-    cost_dma *dma = NULL;
+    sim_caches cc = {0};
     if (!t->no_range)
-        sim_caches_new(&g, &o, &net, &dma);
-    o.net = net;
-    o.dma_costs = dma;
+        sim_caches_new(&g, &o, &cc);
+    sim_caches_lend(&cc, &o);
     tpu_status st = sim_run(&g, &o, &r, &err);
     if (st == TPU_OK && !t->no_range) {
         range_result rr;
@@ -618,9 +616,7 @@ static void validate_one(vtable *t, const char *path, const char *file)
         row_ok(t, row, &g, &r);
     if (!t->quiet)
         fflush(stdout);
-    if (net)
-        ici_free(net);
-    cost_dma_free(dma);
+    sim_caches_free(&cc);
     emu_result_free(&r);
     graph_free(&g);
 }
