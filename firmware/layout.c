@@ -152,11 +152,28 @@ int layout_keeps_taps(const lower_ctx *c, const glayer *L)
     return layout_small_batch(c) && (L->op == GOP_CONV || L->op == GOP_CONV_T);
 }
 
+/* The batch padding of convolution L: a 3D convolution whose kernel and
+ * stride are 1 along its first dimension is a batch of 2D convolutions
+ * over it (the trace's form of a per-ROI convolution: Mask R-CNN's heads
+ * reshape [examples, ROIs] into one batch), so that dimension's local
+ * extent joins the batch that is padded to the sublanes. */
+double layout_conv_batch_scale(const lower_ctx *c, const glayer *L)
+{
+    double s = layout_batch_scale(c);
+    if (s == 1 || L->out.nsp != 3 || L->kernel[0] != 1 ||
+        (L->strides[0] > 1))
+        return s;
+    int64_t ext[GRAPH_MAX_SP];
+    layout_local_out(c, (int)(L - c->g->layers), ext, NULL);
+    double b = c->B * (double)ext[0];
+    return (double)rup((int64_t)ceil(b), c->hw->sublane_pad) / b;
+}
+
 /* Rows (M) a matrix layer streams per real row: the padded batch of a
  * small-batch convolution. */
 double layout_rows_scale(const lower_ctx *c, const glayer *L)
 {
-    return layout_keeps_taps(c, L) ? layout_batch_scale(c) : 1;
+    return layout_keeps_taps(c, L) ? layout_conv_batch_scale(c, L) : 1;
 }
 
 /* A product's K over `taps` kernel taps of `ch` features each (the

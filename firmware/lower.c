@@ -221,7 +221,8 @@ static void lower_matrix_layer(lower_ctx *c, int l, int phase)
          * have no tap.  Taps fold into K as the forward's do (with dY's
          * features), unless the small-batch layout keeps them apart. */
         if (layout_keeps_taps(c, L))
-            Min = (int64_t)llround((double)Min * layout_batch_scale(c));
+            Min = (int64_t)llround((double)Min *
+                                   layout_conv_batch_scale(c, L));
         int64_t Mdx = L->op == GOP_CONV ? cdiv(Min, sprod) : Min;
         int fold_dx;
         int64_t Kdx =

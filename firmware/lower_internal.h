@@ -128,6 +128,7 @@ double layout_operand_bytes(const lower_ctx *c, int l, int i);
 double layout_out_fraction(const lower_ctx *c, int l);
 int layout_keeps_taps(const lower_ctx *c, const glayer *L);
 double layout_rows_scale(const lower_ctx *c, const glayer *L);
+double layout_conv_batch_scale(const lower_ctx *c, const glayer *L);
 int64_t layout_tap_k(const lower_ctx *c, const glayer *L, int64_t taps,
                      int64_t ch, int *fold);
 

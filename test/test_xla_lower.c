@@ -174,6 +174,36 @@ void th_suite_xla_lower(th_ctx *t)
         }
     }
 
+    th_case(t, "small batch: a 3D convolution with a kernel of 1 along its "
+               "first dimension batches over it (a per-ROI 2D convolution)");
+    {
+        /* 4 examples per core of [4, 16, 16, 32]: [1,3,3] runs 4 x 4 = 16
+         * 2D convolutions of 16x16 (M = 16 x 256, no padding); [3,3,3]
+         * pads the 4 examples to 8 (M = 8 x 4 x 256) */
+        static const char *const fmt =
+            "{\"format\":\"tpuemu-trace/1\",\"name\":\"r\",\"system\":"
+            "\"v3-8\",\"run\":{\"mode\":\"train\",\"global_batch\":32},"
+            "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[4,16,16,"
+            "32]}],\"layers\":[{\"name\":\"c\",\"op\":\"conv\",\"in\":"
+            "\"x\",\"filters\":32,\"kernel\":[%d,3,3]},{\"name\":\"l\","
+            "\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"c\"}]}}";
+        tally roi, cube;
+        snprintf(buf, sizeof buf, fmt, 1);
+        if (TH_CHECKF(t,
+                      lower_tally(buf, NULL, NULL, "c", PHASE_FWD, &roi,
+                                  &e) == 0,
+                      "%s", e.msg))
+            TH_CHECKF(t, roi.m_rows == 16 * 256, "[1,3,3]: M %g",
+                      roi.m_rows);
+        snprintf(buf, sizeof buf, fmt, 3);
+        if (TH_CHECKF(t,
+                      lower_tally(buf, NULL, NULL, "c", PHASE_FWD, &cube,
+                                  &e) == 0,
+                      "%s", e.msg))
+            TH_CHECKF(t, cube.m_rows == 8 * 4 * 256, "[3,3,3]: M %g",
+                      cube.m_rows);
+    }
+
     th_case(t, "a deeper array keeps the lanes' padding: K = taps x 128 on "
                "256 rows, and a 256x256 array is not slower");
     {
