@@ -308,23 +308,24 @@ static ici *net_of(const advise_opts *o, const advise_cand *c,
     return nets[k].net;
 }
 
-/* The worker's DMA costs for c's generation, made on first use (NULL:
- * the run makes its own). */
-static cost_dma *dma_of(const advise_opts *o, const advise_cand *c,
-                        worker_cache *wc)
+/* Lends so the worker's DMA costs and prices for c's generation, made on
+ * first use (left NULL when they cannot be: the run makes its own). */
+static void lend_gen(const advise_opts *o, const advise_cand *c,
+                     worker_cache *wc, sim_opts *so)
 {
     int gen = c->sys->gen;
     if (gen < 0 || gen >= 4)
-        return NULL;
-    if (!wc->dma[gen]) {
+        return;
+    if (!wc->dma[gen] && !wc->memo[gen]) {
         tpu_params hw;
         tpu_error e2 = {0};
         if (cand_params(o, c, &hw, &e2))
-            return NULL;
+            return;
         wc->dma[gen] = cost_dma_new(&hw);
         wc->memo[gen] = cost_memo_new(&hw);
     }
-    return wc->dma[gen];
+    so->dma_costs = wc->dma[gen];
+    so->price_memo = wc->memo[gen];
 }
 
 static void simulate(const advise_opts *o, const graph *g, advise_cand *c,
@@ -333,9 +334,8 @@ static void simulate(const advise_opts *o, const graph *g, advise_cand *c,
     sim_opts so;
     cand_opts(o, c, &so);
     so.net = wc && wc->nets ? net_of(o, c, wc->nets) : NULL;
-    so.dma_costs = wc ? dma_of(o, c, wc) : NULL;
-    /* made with the DMA costs, for the same chip data */
-    so.price_memo = so.dma_costs ? wc->memo[c->sys->gen] : NULL;
+    if (wc)
+        lend_gen(o, c, wc, &so);
     emu_result r;
     tpu_error err = {0};
     tpu_status st = sim_run(g, &so, &r, &err);

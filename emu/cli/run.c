@@ -772,7 +772,8 @@ static int simulate(run_args *ra, emu_result *r, range_result *rr,
     }
     /* with a range to compute, the default step's collectives and DMA
      * costs serve its variants too */
-    int want_range = rr && !ra->no_range && (!ra->quiet || ra->path[OUT_REPORT]);
+    int want_range =
+        rr && !ra->no_range && (!ra->quiet || ra->path[OUT_REPORT]);
     sim_caches cc = {0};
     if (want_range && !ra->o.functional)
         sim_caches_new(&g, &ra->o, &cc);
@@ -784,8 +785,7 @@ static int simulate(run_args *ra, emu_result *r, range_result *rr,
     ra->o.progress = NULL;
     ra->o.progress_ctx = NULL;
     /* the range is printed, or carried by the report */
-    if (*st == TPU_OK && rr && !ra->no_range &&
-        (!ra->quiet || ra->path[OUT_REPORT])) {
+    if (*st == TPU_OK && want_range) {
         *st = range_compute(&g, &ra->o, r, 0, rr, err);
         if (*st == TPU_OK)
             *st = range_to_result(rr, r, err);
