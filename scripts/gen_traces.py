@@ -790,6 +790,13 @@ def all_traces():
     out.append(("traces/retinanet-2560-v3-8-p8.json",
                 trace("retinanet-r50-fpn-2560-p8", r2560, "v3-8", 8, 8, [1, 4, 2, 1]),
                 r2560))
+    # RetinaNet at 640x640, 8 per core on v3-32: the setting of a public
+    # TF2 implementation's training log (docs/VALIDATION.md, "Cross-checks
+    # outside the set").
+    r640 = retinanet(640)
+    out.append(("traces/retinanet-640-v3-32.json",
+                trace("retinanet-r50-fpn-640", r640, "v3-32", 256, 1, [1, 1, 1, 1]),
+                r640))
     out.append(("traces/resnet50-224-v3-8.json",
                 trace("resnet50-224", rn50, "v3-8", 1024, 1, [1, 1, 1, 1]), rn50))
     out.append(("traces/resnet50-224-v3-2048.json",
