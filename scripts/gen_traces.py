@@ -605,6 +605,84 @@ UNET_BASE = 32
 UNET_CLASSES = 3
 
 
+SSD_LEVELS = ((3, 4), (4, 6), (5, 6), (6, 6), (7, 4), (8, 4))  # level, anchors
+SSD_CLASSES = 81            # ssd_constants.NUM_CLASSES, "no class" included
+SSD_EXTRA = ((4, 256, 512, 2, "same"), (5, 256, 512, 2, "same"),
+             (6, 128, 256, 2, "same"), (7, 128, 256, 1, "valid"),
+             (8, 128, 256, 1, "valid"))  # level, 1x1 filters, 3x3 filters, stride, padding
+
+
+def ssd300(space_to_depth):
+    """SSD with a ResNet-34 backbone at 300x300 as MLPerf Training v0.6's
+    Google submission builds it (Google/benchmarks/ssd/implementations/
+    tpu-v3-N-ssd/ssd: ssd_architecture.py, ssd_model.py, ssd_constants.py).
+    space_to_depth: the host delivers the image as 150x150x12 and conv0 is
+    the equivalent 4x4 stride-1 conv (hparam conv0_space_to_depth)."""
+    g = Graph(2)
+    if space_to_depth:
+        img = g.input("image", [150, 150, 12])
+        x = g.conv("conv0_s2d", img, 64, 4)
+    else:
+        img = g.input("image", [300, 300, 3])
+        x = g.conv("conv0", img, 64, 7, strides=2)
+    x = g.bn("bn_conv0", x)
+    x = g.relu("conv0_relu", x)
+    x = g.maxpool("pool0", x, 3, strides=2, padding="same")
+    # block_group1..3 of resnet_v1_generator: [3, 4, 6] basic blocks; group 3
+    # keeps stride 1 (38x38) and, as every group but the first, starts with a
+    # projection shortcut.
+    for grp, filters, blocks, stride in ((1, 64, 3, 1), (2, 128, 4, 2), (3, 256, 6, 1)):
+        for b in range(blocks):
+            tag = "g%d_b%d" % (grp, b)
+            s = stride if b == 0 else 1
+            if b == 0 and grp > 1:
+                sc = g.conv(tag + "_proj", x, filters, 1, strides=s)
+                sc = g.bn(tag + "_proj_bn", sc)
+            else:
+                sc = x
+            y = g.conv(tag + "_conv1", x, filters, 3, strides=s)
+            y = g.bn(tag + "_bn1", y)
+            y = g.relu(tag + "_relu1", y)
+            y = g.conv(tag + "_conv2", y, filters, 3)
+            y = g.bn(tag + "_bn2", y)
+            y = g.add(tag + "_add", [y, sc])
+            x = g.relu(tag + "_relu", y)
+    feats = {3: x}
+    for lvl, f1, f3, stride, pad in SSD_EXTRA:
+        y = g.conv("block%d_conv1x1" % (lvl + 3), feats[lvl - 1], f1, 1, use_bias=True)
+        y = g.relu("block%d_relu1x1" % (lvl + 3), y)
+        y = g.conv("block%d_conv3x3" % (lvl + 3), y, f3, 3, strides=stride,
+                   padding=pad, use_bias=True)
+        feats[lvl] = g.relu("block%d_relu3x3" % (lvl + 3), y)
+    cls, box = [], []
+    for lvl, anchors in SSD_LEVELS:
+        cls.append(g.conv("class_%d" % lvl, feats[lvl], SSD_CLASSES * anchors, 3,
+                          use_bias=True))
+        box.append(g.conv("box_%d" % lvl, feats[lvl], 4 * anchors, 3, use_bias=True))
+    g.loss("class_loss", cls, "softmax_xent", dtype="f32")
+    g.loss("box_loss", box, "smooth_l1", dtype="f32")
+    return g
+
+# MLPerf Training v0.6, Google's SSD (run_and_time.sh of each slice): system,
+# global batch, cores per replica (--input_partition_dims=1,4,1,1),
+# distributed_group_size (run.batchnorm_group), conv0_space_to_depth,
+# iterations_per_loop, step time (median over the 5 runs of the median
+# block_start spacing per step, first block dropped; each block is a whole
+# number of loops), spread over the runs.
+SSD_MLPERF06 = (
+    ("v3-32", 1024, 1, 2, False, 625, 0.10878, "107.2-109.9 ms"),
+    ("v3-128", 1024, 1, 8, True, 625, 0.03292, None),
+    ("v3-256", 1024, 1, 16, True, 625, 0.02316, None),
+    ("v3-512", 2048, 1, 16, True, 313, 0.02266, None),
+    ("v3-1024", 2048, 4, 8, True, 313, 0.01593, None),
+    ("v3-2048", 2048, 4, 16, True, 313, 0.01286, "12.78-12.96 ms"),
+)
+# The row each is compared with at equal code: fewer examples per core, or
+# the same examples per replica split over 4 cores.
+SSD_BASELINE = {"v3-128": "v3-32", "v3-256": "v3-128", "v3-512": "v3-256",
+                "v3-1024": "v3-128", "v3-2048": "v3-512"}
+
+
 def unet3d(size):
     """3D UNet of models/official/unet3d/unet_model.py (unet3d_base) with the
     defaults of unet_config.py: depth 4, 32 base filters, batchnorm,
@@ -779,6 +857,25 @@ def all_traces():
                     trace(name, m, system, 128, cpr, pd,
                           (step, src, "maskrcnn", prev)), m))
         prev = name
+    for system, batch, cpr, bn, s2d, loop, step, spread in SSD_MLPERF06:
+        g = ssd300(s2d)
+        reps = int(system.split("-")[1]) // cpr
+        src = (SRC_MLPERF06 % ("tpu-" + system, "ssd", "ssd")
+               + ": SSD ResNet-34 300x300, %s, global batch %d (%d per %s), bf16, "
+               "momentum, distributed_group_size=%d, conv0_space_to_depth=%s; %s"
+               "step time %.2f ms = median block_start spacing / steps (blocks "
+               "of whole %d-step loops)%s"
+               % (system, batch, batch // reps,
+                  "replica of %d cores" % cpr if cpr > 1 else "core", bn,
+                  "true" if s2d else "false",
+                  "--input_partition_dims=1,4,1,1; " if cpr > 1 else "",
+                  step * 1e3, loop, " (runs %s)" % spread if spread else ""))
+        base = SSD_BASELINE.get(system)
+        ref = (step, src, "ssd") + (("ssd-resnet34-" + base,) if base else ())
+        pd = [1, 4, 1, 1] if cpr > 1 else [1, 1, 1, 1]
+        out.append(("traces/reference/ssd-%s.json" % system,
+                    trace("ssd-resnet34-" + system, g, system, batch, cpr, pd, ref,
+                          None, bn), g))
     # The seeds' memory boundary: 8 examples of 2560x2560 on one core do not
     # fit; the same 8 per replica fit again when split 4 or 8 ways.
     out.append(("traces/retinanet-2560-v3-8.json",
