@@ -359,6 +359,16 @@ static double snap_share(const flow_tab *g, double prev, double l)
     return l;
 }
 
+/* The frozen flags of fill and fill_comp, at least `need` long; all 0
+ * outside a fill. */
+static void frozen_grow(ici *n, int need)
+{
+    int cap0 = n->capfrozen;
+    n->frozen = ici_grow(n, n->frozen, &n->capfrozen, need, 1);
+    if (n->capfrozen > cap0)
+        memset(n->frozen + cap0, 0, (size_t)(n->capfrozen - cap0));
+}
+
 /* Max-min fair rates by progressive filling: raise every unfrozen flow's
  * rate together until some resource is full; the flows through it keep
  * that rate; repeat with the capacity that is left.  sl[0..m): slots of
@@ -401,8 +411,7 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
             n->res_list[n->res_start[r] + n->res_len[r]++] = i;
         }
     }
-    n->frozen = ici_grow(n, n->frozen, &n->capfrozen, m, 1);
-    memset(n->frozen, 0, (size_t)(unsigned)m);
+    frozen_grow(n, m);
     int left = m, bad = 0;
     double prev = 0;
     while (left > 0) {
@@ -459,7 +468,9 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
             }
         }
     }
-    /* every flow froze: every count is back at 0 */
+    /* every flow froze: every count is back at 0; the flags go back to 0
+     * for fill_comp */
+    memset(n->frozen, 0, (size_t)(unsigned)m);
     return bad ? -1 : nsh;
 }
 
@@ -857,9 +868,105 @@ static void sort_slots(ici *n, int *v, int m)
     TPU_ASSERT(k == m); /* distinct slots */
 }
 
+/* fill for one connected component, over its resources res[0..nres)
+ * and its slots fl[0..m) in any order; slot s receives its share in
+ * n->crate[s].  Every flow through a resource of the component is in
+ * the component, so a resource's list of slots (rl, in start order) is
+ * the list fill builds over the flows in start order, and its length the
+ * count; the resources are taken in the order fill meets them, by their
+ * first slot in start order, then by place on that slot's route.  Same
+ * rounds, same order, same doubles as fill over the slots in start
+ * order, without sorting the slots. */
+static int fill_comp(ici *n, const int *res, int nres, const int *fl, int m,
+                     double *sh, const flow_tab *snap)
+{
+    frozen_grow(n, n->nact);
+    n->res_list = ici_grow(n, n->res_list, &n->caplist, nres, sizeof(int));
+    unsigned char *frozen = n->frozen;
+    int *first = n->res_list, nfirst = 0;
+    for (int i = 0; i < nres; i++) {
+        int s0 = n->rl[res[i]][0];
+        if (!frozen[s0]) {
+            frozen[s0] = 1;
+            first[nfirst++] = s0;
+        }
+    }
+    for (int i = 0; i < nfirst; i++)
+        frozen[first[i]] = 0;
+    sort_slots(n, first, nfirst);
+    n->ntouched = 0;
+    for (int i = 0; i < nfirst; i++) {
+        int s0 = first[i];
+        const int *rt = n->apool + n->aro[s0];
+        int nr = n->anr[s0];
+        for (int h = 0; h < nr; h++) {
+            int r = rt[h];
+            if (n->rl[r][0] != s0 || n->res_cnt[r] != 0)
+                continue;
+            n->touched[n->ntouched++] = r;
+            n->res_cnt[r] = n->rl_len[r];
+            n->res_cap[r] = res_bps(n, r);
+        }
+    }
+    TPU_ASSERT(n->ntouched == nres);
+    int left = m, bad = 0, nsh = 0;
+    double prev = 0;
+    while (left > 0) {
+        double share = INFINITY;
+        int w = 0;
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            if (n->res_cnt[r] > 0) {
+                n->touched[w++] = r;
+                double sr = n->res_cap[r] / n->res_cnt[r];
+                if (sr < share)
+                    share = sr;
+            }
+        }
+        n->ntouched = w;
+        TPU_ASSERT(share < INFINITY);
+        if (share < 0)
+            share = 0;
+        sh[2 * nsh] = share;
+        if (share > 0 && !bad)
+            share = snap_share(snap, prev, share);
+        else
+            bad = 1;
+        sh[2 * nsh + 1] = share;
+        prev = share;
+        nsh++;
+        double lim = share * (1 + 1e-12);
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            int cnt = n->res_cnt[r];
+            if (cnt <= 0 || n->res_cap[r] / cnt > lim)
+                continue;
+            const int *lst = n->rl[r];
+            for (int j = 0; j < n->rl_len[r]; j++) {
+                int sl = lst[j];
+                if (frozen[sl])
+                    continue;
+                frozen[sl] = 1;
+                left--;
+                const int *rt = n->apool + n->aro[sl];
+                int nr = n->anr[sl];
+                n->crate[sl] = share;
+                for (int h = 0; h < nr; h++) {
+                    int q = rt[h];
+                    n->res_cap[q] -= share;
+                    n->res_cnt[q]--;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < m; i++)
+        frozen[fl[i]] = 0;
+    return bad ? -1 : nsh;
+}
+
 /* Solves the component of resource r0 (not yet visited under stamp), whose
- * previous component has been killed, alone; its flows are appended to
- * n->bfl from *nsolved on and take their rate. */
+ * previous component has been killed, alone; its slots take their
+ * rates. */
 static void solve_comp(ici *n, int r0, int stamp, double t)
 {
     int nres = 0, m = 0;
@@ -888,9 +995,8 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
             }
         }
     }
-    sort_slots(n, fl, m); /* start order */
     n->cshares = ici_grow(n, n->cshares, &n->capcsh, 2 * m, sizeof(double));
-    int nsh = fill(n, fl, m, n->crate, n->cshares, &n->g);
+    int nsh = fill_comp(n, n->bres, nres, fl, m, n->cshares, &n->g);
     int bad = nsh < 0;
     if (bad)
         nsh = 0;
@@ -901,7 +1007,7 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
         n->res_ser[n->bres[i]] = n->comp[c].ser;
     }
     for (int i = 0; i < m; i++)
-        rate_set(n, fl[i], n->crate[i], t);
+        rate_set(n, fl[i], n->crate[fl[i]], t);
 }
 
 /* A visit stamp for res_mark and amark, never 0 (their initial value);
