@@ -359,16 +359,6 @@ static double snap_share(const flow_tab *g, double prev, double l)
     return l;
 }
 
-/* The frozen flags of fill and fill_comp, at least `need` long; all 0
- * outside a fill. */
-static void frozen_grow(ici *n, int need)
-{
-    int cap0 = n->capfrozen;
-    n->frozen = ici_grow(n, n->frozen, &n->capfrozen, need, 1);
-    if (n->capfrozen > cap0)
-        memset(n->frozen + cap0, 0, (size_t)(n->capfrozen - cap0));
-}
-
 /* Max-min fair rates by progressive filling: raise every unfrozen flow's
  * rate together until some resource is full; the flows through it keep
  * that rate; repeat with the capacity that is left.  sl[0..m): slots of
@@ -411,7 +401,8 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
             n->res_list[n->res_start[r] + n->res_len[r]++] = i;
         }
     }
-    frozen_grow(n, m);
+    n->frozen = ici_grow(n, n->frozen, &n->capfrozen, m, 1);
+    memset(n->frozen, 0, (size_t)(unsigned)m);
     int left = m, bad = 0;
     double prev = 0;
     while (left > 0) {
@@ -468,9 +459,7 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
             }
         }
     }
-    /* every flow froze: every count is back at 0; the flags go back to 0
-     * for fill_comp */
-    memset(n->frozen, 0, (size_t)(unsigned)m);
+    /* every flow froze: every count is back at 0 */
     return bad ? -1 : nsh;
 }
 
@@ -528,6 +517,7 @@ static void comp_kill(ici *n, int c)
             changed_add(n, s);
     }
     n->shlive -= k->nsh;
+    n->rlive -= k->nres;
     n->nbad -= k->bad;
     k->alive = 0;
     n->comp_free =
@@ -535,7 +525,40 @@ static void comp_kill(ici *n, int c)
     n->comp_free[n->nfree++] = c;
 }
 
-static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
+/* Appends cnt resources to the pool of components' resources; returns
+ * their offset.  The pool keeps only live components' lists when it
+ * would grow. */
+static int rpool_append(ici *n, const int *src, int cnt)
+{
+    if (n->nrpool + cnt > n->caprpool && n->nrpool > 2 * n->rlive) {
+        int *pool = ici_tmp_alloc(&n->mem, (size_t)n->caprpool * sizeof(int));
+        int w = 0;
+        for (int i = 0; i < n->ncomp; i++) {
+            flow_comp *k = &n->comp[i];
+            if (!k->alive)
+                continue;
+            memcpy(pool + w, n->rpool + k->roff,
+                   (size_t)k->nres * sizeof(int));
+            k->roff = w;
+            w += k->nres;
+        }
+        ici_tmp_keep(&n->mem, pool);
+        free(n->rpool);
+        n->rpool = pool;
+        n->nrpool = w;
+    }
+    n->rpool = ici_grow(n, n->rpool, &n->caprpool, n->nrpool + cnt,
+                        sizeof(int));
+    int off = n->nrpool;
+    memcpy(n->rpool + off, src, (size_t)cnt * sizeof(int));
+    n->nrpool += cnt;
+    return off;
+}
+
+/* A live component with the rounds sh[0 .. 2 nsh) and the resources
+ * n->rpool[roff .. roff+nres). */
+static int comp_new(ici *n, const double *sh, int nsh, int bad, int roff,
+                    int nres)
 {
     int c;
     if (n->nfree > 0) {
@@ -570,10 +593,18 @@ static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
     flow_comp *k = &n->comp[c];
     k->off = n->nshpool;
     k->nsh = nsh;
-    k->rep = rep;
+    k->roff = roff;
+    k->nres = nres;
+    k->split = 0;
     k->bad = bad;
     k->alive = 1;
     k->ser = ++n->ser;
+    for (int i = 0; i < nres; i++) {
+        int r = n->rpool[roff + i];
+        n->res_comp[r] = c;
+        n->res_ser[r] = k->ser;
+    }
+    n->rlive += nres;
     memcpy(n->shpool + k->off, sh, (size_t)(2 * nsh) * sizeof(double));
     n->nshpool += 2 * nsh;
     n->shlive += nsh;
@@ -683,6 +714,7 @@ static void act_grow(ici *n)
     n->fin = ici_ralloc(&n->mem, n->fin, ci);
     n->bfl = ici_ralloc(&n->mem, n->bfl, ci);
     n->amark = ici_ralloc(&n->mem, n->amark, ci);
+    n->afrz = ici_ralloc(&n->mem, n->afrz, ci);
     n->aro = ici_ralloc(&n->mem, n->aro, ci);
     n->anr = ici_ralloc(&n->mem, n->anr, ci);
     n->amap = ici_ralloc(&n->mem, n->amap, ci);
@@ -696,6 +728,7 @@ static void act_grow(ici *n)
                           (size_t)(c / 64) * sizeof(uint64_t));
     memset(n->amark + n->capact, 0,
            (size_t)(c - n->capact) * sizeof(int));
+    memset(n->afrz + n->capact, 0, (size_t)(c - n->capact) * sizeof(int));
     memset(n->sbits + n->capact / 64, 0,
            (size_t)((c - n->capact) / 64) * sizeof(uint64_t));
     n->capact = c;
@@ -764,6 +797,22 @@ static void act_start(ici *n, int id)
     n->napool += f->nr;
     if (!n->scan)
         hp_push(n, s);
+    /* The flow joins the component of its resources when all are in one
+     * and one of them carries a flow already (the others may have lost
+     * theirs since the solve); otherwise it may join components or
+     * stand alone, and theirs are found again. */
+    int c0 = comp_of(n, n->route[f->r0]), busy = 0, same = c0 >= 0;
+    for (int h = 0; h < f->nr; h++) {
+        int r = n->route[f->r0 + h];
+        same &= comp_of(n, r) == c0;
+        busy |= n->rl_len[r] > 0;
+    }
+    if (!same || !busy)
+        for (int h = 0; h < f->nr; h++) {
+            int c2 = comp_of(n, n->route[f->r0 + h]);
+            if (c2 >= 0)
+                n->comp[c2].split = 1;
+        }
     for (int h = 0; h < f->nr; h++) {
         int r = n->route[f->r0 + h];
         if (n->rl_len[r] == n->rl_cap[r]) {
@@ -778,10 +827,30 @@ static void act_start(ici *n, int id)
     }
 }
 
-/* The flow of slot s leaves its resources' lists. */
+/* The flow of slot s leaves its resources' lists.  Its component stays
+ * whole when each two resources next on its route are still crossed by
+ * one flow (a resource left without flows leaves the component);
+ * otherwise the flow may have been the one link between two parts. */
 static void act_finish(ici *n, int s)
 {
     const int *rt = n->apool + n->aro[s];
+    for (int h = 0; h + 1 < n->anr[s]; h++) {
+        int c = comp_of(n, rt[h]);
+        if (c >= 0 && !n->comp[c].split) {
+            /* checked as if s had left already */
+            int a = rt[h], b = rt[h + 1], ok = 0;
+            const int *l = n->rl[a];
+            for (int j = 0; j < n->rl_len[a] && !ok; j++) {
+                if (l[j] == s)
+                    continue;
+                const int *rt2 = n->apool + n->aro[l[j]];
+                for (int h2 = 0; h2 < n->anr[l[j]] && !ok; h2++)
+                    ok = rt2[h2] == b;
+            }
+            if (!ok)
+                n->comp[c].split = 1;
+        }
+    }
     for (int h = 0; h < n->anr[s]; h++) {
         int r = rt[h];
         int *l = n->rl[r], len = n->rl_len[r], j = 0;
@@ -868,31 +937,35 @@ static void sort_slots(ici *n, int *v, int m)
     TPU_ASSERT(k == m); /* distinct slots */
 }
 
-/* fill for one connected component, over its resources res[0..nres)
- * and its slots fl[0..m) in any order; slot s receives its share in
- * n->crate[s].  Every flow through a resource of the component is in
- * the component, so a resource's list of slots (rl, in start order) is
- * the list fill builds over the flows in start order, and its length the
- * count; the resources are taken in the order fill meets them, by their
- * first slot in start order, then by place on that slot's route.  Same
- * rounds, same order, same doubles as fill over the slots in start
- * order, without sorting the slots. */
-static int fill_comp(ici *n, const int *res, int nres, const int *fl, int m,
-                     double *sh, const flow_tab *snap)
+/* fill for one connected component, over its resources res[0..nres);
+ * its flows take their rates (rate_set at time t).  Every flow through a
+ * resource of the component is in the component, so a resource's list of
+ * slots (rl, in start order) is the list fill builds over the flows in
+ * start order, and its length the count; the resources are taken in the
+ * order fill meets them, by their first slot in start order, then by
+ * place on that slot's route.  Same rounds, same order, same doubles as
+ * fill over the slots in start order, without sorting or listing the
+ * slots.  A slot froze when afrz holds this call's stamp. */
+static int fill_comp(ici *n, const int *res, int nres, double *sh,
+                     const flow_tab *snap, double t)
 {
-    frozen_grow(n, n->nact);
     n->res_list = ici_grow(n, n->res_list, &n->caplist, nres, sizeof(int));
-    unsigned char *frozen = n->frozen;
+    if (n->fzstamp == INT_MAX) {
+        memset(n->afrz, 0, (size_t)n->capact * sizeof(int));
+        n->fzstamp = 0;
+    }
+    int fz = ++n->fzstamp;
+    int *afrz = n->afrz;
+    /* the first slots, each once (marked as frozen meanwhile) */
     int *first = n->res_list, nfirst = 0;
     for (int i = 0; i < nres; i++) {
         int s0 = n->rl[res[i]][0];
-        if (!frozen[s0]) {
-            frozen[s0] = 1;
+        if (afrz[s0] != fz) {
+            afrz[s0] = fz;
             first[nfirst++] = s0;
         }
     }
-    for (int i = 0; i < nfirst; i++)
-        frozen[first[i]] = 0;
+    fz = ++n->fzstamp;
     sort_slots(n, first, nfirst);
     n->ntouched = 0;
     for (int i = 0; i < nfirst; i++) {
@@ -909,9 +982,9 @@ static int fill_comp(ici *n, const int *res, int nres, const int *fl, int m,
         }
     }
     TPU_ASSERT(n->ntouched == nres);
-    int left = m, bad = 0, nsh = 0;
+    int bad = 0, nsh = 0;
     double prev = 0;
-    while (left > 0) {
+    for (;;) {
         double share = INFINITY;
         int w = 0;
         for (int k = 0; k < n->ntouched; k++) {
@@ -924,7 +997,8 @@ static int fill_comp(ici *n, const int *res, int nres, const int *fl, int m,
             }
         }
         n->ntouched = w;
-        TPU_ASSERT(share < INFINITY);
+        if (w == 0) /* every flow froze */
+            break;
         if (share < 0)
             share = 0;
         sh[2 * nsh] = share;
@@ -944,38 +1018,47 @@ static int fill_comp(ici *n, const int *res, int nres, const int *fl, int m,
             const int *lst = n->rl[r];
             for (int j = 0; j < n->rl_len[r]; j++) {
                 int sl = lst[j];
-                if (frozen[sl])
+                if (afrz[sl] == fz)
                     continue;
-                frozen[sl] = 1;
-                left--;
+                afrz[sl] = fz;
                 const int *rt = n->apool + n->aro[sl];
                 int nr = n->anr[sl];
-                n->crate[sl] = share;
                 for (int h = 0; h < nr; h++) {
                     int q = rt[h];
                     n->res_cap[q] -= share;
                     n->res_cnt[q]--;
                 }
+                rate_set(n, sl, share, t);
             }
         }
     }
-    for (int i = 0; i < m; i++)
-        frozen[fl[i]] = 0;
     return bad ? -1 : nsh;
 }
 
-/* Solves the component of resource r0 (not yet visited under stamp), whose
- * previous component has been killed, alone; its slots take their
- * rates. */
+/* Solves the component of the resources n->rpool[roff .. roff+nres),
+ * whose previous component has been killed; returns the new one. */
+static int comp_solve(ici *n, int roff, int nres, double t)
+{
+    /* a round freezes every flow of a resource at least */
+    n->cshares = ici_grow(n, n->cshares, &n->capcsh, 2 * nres, sizeof(double));
+    int nsh = fill_comp(n, n->rpool + roff, nres, n->cshares, &n->g, t);
+    int bad = nsh < 0;
+    if (bad)
+        nsh = 0;
+    return comp_new(n, n->cshares, nsh, bad, roff, nres);
+}
+
+/* Finds the component of resource r0 (not yet visited under stamp) by
+ * walking its flows, kills the components its resources had, and solves
+ * it. */
 static void solve_comp(ici *n, int r0, int stamp, double t)
 {
-    int nres = 0, m = 0;
+    int nres = 0;
     n->res_mark[r0] = stamp;
     n->res_comp[r0] = -1;
     if (n->rl_len[r0] == 0)
         return;
     n->bres[nres++] = r0;
-    int *fl = n->bfl;
     for (int i = 0; i < nres; i++) {
         int q = n->bres[i];
         for (int j = 0; j < n->rl_len[q]; j++) {
@@ -983,7 +1066,6 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
             if (n->amark[sl] == stamp)
                 continue;
             n->amark[sl] = stamp;
-            fl[m++] = sl;
             const int *rt = n->apool + n->aro[sl];
             for (int h = 0; h < n->anr[sl]; h++) {
                 int q2 = rt[h];
@@ -995,19 +1077,27 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
             }
         }
     }
-    n->cshares = ici_grow(n, n->cshares, &n->capcsh, 2 * m, sizeof(double));
-    int nsh = fill_comp(n, n->bres, nres, fl, m, n->cshares, &n->g);
-    int bad = nsh < 0;
-    if (bad)
-        nsh = 0;
-    int c = comp_new(n, n->cshares, nsh, bad, r0);
-    for (int i = 0; i < nres; i++)
-    {
-        n->res_comp[n->bres[i]] = c;
-        n->res_ser[n->bres[i]] = n->comp[c].ser;
+    comp_solve(n, rpool_append(n, n->bres, nres), nres, t);
+}
+
+/* Solves live component c again with the resources it had (not split
+ * since its solve), less those left without flows; returns the new
+ * component, or -1 when none has a flow left. */
+static int comp_resolve(ici *n, int c, int stamp, double t)
+{
+    flow_comp *k = &n->comp[c];
+    int roff = k->roff, nr = k->nres, w = 0;
+    comp_kill(n, c);
+    int *lst = n->rpool + roff;
+    for (int i = 0; i < nr; i++) {
+        int r = lst[i];
+        n->res_mark[r] = stamp;
+        if (n->rl_len[r] > 0)
+            lst[w++] = r;
+        else
+            n->res_comp[r] = -1;
     }
-    for (int i = 0; i < m; i++)
-        rate_set(n, fl[i], n->crate[fl[i]], t);
+    return w > 0 ? comp_solve(n, roff, w, t) : -1;
 }
 
 /* A visit stamp for res_mark and amark, never 0 (their initial value);
@@ -1028,12 +1118,10 @@ static int next_stamp(ici *n)
 static void comp_redo(ici *n, int c, double t)
 {
     flow_comp *k = &n->comp[c];
-    int nsh = k->nsh, r0 = k->rep, mark = n->nchg;
+    int nsh = k->nsh, mark = n->nchg;
     n->oldsh = ici_grow(n, n->oldsh, &n->capoldsh, 2 * nsh + 1, sizeof(double));
     memcpy(n->oldsh, n->shpool + k->off, (size_t)(2 * nsh) * sizeof(double));
-    comp_kill(n, c);
-    solve_comp(n, r0, next_stamp(n), t);
-    int c2 = comp_of(n, r0);
+    int c2 = comp_resolve(n, c, next_stamp(n), t);
     TPU_ASSERT(c2 >= 0);
     const flow_comp *k2 = &n->comp[c2];
     if (k2->nsh == nsh && !k2->bad &&
@@ -1049,6 +1137,7 @@ static void comps_reset(ici *n)
     for (int c = 0; c < n->ncomp; c++)
         n->comp[c].alive = 0;
     n->ncomp = n->nfree = n->nshpool = n->shlive = n->nbad = 0;
+    n->nrpool = n->rlive = 0;
     n->g.n = n->own.n = 0;
     n->invalid = 1;
 }
@@ -1103,8 +1192,13 @@ static void rates_update(ici *n, double t)
         n->res_isdirty[r0] = 0;
         if (n->res_mark[r0] == stamp)
             continue;
-        comp_kill(n, comp_of(n, r0));
-        solve_comp(n, r0, stamp, t);
+        int c = comp_of(n, r0);
+        if (c >= 0 && !n->comp[c].split) {
+            comp_resolve(n, c, stamp, t);
+        } else {
+            comp_kill(n, c);
+            solve_comp(n, r0, stamp, t);
+        }
     }
     n->ndirty = 0;
     /* shares that appeared in or vanished from g: the components with an

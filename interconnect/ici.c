@@ -186,6 +186,7 @@ void ici_free(ici *n)
     free(n->fin);
     free(n->bfl);
     free(n->amark);
+    free(n->afrz);
     free(n->aro);
     free(n->anr);
     free(n->amap);
@@ -212,6 +213,7 @@ void ici_free(ici *n)
     free(n->comp);
     free(n->comp_free);
     free(n->shpool);
+    free(n->rpool);
     free(n->g.e);
     free(n->own.e);
     free(n->chg);
