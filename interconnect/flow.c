@@ -827,28 +827,35 @@ static void act_start(ici *n, int id)
     }
 }
 
+/* 1 when an active flow crosses both resources a and b. */
+static int linked(const ici *n, int a, int b)
+{
+    const int *l = n->rl[a];
+    for (int j = 0; j < n->rl_len[a]; j++) {
+        const int *rt = n->apool + n->aro[l[j]];
+        for (int h = 0; h < n->anr[l[j]]; h++)
+            if (rt[h] == b)
+                return 1;
+    }
+    return 0;
+}
+
 /* The flow of slot s leaves its resources' lists.  Its component stays
  * whole when each two resources next on its route are still crossed by
- * one flow (a resource left without flows leaves the component);
- * otherwise the flow may have been the one link between two parts. */
+ * one flow at the next solve (a resource left without flows leaves the
+ * component): rates_update checks the pairs then, after the starts that
+ * came meanwhile (often the next message on the same route). */
 static void act_finish(ici *n, int s)
 {
     const int *rt = n->apool + n->aro[s];
     for (int h = 0; h + 1 < n->anr[s]; h++) {
         int c = comp_of(n, rt[h]);
         if (c >= 0 && !n->comp[c].split) {
-            /* checked as if s had left already */
-            int a = rt[h], b = rt[h + 1], ok = 0;
-            const int *l = n->rl[a];
-            for (int j = 0; j < n->rl_len[a] && !ok; j++) {
-                if (l[j] == s)
-                    continue;
-                const int *rt2 = n->apool + n->aro[l[j]];
-                for (int h2 = 0; h2 < n->anr[l[j]] && !ok; h2++)
-                    ok = rt2[h2] == b;
-            }
-            if (!ok)
-                n->comp[c].split = 1;
+            n->pairs = ici_grow(n, n->pairs, &n->cappairs, 2 * n->npairs + 2,
+                                sizeof(int));
+            n->pairs[2 * n->npairs] = rt[h];
+            n->pairs[2 * n->npairs + 1] = rt[h + 1];
+            n->npairs++;
         }
     }
     for (int h = 0; h < n->anr[s]; h++) {
@@ -1163,6 +1170,13 @@ static void fill_all(ici *n, double t)
  * again. */
 static void rates_update(ici *n, double t)
 {
+    for (int i = 0; i < n->npairs; i++) {
+        int a = n->pairs[2 * i], b = n->pairs[2 * i + 1];
+        int c = comp_of(n, a);
+        if (c >= 0 && !n->comp[c].split && !linked(n, a, b))
+            n->comp[c].split = 1;
+    }
+    n->npairs = 0;
     /* Where most resources changed (a symmetric collective's step ends on
      * every chip at once) the components would all be solved again one by
      * one: the solve over all flows is cheaper, and the components are
@@ -1450,7 +1464,7 @@ double flow_run(ici *n)
     for (int i = 0; i < nf; i++)
         if (n->fl[i].deps == 0)
             q_push(n, 0.0, i);
-    n->nact = n->nlive = n->nheap = n->napool = 0;
+    n->nact = n->nlive = n->nheap = n->napool = n->npairs = 0;
     comps_reset(n);
     n->invalid = 0;
     n->nbusy = 0;
@@ -1477,6 +1491,6 @@ void flow_abort(ici *n)
         n->rl_len[r] = 0;
         n->res_cnt[r] = 0;
     }
-    n->nact = n->nlive = n->nheap = n->nbusy = n->napool = 0;
+    n->nact = n->nlive = n->nheap = n->nbusy = n->napool = n->npairs = 0;
     flow_begin(n);
 }

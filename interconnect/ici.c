@@ -214,6 +214,7 @@ void ici_free(ici *n)
     free(n->comp_free);
     free(n->shpool);
     free(n->rpool);
+    free(n->pairs);
     free(n->g.e);
     free(n->own.e);
     free(n->chg);

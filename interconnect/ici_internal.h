@@ -179,6 +179,9 @@ struct ici {
     int nshpool, capshpool, shlive;
     int *rpool; /* the live components' resources, and dead ones' */
     int nrpool, caprpool, rlive;
+    /* resources next on the routes of flows that finished since the last
+     * update, in pairs */
+    int *pairs, npairs, cappairs;
     flow_tab g, own; /* rounds' shares, and their own shares */
     double *chg, *chg2, *oldsh;
     int nchg, capchg, capchg2, capoldsh;
