@@ -800,14 +800,16 @@ static void act_start(ici *n, int id)
     /* The flow joins the component of its resources when all are in one
      * and one of them carries a flow already (the others may have lost
      * theirs since the solve); otherwise it may join components or
-     * stand alone, and theirs are found again. */
-    int c0 = comp_of(n, n->route[f->r0]), busy = 0, same = c0 >= 0;
-    for (int h = 0; h < f->nr; h++) {
+     * stand alone, and theirs are found again.  (With the components
+     * forgotten, comps_reset, there are none to keep.) */
+    int c0 = n->invalid ? -1 : comp_of(n, n->route[f->r0]);
+    int busy = 0, same = c0 >= 0;
+    for (int h = 0; h < f->nr && same; h++) {
         int r = n->route[f->r0 + h];
         same &= comp_of(n, r) == c0;
         busy |= n->rl_len[r] > 0;
     }
-    if (!same || !busy)
+    if (!n->invalid && (!same || !busy))
         for (int h = 0; h < f->nr; h++) {
             int c2 = comp_of(n, n->route[f->r0 + h]);
             if (c2 >= 0)
@@ -848,7 +850,7 @@ static int linked(const ici *n, int a, int b)
 static void act_finish(ici *n, int s)
 {
     const int *rt = n->apool + n->aro[s];
-    for (int h = 0; h + 1 < n->anr[s]; h++) {
+    for (int h = 0; h + 1 < n->anr[s] && !n->invalid; h++) {
         int c = comp_of(n, rt[h]);
         if (c >= 0 && !n->comp[c].split) {
             n->pairs = ici_grow(n, n->pairs, &n->cappairs, 2 * n->npairs + 2,
