@@ -537,8 +537,7 @@ static int rpool_append(ici *n, const int *src, int cnt)
             flow_comp *k = &n->comp[i];
             if (!k->alive)
                 continue;
-            memcpy(pool + w, n->rpool + k->roff,
-                   (size_t)k->nres * sizeof(int));
+            memcpy(pool + w, n->rpool + k->roff, (size_t)k->nres * sizeof(int));
             k->roff = w;
             w += k->nres;
         }
@@ -547,8 +546,8 @@ static int rpool_append(ici *n, const int *src, int cnt)
         n->rpool = pool;
         n->nrpool = w;
     }
-    n->rpool = ici_grow(n, n->rpool, &n->caprpool, n->nrpool + cnt,
-                        sizeof(int));
+    n->rpool =
+        ici_grow(n, n->rpool, &n->caprpool, n->nrpool + cnt, sizeof(int));
     int off = n->nrpool;
     memcpy(n->rpool + off, src, (size_t)cnt * sizeof(int));
     n->nrpool += cnt;
@@ -723,7 +722,6 @@ static void act_grow(ici *n)
     n->arem = ici_ralloc(&n->mem, n->arem, cd);
     n->arate = ici_ralloc(&n->mem, n->arate, cd);
     n->atf = ici_ralloc(&n->mem, n->atf, cd);
-    n->crate = ici_ralloc(&n->mem, n->crate, cd);
     n->sbits = ici_ralloc(&n->mem, n->sbits,
                           (size_t)(c / 64) * sizeof(uint64_t));
     memset(n->amark + n->capact, 0,

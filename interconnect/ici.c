@@ -195,7 +195,6 @@ void ici_free(ici *n)
     free(n->arem);
     free(n->arate);
     free(n->atf);
-    free(n->crate);
     free(n->heap);
     free(n->hpos);
     if (n->rl)

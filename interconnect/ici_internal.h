@@ -146,7 +146,7 @@ struct ici {
     int *aro, *anr, *amap, *apool;
     int napool, capapool;
     uint64_t *sbits; /* per slot, one bit: sort_slots' scratch, all 0 */
-    double *arem, *arate, *atf, *crate;
+    double *arem, *arate, *atf;
     int nact, capact; /* slots in use (holes included), allocated */
     int nlive;        /* slots with a flow */
     /* the finish-time heap: slots by atf, and each slot's place in it */
