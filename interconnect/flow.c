@@ -517,6 +517,7 @@ static void comp_kill(ici *n, int c)
             changed_add(n, s);
     }
     n->shlive -= k->nsh;
+    n->rlive -= k->nres;
     n->nbad -= k->bad;
     k->alive = 0;
     n->comp_free =
@@ -524,7 +525,39 @@ static void comp_kill(ici *n, int c)
     n->comp_free[n->nfree++] = c;
 }
 
-static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
+/* Appends cnt resources to the pool of components' resources; returns
+ * their offset.  The pool keeps only live components' lists when it
+ * would grow. */
+static int rpool_append(ici *n, const int *src, int cnt)
+{
+    if (n->nrpool + cnt > n->caprpool && n->nrpool > 2 * n->rlive) {
+        int *pool = ici_tmp_alloc(&n->mem, (size_t)n->caprpool * sizeof(int));
+        int w = 0;
+        for (int i = 0; i < n->ncomp; i++) {
+            flow_comp *k = &n->comp[i];
+            if (!k->alive)
+                continue;
+            memcpy(pool + w, n->rpool + k->roff, (size_t)k->nres * sizeof(int));
+            k->roff = w;
+            w += k->nres;
+        }
+        ici_tmp_keep(&n->mem, pool);
+        free(n->rpool);
+        n->rpool = pool;
+        n->nrpool = w;
+    }
+    n->rpool =
+        ici_grow(n, n->rpool, &n->caprpool, n->nrpool + cnt, sizeof(int));
+    int off = n->nrpool;
+    memcpy(n->rpool + off, src, (size_t)cnt * sizeof(int));
+    n->nrpool += cnt;
+    return off;
+}
+
+/* A live component with the rounds sh[0 .. 2 nsh) and the resources
+ * n->rpool[roff .. roff+nres). */
+static int comp_new(ici *n, const double *sh, int nsh, int bad, int roff,
+                    int nres)
 {
     int c;
     if (n->nfree > 0) {
@@ -559,10 +592,18 @@ static int comp_new(ici *n, const double *sh, int nsh, int bad, int rep)
     flow_comp *k = &n->comp[c];
     k->off = n->nshpool;
     k->nsh = nsh;
-    k->rep = rep;
+    k->roff = roff;
+    k->nres = nres;
+    k->split = 0;
     k->bad = bad;
     k->alive = 1;
     k->ser = ++n->ser;
+    for (int i = 0; i < nres; i++) {
+        int r = n->rpool[roff + i];
+        n->res_comp[r] = c;
+        n->res_ser[r] = k->ser;
+    }
+    n->rlive += nres;
     memcpy(n->shpool + k->off, sh, (size_t)(2 * nsh) * sizeof(double));
     n->nshpool += 2 * nsh;
     n->shlive += nsh;
@@ -672,6 +713,7 @@ static void act_grow(ici *n)
     n->fin = ici_ralloc(&n->mem, n->fin, ci);
     n->bfl = ici_ralloc(&n->mem, n->bfl, ci);
     n->amark = ici_ralloc(&n->mem, n->amark, ci);
+    n->afrz = ici_ralloc(&n->mem, n->afrz, ci);
     n->aro = ici_ralloc(&n->mem, n->aro, ci);
     n->anr = ici_ralloc(&n->mem, n->anr, ci);
     n->amap = ici_ralloc(&n->mem, n->amap, ci);
@@ -680,11 +722,11 @@ static void act_grow(ici *n)
     n->arem = ici_ralloc(&n->mem, n->arem, cd);
     n->arate = ici_ralloc(&n->mem, n->arate, cd);
     n->atf = ici_ralloc(&n->mem, n->atf, cd);
-    n->crate = ici_ralloc(&n->mem, n->crate, cd);
     n->sbits = ici_ralloc(&n->mem, n->sbits,
                           (size_t)(c / 64) * sizeof(uint64_t));
     memset(n->amark + n->capact, 0,
            (size_t)(c - n->capact) * sizeof(int));
+    memset(n->afrz + n->capact, 0, (size_t)(c - n->capact) * sizeof(int));
     memset(n->sbits + n->capact / 64, 0,
            (size_t)((c - n->capact) / 64) * sizeof(uint64_t));
     n->capact = c;
@@ -753,6 +795,24 @@ static void act_start(ici *n, int id)
     n->napool += f->nr;
     if (!n->scan)
         hp_push(n, s);
+    /* The flow joins the component of its resources when all are in one
+     * and one of them carries a flow already (the others may have lost
+     * theirs since the solve); otherwise it may join components or
+     * stand alone, and theirs are found again.  (With the components
+     * forgotten, comps_reset, there are none to keep.) */
+    int c0 = n->invalid ? -1 : comp_of(n, n->route[f->r0]);
+    int busy = 0, same = c0 >= 0;
+    for (int h = 0; h < f->nr && same; h++) {
+        int r = n->route[f->r0 + h];
+        same &= comp_of(n, r) == c0;
+        busy |= n->rl_len[r] > 0;
+    }
+    if (!n->invalid && (!same || !busy))
+        for (int h = 0; h < f->nr; h++) {
+            int c2 = comp_of(n, n->route[f->r0 + h]);
+            if (c2 >= 0)
+                n->comp[c2].split = 1;
+        }
     for (int h = 0; h < f->nr; h++) {
         int r = n->route[f->r0 + h];
         if (n->rl_len[r] == n->rl_cap[r]) {
@@ -767,10 +827,37 @@ static void act_start(ici *n, int id)
     }
 }
 
-/* The flow of slot s leaves its resources' lists. */
+/* 1 when an active flow crosses both resources a and b. */
+static int linked(const ici *n, int a, int b)
+{
+    const int *l = n->rl[a];
+    for (int j = 0; j < n->rl_len[a]; j++) {
+        const int *rt = n->apool + n->aro[l[j]];
+        for (int h = 0; h < n->anr[l[j]]; h++)
+            if (rt[h] == b)
+                return 1;
+    }
+    return 0;
+}
+
+/* The flow of slot s leaves its resources' lists.  Its component stays
+ * whole when each two resources next on its route are still crossed by
+ * one flow at the next solve (a resource left without flows leaves the
+ * component): rates_update checks the pairs then, after the starts that
+ * came meanwhile (often the next message on the same route). */
 static void act_finish(ici *n, int s)
 {
     const int *rt = n->apool + n->aro[s];
+    for (int h = 0; h + 1 < n->anr[s] && !n->invalid; h++) {
+        int c = comp_of(n, rt[h]);
+        if (c >= 0 && !n->comp[c].split) {
+            n->pairs = ici_grow(n, n->pairs, &n->cappairs, 2 * n->npairs + 2,
+                                sizeof(int));
+            n->pairs[2 * n->npairs] = rt[h];
+            n->pairs[2 * n->npairs + 1] = rt[h + 1];
+            n->npairs++;
+        }
+    }
     for (int h = 0; h < n->anr[s]; h++) {
         int r = rt[h];
         int *l = n->rl[r], len = n->rl_len[r], j = 0;
@@ -857,18 +944,128 @@ static void sort_slots(ici *n, int *v, int m)
     TPU_ASSERT(k == m); /* distinct slots */
 }
 
-/* Solves the component of resource r0 (not yet visited under stamp), whose
- * previous component has been killed, alone; its flows are appended to
- * n->bfl from *nsolved on and take their rate. */
+/* fill for one connected component, over its resources res[0..nres);
+ * its flows take their rates (rate_set at time t).  Every flow through a
+ * resource of the component is in the component, so a resource's list of
+ * slots (rl, in start order) is the list fill builds over the flows in
+ * start order, and its length the count; the resources are taken in the
+ * order fill meets them, by their first slot in start order, then by
+ * place on that slot's route.  Same rounds, same order, same doubles as
+ * fill over the slots in start order, without sorting or listing the
+ * slots.  A slot froze when afrz holds this call's stamp. */
+static int fill_comp(ici *n, const int *res, int nres, double *sh,
+                     const flow_tab *snap, double t)
+{
+    n->res_list = ici_grow(n, n->res_list, &n->caplist, nres, sizeof(int));
+    if (n->fzstamp == INT_MAX) {
+        memset(n->afrz, 0, (size_t)n->capact * sizeof(int));
+        n->fzstamp = 0;
+    }
+    int fz = ++n->fzstamp;
+    int *afrz = n->afrz;
+    /* the first slots, each once (marked as frozen meanwhile) */
+    int *first = n->res_list, nfirst = 0;
+    for (int i = 0; i < nres; i++) {
+        int s0 = n->rl[res[i]][0];
+        if (afrz[s0] != fz) {
+            afrz[s0] = fz;
+            first[nfirst++] = s0;
+        }
+    }
+    fz = ++n->fzstamp;
+    sort_slots(n, first, nfirst);
+    n->ntouched = 0;
+    for (int i = 0; i < nfirst; i++) {
+        int s0 = first[i];
+        const int *rt = n->apool + n->aro[s0];
+        int nr = n->anr[s0];
+        for (int h = 0; h < nr; h++) {
+            int r = rt[h];
+            if (n->rl[r][0] != s0 || n->res_cnt[r] != 0)
+                continue;
+            n->touched[n->ntouched++] = r;
+            n->res_cnt[r] = n->rl_len[r];
+            n->res_cap[r] = res_bps(n, r);
+        }
+    }
+    TPU_ASSERT(n->ntouched == nres);
+    int bad = 0, nsh = 0;
+    double prev = 0;
+    for (;;) {
+        double share = INFINITY;
+        int w = 0;
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            if (n->res_cnt[r] > 0) {
+                n->touched[w++] = r;
+                double sr = n->res_cap[r] / n->res_cnt[r];
+                if (sr < share)
+                    share = sr;
+            }
+        }
+        n->ntouched = w;
+        if (w == 0) /* every flow froze */
+            break;
+        if (share < 0)
+            share = 0;
+        sh[2 * nsh] = share;
+        if (share > 0 && !bad)
+            share = snap_share(snap, prev, share);
+        else
+            bad = 1;
+        sh[2 * nsh + 1] = share;
+        prev = share;
+        nsh++;
+        double lim = share * (1 + 1e-12);
+        for (int k = 0; k < n->ntouched; k++) {
+            int r = n->touched[k];
+            int cnt = n->res_cnt[r];
+            if (cnt <= 0 || n->res_cap[r] / cnt > lim)
+                continue;
+            const int *lst = n->rl[r];
+            for (int j = 0; j < n->rl_len[r]; j++) {
+                int sl = lst[j];
+                if (afrz[sl] == fz)
+                    continue;
+                afrz[sl] = fz;
+                const int *rt = n->apool + n->aro[sl];
+                int nr = n->anr[sl];
+                for (int h = 0; h < nr; h++) {
+                    int q = rt[h];
+                    n->res_cap[q] -= share;
+                    n->res_cnt[q]--;
+                }
+                rate_set(n, sl, share, t);
+            }
+        }
+    }
+    return bad ? -1 : nsh;
+}
+
+/* Solves the component of the resources n->rpool[roff .. roff+nres),
+ * whose previous component has been killed; returns the new one. */
+static int comp_solve(ici *n, int roff, int nres, double t)
+{
+    /* a round freezes every flow of a resource at least */
+    n->cshares = ici_grow(n, n->cshares, &n->capcsh, 2 * nres, sizeof(double));
+    int nsh = fill_comp(n, n->rpool + roff, nres, n->cshares, &n->g, t);
+    int bad = nsh < 0;
+    if (bad)
+        nsh = 0;
+    return comp_new(n, n->cshares, nsh, bad, roff, nres);
+}
+
+/* Finds the component of resource r0 (not yet visited under stamp) by
+ * walking its flows, kills the components its resources had, and solves
+ * it. */
 static void solve_comp(ici *n, int r0, int stamp, double t)
 {
-    int nres = 0, m = 0;
+    int nres = 0;
     n->res_mark[r0] = stamp;
     n->res_comp[r0] = -1;
     if (n->rl_len[r0] == 0)
         return;
     n->bres[nres++] = r0;
-    int *fl = n->bfl;
     for (int i = 0; i < nres; i++) {
         int q = n->bres[i];
         for (int j = 0; j < n->rl_len[q]; j++) {
@@ -876,7 +1073,6 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
             if (n->amark[sl] == stamp)
                 continue;
             n->amark[sl] = stamp;
-            fl[m++] = sl;
             const int *rt = n->apool + n->aro[sl];
             for (int h = 0; h < n->anr[sl]; h++) {
                 int q2 = rt[h];
@@ -888,20 +1084,27 @@ static void solve_comp(ici *n, int r0, int stamp, double t)
             }
         }
     }
-    sort_slots(n, fl, m); /* start order */
-    n->cshares = ici_grow(n, n->cshares, &n->capcsh, 2 * m, sizeof(double));
-    int nsh = fill(n, fl, m, n->crate, n->cshares, &n->g);
-    int bad = nsh < 0;
-    if (bad)
-        nsh = 0;
-    int c = comp_new(n, n->cshares, nsh, bad, r0);
-    for (int i = 0; i < nres; i++)
-    {
-        n->res_comp[n->bres[i]] = c;
-        n->res_ser[n->bres[i]] = n->comp[c].ser;
+    comp_solve(n, rpool_append(n, n->bres, nres), nres, t);
+}
+
+/* Solves live component c again with the resources it had (not split
+ * since its solve), less those left without flows; returns the new
+ * component, or -1 when none has a flow left. */
+static int comp_resolve(ici *n, int c, int stamp, double t)
+{
+    flow_comp *k = &n->comp[c];
+    int roff = k->roff, nr = k->nres, w = 0;
+    comp_kill(n, c);
+    int *lst = n->rpool + roff;
+    for (int i = 0; i < nr; i++) {
+        int r = lst[i];
+        n->res_mark[r] = stamp;
+        if (n->rl_len[r] > 0)
+            lst[w++] = r;
+        else
+            n->res_comp[r] = -1;
     }
-    for (int i = 0; i < m; i++)
-        rate_set(n, fl[i], n->crate[i], t);
+    return w > 0 ? comp_solve(n, roff, w, t) : -1;
 }
 
 /* A visit stamp for res_mark and amark, never 0 (their initial value);
@@ -922,12 +1125,10 @@ static int next_stamp(ici *n)
 static void comp_redo(ici *n, int c, double t)
 {
     flow_comp *k = &n->comp[c];
-    int nsh = k->nsh, r0 = k->rep, mark = n->nchg;
+    int nsh = k->nsh, mark = n->nchg;
     n->oldsh = ici_grow(n, n->oldsh, &n->capoldsh, 2 * nsh + 1, sizeof(double));
     memcpy(n->oldsh, n->shpool + k->off, (size_t)(2 * nsh) * sizeof(double));
-    comp_kill(n, c);
-    solve_comp(n, r0, next_stamp(n), t);
-    int c2 = comp_of(n, r0);
+    int c2 = comp_resolve(n, c, next_stamp(n), t);
     TPU_ASSERT(c2 >= 0);
     const flow_comp *k2 = &n->comp[c2];
     if (k2->nsh == nsh && !k2->bad &&
@@ -943,6 +1144,7 @@ static void comps_reset(ici *n)
     for (int c = 0; c < n->ncomp; c++)
         n->comp[c].alive = 0;
     n->ncomp = n->nfree = n->nshpool = n->shlive = n->nbad = 0;
+    n->nrpool = n->rlive = 0;
     n->g.n = n->own.n = 0;
     n->invalid = 1;
 }
@@ -968,6 +1170,13 @@ static void fill_all(ici *n, double t)
  * again. */
 static void rates_update(ici *n, double t)
 {
+    for (int i = 0; i < n->npairs; i++) {
+        int a = n->pairs[2 * i], b = n->pairs[2 * i + 1];
+        int c = comp_of(n, a);
+        if (c >= 0 && !n->comp[c].split && !linked(n, a, b))
+            n->comp[c].split = 1;
+    }
+    n->npairs = 0;
     /* Where most resources changed (a symmetric collective's step ends on
      * every chip at once) the components would all be solved again one by
      * one: the solve over all flows is cheaper, and the components are
@@ -997,8 +1206,13 @@ static void rates_update(ici *n, double t)
         n->res_isdirty[r0] = 0;
         if (n->res_mark[r0] == stamp)
             continue;
-        comp_kill(n, comp_of(n, r0));
-        solve_comp(n, r0, stamp, t);
+        int c = comp_of(n, r0);
+        if (c >= 0 && !n->comp[c].split) {
+            comp_resolve(n, c, stamp, t);
+        } else {
+            comp_kill(n, c);
+            solve_comp(n, r0, stamp, t);
+        }
     }
     n->ndirty = 0;
     /* shares that appeared in or vanished from g: the components with an
@@ -1250,7 +1464,7 @@ double flow_run(ici *n)
     for (int i = 0; i < nf; i++)
         if (n->fl[i].deps == 0)
             q_push(n, 0.0, i);
-    n->nact = n->nlive = n->nheap = n->napool = 0;
+    n->nact = n->nlive = n->nheap = n->napool = n->npairs = 0;
     comps_reset(n);
     n->invalid = 0;
     n->nbusy = 0;
@@ -1277,6 +1491,6 @@ void flow_abort(ici *n)
         n->rl_len[r] = 0;
         n->res_cnt[r] = 0;
     }
-    n->nact = n->nlive = n->nheap = n->nbusy = n->napool = 0;
+    n->nact = n->nlive = n->nheap = n->nbusy = n->napool = n->npairs = 0;
     flow_begin(n);
 }

@@ -186,6 +186,7 @@ void ici_free(ici *n)
     free(n->fin);
     free(n->bfl);
     free(n->amark);
+    free(n->afrz);
     free(n->aro);
     free(n->anr);
     free(n->amap);
@@ -194,7 +195,6 @@ void ici_free(ici *n)
     free(n->arem);
     free(n->arate);
     free(n->atf);
-    free(n->crate);
     free(n->heap);
     free(n->hpos);
     if (n->rl)
@@ -212,6 +212,8 @@ void ici_free(ici *n)
     free(n->comp);
     free(n->comp_free);
     free(n->shpool);
+    free(n->rpool);
+    free(n->pairs);
     free(n->g.e);
     free(n->own.e);
     free(n->chg);

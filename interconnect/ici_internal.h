@@ -51,10 +51,14 @@ typedef struct {
 
 /* A connected component of the active flows and their resources, solved
  * alone: (own share, share) of its rounds in n->shpool[off .. off+2 nsh),
- * one of its resources, and whether a share was not positive. */
+ * its resources in n->rpool[roff .. roff+nres), and whether a share was
+ * not positive. */
 typedef struct {
-    int off, nsh, rep, bad, alive;
-    int ser; /* serial number: ids are reused, serials are not */
+    int off, nsh, bad, alive;
+    int roff, nres;
+    int split; /* a start or finish since its solve may have joined it to
+                * another or cut it: its resources are found again */
+    int ser;   /* serial number: ids are reused, serials are not */
 } flow_comp;
 
 /* A sorted table of distinct shares and how many rounds have each. */
@@ -134,13 +138,15 @@ struct ici {
      * last rate change) */
     int *aid, *fin, *bfl;
     int *amark; /* per slot: visit stamp of rates_update */
+    int *afrz;  /* per slot: fill_comp's stamp when the flow froze */
+    int fzstamp;
     /* per slot: its route, copied to apool[aro .. aro+anr) when it starts
      * (a solve reads the slots' routes, not the flows': locality), and
      * act_compact's map from old slots to new */
     int *aro, *anr, *amap, *apool;
     int napool, capapool;
     uint64_t *sbits; /* per slot, one bit: sort_slots' scratch, all 0 */
-    double *arem, *arate, *atf, *crate;
+    double *arem, *arate, *atf;
     int nact, capact; /* slots in use (holes included), allocated */
     int nlive;        /* slots with a flow */
     /* the finish-time heap: slots by atf, and each slot's place in it */
@@ -171,6 +177,11 @@ struct ici {
     int ncomp, capcomp, *comp_free, nfree, capfree, nbad;
     double *shpool;
     int nshpool, capshpool, shlive;
+    int *rpool; /* the live components' resources, and dead ones' */
+    int nrpool, caprpool, rlive;
+    /* resources next on the routes of flows that finished since the last
+     * update, in pairs */
+    int *pairs, npairs, cappairs;
     flow_tab g, own; /* rounds' shares, and their own shares */
     double *chg, *chg2, *oldsh;
     int nchg, capchg, capchg2, capoldsh;
