@@ -234,8 +234,10 @@ void ici_free(ici *n)
     free(n->acc_core_list);
     free(n->key);
     free(n->kbytes);
-    free(n->dec_key);
-    free(n->dec_of);
+    for (int i = 0; i < ICI_DEC; i++) {
+        free(n->dec[i].key);
+        free(n->dec[i].of);
+    }
     free(n);
 }
 
@@ -643,26 +645,30 @@ static int dec_root(int *up, int g)
 /* Splits the groups of a call (key: canonical cores, ngroups of gs) into
  * clusters whose flows share no resource: each group's flows are built
  * (routes do not depend on the bytes, so one byte each) and groups that
- * meet on a link or an on-chip path are joined.  n->dec_of[g] receives
- * group g's cluster, numbered in the order of their first groups; returns
- * the number of clusters.  The split of the last key is kept: every
- * all-reduce of one partition layout has the same key. */
-static int decompose(ici *n, const int *key, int gs, int ng)
+ * meet on a link or an on-chip path are joined.  *of receives each
+ * group's cluster, numbered in the order of their first groups; returns
+ * the number of clusters.  The splits of the last ICI_DEC keys are kept:
+ * every all-reduce of one partition layout has the same key. */
+static int decompose(ici *n, const int *key, int gs, int ng, const int **of)
 {
     int total = gs * ng;
-    if (n->dec_key && n->dec_nkey == total && n->dec_gs == gs &&
-        n->dec_ng == ng &&
-        memcmp(n->dec_key, key, (size_t)total * sizeof(int)) == 0)
-        return n->dec_nc;
-    n->dec_nkey = 0; /* invalid until complete (an unwind may come) */
-    n->dec_key =
-        ici_ralloc(&n->mem, n->dec_key, (size_t)total * sizeof(int));
-    n->dec_of = ici_ralloc(&n->mem, n->dec_of, (size_t)ng * sizeof(int));
+    for (int i = 0; i < ICI_DEC; i++) {
+        const ici_dec *d = &n->dec[i];
+        if (d->nkey == total && d->gs == gs && d->ng == ng &&
+            memcmp(d->key, key, (size_t)total * sizeof(int)) == 0) {
+            *of = d->of;
+            return d->nc;
+        }
+    }
+    ici_dec *d = &n->dec[n->dec_next];
+    d->nkey = 0; /* invalid until complete (an unwind may come) */
+    d->key = ici_ralloc(&n->mem, d->key, (size_t)total * sizeof(int));
+    d->of = ici_ralloc(&n->mem, d->of, (size_t)ng * sizeof(int));
     /* per resource: the first group whose flows cross it */
     int *own = ici_tmp_alloc(&n->mem, (size_t)n->nres * sizeof(int));
     for (int r = 0; r < n->nres; r++)
         own[r] = -1;
-    int *up = n->dec_of;
+    int *up = d->of;
     for (int g = 0; g < ng; g++)
         up[g] = g;
     flow_begin(n);
@@ -694,11 +700,13 @@ static int decompose(ici *n, const int *key, int gs, int ng)
     }
     memcpy(up, lab, (size_t)ng * sizeof(int));
     ici_tmp_free(&n->mem, lab);
-    memcpy(n->dec_key, key, (size_t)total * sizeof(int));
-    n->dec_gs = gs;
-    n->dec_ng = ng;
-    n->dec_nc = nc;
-    n->dec_nkey = total;
+    memcpy(d->key, key, (size_t)total * sizeof(int));
+    d->gs = gs;
+    d->ng = ng;
+    d->nc = nc;
+    d->nkey = total;
+    n->dec_next = (n->dec_next + 1) % ICI_DEC;
+    *of = d->of;
     return nc;
 }
 
@@ -709,14 +717,15 @@ static int decompose(ici *n, const int *key, int gs, int ng)
  * replay one cache entry.  The call lasts as long as its slowest
  * cluster. */
 static double allreduce_clusters(ici *n, const int *key, int gs, int ng,
-                                 int nc, double bytes, int ox, int oy)
+                                 int nc, const int *of, double bytes, int ox,
+                                 int oy)
 {
     int *ck = ici_tmp_alloc(&n->mem, (size_t)(gs * ng) * sizeof(int));
     double dur = 0;
     for (int c = 0; c < nc; c++) {
         int m = 0, ngc = 0, cox, coy;
         for (int g = 0; g < ng; g++)
-            if (n->dec_of[g] == c) {
+            if (of[g] == c) {
                 memcpy(ck + m, key + g * gs, (size_t)gs * sizeof(int));
                 m += gs;
                 ngc++;
@@ -754,10 +763,11 @@ static double allreduce_run(ici *n, const int *cores, int group_size,
     int *key = n->key, ox, oy;
     canon(n, cores, total, key, &ox, &oy);
     if (ngroups > 1) {
-        int nc = decompose(n, key, group_size, ngroups);
+        const int *of;
+        int nc = decompose(n, key, group_size, ngroups, &of);
         if (nc > 1)
-            return allreduce_clusters(n, key, group_size, ngroups, nc, bytes,
-                                      ox, oy);
+            return allreduce_clusters(n, key, group_size, ngroups, nc, of,
+                                      bytes, ox, oy);
     }
     uint64_t h = key_hash(0, bytes, group_size, ngroups, key, total, NULL);
     ici_cache_ent *e =

@@ -91,6 +91,19 @@ typedef struct {
 
 #define ICI_CACHE 64
 
+/* A call's groups split into clusters that share no resource: the key
+ * (canonical cores, ng groups of gs), each group's cluster, and the
+ * number of clusters.  nkey 0: empty (or being filled). */
+typedef struct {
+    int *key, *of;
+    int nkey, gs, ng, nc;
+} ici_dec;
+
+/* Splits kept: a step alternates between the layouts of a few kinds of
+ * group (the batch-norm groups' statistics and the gradients' partition
+ * groups), each split costing the flows of every group. */
+#define ICI_DEC 8
+
 /* Host memory of a call.  Every allocation a call makes goes through
  * ici_ralloc and ici_tmp_alloc (ici.c); when one fails, the call unwinds
  * (longjmp) to the jmp_buf its public entry point set, which frees the
@@ -202,10 +215,10 @@ struct ici {
     int *key;
     double *kbytes;
     int capkey, capkbytes;
-    /* the last all-reduce call's split into independent clusters of
-     * groups: its key (canonical cores), and each group's cluster */
-    int *dec_key, *dec_of;
-    int dec_nkey, dec_gs, dec_ng, dec_nc;
+    /* the splits of the last ICI_DEC keys of all-reduce calls into
+     * independent clusters of groups (decompose) */
+    ici_dec dec[ICI_DEC];
+    int dec_next;
 
     ici_mem mem;
 };
