@@ -115,7 +115,8 @@ static int user_set(const sim_opts *o, const char *key)
 /* The step with key = value (and the span's hold key at its default) on
  * top of the caller's overrides; ok 0 when it has no time. */
 static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
-                     const range_item *it, const task *t, task_out *res)
+                     const tpu_system *sys, const range_item *it,
+                     const task *t, task_out *res)
 {
     tpu_param_span sp;
     tpu_param_span_get(it->key, hw->gen, &sp);
@@ -145,10 +146,26 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
         vals[n++] = vbuf[1];
     }
     sim_opts v = *o;
-    /* a variant of the interconnect's keys needs its own interconnect;
-     * the others share the slice's (o->net, its collectives cached) */
-    if (!strncmp(it->key, "ici.", 4))
+    /* A variant of the interconnect's keys needs its own interconnect,
+     * made here with the ici.* values sim_run will take (the same --set
+     * strings on the same chip data); it builds no flows the slice's
+     * (o->net) kept where the topology is the same (ici_borrow_flows).
+     * The others share the slice's, its collectives cached. */
+    ici *own = NULL;
+    if (!strncmp(it->key, "ici.", 4)) {
         v.net = NULL;
+        tpu_params vh = *hw;
+        tpu_error e = {0};
+        int ok = sys != NULL && o->net != NULL;
+        for (int i = o->n_sets; i < n && ok; i++)
+            ok = tpu_params_set(&vh, keys[i], vals[i], &e) == TPU_OK;
+        if (ok && tpu_params_check(&vh, &e) == TPU_OK)
+            own = ici_new(&vh.ici, sys->dim_x, sys->dim_y, sys->full_pod);
+        if (own) {
+            ici_borrow_flows(own, o->net);
+            v.net = own;
+        }
+    }
     v.n_sets = n;
     v.set_keys = keys;
     v.set_values = vals;
@@ -165,6 +182,7 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
         res->step_s = r.step_time_s;
     }
     emu_result_free(&r);
+    ici_free(own);
     free(keys);
     free(vals);
 }
@@ -189,7 +207,8 @@ static int write_all(int fd, const void *buf, size_t len)
  * (but `done`, run already); outs[] filled by task index.  Every child is
  * waited for. */
 static tpu_status run_forked(const graph *g, const sim_opts *o,
-                             const tpu_params *hw, const range_item *items,
+                             const tpu_params *hw, const tpu_system *sys,
+                             const range_item *items,
                              const task *tasks, int nt, int jobs, int done,
                              task_out *outs, tpu_error *err)
 {
@@ -223,7 +242,8 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
                 if (t == done)
                     continue;
                 task_out r = {t, 0, 0};
-                run_task(g, o, hw, &items[tasks[t].item], &tasks[t], &r);
+                run_task(g, o, hw, sys, &items[tasks[t].item], &tasks[t],
+                         &r);
                 bad = write_all(p[1], &r, sizeof r) != 0;
             }
             close(p[1]);
@@ -338,10 +358,13 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
     sim_opts so = *o;
     const tpu_system *sys = tpu_system_find(base->system);
     ici *own_net = NULL;
-    if (!so.net)
+    if (!so.net) {
         so.net = own_net = sys ? ici_new(&hw.ici, sys->dim_x, sys->dim_y,
                                          sys->full_pod)
                                : NULL;
+        if (own_net)
+            ici_keep_flows(own_net);
+    }
     /* and one cache of DMA costs for every variant that keeps the hbm.*
      * values (sim_run lends it only to those) */
     cost_dma *own_dma = NULL;
@@ -357,8 +380,8 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
         if (strncmp(out->items[tasks[t].item].key, "ici.", 4)) {
             primed = t;
             outs[t].task = t;
-            run_task(g, &so, &hw, &out->items[tasks[t].item], &tasks[t],
-                     &outs[t]);
+            run_task(g, &so, &hw, sys, &out->items[tasks[t].item],
+                     &tasks[t], &outs[t]);
         }
     o = &so;
     if (jobs <= 0)
@@ -372,12 +395,12 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
             if (t == primed)
                 continue;
             outs[t].task = t;
-            run_task(g, o, &hw, &out->items[tasks[t].item], &tasks[t],
-                     &outs[t]);
+            run_task(g, o, &hw, sys, &out->items[tasks[t].item],
+                     &tasks[t], &outs[t]);
         }
     } else {
-        rc = run_forked(g, o, &hw, out->items, tasks, nt, jobs, primed, outs,
-                        err);
+        rc = run_forked(g, o, &hw, sys, out->items, tasks, nt, jobs, primed,
+                        outs, err);
     }
     if (own_net)
         ici_free(own_net);

@@ -165,12 +165,27 @@ static void cache_clear(ici_cache_ent *e)
     memset(e, 0, sizeof *e);
 }
 
+static void dag_clear(ici_dag *d)
+{
+    free(d->key);
+    free(d->fl);
+    free(d->route);
+    free(d->edge);
+    free(d->res);
+    free(d->core);
+    free(d->res_bytes);
+    free(d->core_bytes);
+    memset(d, 0, sizeof *d);
+}
+
 void ici_free(ici *n)
 {
     if (!n)
         return;
     for (int i = 0; i < ICI_CACHE; i++)
         cache_clear(&n->cache[i]);
+    for (int i = 0; i < ICI_DAGS; i++)
+        dag_clear(&n->dag[i]);
     free(n->stat_res);
     free(n->stat_core);
     free(n->fl);
@@ -652,8 +667,12 @@ static int dec_root(int *up, int g)
 static int decompose(ici *n, const int *key, int gs, int ng, const int **of)
 {
     int total = gs * ng;
-    for (int i = 0; i < ICI_DEC; i++) {
-        const ici_dec *d = &n->dec[i];
+    /* its own splits, then the lender's (the same topology) */
+    for (int i = 0; i < 2 * ICI_DEC; i++) {
+        const ici *src = i < ICI_DEC ? n : n->lender;
+        if (!src)
+            break;
+        const ici_dec *d = &src->dec[i % ICI_DEC];
         if (d->nkey == total && d->gs == gs && d->ng == ng &&
             memcmp(d->key, key, (size_t)total * sizeof(int)) == 0) {
             *of = d->of;
@@ -710,6 +729,130 @@ static int decompose(ici *n, const int *key, int gs, int ng, const int **of)
     return nc;
 }
 
+/* ---- flows kept and borrowed ------------------------------------------- */
+
+void ici_keep_flows(ici *n)
+{
+    n->keep = 1;
+}
+
+void ici_borrow_flows(ici *n, const ici *lender)
+{
+    if (lender && lender != n && lender->dx == n->dx && lender->dy == n->dy &&
+        lender->wrapx == n->wrapx && lender->wrapy == n->wrapy)
+        n->lender = lender;
+}
+
+/* The lender's DAG of this call, or NULL. */
+static const ici_dag *dag_find(const ici *n, const int *key, int gs, int ng,
+                               double bytes)
+{
+    if (!n->lender)
+        return NULL;
+    for (int i = 0; i < ICI_DAGS; i++) {
+        const ici_dag *d = &n->lender->dag[i];
+        if (d->nkey == gs * ng && d->gs == gs && d->ng == ng &&
+            memcmp(&d->bytes, &bytes, sizeof bytes) == 0 &&
+            memcmp(d->key, key, (size_t)d->nkey * sizeof(int)) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+/* The flows of ng groups of gs cores (key, canonical) all-reducing bytes
+ * each, with the statistics they add, as allreduce_build makes them:
+ * copied from the lender's DAG when it has this call's, else built. */
+static void allreduce_flows(ici *n, const int *key, int gs, int ng,
+                            double bytes)
+{
+    const ici_dag *d = dag_find(n, key, gs, ng, bytes);
+    flow_begin(n);
+    if (!d) {
+        for (int g = 0; g < ng; g++)
+            allreduce_build(n, key + g * gs, gs, bytes);
+        return;
+    }
+    n->fl = ici_grow(n, n->fl, &n->capfl, d->nfl, sizeof(flow_fl));
+    n->route = ici_grow(n, n->route, &n->caproute, d->nroute, sizeof(int));
+    n->edge = ici_grow(n, n->edge, &n->capedge, d->nedge, sizeof(flow_edge));
+    memcpy(n->fl, d->fl, (size_t)d->nfl * sizeof(flow_fl));
+    memcpy(n->route, d->route, (size_t)d->nroute * sizeof(int));
+    memcpy(n->edge, d->edge, (size_t)d->nedge * sizeof(flow_edge));
+    n->nfl = d->nfl;
+    n->nroute = d->nroute;
+    n->nedge = d->nedge;
+    for (int i = 0; i < d->nres; i++) {
+        n->acc_res_list[n->nacc_res++] = d->res[i];
+        n->acc_res[d->res[i]] = d->res_bytes[i];
+    }
+    for (int i = 0; i < d->ncore; i++) {
+        n->acc_core_list[n->nacc_core++] = d->core[i];
+        n->acc_core[d->core[i]] = d->core_bytes[i];
+    }
+}
+
+/* After a call that built and ran its flows and stored its result in the
+ * cache entry e (whose statistics are the flows'): an interconnect that
+ * keeps flows takes the DAG over (the run changed only its flows' deps
+ * and ready, put back here).  Best effort: out of memory it keeps
+ * nothing, and the call is not failed for it. */
+static void dag_keep(ici *n, const ici_cache_ent *e, const int *key, int gs,
+                     int ng, double bytes)
+{
+    if (!n->keep || n->nfl < ICI_DAG_MIN)
+        return;
+    ici_dag nd = {0};
+    size_t nk = (size_t)(gs * ng), nr = (size_t)e->nres + 1,
+           nc = (size_t)e->ncore + 1;
+    nd.key = malloc(nk * sizeof(int));
+    nd.res = malloc(nr * sizeof(int));
+    nd.core = malloc(nc * sizeof(int));
+    nd.res_bytes = malloc(nr * sizeof(double));
+    nd.core_bytes = malloc(nc * sizeof(double));
+    if (!nd.key || !nd.res || !nd.core || !nd.res_bytes || !nd.core_bytes) {
+        dag_clear(&nd);
+        return;
+    }
+    memcpy(nd.key, key, nk * sizeof(int));
+    memcpy(nd.res, e->res, (size_t)e->nres * sizeof(int));
+    memcpy(nd.res_bytes, e->res_bytes, (size_t)e->nres * sizeof(double));
+    memcpy(nd.core, e->core, (size_t)e->ncore * sizeof(int));
+    memcpy(nd.core_bytes, e->core_bytes, (size_t)e->ncore * sizeof(double));
+    nd.bytes = bytes;
+    nd.gs = gs;
+    nd.ng = ng;
+    nd.nkey = (int)nk;
+    nd.nres = e->nres;
+    nd.ncore = e->ncore;
+    nd.fl = n->fl;
+    nd.nfl = n->nfl;
+    nd.route = n->route;
+    nd.nroute = n->nroute;
+    nd.edge = n->edge;
+    nd.nedge = n->nedge;
+    n->fl = NULL;
+    n->route = NULL;
+    n->edge = NULL;
+    n->capfl = n->caproute = n->capedge = 0;
+    flow_begin(n);
+    for (int f = 0; f < nd.nfl; f++) {
+        nd.fl[f].ready = 0;
+        nd.fl[f].deps = 0;
+    }
+    for (int k = 0; k < nd.nedge; k++)
+        nd.fl[nd.edge[k].to2 >> 1].deps++;
+    ici_dag *d = &n->dag[n->dag_next];
+    n->dag_next = (n->dag_next + 1) % ICI_DAGS;
+    dag_clear(d);
+    *d = nd;
+}
+
+/* The cache entry cache_store filled last. */
+static const ici_cache_ent *cache_last(const ici *n)
+{
+    return &n->cache[(n->cache_next + ICI_CACHE - 1) % ICI_CACHE];
+}
+
 /* The groups' all-reduces of a call whose groups fall into nc > 1
  * independent clusters (decompose): max-min rates decompose over
  * resources no flow shares, so each cluster runs alone, in its own
@@ -737,12 +880,11 @@ static double allreduce_clusters(ici *n, const int *key, int gs, int ng,
         if (e) {
             d = cache_replay(n, e, ox + cox, oy + coy);
         } else {
-            flow_begin(n);
-            for (int g = 0; g < ngc; g++)
-                allreduce_build(n, ck + g * gs, gs, bytes);
+            allreduce_flows(n, ck, gs, ngc, bytes);
             d = flow_run(n);
             cache_store(n, h, 0, bytes, gs, ngc, ck, m, NULL, d, ox + cox,
                         oy + coy);
+            dag_keep(n, cache_last(n), ck, gs, ngc, bytes);
         }
         if (d > dur)
             dur = d;
@@ -776,12 +918,11 @@ static double allreduce_run(ici *n, const int *cores, int group_size,
     if (e) {
         dur = cache_replay(n, e, ox, oy);
     } else {
-        flow_begin(n);
-        for (int gi = 0; gi < ngroups; gi++)
-            allreduce_build(n, key + gi * group_size, group_size, bytes);
+        allreduce_flows(n, key, group_size, ngroups, bytes);
         dur = flow_run(n);
         cache_store(n, h, 0, bytes, group_size, ngroups, key, total, NULL,
                     dur, ox, oy);
+        dag_keep(n, cache_last(n), key, group_size, ngroups, bytes);
     }
     return dur;
 }

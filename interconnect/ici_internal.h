@@ -99,6 +99,31 @@ typedef struct {
     int nkey, gs, ng, nc;
 } ici_dec;
 
+/* The flows of an all-reduce call (flow_begin .. flow_run) kept for the
+ * interconnects that borrow them (ici_borrow_flows): the call's key as
+ * in the cache of results, the DAG as built (every flow's deps at its
+ * count of predecessors, ready 0), and the statistics its flows add
+ * (acc lists in the order flow_add made them).  nkey 0: empty. */
+typedef struct {
+    double bytes;
+    int gs, ng, nkey;
+    int *key;
+    flow_fl *fl;
+    int nfl;
+    int *route;
+    int nroute;
+    flow_edge *edge;
+    int nedge;
+    int nres, ncore;
+    int *res, *core;
+    double *res_bytes, *core_bytes;
+} ici_dag;
+
+/* DAGs kept, and the fewest flows a DAG must have to be kept (building
+ * a small one costs less than the lookup is worth keeping). */
+#define ICI_DAGS 4
+#define ICI_DAG_MIN 65536
+
 /* Splits kept: a step alternates between the layouts of a few kinds of
  * group (the batch-norm groups' statistics and the gradients' partition
  * groups), each split costing the flows of every group. */
@@ -219,6 +244,13 @@ struct ici {
      * independent clusters of groups (decompose) */
     ici_dec dec[ICI_DEC];
     int dec_next;
+    /* ici_keep_flows: the DAGs of the last large all-reduces */
+    int keep;
+    ici_dag dag[ICI_DAGS];
+    int dag_next;
+    /* ici_borrow_flows: an interconnect of the same topology whose kept
+     * DAGs and splits this one uses instead of building its own */
+    const ici *lender;
 
     ici_mem mem;
 };
