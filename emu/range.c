@@ -22,10 +22,10 @@ typedef struct {
     int full_pod;
     int cpr;
     int batchnorm, train;
-    int conv3d_small;  /* a 3D convolution under the small-batch layout */
-    int grouped;       /* a grouped convolution */
-    int remat;         /* the default step fits by recomputing */
-    int scatter;       /* a backward scatter-add (roi_align's) */
+    int conv3d_small; /* a 3D convolution under the small-batch layout */
+    int grouped;      /* a grouped convolution */
+    int remat;        /* the default step fits by recomputing */
+    int scatter;      /* a backward scatter-add (roi_align's) */
 } trace_facts;
 
 static void facts_of(const graph *g, const sim_opts *o, const emu_result *b,
@@ -115,8 +115,8 @@ static int user_set(const sim_opts *o, const char *key)
 /* The step with key = value (and the span's hold key at its default) on
  * top of the caller's overrides; ok 0 when it has no time. */
 static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
-                     const tpu_system *sys, const range_item *it,
-                     const task *t, task_out *res)
+                     const tpu_system *sys, const range_item *it, const task *t,
+                     task_out *res)
 {
     tpu_param_span sp;
     tpu_param_span_get(it->key, hw->gen, &sp);
@@ -171,7 +171,7 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
     v.set_values = vals;
     v.functional = 0; /* the timing is the same with or without values */
     v.record_timeline = 0;
-    v.no_dedup = 0;   /* the same figures by construction, faster */
+    v.no_dedup = 0; /* the same figures by construction, faster */
     v.time_unfit = 0;
     v.progress = NULL;
     v.progress_ctx = NULL;
@@ -232,9 +232,8 @@ static int next_task(int fd, int *t)
  * is waited for. */
 static tpu_status run_forked(const graph *g, const sim_opts *o,
                              const tpu_params *hw, const tpu_system *sys,
-                             const range_item *items,
-                             const task *tasks, int nt, int jobs, int done,
-                             task_out *outs, tpu_error *err)
+                             const range_item *items, const task *tasks, int nt,
+                             int jobs, int done, task_out *outs, tpu_error *err)
 {
     pid_t pid[64];
     int fd[64];
@@ -277,8 +276,7 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
                 if (t < 0 || t >= nt)
                     break;
                 task_out r = {t, 0, 0};
-                run_task(g, o, hw, sys, &items[tasks[t].item], &tasks[t],
-                         &r);
+                run_task(g, o, hw, sys, &items[tasks[t].item], &tasks[t], &r);
                 bad = write_all(p[1], &r, sizeof r) != 0;
             }
             close(p[1]);
@@ -316,11 +314,10 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
         while (waitpid(pid[w], &status, 0) < 0 && errno == EINTR)
             ;
         if (!rc && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-            rc = tpu_fail(err, TPU_ERR_SYSTEM,
-                          "range: a worker process failed (%s %d)",
-                          WIFSIGNALED(status) ? "signal" : "status",
-                          WIFSIGNALED(status) ? WTERMSIG(status)
-                                              : WEXITSTATUS(status));
+            rc = tpu_fail(
+                err, TPU_ERR_SYSTEM, "range: a worker process failed (%s %d)",
+                WIFSIGNALED(status) ? "signal" : "status",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     }
     if (!rc && got != nt - (done >= 0 && done < nt))
         rc = tpu_fail(err, TPU_ERR_SYSTEM,
@@ -395,9 +392,9 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
     const tpu_system *sys = tpu_system_find(base->system);
     ici *own_net = NULL;
     if (!so.net) {
-        so.net = own_net = sys ? ici_new(&hw.ici, sys->dim_x, sys->dim_y,
-                                         sys->full_pod)
-                               : NULL;
+        so.net = own_net =
+            sys ? ici_new(&hw.ici, sys->dim_x, sys->dim_y, sys->full_pod)
+                : NULL;
         if (own_net)
             ici_keep_flows(own_net);
     }
@@ -416,8 +413,8 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
         if (strncmp(out->items[tasks[t].item].key, "ici.", 4)) {
             primed = t;
             outs[t].task = t;
-            run_task(g, &so, &hw, sys, &out->items[tasks[t].item],
-                     &tasks[t], &outs[t]);
+            run_task(g, &so, &hw, sys, &out->items[tasks[t].item], &tasks[t],
+                     &outs[t]);
         }
     o = &so;
     if (jobs <= 0)
@@ -431,8 +428,8 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
             if (t == primed)
                 continue;
             outs[t].task = t;
-            run_task(g, o, &hw, sys, &out->items[tasks[t].item],
-                     &tasks[t], &outs[t]);
+            run_task(g, o, &hw, sys, &out->items[tasks[t].item], &tasks[t],
+                     &outs[t]);
         }
     } else {
         rc = run_forked(g, o, &hw, sys, out->items, tasks, nt, jobs, primed,

@@ -859,9 +859,8 @@ static const ici_cache_ent *cache_last(const ici *n)
  * canonical frame, and clusters that are shifted copies of one another
  * replay one cache entry.  The call lasts as long as its slowest
  * cluster. */
-static double allreduce_clusters(ici *n, const int *key, int gs, int ng,
-                                 int nc, const int *of, double bytes, int ox,
-                                 int oy)
+static double allreduce_clusters(ici *n, const int *key, int gs, int ng, int nc,
+                                 const int *of, double bytes, int ox, int oy)
 {
     int *ck = ici_tmp_alloc(&n->mem, (size_t)(gs * ng) * sizeof(int));
     double dur = 0;

@@ -360,8 +360,8 @@ void th_suite_ici(th_ctx *t)
             TH_CHECK(t, memcmp(x, y, sizeof x) == 0);
             int same = 1;
             for (int k = 0; k < nc; k++)
-                same &= ici_core_bytes_sent(nb, k) ==
-                        ici_core_bytes_sent(fresh, k);
+                same &=
+                    ici_core_bytes_sent(nb, k) == ici_core_bytes_sent(fresh, k);
             for (int ch = 0; ch < nc / 2; ch++) {
                 for (int d = 0; d < 4; d++)
                     same &= ici_link_busy_s(nb, ch, d) ==
