@@ -22,10 +22,10 @@ typedef struct {
     int full_pod;
     int cpr;
     int batchnorm, train;
-    int conv3d_small;  /* a 3D convolution under the small-batch layout */
-    int grouped;       /* a grouped convolution */
-    int remat;         /* the default step fits by recomputing */
-    int scatter;       /* a backward scatter-add (roi_align's) */
+    int conv3d_small; /* a 3D convolution under the small-batch layout */
+    int grouped;      /* a grouped convolution */
+    int remat;        /* the default step fits by recomputing */
+    int scatter;      /* a backward scatter-add (roi_align's) */
 } trace_facts;
 
 static void facts_of(const graph *g, const sim_opts *o, const emu_result *b,
@@ -115,7 +115,8 @@ static int user_set(const sim_opts *o, const char *key)
 /* The step with key = value (and the span's hold key at its default) on
  * top of the caller's overrides; ok 0 when it has no time. */
 static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
-                     const range_item *it, const task *t, task_out *res)
+                     const tpu_system *sys, const range_item *it, const task *t,
+                     task_out *res)
 {
     tpu_param_span sp;
     tpu_param_span_get(it->key, hw->gen, &sp);
@@ -145,16 +146,32 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
         vals[n++] = vbuf[1];
     }
     sim_opts v = *o;
-    /* a variant of the interconnect's keys needs its own interconnect;
-     * the others share the slice's (o->net, its collectives cached) */
-    if (!strncmp(it->key, "ici.", 4))
+    /* A variant of the interconnect's keys needs its own interconnect,
+     * made here with the ici.* values sim_run will take (the same --set
+     * strings on the same chip data); it builds no flows the slice's
+     * (o->net) kept where the topology is the same (ici_borrow_flows).
+     * The others share the slice's, its collectives cached. */
+    ici *own = NULL;
+    if (!strncmp(it->key, "ici.", 4)) {
         v.net = NULL;
+        tpu_params vh = *hw;
+        tpu_error e = {0};
+        int ok = sys != NULL && o->net != NULL;
+        for (int i = o->n_sets; i < n && ok; i++)
+            ok = tpu_params_set(&vh, keys[i], vals[i], &e) == TPU_OK;
+        if (ok && tpu_params_check(&vh, &e) == TPU_OK)
+            own = ici_new(&vh.ici, sys->dim_x, sys->dim_y, sys->full_pod);
+        if (own) {
+            ici_borrow_flows(own, o->net);
+            v.net = own;
+        }
+    }
     v.n_sets = n;
     v.set_keys = keys;
     v.set_values = vals;
     v.functional = 0; /* the timing is the same with or without values */
     v.record_timeline = 0;
-    v.no_dedup = 0;   /* the same figures by construction, faster */
+    v.no_dedup = 0; /* the same figures by construction, faster */
     v.time_unfit = 0;
     v.progress = NULL;
     v.progress_ctx = NULL;
@@ -165,6 +182,7 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
         res->step_s = r.step_time_s;
     }
     emu_result_free(&r);
+    ici_free(own);
     free(keys);
     free(vals);
 }
@@ -185,21 +203,56 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* The tasks in worker processes: worker w runs tasks w, w + jobs, ...
- * (but `done`, run already); outs[] filled by task index.  Every child is
- * waited for. */
+/* The order the tasks are handed out: the interconnect's variants first
+ * (each simulates the step's collectives again, most of a large slice's
+ * range: 0.5-0.8 s each against some 0.02 s for the others), then the
+ * rest as listed. */
+static int task_rank(const range_item *items, const task *t)
+{
+    return strncmp(items[t->item].key, "ici.", 4) != 0;
+}
+
+/* Reads one task index from the shared queue; 0 at its end. */
+static int next_task(int fd, int *t)
+{
+    for (;;) {
+        ssize_t n = read(fd, t, sizeof *t);
+        if (n < 0 && errno == EINTR)
+            continue;
+        return n == (ssize_t)sizeof *t;
+    }
+}
+
+/* The tasks in worker processes (but `done`, run already); outs[] filled
+ * by task index.  The task indices wait in one pipe, written whole before
+ * the workers start (a few hundred bytes: less than a pipe holds), in
+ * task_rank order; a worker takes the next one when it has finished one
+ * (reads of one index, which the pipe serves whole), so the long ones
+ * spread over the workers and the short ones fill in behind.  Every child
+ * is waited for. */
 static tpu_status run_forked(const graph *g, const sim_opts *o,
-                             const tpu_params *hw, const range_item *items,
-                             const task *tasks, int nt, int jobs, int done,
-                             task_out *outs, tpu_error *err)
+                             const tpu_params *hw, const tpu_system *sys,
+                             const range_item *items, const task *tasks, int nt,
+                             int jobs, int done, task_out *outs, tpu_error *err)
 {
     pid_t pid[64];
     int fd[64];
     int started = 0;
     tpu_status rc = TPU_OK;
+    int q[2];
+    if (pipe(q) != 0)
+        return tpu_fail(err, TPU_ERR_SYSTEM, "range: pipe: %s",
+                        strerror(errno));
+    for (int rank = 0; rank < 2 && !rc; rank++)
+        for (int t = 0; t < nt && !rc; t++)
+            if (t != done && task_rank(items, &tasks[t]) == rank &&
+                write_all(q[1], &t, sizeof t) != 0)
+                rc = tpu_fail(err, TPU_ERR_SYSTEM, "range: pipe: %s",
+                              strerror(errno));
+    close(q[1]);
     /* Output buffered in the caller's stdio would be written twice if a
      * worker flushed it; workers leave through _exit, which does not. */
-    for (int w = 0; w < jobs; w++) {
+    for (int w = 0; w < jobs && !rc; w++) {
         int p[2];
         if (pipe(p) != 0) {
             rc = tpu_fail(err, TPU_ERR_SYSTEM, "range: pipe: %s",
@@ -218,12 +271,12 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
             close(p[0]);
             for (int k = 0; k < started; k++)
                 close(fd[k]);
-            int bad = 0;
-            for (int t = w; t < nt && !bad; t += jobs) {
-                if (t == done)
-                    continue;
+            int bad = 0, t;
+            while (!bad && next_task(q[0], &t)) {
+                if (t < 0 || t >= nt)
+                    break;
                 task_out r = {t, 0, 0};
-                run_task(g, o, hw, &items[tasks[t].item], &tasks[t], &r);
+                run_task(g, o, hw, sys, &items[tasks[t].item], &tasks[t], &r);
                 bad = write_all(p[1], &r, sizeof r) != 0;
             }
             close(p[1]);
@@ -234,6 +287,7 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
         fd[started] = p[0];
         started++;
     }
+    close(q[0]);
     int got = 0;
     for (int w = 0; w < started; w++) {
         task_out r;
@@ -260,11 +314,10 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
         while (waitpid(pid[w], &status, 0) < 0 && errno == EINTR)
             ;
         if (!rc && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-            rc = tpu_fail(err, TPU_ERR_SYSTEM,
-                          "range: a worker process failed (%s %d)",
-                          WIFSIGNALED(status) ? "signal" : "status",
-                          WIFSIGNALED(status) ? WTERMSIG(status)
-                                              : WEXITSTATUS(status));
+            rc = tpu_fail(
+                err, TPU_ERR_SYSTEM, "range: a worker process failed (%s %d)",
+                WIFSIGNALED(status) ? "signal" : "status",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     }
     if (!rc && got != nt - (done >= 0 && done < nt))
         rc = tpu_fail(err, TPU_ERR_SYSTEM,
@@ -338,10 +391,13 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
     sim_opts so = *o;
     const tpu_system *sys = tpu_system_find(base->system);
     ici *own_net = NULL;
-    if (!so.net)
-        so.net = own_net = sys ? ici_new(&hw.ici, sys->dim_x, sys->dim_y,
-                                         sys->full_pod)
-                               : NULL;
+    if (!so.net) {
+        so.net = own_net =
+            sys ? ici_new(&hw.ici, sys->dim_x, sys->dim_y, sys->full_pod)
+                : NULL;
+        if (own_net)
+            ici_keep_flows(own_net);
+    }
     /* and one cache of DMA costs for every variant that keeps the hbm.*
      * values (sim_run lends it only to those) */
     cost_dma *own_dma = NULL;
@@ -357,7 +413,7 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
         if (strncmp(out->items[tasks[t].item].key, "ici.", 4)) {
             primed = t;
             outs[t].task = t;
-            run_task(g, &so, &hw, &out->items[tasks[t].item], &tasks[t],
+            run_task(g, &so, &hw, sys, &out->items[tasks[t].item], &tasks[t],
                      &outs[t]);
         }
     o = &so;
@@ -372,12 +428,12 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
             if (t == primed)
                 continue;
             outs[t].task = t;
-            run_task(g, o, &hw, &out->items[tasks[t].item], &tasks[t],
+            run_task(g, o, &hw, sys, &out->items[tasks[t].item], &tasks[t],
                      &outs[t]);
         }
     } else {
-        rc = run_forked(g, o, &hw, out->items, tasks, nt, jobs, primed, outs,
-                        err);
+        rc = run_forked(g, o, &hw, sys, out->items, tasks, nt, jobs, primed,
+                        outs, err);
     }
     if (own_net)
         ici_free(own_net);

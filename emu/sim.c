@@ -173,6 +173,8 @@ void sim_caches_new(const graph *g, const sim_opts *o, sim_caches *c)
     if (sim_setup(g, o, &sys, &batch, &hw, &e))
         return;
     c->net = ici_new(&hw.ici, sys->dim_x, sys->dim_y, sys->full_pod);
+    if (c->net) /* for the variants of its bandwidths and latencies */
+        ici_keep_flows(c->net);
     c->dma = cost_dma_new(&hw);
     c->memo = cost_memo_new(&hw);
 }

@@ -57,7 +57,9 @@ typedef struct {
 void sim_opts_default(sim_opts *o);
 
 /* The caches a caller may lend to several runs of one trace: the
- * interconnect of the run's effective system and ici.* values, the DMA
+ * interconnect of the run's effective system and ici.* values (which
+ * keeps its large all-reduces' flows for interconnects that differ in
+ * bandwidths and latencies only: ici_borrow_flows), the DMA
  * costs of its hbm.* values and the prices of its chip data.  Each is
  * NULL when the options are invalid (sim_run says why) or memory runs
  * out. */

@@ -668,17 +668,6 @@ static void hp_push(ici *n, int s)
     hp_up(n, n->nheap - 1);
 }
 
-static int hp_pop(ici *n)
-{
-    int s = n->heap[0];
-    n->hpos[s] = -1;
-    if (--n->nheap > 0) {
-        hp_place(n, 0, n->heap[n->nheap]);
-        hp_down(n, 0);
-    }
-    return s;
-}
-
 /* Slot s's finish time changed. */
 static void hp_fix(ici *n, int s)
 {
@@ -687,6 +676,53 @@ static void hp_fix(ici *n, int s)
         hp_up(n, i);
     else
         hp_down(n, i);
+}
+
+/* Slot s leaves the heap from wherever it is. */
+static void hp_remove(ici *n, int s)
+{
+    int i = n->hpos[s], last = n->heap[--n->nheap];
+    n->hpos[s] = -1;
+    if (i < n->nheap) {
+        hp_place(n, i, last);
+        hp_fix(n, last);
+    }
+}
+
+/* The slots keyed at or below lim into out[], in no particular order (the
+ * caller takes their minimum and sorts the ones that finish), found by a
+ * walk down from the root: a key at or below lim has its ancestors there
+ * too, so the walk visits only them and their children.  They leave the
+ * heap one by one when they are few; when they are many (a full pod's
+ * step ends on every chip at once: half the heap) the heap is left as
+ * it is and *rebuild set: the caller builds it again from the live slots
+ * (hp_build), one pass instead of a sift from the root per slot. */
+static int hp_take(ici *n, double lim, int *out, int *rebuild)
+{
+    int k = 0;
+    *rebuild = 0;
+    if (n->nheap == 0 || !(n->atf[n->heap[0]] <= lim))
+        return 0;
+    out[k++] = 0; /* positions first */
+    for (int j = 0; j < k; j++) {
+        int c = 2 * out[j] + 1;
+        if (c < n->nheap && n->atf[n->heap[c]] <= lim)
+            out[k++] = c;
+        if (c + 1 < n->nheap && n->atf[n->heap[c + 1]] <= lim)
+            out[k++] = c + 1;
+    }
+    for (int j = 0; j < k; j++)
+        out[j] = n->heap[out[j]];
+    if (4 * k >= n->nheap) {
+        *rebuild = 1;
+        for (int j = 0; j < k; j++)
+            n->hpos[out[j]] = -1;
+        n->nheap = 0;
+    } else {
+        for (int j = 0; j < k; j++)
+            hp_remove(n, out[j]);
+    }
+    return k;
 }
 
 /* Every live slot in the heap again (after rates of all changed or slots
@@ -1398,18 +1434,18 @@ static double run_heap(ici *n, int nf)
         }
         if (n->ndirty > 0)
             rates_update(n, t);
-        int nc = 0;
+        int nc = 0, rebuild = 0;
         double tn = INFINITY;
         if (n->nheap > 0) {
             double k0 = n->atf[n->heap[0]];
             double margin = ICI_TOL_T + 1e-9 * (k0 - t);
             double lim = k0 + ICI_TOL_T + 2 * margin;
-            while (n->nheap > 0 && n->atf[n->heap[0]] <= lim) {
-                int sl = hp_pop(n);
+            nc = hp_take(n, lim, n->bfl, &rebuild);
+            for (int i = 0; i < nc; i++) {
+                int sl = n->bfl[i];
                 double tf = t + n->arem[sl] / n->arate[sl];
                 if (tf < tn)
                     tn = tf;
-                n->bfl[nc++] = sl;
             }
         }
         if (!q_empty(n) && q_top_t(n) < tn)
@@ -1427,7 +1463,8 @@ static double run_heap(ici *n, int nf)
                 n->fin[finished++] = sl;
             } else {
                 tf_set(n, sl, t);
-                hp_push(n, sl);
+                if (!rebuild)
+                    hp_push(n, sl);
             }
         }
         /* in start order, as run_scan finishes them: the order in which
@@ -1447,7 +1484,9 @@ static double run_heap(ici *n, int nf)
             arrive(n, n->fin[i], t, &t_end);
         }
         if (n->nact - n->nlive > n->nlive / 8 + 64)
-            act_compact(n);
+            act_compact(n); /* builds the heap */
+        else if (rebuild)
+            hp_build(n);
     }
     TPU_ASSERT(done == nf); /* a cycle in the DAG would stop short */
     return t_end;

@@ -165,12 +165,27 @@ static void cache_clear(ici_cache_ent *e)
     memset(e, 0, sizeof *e);
 }
 
+static void dag_clear(ici_dag *d)
+{
+    free(d->key);
+    free(d->fl);
+    free(d->route);
+    free(d->edge);
+    free(d->res);
+    free(d->core);
+    free(d->res_bytes);
+    free(d->core_bytes);
+    memset(d, 0, sizeof *d);
+}
+
 void ici_free(ici *n)
 {
     if (!n)
         return;
     for (int i = 0; i < ICI_CACHE; i++)
         cache_clear(&n->cache[i]);
+    for (int i = 0; i < ICI_DAGS; i++)
+        dag_clear(&n->dag[i]);
     free(n->stat_res);
     free(n->stat_core);
     free(n->fl);
@@ -234,8 +249,10 @@ void ici_free(ici *n)
     free(n->acc_core_list);
     free(n->key);
     free(n->kbytes);
-    free(n->dec_key);
-    free(n->dec_of);
+    for (int i = 0; i < ICI_DEC; i++) {
+        free(n->dec[i].key);
+        free(n->dec[i].of);
+    }
     free(n);
 }
 
@@ -643,26 +660,34 @@ static int dec_root(int *up, int g)
 /* Splits the groups of a call (key: canonical cores, ngroups of gs) into
  * clusters whose flows share no resource: each group's flows are built
  * (routes do not depend on the bytes, so one byte each) and groups that
- * meet on a link or an on-chip path are joined.  n->dec_of[g] receives
- * group g's cluster, numbered in the order of their first groups; returns
- * the number of clusters.  The split of the last key is kept: every
- * all-reduce of one partition layout has the same key. */
-static int decompose(ici *n, const int *key, int gs, int ng)
+ * meet on a link or an on-chip path are joined.  *of receives each
+ * group's cluster, numbered in the order of their first groups; returns
+ * the number of clusters.  The splits of the last ICI_DEC keys are kept:
+ * every all-reduce of one partition layout has the same key. */
+static int decompose(ici *n, const int *key, int gs, int ng, const int **of)
 {
     int total = gs * ng;
-    if (n->dec_key && n->dec_nkey == total && n->dec_gs == gs &&
-        n->dec_ng == ng &&
-        memcmp(n->dec_key, key, (size_t)total * sizeof(int)) == 0)
-        return n->dec_nc;
-    n->dec_nkey = 0; /* invalid until complete (an unwind may come) */
-    n->dec_key =
-        ici_ralloc(&n->mem, n->dec_key, (size_t)total * sizeof(int));
-    n->dec_of = ici_ralloc(&n->mem, n->dec_of, (size_t)ng * sizeof(int));
+    /* its own splits, then the lender's (the same topology) */
+    for (int i = 0; i < 2 * ICI_DEC; i++) {
+        const ici *src = i < ICI_DEC ? n : n->lender;
+        if (!src)
+            break;
+        const ici_dec *d = &src->dec[i % ICI_DEC];
+        if (d->nkey == total && d->gs == gs && d->ng == ng &&
+            memcmp(d->key, key, (size_t)total * sizeof(int)) == 0) {
+            *of = d->of;
+            return d->nc;
+        }
+    }
+    ici_dec *d = &n->dec[n->dec_next];
+    d->nkey = 0; /* invalid until complete (an unwind may come) */
+    d->key = ici_ralloc(&n->mem, d->key, (size_t)total * sizeof(int));
+    d->of = ici_ralloc(&n->mem, d->of, (size_t)ng * sizeof(int));
     /* per resource: the first group whose flows cross it */
     int *own = ici_tmp_alloc(&n->mem, (size_t)n->nres * sizeof(int));
     for (int r = 0; r < n->nres; r++)
         own[r] = -1;
-    int *up = n->dec_of;
+    int *up = d->of;
     for (int g = 0; g < ng; g++)
         up[g] = g;
     flow_begin(n);
@@ -694,12 +719,138 @@ static int decompose(ici *n, const int *key, int gs, int ng)
     }
     memcpy(up, lab, (size_t)ng * sizeof(int));
     ici_tmp_free(&n->mem, lab);
-    memcpy(n->dec_key, key, (size_t)total * sizeof(int));
-    n->dec_gs = gs;
-    n->dec_ng = ng;
-    n->dec_nc = nc;
-    n->dec_nkey = total;
+    memcpy(d->key, key, (size_t)total * sizeof(int));
+    d->gs = gs;
+    d->ng = ng;
+    d->nc = nc;
+    d->nkey = total;
+    n->dec_next = (n->dec_next + 1) % ICI_DEC;
+    *of = d->of;
     return nc;
+}
+
+/* ---- flows kept and borrowed ------------------------------------------- */
+
+void ici_keep_flows(ici *n)
+{
+    n->keep = 1;
+}
+
+void ici_borrow_flows(ici *n, const ici *lender)
+{
+    if (lender && lender != n && lender->dx == n->dx && lender->dy == n->dy &&
+        lender->wrapx == n->wrapx && lender->wrapy == n->wrapy)
+        n->lender = lender;
+}
+
+/* The lender's DAG of this call, or NULL. */
+static const ici_dag *dag_find(const ici *n, const int *key, int gs, int ng,
+                               double bytes)
+{
+    if (!n->lender)
+        return NULL;
+    for (int i = 0; i < ICI_DAGS; i++) {
+        const ici_dag *d = &n->lender->dag[i];
+        if (d->nkey == gs * ng && d->gs == gs && d->ng == ng &&
+            memcmp(&d->bytes, &bytes, sizeof bytes) == 0 &&
+            memcmp(d->key, key, (size_t)d->nkey * sizeof(int)) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+/* The flows of ng groups of gs cores (key, canonical) all-reducing bytes
+ * each, with the statistics they add, as allreduce_build makes them:
+ * copied from the lender's DAG when it has this call's, else built. */
+static void allreduce_flows(ici *n, const int *key, int gs, int ng,
+                            double bytes)
+{
+    const ici_dag *d = dag_find(n, key, gs, ng, bytes);
+    flow_begin(n);
+    if (!d) {
+        for (int g = 0; g < ng; g++)
+            allreduce_build(n, key + g * gs, gs, bytes);
+        return;
+    }
+    n->fl = ici_grow(n, n->fl, &n->capfl, d->nfl, sizeof(flow_fl));
+    n->route = ici_grow(n, n->route, &n->caproute, d->nroute, sizeof(int));
+    n->edge = ici_grow(n, n->edge, &n->capedge, d->nedge, sizeof(flow_edge));
+    memcpy(n->fl, d->fl, (size_t)d->nfl * sizeof(flow_fl));
+    memcpy(n->route, d->route, (size_t)d->nroute * sizeof(int));
+    memcpy(n->edge, d->edge, (size_t)d->nedge * sizeof(flow_edge));
+    n->nfl = d->nfl;
+    n->nroute = d->nroute;
+    n->nedge = d->nedge;
+    for (int i = 0; i < d->nres; i++) {
+        n->acc_res_list[n->nacc_res++] = d->res[i];
+        n->acc_res[d->res[i]] = d->res_bytes[i];
+    }
+    for (int i = 0; i < d->ncore; i++) {
+        n->acc_core_list[n->nacc_core++] = d->core[i];
+        n->acc_core[d->core[i]] = d->core_bytes[i];
+    }
+}
+
+/* After a call that built and ran its flows and stored its result in the
+ * cache entry e (whose statistics are the flows'): an interconnect that
+ * keeps flows takes the DAG over (the run changed only its flows' deps
+ * and ready, put back here).  Best effort: out of memory it keeps
+ * nothing, and the call is not failed for it. */
+static void dag_keep(ici *n, const ici_cache_ent *e, const int *key, int gs,
+                     int ng, double bytes)
+{
+    if (!n->keep || n->nfl < ICI_DAG_MIN)
+        return;
+    ici_dag nd = {0};
+    size_t nk = (size_t)(gs * ng), nr = (size_t)e->nres + 1,
+           nc = (size_t)e->ncore + 1;
+    nd.key = malloc(nk * sizeof(int));
+    nd.res = malloc(nr * sizeof(int));
+    nd.core = malloc(nc * sizeof(int));
+    nd.res_bytes = malloc(nr * sizeof(double));
+    nd.core_bytes = malloc(nc * sizeof(double));
+    if (!nd.key || !nd.res || !nd.core || !nd.res_bytes || !nd.core_bytes) {
+        dag_clear(&nd);
+        return;
+    }
+    memcpy(nd.key, key, nk * sizeof(int));
+    memcpy(nd.res, e->res, (size_t)e->nres * sizeof(int));
+    memcpy(nd.res_bytes, e->res_bytes, (size_t)e->nres * sizeof(double));
+    memcpy(nd.core, e->core, (size_t)e->ncore * sizeof(int));
+    memcpy(nd.core_bytes, e->core_bytes, (size_t)e->ncore * sizeof(double));
+    nd.bytes = bytes;
+    nd.gs = gs;
+    nd.ng = ng;
+    nd.nkey = (int)nk;
+    nd.nres = e->nres;
+    nd.ncore = e->ncore;
+    nd.fl = n->fl;
+    nd.nfl = n->nfl;
+    nd.route = n->route;
+    nd.nroute = n->nroute;
+    nd.edge = n->edge;
+    nd.nedge = n->nedge;
+    n->fl = NULL;
+    n->route = NULL;
+    n->edge = NULL;
+    n->capfl = n->caproute = n->capedge = 0;
+    flow_begin(n);
+    for (int f = 0; f < nd.nfl; f++) {
+        nd.fl[f].ready = 0;
+        nd.fl[f].deps = 0;
+    }
+    for (int k = 0; k < nd.nedge; k++)
+        nd.fl[nd.edge[k].to2 >> 1].deps++;
+    ici_dag *d = &n->dag[n->dag_next];
+    n->dag_next = (n->dag_next + 1) % ICI_DAGS;
+    dag_clear(d);
+    *d = nd;
+}
+
+/* The cache entry cache_store filled last. */
+static const ici_cache_ent *cache_last(const ici *n)
+{
+    return &n->cache[(n->cache_next + ICI_CACHE - 1) % ICI_CACHE];
 }
 
 /* The groups' all-reduces of a call whose groups fall into nc > 1
@@ -708,15 +859,15 @@ static int decompose(ici *n, const int *key, int gs, int ng)
  * canonical frame, and clusters that are shifted copies of one another
  * replay one cache entry.  The call lasts as long as its slowest
  * cluster. */
-static double allreduce_clusters(ici *n, const int *key, int gs, int ng,
-                                 int nc, double bytes, int ox, int oy)
+static double allreduce_clusters(ici *n, const int *key, int gs, int ng, int nc,
+                                 const int *of, double bytes, int ox, int oy)
 {
     int *ck = ici_tmp_alloc(&n->mem, (size_t)(gs * ng) * sizeof(int));
     double dur = 0;
     for (int c = 0; c < nc; c++) {
         int m = 0, ngc = 0, cox, coy;
         for (int g = 0; g < ng; g++)
-            if (n->dec_of[g] == c) {
+            if (of[g] == c) {
                 memcpy(ck + m, key + g * gs, (size_t)gs * sizeof(int));
                 m += gs;
                 ngc++;
@@ -728,12 +879,11 @@ static double allreduce_clusters(ici *n, const int *key, int gs, int ng,
         if (e) {
             d = cache_replay(n, e, ox + cox, oy + coy);
         } else {
-            flow_begin(n);
-            for (int g = 0; g < ngc; g++)
-                allreduce_build(n, ck + g * gs, gs, bytes);
+            allreduce_flows(n, ck, gs, ngc, bytes);
             d = flow_run(n);
             cache_store(n, h, 0, bytes, gs, ngc, ck, m, NULL, d, ox + cox,
                         oy + coy);
+            dag_keep(n, cache_last(n), ck, gs, ngc, bytes);
         }
         if (d > dur)
             dur = d;
@@ -754,10 +904,11 @@ static double allreduce_run(ici *n, const int *cores, int group_size,
     int *key = n->key, ox, oy;
     canon(n, cores, total, key, &ox, &oy);
     if (ngroups > 1) {
-        int nc = decompose(n, key, group_size, ngroups);
+        const int *of;
+        int nc = decompose(n, key, group_size, ngroups, &of);
         if (nc > 1)
-            return allreduce_clusters(n, key, group_size, ngroups, nc, bytes,
-                                      ox, oy);
+            return allreduce_clusters(n, key, group_size, ngroups, nc, of,
+                                      bytes, ox, oy);
     }
     uint64_t h = key_hash(0, bytes, group_size, ngroups, key, total, NULL);
     ici_cache_ent *e =
@@ -766,12 +917,11 @@ static double allreduce_run(ici *n, const int *cores, int group_size,
     if (e) {
         dur = cache_replay(n, e, ox, oy);
     } else {
-        flow_begin(n);
-        for (int gi = 0; gi < ngroups; gi++)
-            allreduce_build(n, key + gi * group_size, group_size, bytes);
+        allreduce_flows(n, key, group_size, ngroups, bytes);
         dur = flow_run(n);
         cache_store(n, h, 0, bytes, group_size, ngroups, key, total, NULL,
                     dur, ox, oy);
+        dag_keep(n, cache_last(n), key, group_size, ngroups, bytes);
     }
     return dur;
 }

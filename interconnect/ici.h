@@ -112,6 +112,20 @@ double ici_core_bytes_sent(const ici *n, int core);
  * (0 = +x, 1 = -x, 2 = +y, 3 = -y). */
 double ici_link_busy_s(const ici *n, int chip, int dir);
 
+/* Interconnects of one slice whose parameters differ only in bandwidths
+ * and latencies (not in ici.wrap) build the same flows for a call: the
+ * routes, dependencies and sizes depend on the topology, the group and
+ * the bytes; rates and latencies enter only when the flows run.
+ * ici_keep_flows makes n keep the flows of its large all-reduces;
+ * ici_borrow_flows makes n use the kept flows (and splits of groups into
+ * clusters) of `lender` where it would build the same ones, when both
+ * have the same torus and wrap-around links (otherwise it does nothing).
+ * The results are the same doubles either way.  The lender must outlive
+ * n and make no call while n runs (a forked process may borrow its
+ * parent's copy). */
+void ici_keep_flows(ici *n);
+void ici_borrow_flows(ici *n, const ici *lender);
+
 /* Testing: of the allocations the model makes from now on, the first k
  * succeed and the next one fails as if host memory had run out (then
  * none fails); k < 0 turns this off (the default).  Only the slow path of

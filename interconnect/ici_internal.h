@@ -91,6 +91,44 @@ typedef struct {
 
 #define ICI_CACHE 64
 
+/* A call's groups split into clusters that share no resource: the key
+ * (canonical cores, ng groups of gs), each group's cluster, and the
+ * number of clusters.  nkey 0: empty (or being filled). */
+typedef struct {
+    int *key, *of;
+    int nkey, gs, ng, nc;
+} ici_dec;
+
+/* The flows of an all-reduce call (flow_begin .. flow_run) kept for the
+ * interconnects that borrow them (ici_borrow_flows): the call's key as
+ * in the cache of results, the DAG as built (every flow's deps at its
+ * count of predecessors, ready 0), and the statistics its flows add
+ * (acc lists in the order flow_add made them).  nkey 0: empty. */
+typedef struct {
+    double bytes;
+    int gs, ng, nkey;
+    int *key;
+    flow_fl *fl;
+    int nfl;
+    int *route;
+    int nroute;
+    flow_edge *edge;
+    int nedge;
+    int nres, ncore;
+    int *res, *core;
+    double *res_bytes, *core_bytes;
+} ici_dag;
+
+/* DAGs kept, and the fewest flows a DAG must have to be kept (building
+ * a small one costs less than the lookup is worth keeping). */
+#define ICI_DAGS 4
+#define ICI_DAG_MIN 65536
+
+/* Splits kept: a step alternates between the layouts of a few kinds of
+ * group (the batch-norm groups' statistics and the gradients' partition
+ * groups), each split costing the flows of every group. */
+#define ICI_DEC 8
+
 /* Host memory of a call.  Every allocation a call makes goes through
  * ici_ralloc and ici_tmp_alloc (ici.c); when one fails, the call unwinds
  * (longjmp) to the jmp_buf its public entry point set, which frees the
@@ -202,10 +240,17 @@ struct ici {
     int *key;
     double *kbytes;
     int capkey, capkbytes;
-    /* the last all-reduce call's split into independent clusters of
-     * groups: its key (canonical cores), and each group's cluster */
-    int *dec_key, *dec_of;
-    int dec_nkey, dec_gs, dec_ng, dec_nc;
+    /* the splits of the last ICI_DEC keys of all-reduce calls into
+     * independent clusters of groups (decompose) */
+    ici_dec dec[ICI_DEC];
+    int dec_next;
+    /* ici_keep_flows: the DAGs of the last large all-reduces */
+    int keep;
+    ici_dag dag[ICI_DAGS];
+    int dag_next;
+    /* ici_borrow_flows: an interconnect of the same topology whose kept
+     * DAGs and splits this one uses instead of building its own */
+    const ici *lender;
 
     ici_mem mem;
 };

@@ -329,6 +329,54 @@ void th_suite_ici(th_ctx *t)
         free(c);
         ici_free(n);
     }
+    th_case(t, "borrowed flows: other bandwidths and latencies, same bits as "
+               "building them");
+    {
+        tpu_params q;
+        ici *lend = mk("v3-512", &p);
+        ici_keep_flows(lend);
+        int nc = ici_num_cores(lend), *c = all_cores(nc);
+        /* a large all-reduce (its flows kept) and partition groups (their
+         * split into clusters kept) */
+        TH_CHECK(t, ici_allreduce(lend, c, nc, 6.4e7, 0) > 0);
+        TH_CHECK(t, ici_allreduce_groups(lend, c, 64, nc / 64, 1e6, 0) > 0);
+        const tpu_system *s = tpu_system_find("v3-512");
+        for (int v = 0; v < 3; v++) {
+            tpu_params_default(&q, s->gen);
+            if (v == 0)
+                q.ici.link_gbs *= 1.25;
+            else if (v == 1)
+                q.ici.hop_latency_s *= 0.4;
+            else
+                q.ici.wrap = 1; /* another topology: nothing borrowed */
+            ici *nb = ici_new(&q.ici, s->dim_x, s->dim_y, s->full_pod);
+            ici *fresh = ici_new(&q.ici, s->dim_x, s->dim_y, s->full_pod);
+            ici_borrow_flows(nb, lend);
+            double x[2], y[2];
+            x[0] = ici_allreduce(nb, c, nc, 6.4e7, 0.5);
+            x[1] = ici_allreduce_groups(nb, c, 64, nc / 64, 1e6, 0.5);
+            y[0] = ici_allreduce(fresh, c, nc, 6.4e7, 0.5);
+            y[1] = ici_allreduce_groups(fresh, c, 64, nc / 64, 1e6, 0.5);
+            TH_CHECK(t, memcmp(x, y, sizeof x) == 0);
+            int same = 1;
+            for (int k = 0; k < nc; k++)
+                same &=
+                    ici_core_bytes_sent(nb, k) == ici_core_bytes_sent(fresh, k);
+            for (int ch = 0; ch < nc / 2; ch++) {
+                for (int d = 0; d < 4; d++)
+                    same &= ici_link_busy_s(nb, ch, d) ==
+                            ici_link_busy_s(fresh, ch, d);
+                for (int d = 0; d < 2; d++)
+                    same &= ici_onchip_busy_s(nb, ch, d) ==
+                            ici_onchip_busy_s(fresh, ch, d);
+            }
+            TH_CHECK(t, same);
+            ici_free(nb);
+            ici_free(fresh);
+        }
+        free(c);
+        ici_free(lend);
+    }
 }
 
 void th_suite_ici_cli(th_ctx *t)
