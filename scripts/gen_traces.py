@@ -753,7 +753,7 @@ def cifar10_keras():
 # -- trace files ----------------------------------------------------------
 
 def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None,
-          optimizer=None, bn_group=None):
+          optimizer=None, bn_group=None, label_pdims=None):
     if _prod(pdims) != cores_per_replica:
         raise TraceError("%s: partition dims %r do not multiply to %d"
                          % (name, pdims, cores_per_replica))
@@ -771,7 +771,8 @@ def trace(name, graph, system, batch, cores_per_replica, pdims, reference=None,
             "mode": "train",
             "global_batch": batch,
             "num_cores_per_replica": cores_per_replica,
-            "input_partition_dims": [list(pdims), None],
+            "input_partition_dims": [list(pdims),
+                                     list(label_pdims) if label_pdims else None],
         },
     }
     if optimizer is not None:
@@ -826,7 +827,7 @@ def all_traces():
                 u128))
     out.append(("traces/reference/unet3d-256-v3-128.json",
                 trace("unet3d-256", u256, "v3-128", 32, 16, [1, 16, 1, 1, 1], ref_u256,
-                      UNET_OPTIMIZER),
+                      UNET_OPTIMIZER, label_pdims=[1, 16, 1, 1, 1]),
                 u256))
     prev = None
     for system, batch, loop, step, spread in RESNET_MLPERF06:
