@@ -118,11 +118,14 @@ void tpu_params_default(tpu_params *p, int gen)
      * does.  Padding ResNet-50's 7x7 stem on 3 channels tap by tap costs
      * 24x its folded work and would make the published MLPerf v0.6 runs at
      * 32 and 16 examples per core (44.1, 25.3 ms) 65 and 34 ms; folded
-     * they are 45 and 24 ms.  XLA's TPU layout pass treats shallow inputs
-     * on its own (the public models also rewrite such stems by
-     * space-to-depth); 8, the sublane tile, is the smallest feature count
-     * the page's "multiple of 8" layout holds unpadded.  Plausible: 4-32. */
-    p->xla_conv_pad_min_features = 8;
+     * they are 45 and 24 ms, so 3 features fold.  12 fold too: the public
+     * MLPerf SSD and Mask R-CNN code rewrites that stem as a 4x4 conv on
+     * 12 channels after a 2x2 space-to-depth "for TPU performance"
+     * (conv0_space_to_depth), which would make the stem 8x slower if 12
+     * features were padded tap by tap (16 taps of 128 against 147 folded
+     * features).  16 is the smallest power of two above 12.  Plausible:
+     * 4-32. */
+    p->xla_conv_pad_min_features = 16;
     /* [U] XLA SPMD's ReshardAsWindowedInput calls ExchangeHaloAndGetValidData
      * once per split dimension (openxla/xla spmd/spmd_partitioner.cc,
      * spmd_partitioner_util.cc): collective-permutes, a concatenate, a pad
@@ -365,7 +368,8 @@ static const pentry table[] = {
     I("xla.conv_pad_batch", xla_conv_pad_batch, "0/1", 0, 1,
       "[C] same, batch to 8; [U] for 3D layouts"),
     I("xla.conv_pad_min_features", xla_conv_pad_min_features, "features", 1,
-      1 << 20, "[U] thinner inputs fold their taps (ResNet-50 stem)"),
+      1 << 20, "[U] thinner inputs fold their taps (ResNet-50 stem, "
+      "space-to-depth stems)"),
     I("xla.halo_fused", xla_halo_fused, "0/1", 0, 1,
       "[U] SPMD halo ops fused per dimension"),
     I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,
