@@ -359,6 +359,59 @@ static double snap_share(const flow_tab *g, double prev, double l)
     return l;
 }
 
+/* One round of progressive filling begins here: drops from n->touched
+ * the resources with no unfrozen flow left (the others keep their
+ * order) and returns the smallest share the rest offer, INFINITY when
+ * none is left. */
+static inline double round_share(ici *n)
+{
+    int *touched = n->touched, nt = n->ntouched, w = 0;
+    const int *cnt = n->res_cnt;
+    const double *cap = n->res_cap;
+    double share = INFINITY;
+    for (int k = 0; k < nt; k++) {
+        int r = touched[k];
+        if (cnt[r] > 0) {
+            touched[w++] = r;
+            double s = cap[r] / cnt[r];
+            if (s < share)
+                share = s;
+        }
+    }
+    n->ntouched = w;
+    return share;
+}
+
+/* A component's round share snapped to the others' rounds (snap_share),
+ * recorded in sh[2 * nsh] (its own) and sh[2 * nsh + 1] (the one it
+ * takes); *bad once a share is not positive, after which none is
+ * snapped.  *prev is the last round's share. */
+static inline double round_snap(const flow_tab *snap, double share, double *sh,
+                         int nsh, int *bad, double *prev)
+{
+    sh[2 * nsh] = share;
+    if (share > 0 && !*bad)
+        share = snap_share(snap, *prev, share);
+    else
+        *bad = 1;
+    sh[2 * nsh + 1] = share;
+    *prev = share;
+    return share;
+}
+
+/* Slot sl freezes at share: every resource on its route gives that much
+ * capacity up and counts one unfrozen flow less. */
+static inline void freeze_route(ici *n, int sl, double share)
+{
+    const int *rt = n->apool + n->aro[sl];
+    int nr = n->anr[sl];
+    for (int h = 0; h < nr; h++) {
+        int q = rt[h];
+        n->res_cap[q] -= share;
+        n->res_cnt[q]--;
+    }
+}
+
 /* Max-min fair rates by progressive filling: raise every unfrozen flow's
  * rate together until some resource is full; the flows through it keep
  * that rate; repeat with the capacity that is left.  sl[0..m): slots of
@@ -406,32 +459,12 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
     int left = m, bad = 0;
     double prev = 0;
     while (left > 0) {
-        /* Resources with no unfrozen flow left drop out of the list (they
-         * take part in nothing more); the others keep their order. */
-        double share = INFINITY;
-        int w = 0;
-        for (int k = 0; k < n->ntouched; k++) {
-            int r = n->touched[k];
-            if (n->res_cnt[r] > 0) {
-                n->touched[w++] = r;
-                double s = n->res_cap[r] / n->res_cnt[r];
-                if (s < share)
-                    share = s;
-            }
-        }
-        n->ntouched = w;
+        double share = round_share(n);
         TPU_ASSERT(share < INFINITY);
         if (share < 0)
             share = 0;
-        if (snap) {
-            sh[2 * nsh] = share;
-            if (share > 0 && !bad)
-                share = snap_share(snap, prev, share);
-            else
-                bad = 1;
-            sh[2 * nsh + 1] = share;
-            prev = share;
-        }
+        if (snap)
+            share = round_snap(snap, share, sh, nsh, &bad, &prev);
         nsh++;
         /* Resources within rounding of the bottleneck freeze together:
          * symmetric collectives then need one round, not one per link. */
@@ -448,14 +481,8 @@ static int fill(ici *n, const int *sl, int m, double *rate, double *sh,
                     continue;
                 n->frozen[i] = 1;
                 left--;
-                const int *rt = n->apool + n->aro[sl[i]];
-                int nr = n->anr[sl[i]];
                 rate[i] = share;
-                for (int h = 0; h < nr; h++) {
-                    int q = rt[h];
-                    n->res_cap[q] -= share;
-                    n->res_cnt[q]--;
-                }
+                freeze_route(n, sl[i], share);
             }
         }
     }
@@ -1028,29 +1055,12 @@ static int fill_comp(ici *n, const int *res, int nres, double *sh,
     int bad = 0, nsh = 0;
     double prev = 0;
     for (;;) {
-        double share = INFINITY;
-        int w = 0;
-        for (int k = 0; k < n->ntouched; k++) {
-            int r = n->touched[k];
-            if (n->res_cnt[r] > 0) {
-                n->touched[w++] = r;
-                double sr = n->res_cap[r] / n->res_cnt[r];
-                if (sr < share)
-                    share = sr;
-            }
-        }
-        n->ntouched = w;
-        if (w == 0) /* every flow froze */
+        double share = round_share(n);
+        if (n->ntouched == 0) /* every flow froze */
             break;
         if (share < 0)
             share = 0;
-        sh[2 * nsh] = share;
-        if (share > 0 && !bad)
-            share = snap_share(snap, prev, share);
-        else
-            bad = 1;
-        sh[2 * nsh + 1] = share;
-        prev = share;
+        share = round_snap(snap, share, sh, nsh, &bad, &prev);
         nsh++;
         double lim = share * (1 + 1e-12);
         for (int k = 0; k < n->ntouched; k++) {
@@ -1064,13 +1074,7 @@ static int fill_comp(ici *n, const int *res, int nres, double *sh,
                 if (afrz[sl] == fz)
                     continue;
                 afrz[sl] = fz;
-                const int *rt = n->apool + n->aro[sl];
-                int nr = n->anr[sl];
-                for (int h = 0; h < nr; h++) {
-                    int q = rt[h];
-                    n->res_cap[q] -= share;
-                    n->res_cnt[q]--;
-                }
+                freeze_route(n, sl, share);
                 rate_set(n, sl, share, t);
             }
         }
