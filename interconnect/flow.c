@@ -386,9 +386,8 @@ static inline double round_share(ici *n)
  * recorded in sh[2 * nsh] (its own) and sh[2 * nsh + 1] (the one it
  * takes); *bad once a share is not positive, after which none is
  * snapped.  *prev is the last round's share. */
-static inline double round_snap(const flow_tab *snap, double share,
-                                double *sh, int nsh, int *bad,
-                                double *prev)
+static inline double round_snap(const flow_tab *snap, double share, double *sh,
+                                int nsh, int *bad, double *prev)
 {
     sh[2 * nsh] = share;
     if (share > 0 && !*bad)
