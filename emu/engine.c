@@ -710,6 +710,8 @@ tpu_status engine_run(const engine_input *in, emu_result *out, tpu_error *err)
     e.net = in->net ? in->net
                     : ici_new(&in->hw->ici, p->sys->dim_x, p->sys->dim_y,
                               p->sys->full_pod);
+    if (e.net && !in->net)
+        ici_borrow_flows(e.net, in->net_flows);
     if (!e.sim_core || !e.sim_shard || !e.cs || !e.link_busy ||
         !e.bytes_sent || !e.layer_ps || !e.dc) {
         rc = tpu_fail(err, TPU_ERR_SYSTEM, "out of host memory (engine)");

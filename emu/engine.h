@@ -49,6 +49,10 @@ typedef struct {
      * its cache of collective results is reused.  It must have been made
      * for this slice with these ici.* values. */
     ici *net;
+    /* Without net, an interconnect of this slice whose kept flows the
+     * engine's own may borrow (ici_borrow_flows: only where the torus and
+     * wrap-around links are the same; the same doubles either way). */
+    const ici *net_flows;
     void (*progress)(void *ctx, double fraction);
     void *progress_ctx;
 } engine_input;

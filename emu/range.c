@@ -115,8 +115,7 @@ static int user_set(const sim_opts *o, const char *key)
 /* The step with key = value (and the span's hold key at its default) on
  * top of the caller's overrides; ok 0 when it has no time. */
 static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
-                     const tpu_system *sys, const range_item *it, const task *t,
-                     task_out *res)
+                     const range_item *it, const task *t, task_out *res)
 {
     tpu_param_span sp;
     tpu_param_span_get(it->key, hw->gen, &sp);
@@ -147,24 +146,12 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
     }
     sim_opts v = *o;
     /* A variant of the interconnect's keys needs its own interconnect,
-     * made here with the ici.* values sim_run will take (the same --set
-     * strings on the same chip data); it builds no flows the slice's
-     * (o->net) kept where the topology is the same (ici_borrow_flows).
-     * The others share the slice's, its collectives cached. */
-    ici *own = NULL;
+     * which borrows the flows the slice's (o->net) kept where the
+     * topology is the same (ici_borrow_flows).  The others share the
+     * slice's, its collectives cached. */
     if (!strncmp(it->key, "ici.", 4)) {
+        v.net_flows = o->net;
         v.net = NULL;
-        tpu_params vh = *hw;
-        tpu_error e = {0};
-        int ok = sys != NULL && o->net != NULL;
-        for (int i = o->n_sets; i < n && ok; i++)
-            ok = tpu_params_set(&vh, keys[i], vals[i], &e) == TPU_OK;
-        if (ok && tpu_params_check(&vh, &e) == TPU_OK)
-            own = ici_new(&vh.ici, sys->dim_x, sys->dim_y, sys->full_pod);
-        if (own) {
-            ici_borrow_flows(own, o->net);
-            v.net = own;
-        }
     }
     v.n_sets = n;
     v.set_keys = keys;
@@ -182,7 +169,6 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
         res->step_s = r.step_time_s;
     }
     emu_result_free(&r);
-    ici_free(own);
     free(keys);
     free(vals);
 }
@@ -231,9 +217,9 @@ static int next_task(int fd, int *t)
  * spread over the workers and the short ones fill in behind.  Every child
  * is waited for. */
 static tpu_status run_forked(const graph *g, const sim_opts *o,
-                             const tpu_params *hw, const tpu_system *sys,
-                             const range_item *items, const task *tasks, int nt,
-                             int jobs, int done, task_out *outs, tpu_error *err)
+                             const tpu_params *hw, const range_item *items,
+                             const task *tasks, int nt, int jobs, int done,
+                             task_out *outs, tpu_error *err)
 {
     pid_t pid[64];
     int fd[64];
@@ -276,7 +262,7 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
                 if (t < 0 || t >= nt)
                     break;
                 task_out r = {t, 0, 0};
-                run_task(g, o, hw, sys, &items[tasks[t].item], &tasks[t], &r);
+                run_task(g, o, hw, &items[tasks[t].item], &tasks[t], &r);
                 bad = write_all(p[1], &r, sizeof r) != 0;
             }
             close(p[1]);
@@ -413,7 +399,7 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
         if (strncmp(out->items[tasks[t].item].key, "ici.", 4)) {
             primed = t;
             outs[t].task = t;
-            run_task(g, &so, &hw, sys, &out->items[tasks[t].item], &tasks[t],
+            run_task(g, &so, &hw, &out->items[tasks[t].item], &tasks[t],
                      &outs[t]);
         }
     o = &so;
@@ -428,12 +414,12 @@ tpu_status range_compute(const graph *g, const sim_opts *o,
             if (t == primed)
                 continue;
             outs[t].task = t;
-            run_task(g, o, &hw, sys, &out->items[tasks[t].item], &tasks[t],
+            run_task(g, o, &hw, &out->items[tasks[t].item], &tasks[t],
                      &outs[t]);
         }
     } else {
-        rc = run_forked(g, o, &hw, sys, out->items, tasks, nt, jobs, primed,
-                        outs, err);
+        rc = run_forked(g, o, &hw, out->items, tasks, nt, jobs, primed, outs,
+                        err);
     }
     if (own_net)
         ici_free(own_net);

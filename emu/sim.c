@@ -468,6 +468,7 @@ tpu_status sim_run(const graph *g, const sim_opts *o, emu_result *out,
     ei.progs = progs;
     ei.dma_costs = dc;
     ei.net = o->net;
+    ei.net_flows = o->net_flows;
     ei.record_timeline = o->record_timeline;
     ei.no_dedup = o->no_dedup;
     ei.progress = o->progress;

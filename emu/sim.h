@@ -39,6 +39,10 @@ typedef struct {
      * (emu/range.c's variants); made with ici_new for the effective
      * system and the run's ici.* values, which the caller guarantees. */
     ici *net;
+    /* Without net: an interconnect of the slice (other bandwidths and
+     * latencies allowed) whose kept large all-reduces the run's own
+     * interconnect borrows instead of building them (ici_borrow_flows). */
+    const ici *net_flows;
     /* A cache of DMA costs to borrow (NULL: each run makes its own); used
      * only when made for the run's hbm.* values (cost_dma_matches), so
      * that runs of one HBM share their measurements: the tile search
