@@ -31,12 +31,15 @@
 #define KERAS_DEFAULT_PER_REPLICA 8
 
 /* A tensor as the Keras side sees it: a trace layer's output, and whether
- * a softmax activation was left out after it (only a model output may
- * carry one: it is part of the softmax_xent loss). */
+ * a softmax activation is pending after it.  On a model output it becomes
+ * part of the softmax_xent loss; a layer that reads it first gets the
+ * trace's softmax activation, named sm_name (softmax_read). */
 typedef struct {
     int t;                       /* index into the graph being built */
     int softmax;
     char sm_path[KERAS_PATH_MAX];
+    char sm_name[GRAPH_NAME_MAX];
+    int sm_suffix; /* 1: the activation is sm_name/softmax */
 } keras_ref;
 
 /* A layer object seen before: how many times it was called, and the trace
@@ -602,8 +605,9 @@ typedef struct {
 
 /* Keras activation names the trace can express (keras/activations.py;
  * hard_sigmoid is tf.keras 2's, 0.2 x + 0.5 clipped, and gelu the exact
- * erf form, Keras's default).  softmax at an output goes into the loss;
- * elsewhere it is the trace's softmax activation (activation_layer). */
+ * erf form, Keras's default; hardSigmoid is TensorFlow.js's name for the
+ * same function).  softmax at an output goes into the loss; read by
+ * another layer it is the trace's softmax activation (softmax_read). */
 static const keras_act keras_acts[] = {
     {"relu", GOP_RELU, 0},
     {"sigmoid", GOP_SIGMOID, 0},
@@ -616,6 +620,7 @@ static const keras_act keras_acts[] = {
     {"elu", GOP_ACT, GACT_ELU},
     {"tanh", GOP_ACT, GACT_TANH},
     {"hard_sigmoid", GOP_ACT, GACT_HARD_SIGMOID},
+    {"hardSigmoid", GOP_ACT, GACT_HARD_SIGMOID},
     {"leaky_relu", GOP_ACT, GACT_LEAKY_RELU},
 };
 
@@ -709,6 +714,11 @@ static tpu_status apply_act(kx *x, kcall *c, const cJSON *aj,
             return st;
         x->refs[r].softmax = 1;
         snprintf(x->refs[r].sm_path, sizeof x->refs[r].sm_path, "%s", path);
+        /* the name the activation takes if another layer reads it: an
+         * Activation or Softmax layer's own, else NAME/softmax */
+        snprintf(x->refs[r].sm_name, sizeof x->refs[r].sm_name, "%s", c->tname);
+        x->refs[r].sm_suffix =
+            strcmp(c->cls, "Activation") != 0 && strcmp(c->cls, "Softmax") != 0;
         c->out = r;
         return TPU_OK;
     }
@@ -758,6 +768,28 @@ static tpu_status activation_layer(kx *x, kcall *c, int kind, double alpha,
     L->max_value = max_value;
     tpu_status st = emit(x, c, krank_of(x, c->out), &t);
     return st ? st : new_ref(x, t, &c->out);
+}
+
+/* A layer reads ref r, whose softmax is pending: the softmax becomes the
+ * trace's activation (over the channels, as Keras's default axis), and
+ * every later reader of r reads that. */
+static tpu_status softmax_read(kx *x, int r)
+{
+    keras_ref *R = &x->refs[r];
+    char name[GRAPH_NAME_MAX];
+    int in_t = R->t, t;
+    tpu_status st;
+    if ((st = grow(x)))
+        return st;
+    unique_name(x, R->sm_name, R->sm_suffix ? "/softmax" : NULL, name);
+    glayer *L = layer_begin(x, name, GOP_ACT, &in_t, 1);
+    L->kind = GACT_SOFTMAX;
+    if ((st = layer_commit(x, R->sm_path, x->krank[in_t], &t)))
+        return st;
+    R = &x->refs[r];
+    R->t = t;
+    R->softmax = 0;
+    return TPU_OK;
 }
 
 static tpu_status cfg_act(kx *x, kcall *c)
@@ -839,22 +871,42 @@ static tpu_status map_identity(kx *x, kcall *c)
     return TPU_OK;
 }
 
+/* A 1D convolution's `causal` padding (Keras's Conv1D: (k - 1) d zeros
+ * before the steps, none after, then `valid`) as a pad layer NAME/pad
+ * ahead of the convolution; *in_t becomes the pad's output. */
+static tpu_status causal_pad(kx *x, kcall *c, int k, int d, int *in_t)
+{
+    char name[GRAPH_NAME_MAX];
+    tpu_status st;
+    if ((st = grow(x)))
+        return st;
+    unique_name(x, c->tname, "/pad", name);
+    glayer *L = layer_begin(x, name, GOP_PAD, in_t, 1);
+    L->pad_lo[1] = (int64_t)(k - 1) * d; /* the steps: [1, steps, C] */
+    return layer_commit(x, c->path, 2, in_t);
+}
+
 /* Conv1D/2D/3D (arg: dims); DepthwiseConv (arg: 10 + dims) as a conv with
- * groups = channels; SeparableConv (20 + dims) as that and a 1x1 conv. */
+ * groups = channels; SeparableConv (20 + dims) as that and a 1x1 conv.
+ * A 1D one may be `causal` (causal_pad). */
 static tpu_status map_conv(kx *x, kcall *c)
 {
     int dims = c->arg % 10, kind = c->arg / 10;
-    int kernel[3], strides[3], dil[3], same, bias, t, in_t;
+    int kernel[3], strides[3], dil[3], same, bias, t, in_t, causal;
     int64_t filters = 0, dm = 1, groups = 1;
     tpu_status st;
+    const char *ps = get_str(c->cfg, "padding");
+    causal = dims == 1 && ps && strcmp(ps, "causal") == 0;
     if ((st = single_input(x, c)) || (st = need_rank(x, c, dims)) ||
         (st = cfg_channels_last(x, c)) ||
         (st = cfg_dims(x, c, "kernel_size", dims, 0, kernel)) ||
         (st = cfg_dims(x, c, "strides", dims, 1, strides)) ||
         (st = cfg_dims(x, c, "dilation_rate", dims, 1, dil)) ||
-        (st = cfg_padding(x, c, "valid", &same)) ||
+        (!causal && (st = cfg_padding(x, c, "valid", &same))) ||
         (st = cfg_bool(x, c, "use_bias", 1, &bias)))
         return st;
+    if (causal)
+        same = 0;
     if (kind == 0) {
         if ((st = cfg_int(x, c, "filters", 1, GRAPH_DIM_MAX, 0, &filters)) ||
             (st = cfg_int(x, c, "groups", 1, GRAPH_DIM_MAX, 1, &groups)))
@@ -870,6 +922,9 @@ static tpu_status map_conv(kx *x, kcall *c)
     int nsp = dims == 1 ? 2 : dims;
     int64_t cin = shape_of(x, c->in[0])->c;
     in_t = x->refs[c->in[0]].t;
+    if (causal && kernel[1] > 1 &&
+        (st = causal_pad(x, c, kernel[1], dil[1], &in_t)))
+        return st;
     if (kind > 0) {
         /* the depthwise part: one group per input channel */
         char name[GRAPH_NAME_MAX];
@@ -1057,6 +1112,24 @@ static tpu_status map_activation(kx *x, kcall *c)
         return st;
     c->out = c->in[0];
     return cfg_act(x, c);
+}
+
+/* Softmax (the layer): over the channel axis only, as the activation;
+ * on a model output part of the softmax_xent loss. */
+static tpu_status map_softmax(kx *x, kcall *c)
+{
+    tpu_status st;
+    cJSON *name = cJSON_CreateString("softmax");
+    if (!name)
+        return koom(x);
+    if ((st = single_input(x, c)) || (st = channel_axis(x, c, 1))) {
+        cJSON_Delete(name);
+        return st;
+    }
+    c->out = c->in[0];
+    st = apply_act(x, c, name, c->path);
+    cJSON_Delete(name);
+    return st;
 }
 
 /* ReLU with its defaults is the trace's relu, with max_value or
@@ -1573,6 +1646,7 @@ static const keras_class keras_classes[] = {
     {"BatchNormalization", map_batchnorm, NULL, 0},
     {"Activation", map_activation, NULL, 0},
     {"ReLU", map_relu, check_relu, 0},
+    {"Softmax", map_softmax, NULL, 0},
     {"MaxPooling1D", map_pool, NULL, 1},
     {"MaxPooling2D", map_pool, NULL, 2},
     {"MaxPooling3D", map_pool, NULL, 3},
@@ -2031,18 +2105,12 @@ static tpu_status call_layer(kx *x, const cJSON *l, const char *path,
     if (c.n_in < 1)
         return kfail(x, path, "'%s' (%s) has no input",
                      kshown(b, sizeof b, c.kname), c.cls);
+    tpu_status st;
     for (int i = 0; i < c.n_in; i++)
-        if (x->refs[c.in[i]].softmax) {
-            if (allowed(x, "softmax"))
-                continue;
-            return kfail(x, x->refs[c.in[i]].sm_path,
-                         "activation 'softmax' feeds layer '%s': the trace "
-                         "has softmax only as part of the softmax_xent loss "
-                         "on a model output (--allow-identity softmax "
-                         "passes it through)",
-                         kshown(b, sizeof b, c.kname));
-        }
-    tpu_status st = k->map(x, &c);
+        if (x->refs[c.in[i]].softmax && !allowed(x, "softmax") &&
+            (st = softmax_read(x, c.in[i])))
+            return st;
+    st = k->map(x, &c);
     if (st)
         return st;
     out[0] = c.out;

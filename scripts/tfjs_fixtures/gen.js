@@ -164,6 +164,276 @@ function conv3d() {
   return m;
 }
 
+// An Inception-style stem and blocks (InceptionV3's shapes, smaller): an
+// odd input, stride-2 `valid` reductions, 1x7 / 7x1 asymmetric
+// convolutions, average pooling `same` stride 1 and four-branch
+// Concatenates on axis 3 (as Keras's inception_v3.py writes it).
+function inception() {
+  const x = tfl.input({name: 'img', shape: [79, 79, 3]});
+  const cbr = (t, name, f, k, strides, padding) => {
+    let y = L.conv2d({name: name + '_conv', filters: f, kernelSize: k,
+                      strides: strides || 1, padding: padding || 'same',
+                      useBias: false}).apply(t);
+    y = L.batchNormalization({name: name + '_bn', axis: 3, scale: false})
+            .apply(y);
+    return L.activation({name: name + '_relu', activation: 'relu'}).apply(y);
+  };
+  let y = cbr(x, 's1', 16, 3, 2, 'valid');
+  y = cbr(y, 's2', 16, 3, 1, 'valid');
+  y = cbr(y, 's3', 24, 3);
+  y = L.maxPooling2d({name: 's_pool', poolSize: 3, strides: 2}).apply(y);
+  // Block A: 1x1, 5x5, double 3x3 and pool branches.
+  const a1 = cbr(y, 'a_b1', 16, 1);
+  let a5 = cbr(y, 'a_b5a', 12, 1);
+  a5 = cbr(a5, 'a_b5b', 16, 5);
+  let a3 = cbr(y, 'a_b3a', 16, 1);
+  a3 = cbr(a3, 'a_b3b', 24, 3);
+  a3 = cbr(a3, 'a_b3c', 24, 3);
+  let ap = L.averagePooling2d({name: 'a_pool', poolSize: 3, strides: 1,
+                               padding: 'same'}).apply(y);
+  ap = cbr(ap, 'a_bp', 8, 1);
+  y = L.concatenate({name: 'mixed_a', axis: 3}).apply([a1, a5, a3, ap]);
+  // Reduction: stride-2 valid convolution and max pooling.
+  const r3 = cbr(y, 'r_b3', 32, 3, 2, 'valid');
+  let rd = cbr(y, 'r_bd1', 16, 1);
+  rd = cbr(rd, 'r_bd2', 24, 3);
+  rd = cbr(rd, 'r_bd3', 24, 3, 2, 'valid');
+  const rp = L.maxPooling2d({name: 'r_pool', poolSize: 3, strides: 2})
+                 .apply(y);
+  y = L.concatenate({name: 'mixed_r', axis: 3}).apply([r3, rd, rp]);
+  // Block B: factorised 7x7 as 1x7 then 7x1.
+  const b1 = cbr(y, 'b_b1', 32, 1);
+  let b7 = cbr(y, 'b_b7a', 16, 1);
+  b7 = cbr(b7, 'b_b7b', 16, [1, 7]);
+  b7 = cbr(b7, 'b_b7c', 32, [7, 1]);
+  let bd = cbr(y, 'b_bd1', 16, 1);
+  bd = cbr(bd, 'b_bd2', 16, [7, 1]);
+  bd = cbr(bd, 'b_bd3', 32, [1, 7]);
+  let bp = L.averagePooling2d({name: 'b_pool', poolSize: [3, 3],
+                               strides: [1, 1], padding: 'same'}).apply(y);
+  bp = cbr(bp, 'b_bp', 32, 1);
+  y = L.concatenate({name: 'mixed_b', axis: -1}).apply([b1, b7, bd, bp]);
+  // An asymmetric valid pair: 1x7 then 7x1 without padding.
+  y = cbr(y, 'v_17', 32, [1, 7], 1, 'valid');
+  y = cbr(y, 'v_71', 32, [7, 1], 1, 'valid');
+  y = L.globalAveragePooling2d({name: 'avg_pool'}).apply(y);
+  y = L.dropout({name: 'drop', rate: 0.2}).apply(y);
+  const o = L.dense({name: 'predictions', units: 10, activation: 'softmax'})
+                .apply(y);
+  return tfl.model({name: 'inception', inputs: x, outputs: o});
+}
+
+// An Xception-style entry flow: a strided stem, SeparableConv2D blocks
+// closed by MaxPooling `same` stride 2, residual Adds with a strided 1x1
+// projection, and a strided `valid` SeparableConv2D.  No separable layer
+// has a depth multiplier: tfjs-layers 4.22.0 leaves depth_multiplier out
+// of SeparableConv2D's config, so such a model does not reload as built
+// (write() checks that every model does).
+function xception() {
+  const x = tfl.input({name: 'img', shape: [71, 71, 3]});
+  let y = L.conv2d({name: 'b1_conv1', filters: 16, kernelSize: 3,
+                    strides: 2, useBias: false}).apply(x);
+  y = L.batchNormalization({name: 'b1_conv1_bn'}).apply(y);
+  y = L.activation({name: 'b1_conv1_act', activation: 'relu'}).apply(y);
+  y = L.conv2d({name: 'b1_conv2', filters: 32, kernelSize: 3,
+                useBias: false}).apply(y);
+  y = L.batchNormalization({name: 'b1_conv2_bn'}).apply(y);
+  y = L.activation({name: 'b1_conv2_act', activation: 'relu'}).apply(y);
+  for (const [b, f, pre] of [['b2', 48, false], ['b3', 64, true]]) {
+    let r = L.conv2d({name: b + '_res', filters: f, kernelSize: 1,
+                      strides: 2, padding: 'same', useBias: false}).apply(y);
+    r = L.batchNormalization({name: b + '_res_bn'}).apply(r);
+    let z = y;
+    if (pre)
+      z = L.activation({name: b + '_sep1_act', activation: 'relu'}).apply(z);
+    z = L.separableConv2d({name: b + '_sep1', filters: f, kernelSize: 3,
+                           padding: 'same', useBias: false}).apply(z);
+    z = L.batchNormalization({name: b + '_sep1_bn'}).apply(z);
+    z = L.activation({name: b + '_sep2_act', activation: 'relu'}).apply(z);
+    z = L.separableConv2d({name: b + '_sep2', filters: f, kernelSize: 3,
+                           padding: 'same', useBias: false}).apply(z);
+    z = L.batchNormalization({name: b + '_sep2_bn'}).apply(z);
+    z = L.maxPooling2d({name: b + '_pool', poolSize: 3, strides: 2,
+                        padding: 'same'}).apply(z);
+    y = L.add({name: b + '_add'}).apply([z, r]);
+  }
+  y = L.separableConv2d({name: 'exit_sep', filters: 96, kernelSize: 3,
+                         strides: 2, activation: 'relu'}).apply(y);
+  y = L.globalMaxPooling2d({name: 'gmp'}).apply(y);
+  const o = L.dense({name: 'predictions', units: 10, activation: 'softmax'})
+                .apply(y);
+  return tfl.model({name: 'xception', inputs: x, outputs: o});
+}
+
+// A 2D U-Net: `same` convolutions at the first level, `valid` ones below
+// (the original U-Net's shrinking), so the decoder crops the skips with
+// Cropping2D before each Concatenate; Conv2DTranspose stride 2 up, a 1x1
+// sigmoid head.
+function unet() {
+  const x = tfl.input({name: 'img', shape: [68, 68, 1]});
+  const conv = (t, name, f, padding) =>
+      L.conv2d({name: name, filters: f, kernelSize: 3, padding: padding,
+                activation: 'relu', kernelInitializer: 'heNormal'})
+          .apply(t);
+  let e1 = conv(x, 'e1_c1', 8, 'same');
+  e1 = conv(e1, 'e1_c2', 8, 'same');                         // 68
+  let e2 = L.maxPooling2d({name: 'e1_pool', poolSize: 2}).apply(e1);  // 34
+  e2 = conv(e2, 'e2_c1', 16, 'valid');
+  e2 = conv(e2, 'e2_c2', 16, 'valid');                       // 30
+  let m = L.maxPooling2d({name: 'e2_pool', poolSize: 2}).apply(e2);   // 15
+  m = conv(m, 'm_c1', 32, 'valid');                          // 13
+  m = L.dropout({name: 'm_drop', rate: 0.5}).apply(m);
+  let d2 = L.conv2dTranspose({name: 'd2_up', filters: 16, kernelSize: 2,
+                              strides: 2, padding: 'same'}).apply(m);  // 26
+  const s2 = L.cropping2D({name: 'd2_crop', cropping: 2}).apply(e2);
+  d2 = L.concatenate({name: 'd2_cat'}).apply([s2, d2]);
+  d2 = conv(d2, 'd2_c1', 16, 'same');
+  let d1 = L.conv2dTranspose({name: 'd1_up', filters: 8, kernelSize: 2,
+                              strides: 2, padding: 'same'}).apply(d2);  // 52
+  const s1 = L.cropping2D({name: 'd1_crop', cropping: [[8, 8], [8, 8]]})
+                 .apply(e1);
+  d1 = L.concatenate({name: 'd1_cat', axis: 3}).apply([s1, d1]);
+  d1 = conv(d1, 'd1_c1', 8, 'same');
+  const o = L.conv2d({name: 'mask', filters: 1, kernelSize: 1,
+                      activation: 'sigmoid'}).apply(d1);
+  return tfl.model({name: 'unet', inputs: x, outputs: o});
+}
+
+// ConvNeXt-style: a patchify stem (4x4 stride 4) with LayerNormalization,
+// blocks of DepthwiseConv2D 7x7, LayerNormalization, a pointwise Dense
+// on the 4-D tensor (Keras's Dense acts on the last axis), gelu, Dense
+// back, residual Add; a LayerNormalization + 2x2 stride-2 downsample.
+function convnext() {
+  const x = tfl.input({name: 'img', shape: [64, 64, 3]});
+  let y = L.conv2d({name: 'stem_conv', filters: 24, kernelSize: 4,
+                    strides: 4}).apply(x);
+  y = L.layerNormalization({name: 'stem_ln', epsilon: 1e-6}).apply(y);
+  const block = (t, name, c) => {
+    let z = L.depthwiseConv2d({name: name + '_dw', kernelSize: 7,
+                               padding: 'same'}).apply(t);
+    z = L.layerNormalization({name: name + '_ln', epsilon: 1e-6}).apply(z);
+    z = L.dense({name: name + '_pw1', units: 4 * c}).apply(z);
+    z = L.activation({name: name + '_gelu', activation: 'gelu'}).apply(z);
+    z = L.dense({name: name + '_pw2', units: c}).apply(z);
+    return L.add({name: name + '_add'}).apply([t, z]);
+  };
+  y = block(y, 's0_b0', 24);
+  y = block(y, 's0_b1', 24);
+  y = L.layerNormalization({name: 'down_ln', epsilon: 1e-6}).apply(y);
+  y = L.conv2d({name: 'down_conv', filters: 48, kernelSize: 2, strides: 2})
+          .apply(y);
+  y = block(y, 's1_b0', 48);
+  y = L.globalAveragePooling2d({name: 'gap'}).apply(y);
+  y = L.layerNormalization({name: 'head_ln', epsilon: 1e-6}).apply(y);
+  const o = L.dense({name: 'head', units: 10, activation: 'gelu'}).apply(y);
+  return tfl.model({name: 'convnext', inputs: x, outputs: o});
+}
+
+// What a CNN user writes around the backbone: a Sequential block nested
+// in a functional model, dilated convolutions (`valid` and `same`),
+// BatchNormalization on a Dense output, a three-input Add and an
+// Average, and two outputs (a softmax class head and a linear box head).
+function heads() {
+  const stem = tfl.sequential({name: 'stem'});
+  stem.add(L.conv2d({name: 'c1', inputShape: [48, 48, 3], filters: 16,
+                     kernelSize: 3, strides: 2, padding: 'same',
+                     useBias: false}));
+  stem.add(L.batchNormalization({name: 'bn1'}));
+  stem.add(L.reLU({name: 'r1'}));
+  const x = tfl.input({name: 'img', shape: [48, 48, 3]});
+  let y = stem.apply(x);
+  const d1 = L.conv2d({name: 'dil_valid', filters: 16, kernelSize: 3,
+                       dilationRate: 2, activation: 'relu'}).apply(y);
+  const d2 = L.conv2d({name: 'dil_same', filters: 16, kernelSize: 3,
+                       dilationRate: [2, 3], padding: 'same'}).apply(y);
+  const d3 = L.depthwiseConv2d({name: 'dw_dil', kernelSize: 3,
+                               dilationRate: 2, padding: 'same'}).apply(y);
+  const cr = L.cropping2D({name: 'crop', cropping: 2}).apply(y);
+  y = L.add({name: 'add3'}).apply([cr, d1, L.cropping2D({name: 'crop2',
+                                                          cropping: 2})
+                                              .apply(d2)]);
+  const av = L.average({name: 'avg'}).apply([y, L.cropping2D({
+                                                  name: 'crop3',
+                                                  cropping: 2}).apply(d3)]);
+  y = L.maxPooling2d({name: 'pool', poolSize: 2, padding: 'same'}).apply(av);
+  y = L.flatten({name: 'flat'}).apply(y);
+  let h = L.dense({name: 'fc', units: 32, useBias: false}).apply(y);
+  h = L.batchNormalization({name: 'fc_bn'}).apply(h);
+  h = L.activation({name: 'fc_relu', activation: 'relu'}).apply(h);
+  const cls = L.dense({name: 'cls', units: 5, activation: 'softmax'})
+                  .apply(h);
+  const box = L.dense({name: 'box', units: 4}).apply(h);
+  return tfl.model({name: 'heads', inputs: x, outputs: [cls, box]});
+}
+
+// A sequence model written as a CNN user would: Dense on a 3-D input
+// (per step), LayerNormalization, a dilated Conv1D.  Not `causal`
+// padding: tfjs-layers 4.22.0 cannot run it and infers its output as
+// `valid`'s (test_import.c checks Keras's causal convolution).
+function seqDense() {
+  const x = tfl.input({name: 'tokens', shape: [16, 12]});
+  let y = L.dense({name: 'embed', units: 32}).apply(x);
+  y = L.layerNormalization({name: 'embed_ln'}).apply(y);
+  y = L.conv1d({name: 'dilated', filters: 32, kernelSize: 3, dilationRate: 2,
+                padding: 'same', activation: 'relu'}).apply(y);
+  y = L.dense({name: 'mlp', units: 64, activation: 'tanh'}).apply(y);
+  y = L.dropout({name: 'drop', rate: 0.1}).apply(y);
+  y = L.globalAveragePooling1d({name: 'gap'}).apply(y);
+  const o = L.dense({name: 'out', units: 3, activation: 'softmax'}).apply(y);
+  return tfl.model({name: 'seq_dense', inputs: x, outputs: o});
+}
+
+// Tokens from a feature map: a strided Conv2D patchify, Reshape to
+// (tokens, channels), Dense and LayerNormalization per token,
+// GlobalAveragePooling1D (a ViT's or MLP-Mixer's first steps).
+function patches() {
+  const x = tfl.input({name: 'img', shape: [32, 32, 3]});
+  let y = L.conv2d({name: 'patchify', filters: 32, kernelSize: 8,
+                    strides: 8}).apply(x);
+  y = L.reshape({name: 'tokens', targetShape: [16, 32]}).apply(y);
+  y = L.layerNormalization({name: 'ln'}).apply(y);
+  let z = L.dense({name: 'mlp1', units: 64, activation: 'gelu'}).apply(y);
+  z = L.dense({name: 'mlp2', units: 32}).apply(z);
+  y = L.add({name: 'res'}).apply([y, z]);
+  y = L.globalAveragePooling1d({name: 'gap'}).apply(y);
+  const o = L.dense({name: 'out', units: 10}).apply(y);
+  return tfl.model({name: 'patches', inputs: x, outputs: o});
+}
+
+// Odd extents: a 1x1 stride-2 `same` convolution and `same` pooling on
+// them, pooling with an uneven window, Conv2DTranspose `valid` with a 3x3
+// kernel and `same` with a 4x4 one (a GAN's), UpSampling2D by (2, 3), a
+// strided depthwise and separable convolution, a stride wider than the
+// kernel; tfjs's own activation names (hardSigmoid), and a Softmax layer
+// as the output.
+function oddSizes() {
+  const x = tfl.input({name: 'img', shape: [37, 45, 3]});
+  let y = L.conv2d({name: 'c_s2', filters: 8, kernelSize: 1, strides: 2,
+                    padding: 'same'}).apply(x);                   // 19x23
+  y = L.maxPooling2d({name: 'mp_same', poolSize: 3, strides: 2,
+                      padding: 'same'}).apply(y);                 // 10x12
+  y = L.averagePooling2d({name: 'ap_valid', poolSize: [2, 3], strides: 1})
+          .apply(y);                                              // 9x10
+  y = L.conv2dTranspose({name: 'ct_valid', filters: 8, kernelSize: 3,
+                         strides: 2}).apply(y);                   // 19x21
+  y = L.conv2dTranspose({name: 'ct_same4', filters: 8, kernelSize: 4,
+                         strides: 2, padding: 'same',
+                         activation: 'hardSigmoid'}).apply(y);    // 38x42
+  y = L.upSampling2d({name: 'up23', size: [2, 3]}).apply(y);      // 76x126
+  y = L.depthwiseConv2d({name: 'dw_s2', kernelSize: 5, strides: 2,
+                         depthMultiplier: 2}).apply(y);
+  y = L.separableConv2d({name: 'sep_dm', filters: 12, kernelSize: 3,
+                         strides: 2, padding: 'same',
+                         activation: 'relu6'}).apply(y);
+  y = L.zeroPadding2d({name: 'pad1'}).apply(y);
+  y = L.conv2d({name: 'c_k2', filters: 8, kernelSize: 2, strides: 3,
+                activation: 'swish'}).apply(y);
+  y = L.globalAveragePooling2d({name: 'gap'}).apply(y);
+  y = L.dense({name: 'logits', units: 6}).apply(y);
+  const o = L.softmax({name: 'probs'}).apply(y);
+  return tfl.model({name: 'odd_sizes', inputs: x, outputs: o});
+}
+
 // Layers tfjs writes that have no trace op: the importer must refuse the
 // file and list each of these classes.
 function unmapped() {
@@ -182,15 +452,18 @@ function unmapped() {
 }
 
 // Per layer, per call: the output shape tfjs computed (batch as null).
-function shapes(m) {
-  return m.layers.map((l) => ({
-    name: l.name,
+// A model used as a layer is followed by its own layers, named
+// OUTER/INNER as the importer names them.
+function shapes(m, prefix = '') {
+  return m.layers.flatMap((l) => [{
+    name: prefix + l.name,
     class_name: l.getClassName(),
     // One output per call in these models: its shape.
     output_shapes: l.inboundNodes.map((n) => n.outputShapes.length === 1 &&
                                           Array.isArray(n.outputShapes[0]) ?
                                           n.outputShapes[0] : n.outputShapes),
-  }));
+  }].concat(l instanceof tfl.LayersModel ?
+                shapes(l, prefix + l.name + '/') : []));
 }
 
 // The info file one layer a line, so that a diff after regenerating reads
@@ -205,6 +478,14 @@ function stable(info) {
 }
 
 async function write(name, m) {
+  // What is written must be the model: one tfjs rebuilds from its config
+  // with the same parameters (a key tfjs leaves out would otherwise make
+  // the fixture disagree with its own file).
+  const again = await tfl.models.modelFromJSON(
+      {modelTopology: JSON.parse(m.toJSON(null, true))});
+  if (again.countParams() !== m.countParams())
+    throw new Error(`${name}: ${m.countParams()} parameters, but ` +
+                    `${again.countParams()} once reloaded from its config`);
   fs.writeFileSync(path.join(OUT, name + '.json'),
                    JSON.stringify(JSON.parse(m.toJSON(null, true))) + '\n');
   let artifacts = null;
@@ -242,7 +523,10 @@ async function main() {
   await tf.setBackend('cpu');
   fs.mkdirSync(OUT, {recursive: true});
   const models = {seq_cnn: seqCnn, res_block: resBlock, ops_block: opsBlock,
-                  conv1d: conv1d, conv3d: conv3d, unmapped: unmapped};
+                  conv1d: conv1d, conv3d: conv3d, inception: inception,
+                  xception: xception, unet: unet, convnext: convnext,
+                  heads: heads, seq_dense: seqDense, patches: patches,
+                  odd_sizes: oddSizes, unmapped: unmapped};
   for (const [name, build] of Object.entries(models))
     await write(name, build());
 }
