@@ -97,6 +97,13 @@ static long long noted_extra(const char *err)
     return sum;
 }
 
+/* Whether err is one line (a refusal is). */
+static int one_line(const char *err)
+{
+    const char *nl = strchr(err, '\n');
+    return nl && nl[1] == 0;
+}
+
 /* Whether a tfjs layer of this class has no row of its own: a model used
  * as a layer is its layers (checked one by one, OUTER/INNER). */
 static int is_model_class(const char *cls)
@@ -136,8 +143,12 @@ static void check_summary(th_ctx *t, const char *file, const cJSON *info,
                     *cls = cJSON_GetObjectItem(l, "class_name"),
                     *shapes = cJSON_GetObjectItem(l, "output_shapes"), *s;
         int call = 0;
+        /* a nested model's InputLayer is its caller's tensor: no row */
         if (!cJSON_IsString(nm) ||
-            (cJSON_IsString(cls) && is_model_class(cls->valuestring)))
+            (cJSON_IsString(cls) && is_model_class(cls->valuestring)) ||
+            (cJSON_IsString(cls) &&
+             strcmp(cls->valuestring, "InputLayer") == 0 &&
+             strchr(nm->valuestring, '/')))
             continue;
         if (folded && strcmp(nm->valuestring, folded) == 0) {
             long long dims[8];
@@ -207,6 +218,8 @@ void th_suite_import_tfjs(th_ctx *t)
         {"seq_dense", "tfjs Dense on a sequence, dilated Conv1D", NULL},
         {"patches", "tfjs patchify, Reshape to tokens, token MLP", NULL},
         {"odd_sizes", "tfjs odd extents, transposed, Softmax layer", "probs"},
+        {"two_inputs", "tfjs three inputs, shared backbone, softmax gate",
+         NULL},
     };
     static th_cmd_result r;
     char file[128];
@@ -247,4 +260,38 @@ void th_suite_import_tfjs(th_ctx *t)
                     strstr(r.err, "LSTM x1"));
     th_run(&r, "%s summary " TDIR "unmapped.model.json", th_bin());
     TH_CHECK(t, r.status == 2 && strstr(r.err, "RepeatVector x1"));
+
+    /* What a CNN user writes that the trace cannot express: each refused
+     * with the file, the JSON path and the reason, in both forms. */
+    static const struct {
+        const char *name, *path, *why;
+    } refused[] = {
+        {"refuse_concat_rows", "config.layers[3].config.axis: ",
+         "axis 1 is not the channel axis (-1 or 3): the trace's Concatenate "
+         "works on the channels"},
+        {"refuse_spatial_gate", "config.layers[3]: ",
+         "multiply needs identical shapes or one value per channel"},
+        {"refuse_shared_bn", "config.layers[2].config.layers[2]: ",
+         "'b_bn' (BatchNormalization) is called 2 times"},
+        {"refuse_noise", "config.layers[0]: ",
+         "the file's unmapped classes: GaussianNoise x1, activation 'selu' "
+         "x1, GaussianDropout x1, AlphaDropout x1"},
+        {"refuse_channels_first", "config.layers[0].config.data_format: ",
+         "tpuemu traces are channels-last"},
+    };
+    th_case(t, "tfjs models the trace cannot express: refused, path, why");
+    for (size_t m = 0; m < sizeof refused / sizeof *refused; m++)
+        for (int form = 0; form < 2; form++) {
+            char want[256];
+            snprintf(file, sizeof file, "%s%s", refused[m].name,
+                     form ? ".model.json" : ".json");
+            snprintf(want, sizeof want, "%s: %s%s", file,
+                     form ? "modelTopology." : "", refused[m].path);
+            th_run(&r, "%s import " TDIR "%s -o %s/tfjs_refused.json", th_bin(),
+                   file, th_tmpdir());
+            TH_CHECKF(t,
+                      r.status == 2 && strstr(r.err, want) &&
+                          strstr(r.err, refused[m].why) && one_line(r.err),
+                      "%s: status %d: %s", file, r.status, r.err);
+        }
 }

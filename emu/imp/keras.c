@@ -1071,7 +1071,8 @@ static tpu_status channel_axis(kx *x, kcall *c, int def_ok)
     int a = (int)j->valuedouble;
     if (a != -1 && a != kr)
         return kfail(x, p, "axis %d is not the channel axis (-1 or %d): the "
-                     "trace works channels-last only", a, kr);
+                     "trace's %s works on the channels (the last axis) "
+                     "only", a, kr, c->cls);
     return TPU_OK;
 }
 

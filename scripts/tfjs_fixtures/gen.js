@@ -434,6 +434,105 @@ function oddSizes() {
   return tfl.model({name: 'odd_sizes', inputs: x, outputs: o});
 }
 
+// Two inputs (an image and a feature vector), and a functional backbone
+// called on two images (a Siamese network: its convolutions share
+// weights), a Maximum of the embeddings (tfjs-layers has no Subtract),
+// the vector's softmax read by a Multiply (a per-feature gate).
+function twoInputs() {
+  const bi = tfl.input({name: 'b_in', shape: [32, 32, 3]});
+  let b = L.conv2d({name: 'b_c1', filters: 8, kernelSize: 3,
+                    activation: 'relu'}).apply(bi);
+  b = L.maxPooling2d({name: 'b_pool', poolSize: 2}).apply(b);
+  b = L.conv2d({name: 'b_c2', filters: 16, kernelSize: 3,
+                padding: 'same'}).apply(b);
+  b = L.globalAveragePooling2d({name: 'b_gap'}).apply(b);
+  const backbone = tfl.model({name: 'backbone', inputs: bi, outputs: b});
+
+  const a = tfl.input({name: 'left', shape: [32, 32, 3]});
+  const c = tfl.input({name: 'right', shape: [32, 32, 3]});
+  const meta = tfl.input({name: 'meta', shape: [6]});
+  const ea = backbone.apply(a);
+  const ec = backbone.apply(c);
+  const d = L.maximum({name: 'pair_max'}).apply([ea, ec]);
+  let m = L.dense({name: 'meta_fc', units: 16, activation: 'relu'})
+              .apply(meta);
+  m = L.dense({name: 'meta_gate', units: 16}).apply(m);
+  const g = L.activation({name: 'meta_softmax', activation: 'softmax'})
+                .apply(m);
+  const w = L.multiply({name: 'weighted'}).apply([d, g]);
+  let y = L.concatenate({name: 'cat'}).apply([w, ea, ec]);
+  y = L.dense({name: 'fc', units: 16, activation: 'elu'}).apply(y);
+  const o = L.dense({name: 'same_pair', units: 1, activation: 'sigmoid'})
+                .apply(y);
+  return tfl.model({name: 'two_inputs', inputs: [a, c, meta], outputs: o});
+}
+
+// Models the importer must refuse, one reason each, with the file, the
+// JSON path and why (test_import_tfjs.c lists what it expects of each).
+const refusals = {
+  // Concatenate along rows: the trace's concat joins channels only.
+  refuse_concat_rows: () => {
+    const x = tfl.input({name: 'img', shape: [16, 16, 3]});
+    const a = L.conv2d({name: 'a', filters: 4, kernelSize: 3,
+                        padding: 'same'}).apply(x);
+    const b = L.conv2d({name: 'b', filters: 4, kernelSize: 3,
+                        padding: 'same'}).apply(x);
+    const y = L.concatenate({name: 'rows', axis: 1}).apply([a, b]);
+    const o = L.dense({name: 'out', units: 2})
+                  .apply(L.flatten({name: 'f'}).apply(y));
+    return tfl.model({name: 'refuse_concat_rows', inputs: x, outputs: o});
+  },
+  // CBAM's spatial attention: one gate per position broadcast over the
+  // channels, which the trace's elementwise does not broadcast.
+  refuse_spatial_gate: () => {
+    const x = tfl.input({name: 'img', shape: [16, 16, 3]});
+    const f = L.conv2d({name: 'feat', filters: 8, kernelSize: 3,
+                        padding: 'same', activation: 'relu'}).apply(x);
+    const s = L.conv2d({name: 'gate', filters: 1, kernelSize: 7,
+                        padding: 'same', activation: 'sigmoid'}).apply(f);
+    const y = L.multiply({name: 'gated'}).apply([f, s]);
+    const o = L.dense({name: 'out', units: 2}).apply(
+        L.globalAveragePooling2d({name: 'gap'}).apply(y));
+    return tfl.model({name: 'refuse_spatial_gate', inputs: x, outputs: o});
+  },
+  // A Siamese backbone with batchnorm: a shared BatchNormalization would
+  // count its weights twice in the trace.
+  refuse_shared_bn: () => {
+    const bi = tfl.input({name: 'b_in', shape: [16, 16, 3]});
+    let b = L.conv2d({name: 'b_c', filters: 4, kernelSize: 3}).apply(bi);
+    b = L.batchNormalization({name: 'b_bn'}).apply(b);
+    b = L.globalAveragePooling2d({name: 'b_gap'}).apply(b);
+    const bb = tfl.model({name: 'bb', inputs: bi, outputs: b});
+    const a = tfl.input({name: 'left', shape: [16, 16, 3]});
+    const c = tfl.input({name: 'right', shape: [16, 16, 3]});
+    const y = L.concatenate({name: 'cat'}).apply([bb.apply(a), bb.apply(c)]);
+    const o = L.dense({name: 'out', units: 1}).apply(y);
+    return tfl.model({name: 'refuse_shared_bn', inputs: [a, c], outputs: o});
+  },
+  // Regularisers a CNN user adds for training: noise layers, no trace op.
+  refuse_noise: () => {
+    const m = tfl.sequential({name: 'refuse_noise'});
+    m.add(L.gaussianNoise({name: 'noise', inputShape: [16, 16, 3],
+                           stddev: 0.1}));
+    m.add(L.conv2d({name: 'c', filters: 4, kernelSize: 3,
+                    activation: 'selu'}));
+    m.add(L.gaussianDropout({name: 'gdrop', rate: 0.1}));
+    m.add(L.flatten({name: 'f'}));
+    m.add(L.alphaDropout({name: 'adrop', rate: 0.1}));
+    m.add(L.dense({name: 'out', units: 2}));
+    return m;
+  },
+  // Channels-first, as a model ported from PyTorch or Theano is saved.
+  refuse_channels_first: () => {
+    const m = tfl.sequential({name: 'refuse_channels_first'});
+    m.add(L.conv2d({name: 'c', inputShape: [3, 16, 16], filters: 4,
+                    kernelSize: 3, dataFormat: 'channelsFirst'}));
+    m.add(L.flatten({name: 'f'}));
+    m.add(L.dense({name: 'out', units: 2}));
+    return m;
+  },
+};
+
 // Layers tfjs writes that have no trace op: the importer must refuse the
 // file and list each of these classes.
 function unmapped() {
@@ -526,7 +625,8 @@ async function main() {
                   conv1d: conv1d, conv3d: conv3d, inception: inception,
                   xception: xception, unet: unet, convnext: convnext,
                   heads: heads, seq_dense: seqDense, patches: patches,
-                  odd_sizes: oddSizes, unmapped: unmapped};
+                  odd_sizes: oddSizes, two_inputs: twoInputs,
+                  unmapped: unmapped, ...refusals};
   for (const [name, build] of Object.entries(models))
     await write(name, build());
 }
