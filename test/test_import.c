@@ -413,6 +413,83 @@ static void klayer(FILE *f, int *first, const char *cls, const char *name,
     *first = 0;
 }
 
+/* Keras's causal Conv1D (tfjs cannot write one it runs): (k - 1) d
+ * zeros before the steps as a pad layer, then a valid convolution, so the
+ * steps keep their count (strided: ceil(steps / s)); a Softmax layer read
+ * by another layer is the trace's softmax activation, on the output it
+ * is the loss's; a Softmax over another axis is refused. */
+static void causal_softmax(th_ctx *t)
+{
+    th_case(t, "causal Conv1D as pad + valid; Softmax read by a layer");
+    char path[512];
+    snprintf(path, sizeof path, "%s/causal.json", th_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (!TH_CHECK(t, f != NULL))
+        return;
+    int first = 1;
+    fprintf(f, "{\"class_name\": \"Functional\", \"config\": {\"name\": "
+               "\"tcn\", \"layers\": [\n");
+    klayer(f, &first, "InputLayer", "x", "\"batch_input_shape\": [null, 20, 4]",
+           NULL, NULL);
+    klayer(f, &first, "Conv1D", "c",
+           "\"filters\": 8, \"kernel_size\": [3], \"dilation_rate\": [2], "
+           "\"padding\": \"causal\"",
+           "x", NULL);
+    klayer(f, &first, "Conv1D", "one",
+           "\"filters\": 8, \"kernel_size\": 1, \"padding\": \"causal\"", "c",
+           NULL);
+    klayer(f, &first, "Conv1D", "s",
+           "\"filters\": 8, \"kernel_size\": 4, \"strides\": 2, "
+           "\"padding\": \"causal\"",
+           "one", NULL);
+    klayer(f, &first, "Softmax", "sm", "\"axis\": -1", "s", NULL);
+    klayer(f, &first, "GlobalAveragePooling1D", "gap", "", "sm", NULL);
+    klayer(f, &first, "Dense", "fc", "\"units\": 3", "gap", NULL);
+    klayer(f, &first, "Softmax", "probs", "", "fc", NULL);
+    fprintf(f, "], \"input_layers\": [[\"x\", 0, 0]], \"output_layers\": "
+               "[[\"probs\", 0, 0]]}, \"keras_version\": \"2.12.0\"}\n");
+    fclose(f);
+    keras_opts o;
+    memset(&o, 0, sizeof o);
+    graph g;
+    char *notes = NULL;
+    if (!imp(t, path, &o, &g, &notes))
+        return;
+    int pad = find(&g, "c/pad"), c = find(&g, "c"), s = find(&g, "s"),
+        sm = find(&g, "sm");
+    TH_CHECK(t, pad >= 0 && c >= 0 && s >= 0 && sm >= 0);
+    if (pad >= 0 && c >= 0 && s >= 0 && sm >= 0) {
+        TH_CHECKF(t,
+                  g.layers[pad].op == GOP_PAD && g.layers[pad].out.sp[1] == 24,
+                  "pad: %lld steps", (long long)g.layers[pad].out.sp[1]);
+        TH_CHECKF(t, g.layers[c].out.sp[1] == 20 && !g.layers[c].pad_same,
+                  "c: %lld steps", (long long)g.layers[c].out.sp[1]);
+        TH_CHECK(t, find(&g, "one/pad") < 0);
+        TH_CHECKF(t, g.layers[s].out.sp[1] == 10, "s: %lld steps",
+                  (long long)g.layers[s].out.sp[1]);
+        TH_CHECK(t, g.layers[sm].op == GOP_ACT &&
+                        g.layers[sm].kind == GACT_SOFTMAX);
+    }
+    TH_CHECK(t, find(&g, "probs") < 0 && notes &&
+                    strstr(notes, "the softmax after 'fc'"));
+    free(notes);
+    graph_free(&g);
+
+    th_put(path, "{\"class_name\": \"Functional\", \"config\": {\"name\": "
+                 "\"f\", \"layers\": [{\"class_name\": \"InputLayer\", "
+                 "\"config\": {\"batch_input_shape\": [null, 8, 8, 3], "
+                 "\"name\": \"a\"}, \"name\": \"a\", \"inbound_nodes\": []}, "
+                 "{\"class_name\": \"Softmax\", \"config\": {\"name\": \"sm\", "
+                 "\"axis\": 1}, \"name\": \"sm\", \"inbound_nodes\": "
+                 "[[[\"a\", 0, 0, {}]]]}], \"input_layers\": [[\"a\", 0, 0]], "
+                 "\"output_layers\": [[\"sm\", 0, 0]]}}");
+    static const char *const w[] = {
+        "causal.json: config.layers[1].config.axis: "
+        "axis 1 is not the channel axis",
+        NULL};
+    refuses(t, path, w);
+}
+
 /* A generated model of 500 layers (125 residual blocks of conv, batchnorm,
  * relu and add) imported and run: the issue's bound of 1 s of host time
  * (CPU time, so a busy machine does not fail it; not under ASan). */
@@ -477,5 +554,6 @@ void th_suite_import(th_ctx *t)
     schemas(t);
     applications(t);
     bad(t);
+    causal_softmax(t);
     speed(t);
 }
