@@ -30,7 +30,8 @@ static const char *const act_names[GACT_COUNT] = {
     "swish", "hard_sigmoid", "tanh",       "softmax", "prelu"};
 
 static const char *const loss_names[] = {"softmax_xent", "sigmoid_focal",
-                                         "dice", "l2", "smooth_l1"};
+                                         "dice",         "l2",
+                                         "smooth_l1",    "sigmoid_xent"};
 
 const char *graph_op_name(graph_op op)
 {
@@ -685,7 +686,7 @@ static tpu_status infer_more(const graph *g, glayer *L, const glayer *src,
     (void)g;
     switch (L->op) {
     case GOP_LAYERNORM: /* gamma and beta (Keras's center and scale) */
-        L->weights = 2 * src->out.c;
+        L->weights = graph_norm_params(L) * src->out.c;
         return TPU_OK;
     case GOP_GROUPNORM:
         *key = "groups";
@@ -693,7 +694,7 @@ static tpu_status infer_more(const graph *g, glayer *L, const glayer *src,
             return tpu_fail(err, TPU_ERR_INPUT,
                             "%d does not divide the input's %lld channels",
                             L->groups, (long long)src->out.c);
-        L->weights = 2 * src->out.c;
+        L->weights = graph_norm_params(L) * src->out.c;
         return TPU_OK;
     case GOP_NORMALIZE: /* mean, variance and Keras's count */
         L->weights = 2 * src->out.c + 1;
@@ -772,7 +773,7 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
     case GOP_DENSE:
         return infer_dense(L, src, key, err);
     case GOP_BATCHNORM:
-        L->weights = 2 * src->out.c; /* gamma and beta */
+        L->weights = graph_norm_params(L) * src->out.c; /* gamma, beta */
         return TPU_OK;
     case GOP_RELU:
     case GOP_SIGMOID:
@@ -928,6 +929,11 @@ int64_t graph_layer_out_bytes(const graph *g, int i)
 {
     const glayer *L = &g->layers[i];
     return gshape_elems(&L->out) * L->dtype_bytes;
+}
+
+int graph_norm_params(const glayer *L)
+{
+    return 2 - (L->no_scale != 0) - (L->no_center != 0);
 }
 
 int64_t graph_weights(const graph *g)

@@ -100,7 +100,8 @@ typedef enum {
     GLOSS_SIGMOID_FOCAL,
     GLOSS_DICE,
     GLOSS_L2,
-    GLOSS_SMOOTH_L1
+    GLOSS_SMOOTH_L1,
+    GLOSS_SIGMOID_XENT /* binary cross-entropy on logits, per element */
 } graph_loss;
 
 /* run.optimizer: the update at the end of a training step (docs/TRACE.md).
@@ -195,6 +196,11 @@ typedef struct {
      * statistics in training too (TF training=False: a frozen backbone's
      * batchnorm), so no batch statistics and no exchange. */
     int bn_moving;
+    /* batchnorm, layer_norm, group_norm "scale": false / "center": false
+     * (Keras's scale=False, center=False): no gamma (fixed at 1) / no beta
+     * (fixed at 0).  Stored negated so a zeroed layer has both.  The
+     * weights are [gamma (C)][beta (C)], each only when present. */
+    int no_scale, no_center;
     /* roi_align: ROIs per example, the output bins [out_h, out_w], and
      * whether the levels are padded to the first level's extent and
      * stacked before the gather ("levels": "padded") rather than
@@ -390,6 +396,9 @@ const char *graph_optimizer_words(void);
 /* fp32 slots the optimizer keeps per trainable weight (sgd 0, momentum 1,
  * adam 2 (m, v), rmsprop 1 or 2 with momentum, lars 1). */
 int graph_optimizer_slots(const graph *g);
+/* Per-channel parameters of a batchnorm, layer_norm or group_norm: 2,
+ * less one for each of "scale": false and "center": false. */
+int graph_norm_params(const glayer *L);
 /* Name of a loss kind as written in traces ("softmax_xent"). */
 const char *graph_loss_name(graph_loss k);
 /* Names of the elementwise and activation kinds ("multiply", "swish"). */

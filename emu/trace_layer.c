@@ -79,7 +79,8 @@ static const char *const trace_act_words[] = {
     "relu",  "relu6",        "leaky_relu", "elu",     "gelu",
     "swish", "hard_sigmoid", "tanh",       "softmax", "prelu", NULL};
 static const char *const trace_loss_words[] = {
-    "softmax_xent", "sigmoid_focal", "dice", "l2", "smooth_l1", NULL};
+    "softmax_xent", "sigmoid_focal", "dice", "l2", "smooth_l1",
+    "sigmoid_xent", NULL};
 static const char *const trace_pad_words[] = {"valid", "same", NULL};
 static const char *const trace_dtype_words[] = {"bf16", "f32", NULL};
 static const char *const trace_stats_words[] = {"batch", "moving", NULL};
@@ -101,7 +102,8 @@ static const char *const *trace_op_keys(graph_op op)
                                         "use_bias", "trainable", "core", NULL};
     static const char *const bn[] = {"name",    "op",        "in",
                                      "dtype",   "comment",   "trainable",
-                                     "statistics", "core",   NULL};
+                                     "statistics", "core",   "scale",
+                                     "center",  NULL};
     static const char *const plain[] = {"name",    "op",   "in", "dtype",
                                         "comment", "core", NULL};
     static const char *const flat[] = {"name",    "op",   "in", "dtype",
@@ -124,10 +126,12 @@ static const char *const *trace_op_keys(graph_op op)
                                       "core",  NULL};
     static const char *const ln[] = {"name",    "op",        "in",
                                      "dtype",   "comment",   "trainable",
-                                     "core",    NULL};
+                                     "core",    "scale",     "center",
+                                     NULL};
     static const char *const gn[] = {"name",    "op",        "in",
                                      "dtype",   "comment",   "trainable",
-                                     "groups",  "core",      NULL};
+                                     "groups",  "core",      "scale",
+                                     "center",  NULL};
     static const char *const pad[] = {"name",    "op",   "in", "dtype",
                                       "comment", "pads", "core", NULL};
     static const char *const crop[] = {"name",    "op",    "in", "dtype",
@@ -702,6 +706,21 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
     }
 }
 
+/* "scale" and "center" of a normalisation (Keras's BatchNormalization,
+ * LayerNormalization, GroupNormalization): false drops gamma or beta. */
+static tpu_status trace_norm_params(trace_ctx *c, const cJSON *o,
+                                    const char *base, glayer *L)
+{
+    int scale = 1, center = 1;
+    tpu_status st;
+    if ((st = trace_bool(c, o, base, "scale", &scale)) ||
+        (st = trace_bool(c, o, base, "center", &center)))
+        return st;
+    L->no_scale = !scale;
+    L->no_center = !center;
+    return TPU_OK;
+}
+
 /* trainable, on the layers with weights.  Shared weights are frozen or
  * trained together: a sharer takes its owner's setting and may only
  * repeat it. */
@@ -752,6 +771,9 @@ tpu_status trace_layer(trace_ctx *c, graph *g, const cJSON *all,
     if ((st = trace_layer_head(c, g, o, base, L)) ||
         (st = trace_layer_in(c, g, all, o, base, j, L)) ||
         (st = trace_op_params(c, g, o, base, L)) ||
+        ((L->op == GOP_BATCHNORM || L->op == GOP_LAYERNORM ||
+          L->op == GOP_GROUPNORM) &&
+         (st = trace_norm_params(c, o, base, L))) ||
         (st = trace_trainable(c, g, o, base, L)) ||
         (st = trace_core(c, g, o, base, L)))
         return st;

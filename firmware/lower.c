@@ -525,7 +525,9 @@ static void lower_forward_ops(lower_ctx *c, int l)
         /* Loss and its gradient in one pass over the logits; a gradient
          * is written only for an input something below it trains through
          * (none when every layer is frozen). */
-        static const double ops[] = {8, 14, 6, 3, 5}; /* per element */
+        /* per element, in graph_loss order; sigmoid_xent: the sigmoid
+         * (3), log1p(exp(-|z|)) + max(z, 0) - t z (3), p - t scaled (2) */
+        static const double ops[] = {8, 14, 6, 3, 5, 8};
         double in_all = 0, grad = 0, el = 0;
         for (int k = 0; k < L->n_in; k++) {
             in_all += layout_out_bytes(c, L->in[k]);
@@ -650,15 +652,23 @@ static void lower_backward_ops(lower_ctx *c, int l)
         if (L->bn_moving) {
             /* Fixed statistics: dx = dy gamma / sigma, one pass; gamma
              * and beta, when they train, sum dy and dy xhat (partial sums
-             * that join the weight gradients' all-reduce). */
+             * that join the weight gradients' all-reduce); beta alone
+             * ("scale": false) sums dy only. */
             if (graph_layer_trains(c->g, l))
-                tile_pass_fx(c, FX_BSTAT, ph, l, 2 * ob, 0, oe, 3);
+                tile_pass_fx(c, FX_BSTAT, ph, l, L->no_scale ? ob : 2 * ob, 0,
+                             oe, L->no_scale ? 1 : 3);
             if (!input_is_data)
                 tile_pass(c, ph, l, ob, ib, oe, 2);
             return;
         }
         /* Two reductions (sum dy, sum dy*xhat), all-reduced across the
-         * partition group, then dx; a fused relu's mask is read too. */
+         * partition group, then dx; a fused relu's mask is read too.
+         * Without an input gradient only beta's sum of dy is needed when
+         * there is no gamma ("scale": false), and nothing is exchanged. */
+        if (input_is_data && L->no_scale) {
+            tile_pass_fx(c, FX_BSTAT, ph, l, ob, 0, oe, 1);
+            return;
+        }
         /* reads dY and x; a fused relu's mask is read too, unless the
          * normalise was fused into its readers (then it is recomputed
          * from x) */

@@ -101,7 +101,8 @@ void ops_forward(lower_ctx *c, int l)
 
 /* layer_norm and group_norm backward: the sums of dY and dY x-hat (per
  * position or per group for dx, per channel for gamma and beta), then
- * dx.  Without an input gradient one pass forms gamma's and beta's. */
+ * dx.  Without an input gradient one pass forms gamma's and beta's (those
+ * present). */
 static void norm_backward(lower_ctx *c, int l, int input_is_data)
 {
     const glayer *L = &c->g->layers[l];
@@ -110,8 +111,9 @@ static void norm_backward(lower_ctx *c, int l, int input_is_data)
     double ib = layout_out_bytes(c, L->in[0]);
     int dw = graph_layer_trains(c->g, l);
     if (input_is_data) {
-        if (dw)
-            tile_pass(c, ph, l, 2 * ob, 0, oe, 3);
+        if (dw) /* beta alone ("scale": false) sums dY only */
+            tile_pass(c, ph, l, L->no_scale ? ob : 2 * ob, 0, oe,
+                      L->no_scale ? 1 : 3);
     } else {
         tile_pass_fx(c, FX_NONE, ph, l, 2 * ob, 0, oe, OPS_BSTATS);
         if (L->op == GOP_GROUPNORM && layout_any_split(c, l))

@@ -484,9 +484,9 @@ tpu_status fxref_loss(const graph *g, uint64_t seed, int64_t step,
         const glayer *L = &g->layers[i];
         if (L->op != GOP_LOSS)
             continue;
-        if (L->loss != GLOSS_SOFTMAX_XENT) {
+        if (L->loss != GLOSS_SOFTMAX_XENT && L->loss != GLOSS_SIGMOID_XENT) {
             st = tpu_fail(err, TPU_ERR_INPUT, "fxref: loss '%s': only "
-                          "softmax_xent", L->name);
+                          "softmax_xent and sigmoid_xent", L->name);
             break;
         }
         for (int j = 0; j < L->n_in; j++) {
@@ -503,6 +503,15 @@ tpu_status fxref_loss(const graph *g, uint64_t seed, int64_t step,
                 const double *zb = z + b * c;
                 double m = zb[0], se = 0;
                 int y = fxd_class(seed, step, global_batch, b, ncls);
+                if (L->loss == GLOSS_SIGMOID_XENT) {
+                    /* mean over every logit of -t log s(z) - (1-t)
+                     * log(1 - s(z)), t one-hot at y */
+                    for (int64_t k = 0; k < c; k++)
+                        sum += (-(k == y % c) * log(1 / (1 + exp(-zb[k]))) -
+                                (k != y % c) * log(1 - 1 / (1 + exp(-zb[k])))) /
+                               (double)c;
+                    continue;
+                }
                 for (int64_t k = 1; k < c; k++)
                     if (zb[k] > m)
                         m = zb[k];

@@ -378,11 +378,12 @@ static int seed_weights(const graph *g, uint64_t seed, float *w, int64_t nw)
             continue;
         if (o + L->weights > nw)
             return -1;
-        if (L->op == GOP_BATCHNORM) {
-            for (int64_t c = 0; c < L->out.c; c++) {
-                w[o + c] = 1.0f;
-                w[o + L->out.c + c] = 0.0f;
-            }
+        if (L->op == GOP_BATCHNORM || L->op == GOP_LAYERNORM ||
+            L->op == GOP_GROUPNORM) {
+            /* [gamma][beta], those the layer has */
+            int64_t ng = L->no_scale ? 0 : L->out.c;
+            for (int64_t c = 0; c < L->weights; c++)
+                w[o + c] = c < ng ? 1.0f : 0.0f;
         } else {
             int64_t taps = 1, cin = g->layers[L->in[0]].out.c;
             if (L->op != GOP_DENSE)
@@ -634,7 +635,8 @@ static void train_cases(th_ctx *t)
     th_case(t, "training: central differences agree with the gradients "
                "(f32 net, every loss kind, unpartitioned, [2,1] and [2,2])");
     static const graph_loss kinds[] = {GLOSS_SOFTMAX_XENT, GLOSS_SIGMOID_FOCAL,
-                                       GLOSS_L2, GLOSS_SMOOTH_L1, GLOSS_DICE};
+                                       GLOSS_L2,           GLOSS_SMOOTH_L1,
+                                       GLOSS_DICE,         GLOSS_SIGMOID_XENT};
     int loss_layer = g.n_layers - 1;
     /* [2,1] and [2,2] split the conv but not the flat logits the loss reads:
      * the loss's sums are whole on every core without an all-reduce */
@@ -647,6 +649,23 @@ static void train_cases(th_ctx *t)
         }
     g.layers[loss_layer].loss = GLOSS_SOFTMAX_XENT;
     emu_result_free(&base);
+
+    th_case(t, "training: sigmoid_xent's loss equals the C reference's "
+               "(unpartitioned and [2,2])");
+    g.layers[loss_layer].loss = GLOSS_SIGMOID_XENT;
+    for (int q = 0; q < 2; q++) {
+        static const int two[2] = {2, 2};
+        double want = 0;
+        set_parts(&g, q ? two : NULL);
+        TH_CHECK(t, fxref_loss(&g, 1, 0, g.global_batch, 1, &want, &err) == 0);
+        if (run(t, &g, NULL, 1, &base)) {
+            TH_CHECKF(t, want > 0 && fabs(base.loss - want) <= 1e-5 * want,
+                      "sigmoid_xent: loss %.9g, reference %.9g", base.loss,
+                      want);
+            emu_result_free(&base);
+        }
+    }
+    g.layers[loss_layer].loss = GLOSS_SOFTMAX_XENT;
     graph_free(&g);
 
     th_case(t, "training: the CIFAR-style net without batchnorm (maxpool, "
@@ -674,7 +693,7 @@ static void spatial_loss_case(th_ctx *t)
     th_case(t, "training: per-pixel losses on a split output: gradients "
                "match central differences and the unpartitioned run");
     static const char *const kinds[] = {"softmax_xent", "sigmoid_focal", "l2",
-                                        "smooth_l1", "dice"};
+                                        "smooth_l1", "dice", "sigmoid_xent"};
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         char text[2048];
         snprintf(text, sizeof text,
@@ -721,6 +740,125 @@ static void spatial_loss_case(th_ctx *t)
         }
         graph_free(&g);
     }
+}
+
+/* The gradient vector of `full` without the weights `red` lacks: each
+ * normalisation's gamma ("scale": false) or beta ("center": false). */
+static int64_t drop_missing(const graph *full, const graph *red,
+                            const float *in, float *out)
+{
+    int64_t i = 0, o = 0;
+    for (int l = 0; l < full->n_layers; l++) {
+        const glayer *F = &full->layers[l], *R = &red->layers[l];
+        if (F->share_from >= 0 || F->weights <= 0)
+            continue;
+        int norm = F->op == GOP_BATCHNORM || F->op == GOP_LAYERNORM ||
+                   F->op == GOP_GROUPNORM;
+        for (int64_t k = 0; k < F->weights; k++, i++) {
+            int is_gamma = norm && k < F->out.c;
+            if (!norm || !(is_gamma ? R->no_scale : R->no_center))
+                out[o++] = in[i];
+        }
+    }
+    return o;
+}
+
+/* "scale": false and "center": false: gamma fixed at 1 and beta at 0.
+ * At step 0 a full layer's gamma and beta are 1 and 0 too, so the loss
+ * is the same and the gradients are the full graph's without the missing
+ * weights'; central differences check them and dx through the fixed
+ * gamma.  Batchnorm in training and with moving statistics, layer_norm
+ * and group_norm, on a [2,1] split too (statistics all-reduced). */
+static void norm_params_case(th_ctx *t)
+{
+    th_case(t, "training: normalisations without gamma or beta: the full "
+               "graph's loss and gradients less the missing weights', "
+               "central differences, [2,1] equal to unsplit");
+    static const char head[] =
+        "{\"format\":\"tpuemu-trace/1\",\"name\":\"norms\","
+        "\"system\":\"v3-8\",\"run\":{\"mode\":\"train\","
+        "\"global_batch\":8,\"num_cores_per_replica\":2},"
+        "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[6,4,2],"
+        "\"dtype\":\"f32\"}],\"layers\":["
+        "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"x\",\"filters\":4,"
+        "\"kernel\":[1,1],\"dtype\":\"f32\"},";
+    static const char *const mid[2][4] = {
+        {"", "", "", ""},
+        {",\"scale\":false", ",\"center\":false",
+         ",\"scale\":false,\"center\":false", ",\"center\":false"}};
+    graph g[2];
+    int ok[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        char text[4096];
+        tpu_error err = {0};
+        snprintf(text, sizeof text,
+                 "%s{\"name\":\"bn1\",\"op\":\"batchnorm\",\"in\":\"c1\","
+                 "\"dtype\":\"f32\"%s},"
+                 "{\"name\":\"s1\",\"op\":\"sigmoid\",\"in\":\"bn1\","
+                 "\"dtype\":\"f32\"},"
+                 "{\"name\":\"c2\",\"op\":\"conv\",\"in\":\"s1\",\"filters\":4,"
+                 "\"kernel\":[1,1],\"dtype\":\"f32\"},"
+                 "{\"name\":\"ln\",\"op\":\"layer_norm\",\"in\":\"c2\","
+                 "\"dtype\":\"f32\"%s},"
+                 "{\"name\":\"bn2\",\"op\":\"batchnorm\",\"in\":\"ln\","
+                 "\"statistics\":\"moving\",\"dtype\":\"f32\"%s},"
+                 "{\"name\":\"gn\",\"op\":\"group_norm\",\"in\":\"bn2\","
+                 "\"groups\":2,\"dtype\":\"f32\"%s},"
+                 "{\"name\":\"c3\",\"op\":\"conv\",\"in\":\"gn\",\"filters\":3,"
+                 "\"kernel\":[1,1],\"dtype\":\"f32\"},"
+                 "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"c3\","
+                 "\"dtype\":\"f32\"}]}}",
+                 head, mid[v][0], mid[v][1], mid[v][2], mid[v][3]);
+        ok[v] = TH_CHECKF(t, graph_parse(&g[v], text, strlen(text),
+                                         "norms.json", &err) == 0,
+                          "%s", err.msg);
+    }
+    if (ok[0] && ok[1]) {
+        /* bn1 4 + ln 4 + bn2 8 + gn 4 fewer parameters (68 - 20) */
+        TH_CHECKF(t, graph_weights(&g[0]) - graph_weights(&g[1]) == 20,
+                  "%lld parameters, full %lld",
+                  (long long)graph_weights(&g[1]),
+                  (long long)graph_weights(&g[0]));
+        emu_result full, red;
+        if (run(t, &g[0], NULL, 1, &full)) {
+            if (run(t, &g[1], NULL, 1, &red)) {
+                float *kept = calloc((size_t)full.n_grads + 1, sizeof *kept);
+                int64_t n = kept ? drop_missing(&g[0], &g[1], full.grads, kept)
+                                 : -1;
+                TH_CHECKF(t, red.loss == full.loss, "loss %.9g, full %.9g",
+                          red.loss, full.loss);
+                TH_CHECKF(t,
+                          n == red.n_grads &&
+                              max_rel(red.grads, kept, n) < 1e-6,
+                          "%lld gradients (full less missing %lld) differ "
+                          "by %.3g",
+                          (long long)red.n_grads, (long long)n,
+                          n == red.n_grads ? max_rel(red.grads, kept, n) : -1);
+                free(kept);
+                /* every weight (48): one gamma or beta missed is 4 of them */
+                grad_check(t, &g[1], 64);
+                static const int two[2] = {2, 1};
+                emu_result split;
+                set_parts(&g[1], two);
+                if (run(t, &g[1], NULL, 1, &split)) {
+                    TH_CHECKF(t,
+                              split.n_grads == red.n_grads &&
+                                  max_rel(split.grads, red.grads,
+                                          red.n_grads) < 1e-5 &&
+                                  fabs(split.loss - red.loss) <=
+                                      1e-6 * fabs(red.loss),
+                              "[2,1]: gradients differ by %.3g",
+                              max_rel(split.grads, red.grads, red.n_grads));
+                    emu_result_free(&split);
+                }
+                emu_result_free(&red);
+            }
+            emu_result_free(&full);
+        }
+    }
+    for (int v = 0; v < 2; v++)
+        if (ok[v])
+            graph_free(&g[v]);
 }
 
 /* Every op's backward in one f32 net: central differences, and the
@@ -799,6 +937,7 @@ void th_suite_functional(th_ctx *t)
     batchnorm_case(t);
     train_cases(t);
     spatial_loss_case(t);
+    norm_params_case(t);
     train_ops_case(t);
     pe_model_case(t);
 }

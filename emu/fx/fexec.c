@@ -306,10 +306,10 @@ static void init_weights(const fx_state *x, int l, float *w)
     }
     if (L->op == GOP_BATCHNORM || L->op == GOP_LAYERNORM ||
         L->op == GOP_GROUPNORM) {
-        for (int64_t c = 0; c < L->out.c; c++) {
-            w[c] = 1.0f;
-            w[L->out.c + c] = 0.0f;
-        }
+        /* [gamma][beta], each only when present */
+        int64_t ng = L->no_scale ? 0 : L->out.c;
+        for (int64_t c = 0; c < L->weights; c++)
+            w[c] = c < ng ? 1.0f : 0.0f;
         return;
     }
     if (L->op == GOP_ACT) { /* prelu's slopes: Keras's zeros */
@@ -593,6 +593,26 @@ int64_t fx_nweights(const fx_state *x, int l)
 float *fx_wts(fx_state *x, int l)
 {
     return x->w[fx_owner(x, l)];
+}
+
+float fx_gamma(const glayer *L, const float *W, int64_t ch)
+{
+    return L->no_scale ? 1.0f : W[ch];
+}
+
+float fx_beta(const glayer *L, const float *W, int64_t ch)
+{
+    return L->no_center ? 0.0f : W[(L->no_scale ? 0 : L->out.c) + ch];
+}
+
+float *fx_dgamma(const glayer *L, float *wg)
+{
+    return L->no_scale || !wg ? NULL : wg;
+}
+
+float *fx_dbeta(const glayer *L, float *wg)
+{
+    return L->no_center || !wg ? NULL : wg + (L->no_scale ? 0 : L->out.c);
 }
 
 /* Weight-gradient partials are kept per layer (a layer that shares

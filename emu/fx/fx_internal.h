@@ -112,6 +112,15 @@ int fx_owner(const fx_state *x, int l);
 int64_t fx_nweights(const fx_state *x, int l);
 /* The weights layer l computes with (its owner's: one copy). */
 float *fx_wts(fx_state *x, int l);
+/* A normalisation's (batchnorm, layer_norm, group_norm) gamma and beta
+ * of channel ch in its weights W: 1 and 0 when "scale" or "center" is
+ * false (no such weight).  fx_dgamma/fx_dbeta: where their gradients
+ * start in the layer's weight gradient wg, NULL when the weight is
+ * missing (or wg is). */
+float fx_gamma(const glayer *L, const float *W, int64_t ch);
+float fx_beta(const glayer *L, const float *W, int64_t ch);
+float *fx_dgamma(const glayer *L, float *wg);
+float *fx_dbeta(const glayer *L, float *wg);
 /* Global example index of core's local example b. */
 int64_t fx_gexample(const fx_state *x, int core, int64_t b);
 /* Spatial positions of the layer's whole output. */

@@ -82,6 +82,9 @@ tpu_status fxl_forward(fx_state *x, int core, int l, tpu_error *err)
                 case GLOSS_L2:
                     s += 0.5 * dd * dd;
                     break;
+                case GLOSS_SIGMOID_XENT: /* -t log p - (1-t) log(1-p) */
+                    s += (zz > 0 ? zz : 0) - zz * t + log1p(exp(-fabs(zz)));
+                    break;
                 case GLOSS_SMOOTH_L1:
                     s += fabs(dd) < 1 ? 0.5 * dd * dd : fabs(dd) - 0.5;
                     break;
@@ -152,6 +155,9 @@ tpu_status fxl_backward(fx_state *x, int core, int l, tpu_error *err)
                 }
                 case GLOSS_L2:
                     gr = dd / N;
+                    break;
+                case GLOSS_SIGMOID_XENT:
+                    gr = (p - t) / N;
                     break;
                 case GLOSS_SMOOTH_L1:
                     gr = (dd > 1 ? 1 : dd < -1 ? -1 : dd) / N;

@@ -496,7 +496,7 @@ static void gn_local_bsums(fx_state *x, int l, const fxt_tens *in,
                 int64_t i = (b * npos + p) * C + ch;
                 int64_t j = b * L->groups + ch / cg;
                 float xh = (in->v[i] - s[2 * n + j]) * s[3 * n + j];
-                float g = gy->v[i] * W[ch];
+                float g = gy->v[i] * fx_gamma(L, W, ch);
                 s[4 * n + j] += g;
                 s[5 * n + j] += g * xh;
             }
@@ -544,8 +544,10 @@ static tpu_status norm_forward(fx_state *x, int core, int l, tpu_error *err)
             float mean = s / (float)C, var = q / (float)C - mean * mean;
             float inv = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + NORM_EPS);
             for (int64_t ch = 0; ch < C; ch++)
-                o->v[r * C + ch] = fxt_round(
-                    (v[ch] - mean) * inv * W[ch] + W[C + ch], dt);
+                o->v[r * C + ch] =
+                    fxt_round((v[ch] - mean) * inv * fx_gamma(L, W, ch) +
+                                  fx_beta(L, W, ch),
+                              dt);
         }
     } else {
         int64_t n = o->B * L->groups, cg = norm_cg(L);
@@ -563,7 +565,8 @@ static tpu_status norm_forward(fx_state *x, int core, int l, tpu_error *err)
                     int64_t i = (b * npos + p) * C + ch;
                     int64_t j = b * L->groups + ch / cg;
                     float xh = (in->v[i] - s[2 * n + j]) * s[3 * n + j];
-                    o->v[i] = fxt_round(xh * W[ch] + W[C + ch], dt);
+                    o->v[i] = fxt_round(
+                        xh * fx_gamma(L, W, ch) + fx_beta(L, W, ch), dt);
                 }
     }
     fxt_free(&tmp);
@@ -598,6 +601,7 @@ static tpu_status norm_backward(fx_state *x, int core, int l, tpu_error *err)
                         L->name);
     }
     const float *W = fx_wts(x, l);
+    float *dg = fx_dgamma(L, wg), *db = fx_dbeta(L, wg);
     int64_t C = gy->C, npos = fxt_npos(gy), rows = gy->B * npos;
     if (L->op == GOP_NORMALIZE) {
         for (int64_t r = 0; gx && r < rows; r++)
@@ -633,7 +637,7 @@ static tpu_status norm_backward(fx_state *x, int core, int l, tpu_error *err)
             float var = q / m - mean * mean;
             inv = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + NORM_EPS);
             for (int64_t ch = 0; ch < C; ch++) {
-                float g = d[ch] * W[ch];
+                float g = d[ch] * fx_gamma(L, W, ch);
                 s1 += g;
                 s2 += g * (v[ch] - mean) * inv;
             }
@@ -649,13 +653,13 @@ static tpu_status norm_backward(fx_state *x, int core, int l, tpu_error *err)
                 s2 = s[5 * n + j];
                 m = (float)(fx_gpos_count(L) * cg);
             }
-            float xh = (v[ch] - mean) * inv, g = d[ch] * W[ch];
+            float xh = (v[ch] - mean) * inv, g = d[ch] * fx_gamma(L, W, ch);
             if (gx)
                 gx->v[r * C + ch] += inv / m * (m * g - s1 - xh * s2);
-            if (wg) {
-                wg[ch] += d[ch] * xh;
-                wg[C + ch] += d[ch];
-            }
+            if (dg)
+                dg[ch] += d[ch] * xh;
+            if (db)
+                db[ch] += d[ch];
         }
     }
     fxt_free(&tmp);

@@ -229,8 +229,8 @@ static tpu_status fwd_batchnorm(fx_state *x, int core, int l,
     for (int64_t r = 0; r < rows; r++)
         for (int64_t ch = 0; ch < C; ch++) {
             float xh = bn_xhat(in->v, bn, C, r * C + ch, ch);
-            o->v[r * C + ch] =
-                fxt_round(xh * W[ch] + W[C + ch], L->dtype_bytes);
+            o->v[r * C + ch] = fxt_round(
+                xh * fx_gamma(L, W, ch) + fx_beta(L, W, ch), L->dtype_bytes);
         }
     return TPU_OK;
 }
@@ -540,11 +540,14 @@ tpu_status fxv_bn_stats(fx_state *x, int core, int l, tpu_error *err)
             bn[4 * C + ch] += dy;
             bn[5 * C + ch] += dy * xh;
         }
-    /* gamma and beta: this core's partial sums, all-reduced with the other
-     * weight gradients. */
+    /* gamma and beta (those present): this core's partial sums,
+     * all-reduced with the other weight gradients. */
+    float *dg = fx_dgamma(L, wg), *db = fx_dbeta(L, wg);
     for (int64_t ch = 0; ch < C; ch++) {
-        wg[ch] += bn[5 * C + ch];
-        wg[C + ch] += bn[4 * C + ch];
+        if (dg)
+            dg[ch] += bn[5 * C + ch];
+        if (db)
+            db[ch] += bn[4 * C + ch];
     }
     return TPU_OK;
 }
@@ -568,7 +571,7 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t ch = 0; ch < C; ch++)
                 gx->v[r * C + ch] +=
-                    gy->v[r * C + ch] * (W[ch] * bn[3 * C + ch]);
+                    gy->v[r * C + ch] * (fx_gamma(L, W, ch) * bn[3 * C + ch]);
         return TPU_OK;
     }
     float n = (float)(x->p->batch * fx_bn_replicas(x) * fx_gpos_count(L));
@@ -577,7 +580,7 @@ static tpu_status bwd_bn(fx_state *x, int core, int l, tpu_error *err)
             float dy = gy->v[r * C + ch];
             float xh = bn_xhat(in->v, bn, C, r * C + ch, ch);
             gx->v[r * C + ch] +=
-                W[ch] * bn[3 * C + ch] / n *
+                fx_gamma(L, W, ch) * bn[3 * C + ch] / n *
                 (n * dy - bn[4 * C + ch] - xh * bn[5 * C + ch]);
         }
     return TPU_OK;

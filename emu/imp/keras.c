@@ -550,6 +550,14 @@ static cJSON *layer_json(const kx *x, const glayer *L)
     default:
         break;
     }
+    /* Keras's scale=False / center=False: no gamma / beta */
+    if (L->op == GOP_BATCHNORM || L->op == GOP_LAYERNORM ||
+        L->op == GOP_GROUPNORM) {
+        if (L->no_scale)
+            cJSON_AddBoolToObject(j, "scale", 0);
+        if (L->no_center)
+            cJSON_AddBoolToObject(j, "center", 0);
+    }
     if (L->frozen && L->share_from < 0 && L->op != GOP_NORMALIZE)
         cJSON_AddBoolToObject(j, "trainable", 0);
     return j;
@@ -1084,21 +1092,10 @@ static tpu_status map_batchnorm(kx *x, kcall *c)
         (st = cfg_bool(x, c, "center", 1, &center)) ||
         (st = cfg_bool(x, c, "scale", 1, &scale)) || (st = grow(x)))
         return st;
-    if (!center || !scale) {
-        char b[64];
-        if ((st = note(x, "BatchNormalization '%s' has %s: the trace's "
-                       "batchnorm counts gamma and beta anyway (%lld "
-                       "parameters more than Keras)",
-                       kshown(b, sizeof b, c->kname),
-                       !center && !scale ? "center and scale false"
-                       : !center        ? "center=false"
-                                        : "scale=false",
-                       (long long)shape_of(x, c->in[0])->c *
-                           ((!center) + (!scale)))))
-            return st;
-    }
     int in_t = x->refs[c->in[0]].t;
     glayer *L = layer_begin(x, c->tname, GOP_BATCHNORM, &in_t, 1);
+    L->no_scale = !scale;
+    L->no_center = !center;
     if ((st = weights_of(x, c, L, 0)) ||
         (st = emit(x, c, krank_of(x, c->in[0]), &t)))
         return st;
@@ -1471,20 +1468,13 @@ static tpu_status map_norm(kx *x, kcall *c)
     if (c->arg == GOP_GROUPNORM &&
         (st = cfg_int(x, c, "groups", 1, GRAPH_DIM_MAX, 32, &groups)))
         return st;
-    if (c->arg != GOP_NORMALIZE && (!center || !scale)) {
-        char b[64];
-        if ((st = note(x, "%s '%s' has center or scale false: the trace's "
-                       "%s counts gamma and beta anyway (%lld parameters "
-                       "more than Keras)",
-                       c->cls, kshown(b, sizeof b, c->kname),
-                       graph_op_name((graph_op)c->arg),
-                       (long long)shape_of(x, c->in[0])->c *
-                           ((!center) + (!scale)))))
-            return st;
-    }
     int in_t = x->refs[c->in[0]].t;
     glayer *L = layer_begin(x, c->tname, (graph_op)c->arg, &in_t, 1);
     L->groups = (int)groups;
+    if (c->arg != GOP_NORMALIZE) {
+        L->no_scale = !scale;
+        L->no_center = !center;
+    }
     if (c->arg != GOP_NORMALIZE && (st = weights_of(x, c, L, 0)))
         return st;
     if (c->arg == GOP_NORMALIZE)
