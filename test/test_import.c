@@ -549,11 +549,111 @@ static void speed(th_ctx *t)
     TH_CHECKF(t, th_asan() || s < 1.0, "%.3f s of host time", s);
 }
 
+/* k3_config.json (a U-Net mask head: 1x1 conv, sigmoid) with its
+ * compile_config.loss replaced by `loss` (JSON text), imported without
+ * --loss (or with `flag`): the loss layer's kind and input, and the notes. */
+static int saved_loss_import(th_ctx *t, const char *loss, const char *flag,
+                             graph_loss *kind, char *in, size_t cap,
+                             char **notes)
+{
+    static const char key[] = "\"loss\": \"binary_crossentropy\"";
+    size_t len = 0;
+    char *src = th_slurp(KDIR "k3_config.json", &len), *at;
+    char path[512];
+    keras_opts o;
+    graph g;
+    int ok = 0;
+    *notes = NULL;
+    if (!TH_CHECK(t, src && (at = strstr(src, key)) != NULL)) {
+        free(src);
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/loss.json", th_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%.*s\"loss\": %s%s", (int)(at - src), src, loss,
+                at + strlen(key));
+        fclose(f);
+    }
+    free(src);
+    memset(&o, 0, sizeof o);
+    o.input = "64x64x1";
+    o.loss = flag;
+    if (f && imp(t, path, &o, &g, notes)) {
+        int l = find(&g, "loss");
+        ok = TH_CHECK(t, l > 0);
+        if (ok) {
+            *kind = g.layers[l].loss;
+            snprintf(in, cap, "%s", g.layers[g.layers[l].in[0]].name);
+        }
+        graph_free(&g);
+    }
+    if (!*notes)
+        *notes = calloc(1, 1);
+    return ok && *notes;
+}
+
+/* A compiled model's loss (compile_config.loss, training_config.loss):
+ * mapped to the trace's kind when it has one, said in a note; otherwise a
+ * note and softmax_xent.  --loss wins. */
+static void saved_losses(th_ctx *t)
+{
+    static const struct {
+        const char *loss, *flag;
+        graph_loss kind;
+        const char *in, *says;
+    } cases[] = {
+        {"\"binary_crossentropy\"", NULL, GLOSS_SIGMOID_XENT, "mask",
+         "the sigmoid 'mask/sigmoid' is part of the sigmoid_xent loss"},
+        {"\"mean_squared_error\"", NULL, GLOSS_L2, "mask/sigmoid",
+         "the loss is l2: the model was compiled with 'mean_squared_error' "
+         "(compile_config.loss)"},
+        {"{\"module\": \"keras.losses\", \"class_name\": \"Huber\", "
+         "\"config\": {\"delta\": 1.0}}",
+         NULL, GLOSS_SMOOTH_L1, "mask/sigmoid", "the loss is smooth_l1"},
+        {"\"dice_loss\"", NULL, GLOSS_DICE, "mask/sigmoid", "the loss is dice"},
+        {"\"binary_focal_crossentropy\"", NULL, GLOSS_SIGMOID_FOCAL,
+         "mask/sigmoid", "the loss is sigmoid_focal"},
+        {"[\"mse\"]", NULL, GLOSS_L2, "mask/sigmoid", "the loss is l2"},
+        {"\"mae\"", NULL, GLOSS_SOFTMAX_XENT, "mask/sigmoid",
+         "compiled with the loss 'mae' (compile_config.loss), which the "
+         "trace has no loss kind for"},
+        {"{\"mask\": \"mse\", \"aux\": \"binary_crossentropy\"}", NULL,
+         GLOSS_SOFTMAX_XENT, "mask/sigmoid", "(different losses per output)"},
+        {"\"mse\"", "dice", GLOSS_DICE, "mask/sigmoid", ""},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char title[256], in[GRAPH_NAME_MAX] = "", *notes = NULL;
+        graph_loss kind = GLOSS_SOFTMAX_XENT;
+        snprintf(title, sizeof title, "compiled with %s%s%s: %s on '%s'",
+                 cases[k].loss, cases[k].flag ? ", --loss " : "",
+                 cases[k].flag ? cases[k].flag : "",
+                 graph_loss_name(cases[k].kind), cases[k].in);
+        th_case(t, title);
+        if (saved_loss_import(t, cases[k].loss, cases[k].flag, &kind, in,
+                              sizeof in, &notes)) {
+            TH_CHECKF(t, kind == cases[k].kind && strcmp(in, cases[k].in) == 0,
+                      "%s on '%s'", graph_loss_name(kind), in);
+            TH_CHECKF(t, strstr(notes, cases[k].says) != NULL, "notes: %s",
+                      notes);
+            /* the default on a one-channel output says it is useless */
+            TH_CHECKF(t, (kind == GLOSS_SOFTMAX_XENT) ==
+                             (strstr(notes, "is 0 whatever it holds") != NULL),
+                      "notes: %s", notes);
+            if (cases[k].flag)
+                TH_CHECKF(t, !strstr(notes, "the loss is"), "notes: %s",
+                          notes);
+        }
+        free(notes);
+    }
+}
+
 void th_suite_import(th_ctx *t)
 {
     schemas(t);
     applications(t);
     bad(t);
     causal_softmax(t);
+    saved_losses(t);
     speed(t);
 }

@@ -226,6 +226,63 @@ void th_suite_import_tfjs(th_ctx *t)
         cJSON_Delete(info);
     }
 
+    th_case(t, "tfjs model.json compiled with binaryCrossentropy "
+               "(modelTopology.training_config): sigmoid_xent on the mask "
+               "logits, said in a note; the inception's scale=false is "
+               "exact");
+    {
+        char *text = th_slurp(TDIR "unet.model.json", NULL), path[512];
+        cJSON *doc = text ? cJSON_Parse(text) : NULL, *tc;
+        free(text);
+        tc = cJSON_CreateObject();
+        cJSON_AddStringToObject(tc, "loss", "binaryCrossentropy");
+        cJSON_AddItemToObject(cJSON_GetObjectItem(doc, "modelTopology"),
+                              "training_config", tc);
+        text = doc ? cJSON_PrintUnformatted(doc) : NULL;
+        snprintf(path, sizeof path, "%s/unet_compiled.json", th_tmpdir());
+        FILE *f = text ? fopen(path, "w") : NULL;
+        if (TH_CHECK(t, f != NULL)) {
+            fputs(text, f);
+            fclose(f);
+            th_run(&r, "%s import %s -o %s/unet_compiled.trace.json",
+                   th_bin(), path, th_tmpdir());
+            TH_CHECKF(t, r.status == 0, "%s", r.err);
+            TH_CHECKF(t,
+                      strstr(r.err, "the loss is sigmoid_xent: the model "
+                                    "was compiled with 'binaryCrossentropy' "
+                                    "(modelTopology.training_config.loss)") &&
+                          !strstr(r.err, "is 0 whatever"),
+                      "%s", r.err);
+            snprintf(path, sizeof path, "%s/unet_compiled.trace.json",
+                     th_tmpdir());
+            char *tr = th_slurp(path, NULL);
+            cJSON *tj = tr ? cJSON_Parse(tr) : NULL;
+            cJSON *ls = cJSON_GetObjectItem(cJSON_GetObjectItem(tj, "graph"),
+                                            "layers");
+            cJSON *last = cJSON_GetArrayItem(ls, cJSON_GetArraySize(ls) - 1);
+            cJSON *lin = cJSON_GetArrayItem(cJSON_GetObjectItem(last, "in"), 0);
+            const char *lk = cJSON_GetStringValue(
+                cJSON_GetObjectItem(last, "kind"));
+            TH_CHECKF(t,
+                      lk && strcmp(lk, "sigmoid_xent") == 0 &&
+                          cJSON_IsString(lin) &&
+                          strcmp(lin->valuestring, "mask") == 0,
+                      "loss %s on %s", lk ? lk : "?",
+                      cJSON_IsString(lin) ? lin->valuestring : "?");
+            cJSON_Delete(tj);
+            free(tr);
+        }
+        free(text);
+        cJSON_Delete(doc);
+        th_run(&r, "%s import " TDIR "unet.model.json -o %s/unet_plain.json",
+               th_bin(), th_tmpdir());
+        TH_CHECKF(t, r.status == 0 && strstr(r.err, "is 0 whatever it holds"),
+                  "no note on softmax_xent over one channel: %s", r.err);
+        th_run(&r, "%s import " TDIR "inception.model.json -o "
+               "%s/inception.json", th_bin(), th_tmpdir());
+        TH_CHECKF(t, r.status == 0 && !strstr(r.err, "gamma"), "%s", r.err);
+    }
+
     th_case(t, "tfjs classes with no trace op: refused, each listed");
     th_run(&r, "%s import " TDIR "unmapped.json -o %s/tfjs_unmapped.json",
            th_bin(), th_tmpdir());

@@ -2564,26 +2564,130 @@ static tpu_status instantiate(kx *x, const cJSON *model, const char *path,
 
 static tpu_status loss_kind(kx *x, graph_loss *k)
 {
-    static const char *const kinds[] = {"softmax_xent", "sigmoid_focal",
-                                        "dice", "l2", "smooth_l1"};
     const char *s = x->o->loss ? x->o->loss : "softmax_xent";
-    for (int i = 0; i < 5; i++)
-        if (strcmp(s, kinds[i]) == 0) {
+    for (int i = 0; i <= GLOSS_SIGMOID_XENT; i++)
+        if (strcmp(s, graph_loss_name((graph_loss)i)) == 0) {
             *k = (graph_loss)i;
             return TPU_OK;
         }
     char b[64];
     return kfail(x, "--loss", "'%s' is not one of softmax_xent, "
-                 "sigmoid_focal, dice, l2, smooth_l1",
+                 "sigmoid_xent, sigmoid_focal, dice, l2, smooth_l1",
                  kshown(b, sizeof b, s));
+}
+
+/* A Keras loss's name ("categorical_crossentropy", tfjs's
+ * "categoricalCrossentropy", a class "keras.losses.Huber") as the trace's
+ * loss kind, or -1 when the trace has none for it. */
+static int keras_loss_kind(const char *name)
+{
+    static const struct {
+        const char *name;
+        graph_loss kind;
+    } map[] = {
+        {"categoricalcrossentropy", GLOSS_SOFTMAX_XENT},
+        {"sparsecategoricalcrossentropy", GLOSS_SOFTMAX_XENT},
+        {"binarycrossentropy", GLOSS_SIGMOID_XENT},
+        {"binaryfocalcrossentropy", GLOSS_SIGMOID_FOCAL},
+        {"sigmoidfocalcrossentropy", GLOSS_SIGMOID_FOCAL},
+        {"mse", GLOSS_L2},
+        {"meansquarederror", GLOSS_L2},
+        {"huber", GLOSS_SMOOTH_L1},
+        {"huberloss", GLOSS_SMOOTH_L1}};
+    char low[64];
+    size_t n = 0;
+    /* the class is the last part of "keras.losses.Huber", "Custom>Dice" */
+    for (const char *c = name; *c; c++)
+        if (*c == '.' || *c == '>')
+            name = c + 1;
+    for (const char *c = name; *c && n + 1 < sizeof low; c++)
+        if (*c != '_')
+            low[n++] = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
+    low[n] = 0;
+    for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
+        if (strcmp(low, map[k].name) == 0)
+            return (int)map[k].kind;
+    if (strstr(low, "dice"))
+        return GLOSS_DICE;
+    return -1;
+}
+
+/* The name of one saved loss entry: a string, or a serialized class
+ * ({"class_name": ...}); NULL otherwise. */
+static const char *loss_entry_name(const cJSON *e)
+{
+    if (cJSON_IsString(e))
+        return e->valuestring;
+    return cJSON_IsObject(e) ? get_str(e, "class_name") : NULL;
+}
+
+/* The loss a compiled model was saved with: a Keras 3 archive's
+ * compile_config.loss, a training_config's loss (Keras 2 HDF5, the
+ * TensorFlow.js modelTopology): one name or class, or one per output (a
+ * list, or an object by output name).  *kind is the trace's loss kind
+ * when every entry maps to the same one; otherwise a note says what the
+ * model was compiled with and *kind is untouched.  *found: whether the
+ * file holds a loss. */
+static tpu_status saved_loss(kx *x, const cJSON *doc, graph_loss *kind,
+                             int *found)
+{
+    const cJSON *lo = NULL, *tc;
+    const char *path = "";
+    *found = 0;
+    if ((lo = get(get(doc, "compile_config"), "loss")))
+        path = "compile_config.loss";
+    else if ((tc = get(get(doc, "modelTopology"), "training_config")) &&
+             (lo = get(tc, "loss")))
+        path = "modelTopology.training_config.loss";
+    else if ((lo = get(get(doc, "training_config"), "loss")))
+        path = "training_config.loss";
+    if (!lo || cJSON_IsNull(lo))
+        return TPU_OK;
+    *found = 1;
+    const cJSON *e, *one = lo;
+    const char *first = NULL, *odd = NULL;
+    int k = -2;
+    if (cJSON_IsArray(lo) ||
+        (cJSON_IsObject(lo) && !get(lo, "class_name"))) {
+        one = NULL;
+        cJSON_ArrayForEach(e, lo)
+        {
+            const char *nm = loss_entry_name(e);
+            int ek = nm ? keras_loss_kind(nm) : -1;
+            if (!first)
+                first = nm ? nm : "?";
+            if (k == -2)
+                k = ek;
+            else if (ek != k)
+                k = -1;
+            if (ek < 0 && !odd)
+                odd = nm ? nm : "?";
+        }
+    } else {
+        first = loss_entry_name(one);
+        k = first ? keras_loss_kind(first) : -1;
+        odd = k < 0 ? (first ? first : "?") : NULL;
+    }
+    char b[64];
+    if (k < 0)
+        return note(x, "the model was compiled with the loss '%s' (%s), "
+                    "which the trace has no loss kind for%s: trained with "
+                    "softmax_xent (--loss chooses another)",
+                    kshown(b, sizeof b, odd ? odd : first ? first : "?"), path,
+                    !one && !odd ? " (different losses per output)" : "");
+    *kind = (graph_loss)k;
+    return note(x, "the loss is %s: the model was compiled with '%s' (%s)",
+                graph_loss_name(*kind), kshown(b, sizeof b, first), path);
 }
 
 /* Training attaches one loss to the model's outputs that no other layer
  * consumes: an output that is also an intermediate layer (a model
  * exposing features) trains through the rest of the network. */
-static tpu_status attach_loss(kx *x, const int *outs, int n_out)
+static tpu_status attach_loss(kx *x, const cJSON *doc, const int *outs,
+                              int n_out)
 {
     graph_loss kind = GLOSS_SOFTMAX_XENT;
+    int saved = 0;
     tpu_status st;
     char *used = calloc((size_t)x->g.n_layers + 1, 1);
     int in_t[GRAPH_MAX_IN], n = 0;
@@ -2593,9 +2697,33 @@ static tpu_status attach_loss(kx *x, const int *outs, int n_out)
     for (int i = 0; i < x->g.n_layers; i++)
         for (int k = 0; k < x->g.layers[i].n_in; k++)
             used[x->g.layers[i].in[k]] = 1;
-    if (!x->o->infer && (st = loss_kind(x, &kind))) {
-        free(used);
-        return st;
+    if (!x->o->infer) {
+        if (x->o->loss)
+            st = loss_kind(x, &kind);
+        else
+            st = saved_loss(x, doc, &kind, &saved);
+        if (st) {
+            free(used);
+            return st;
+        }
+        saved = saved && kind != GLOSS_SOFTMAX_XENT;
+    }
+    /* A softmax output only softmax_xent includes: a saved loss of
+     * another kind falls back to it (--loss KIND is refused below). */
+    for (int k = 0; saved && k < n_out; k++) {
+        const keras_ref *r = &x->refs[outs[k]];
+        if (!used[r->t] && r->softmax) {
+            if ((st = note(x, "the output '%s' ends in a softmax (%s), which "
+                           "only softmax_xent includes: trained with "
+                           "softmax_xent, not %s",
+                           kshown(b, sizeof b, x->g.layers[r->t].name),
+                           r->sm_path, graph_loss_name(kind)))) {
+                free(used);
+                return st;
+            }
+            kind = GLOSS_SOFTMAX_XENT;
+            break;
+        }
     }
     for (int k = 0; k < n_out; k++) {
         const keras_ref *r = &x->refs[outs[k]];
@@ -2634,12 +2762,33 @@ static tpu_status attach_loss(kx *x, const int *outs, int n_out)
         }
         if (dup)
             continue;
+        int src = r->t;
+        const glayer *O = &x->g.layers[src];
+        if (kind == GLOSS_SIGMOID_XENT && O->op == GOP_SIGMOID) {
+            /* sigmoid_xent takes the logits: Keras's binary cross-entropy
+             * on a sigmoid output is that of the sigmoid's input */
+            char b2[64];
+            src = O->in[0];
+            if ((st = note(x, "the sigmoid '%s' is part of the sigmoid_xent "
+                           "loss, which reads '%s' (the sigmoid stays in the "
+                           "trace, read by no loss: no work in training)",
+                           kshown(b, sizeof b, O->name),
+                           kshown(b2, sizeof b2, x->g.layers[src].name)))) {
+                free(used);
+                return st;
+            }
+            for (int j = 0; j < n; j++)
+                if (in_t[j] == src)
+                    src = -1;
+            if (src < 0)
+                continue;
+        }
         if (n == GRAPH_MAX_IN) {
             free(used);
             return kfail(x, NULL, "more than %d model outputs for one loss",
                          GRAPH_MAX_IN);
         }
-        in_t[n++] = r->t;
+        in_t[n++] = src;
         used[r->t] = 1;
     }
     free(used);
@@ -2648,6 +2797,14 @@ static tpu_status attach_loss(kx *x, const int *outs, int n_out)
     if (n == 0)
         return kfail(x, NULL, "every output of the model feeds another "
                      "layer: nothing to attach the loss to");
+    for (int j = 0; kind == GLOSS_SOFTMAX_XENT && j < n; j++)
+        if (x->g.layers[in_t[j]].out.c == 1 &&
+            (st = note(x, "softmax_xent over the one channel of '%s' is 0 "
+                       "whatever it holds (a one-channel softmax is 1): "
+                       "choose --loss sigmoid_xent (Keras's "
+                       "binary_crossentropy), dice or l2",
+                       kshown(b, sizeof b, x->g.layers[in_t[j]].name))))
+            return st;
     if ((st = grow(x)))
         return st;
     char name[GRAPH_NAME_MAX];
@@ -2910,7 +3067,7 @@ tpu_status keras_to_trace(const cJSON *doc, const char *shown,
         goto fail;
     }
     if ((st = instantiate(&x, model, mpath, "", NULL, 0, 0, outs, &n_out)) ||
-        (st = attach_loss(&x, outs, n_out)))
+        (st = attach_loss(&x, doc, outs, n_out)))
         goto fail;
     if (o->input && x.n_inputs_given < x.g.n_inputs) {
         st = kfail(&x, "--input", "%d shapes for the model's %d inputs "
