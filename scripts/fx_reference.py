@@ -54,6 +54,9 @@ u16 = 2^-8 (bf16's unit roundoff, round to nearest even) and u32 = 2^-24:
     dropout: E / (1 - rate) + u32 |y|.
   - batchnorm in inference: y = x r with r = 1/sqrt(1 + eps) (the moving
     statistics of a fresh layer, mean 0 and variance 1): E' = E r + 4 u32 |y|.
+  - batchnorm with "scale": false or "center": false (no gamma, no beta) computes
+    with gamma 1 and beta 0, which a fresh layer's gamma and beta are too: the
+    same values and bound (the emulator's y = xhat * 1 + 0 is xhat exactly).
   - batchnorm in training over N values: the mean's error Em = mean E + (N+1) u32 mean|x|,
     the variance's dv = 2 mean(|x - m| (E + Em)) + (N + 3) u32 mean(x^2)
     (covers the one-pass formula's cancellation too), and
@@ -209,6 +212,9 @@ def load_trace(path):
             L = dict(d)
             L["in"] = [index[n] for n in ins]
             L.setdefault("dtype", "bf16")
+            for k in ("scale", "center"):
+                if not isinstance(L.get(k, True), bool):
+                    raise BadInput("%s: %r: expected true or false" % (k, L[k]))
             infer_shape(layers, L)
             index[L["name"]] = len(layers)
             layers.append(L)

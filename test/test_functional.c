@@ -1180,6 +1180,38 @@ void th_suite_functional_cli(th_ctx *t)
                a);
         TH_CHECKF(t, c.status == 1, "another seed's output passed: %d",
                   c.status);
+        /* batchnorm without gamma and beta ("scale"/"center": false), in
+         * training and inference: numpy's gamma 1 and beta 0 */
+        char bt[512];
+        snprintf(bt, sizeof bt, "%s/bn-nogb.json", th_tmpdir());
+        for (int mode = 0; mode < 3; mode++) {
+            FILE *f = fopen(bt, "w");
+            if (!TH_CHECK(t, f != NULL))
+                break;
+            fprintf(f,
+                    "{\"format\":\"tpuemu-trace/1\",\"name\":\"bn\","
+                    "\"system\":\"v3-8\",\"run\":{\"mode\":\"%s\","
+                    "\"global_batch\":8},\"graph\":{\"inputs\":[{\"name\":"
+                    "\"x\",\"shape\":[8,8,3]}],\"layers\":[{\"name\":\"c\","
+                    "\"op\":\"conv\",\"in\":\"x\",\"filters\":8,"
+                    "\"kernel\":[3,3]},{\"name\":\"bn\",\"op\":\"batchnorm\","
+                    "\"in\":\"c\",\"scale\":%s,\"center\":false},"
+                    "{\"name\":\"l\",\"op\":\"loss\",\"in\":\"bn\","
+                    "\"kind\":\"l2\"}]}}",
+                    mode == 1 ? "infer" : "train", mode == 2 ? "3" : "false");
+            fclose(f);
+            if (mode < 2) {
+                th_run(&c, "%s run %s --functional --seed 7 --output-npy %s",
+                       th_bin(), bt, a);
+                TH_CHECKF(t, c.status == 0, "%s", c.err);
+            }
+            th_run(&c, "/usr/bin/python3 scripts/fx_reference.py %s %s --seed 7",
+                   bt, a);
+            TH_CHECKF(t, c.status == (mode == 2 ? 2 : 0),
+                      "batchnorm without gamma and beta (%s): numpy "
+                      "reference: status %d: %s%s",
+                      mode == 1 ? "infer" : "train", c.status, c.out, c.err);
+        }
     } else {
         TH_FAIL(t, "python3-numpy is missing (make deps installs it)");
     }
