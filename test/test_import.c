@@ -558,7 +558,7 @@ static int saved_loss_import(th_ctx *t, const char *loss, const char *flag,
 {
     static const char key[] = "\"loss\": \"binary_crossentropy\"";
     size_t len = 0;
-    char *src = th_slurp(KDIR "k3_config.json", &len), *at;
+    char *src = th_slurp(KDIR "k3_config.json", &len), *at = NULL;
     char path[512];
     keras_opts o;
     graph g;
