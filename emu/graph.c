@@ -24,7 +24,7 @@ static const char *const op_names[GOP_COUNT] = {
 
 static const char *const ew_names[GEW_COUNT] = {"multiply", "subtract",
                                                 "maximum", "minimum",
-                                                "average"};
+                                                "average", "add"};
 static const char *const act_names[GACT_COUNT] = {
     "relu", "relu6",        "leaky_relu", "elu",     "gelu",
     "swish", "hard_sigmoid", "tanh",       "softmax", "prelu"};
@@ -591,15 +591,28 @@ static int per_channel(const gshape *s)
     return 1;
 }
 
-int graph_ew_broadcast(const graph *g, const glayer *L, int k)
+/* One value per position: the output's spatial extent, one channel. */
+static int per_position(const gshape *s, const gshape *out)
 {
-    return !same_shape(&g->layers[L->in[k]].out, &L->out);
+    int same = s->nsp == out->nsp && s->nsp > 0 && s->c == 1;
+    for (int d = 0; same && d < s->nsp; d++)
+        same = s->sp[d] == out->sp[d];
+    return same;
+}
+
+graph_ew_bc graph_ew_broadcast(const graph *g, const glayer *L, int k)
+{
+    const gshape *s = &g->layers[L->in[k]].out;
+    if (same_shape(s, &L->out))
+        return GEW_BC_NONE;
+    return per_position(s, &L->out) ? GEW_BC_POSITION : GEW_BC_CHANNEL;
 }
 
 /* elementwise: the output takes the largest operand's shape (the first
- * of equals); every other operand has that shape or broadcasts one value
- * per channel over its positions (Keras multiply([x, se]) in
- * squeeze-excite, with se [1,1,C] or [C]). */
+ * of equals); every other operand has that shape or broadcasts: one value
+ * per channel over the positions (Keras multiply([x, se]) in
+ * squeeze-excite, with se [1,1,C] or [C]), or one value per position over
+ * the channels (an attention gate [H,W,1], Attention U-Net, CBAM). */
 static tpu_status infer_elemwise(const graph *g, glayer *L, const char **key,
                                  tpu_error *err)
 {
@@ -617,13 +630,14 @@ static tpu_status infer_elemwise(const graph *g, glayer *L, const char **key,
         const glayer *o = &g->layers[L->in[k]];
         if (same_shape(&o->out, &L->out) ||
             (o->out.c == L->out.c && per_channel(&o->out) &&
-             L->out.nsp > 0))
+             L->out.nsp > 0) ||
+            per_position(&o->out, &L->out))
             continue;
         char a[96], b[96];
         return tpu_fail(err, TPU_ERR_INPUT,
-                        "%s needs identical shapes or one value per channel "
-                        "([C] or [1,1,C]) to broadcast: '%s' is %s, '%s' is "
-                        "%s",
+                        "%s needs identical shapes, one value per channel "
+                        "([C] or [1,1,C]) or one per position ([H,W,1]) to "
+                        "broadcast: '%s' is %s, '%s' is %s",
                         graph_ew_name(L->kind), g->layers[L->in[big]].name,
                         shape_text(a, sizeof a, &L->out), o->name,
                         shape_text(b, sizeof b, &o->out));

@@ -75,8 +75,16 @@ typedef enum {
     GEW_MAXIMUM,
     GEW_MINIMUM,
     GEW_AVERAGE,
+    GEW_ADD, /* Keras Add whose operands broadcast (equal shapes: op add) */
     GEW_COUNT
 } graph_ew;
+
+/* How an elementwise operand meets the output (graph_ew_broadcast). */
+typedef enum {
+    GEW_BC_NONE,    /* the output's shape */
+    GEW_BC_CHANNEL, /* one value per example and channel ([C], [1,1,C]) */
+    GEW_BC_POSITION /* one value per position ([H,W,1]): a spatial gate */
+} graph_ew_bc;
 
 /* activation kinds (docs/TRACE.md "activation"): relu takes max_value
  * and alpha (the negative slope), leaky_relu and elu alpha; prelu has one
@@ -404,9 +412,10 @@ const char *graph_loss_name(graph_loss k);
 /* Names of the elementwise and activation kinds ("multiply", "swish"). */
 const char *graph_ew_name(int kind);
 const char *graph_act_name(int kind);
-/* Whether operand k of an elementwise layer broadcasts (one value per
- * example and channel, against an output with positions). */
-int graph_ew_broadcast(const graph *g, const glayer *L, int k);
+/* How operand k of an elementwise layer broadcasts (graph_ew_bc): one
+ * value per example and channel against an output with positions, or one
+ * value per position (C = 1) against an output with channels. */
+graph_ew_bc graph_ew_broadcast(const graph *g, const glayer *L, int k);
 /* Vector operations per element of an activation, forward and backward
  * (docs/TRACE.md "activation": from each formula). */
 double graph_act_ops(const glayer *L, int backward);

@@ -74,7 +74,7 @@ static const char *const trace_op_words[] = {
     "roi_align", "layer_norm", "group_norm", "normalize", "pad", "crop",
     "resize", "reshape", "global_maxpool", NULL};
 static const char *const trace_ew_words[] = {
-    "multiply", "subtract", "maximum", "minimum", "average", NULL};
+    "multiply", "subtract", "maximum", "minimum", "average", "add", NULL};
 static const char *const trace_act_words[] = {
     "relu",  "relu6",        "leaky_relu", "elu",     "gelu",
     "swish", "hard_sigmoid", "tanh",       "softmax", "prelu", NULL};

@@ -545,12 +545,13 @@ static void lower_forward_ops(lower_ctx *c, int l)
         return;
     }
     case GOP_ELEMWISE: {
-        /* One streaming pass: a broadcast operand (one value per example
-         * and channel) is read once and held in VMEM; no halo (position
-         * by position). */
+        /* One streaming pass: a per-channel operand (one value per
+         * example and channel) is read once and held in VMEM, a
+         * per-position one ([H,W,1]) streams with the map (its shard, C
+         * = 1); no halo (position by position). */
         double in_all = 0;
         for (int k = 0; k < L->n_in; k++)
-            in_all += graph_ew_broadcast(c->g, L, k)
+            in_all += graph_ew_broadcast(c->g, L, k) == GEW_BC_CHANNEL
                           ? layout_out_bytes(c, L->in[k])
                           : layout_operand_bytes(c, l, L->in[k]);
         tile_pass(c, ph, l, in_all, ob, oe,
@@ -584,10 +585,12 @@ static void lower_backward_ops(lower_ctx *c, int l);
 
 /* elementwise's backward: one pass reads dY (and, for multiply, maximum
  * and minimum, every operand) and writes each operand's gradient that is
- * needed; subtract's first operand takes dY itself (aliased).  A
- * broadcast operand's gradient is a sum over the positions (one more
- * operation an element), all-reduced over the partition group when the
- * output is split. */
+ * needed; subtract's first operand takes dY itself (aliased), as does
+ * every operand of an add with the output's shape.  A per-channel operand's
+ * gradient is a sum over the positions (one more operation an element),
+ * all-reduced over the partition group when the output is split; a per-position
+ * one's is a sum over the channels of each position (one more operation an
+ * element too), local: its shard is the map's. */
 static void lower_elemwise_bwd(lower_ctx *c, int l)
 {
     const glayer *L = &c->g->layers[l];
@@ -597,19 +600,25 @@ static void lower_elemwise_bwd(lower_ctx *c, int l)
                   L->kind == GEW_MINIMUM;
     double in_b = ob, out_b = 0, ops = 1, bc_b = 0;
     for (int k = 0; k < L->n_in; k++) {
-        int i = L->in[k], bc = graph_ew_broadcast(c->g, L, k);
+        int i = L->in[k];
+        graph_ew_bc bc = graph_ew_broadcast(c->g, L, k);
         if (reads_x)
-            in_b += bc ? layout_out_bytes(c, i) : layout_operand_bytes(c, l, i);
+            in_b += bc == GEW_BC_CHANNEL ? layout_out_bytes(c, i)
+                                         : layout_operand_bytes(c, l, i);
         if (!c->g->layers[i].needs_grad)
             continue;
-        if (bc) {
+        if (bc == GEW_BC_CHANNEL) {
             bc_b += layout_out_bytes(c, i);
             ops += 1;
-        } else if (!(L->kind == GEW_SUBTRACT && k == 0)) {
+        } else if (bc == GEW_BC_POSITION) {
+            out_b += layout_operand_bytes(c, l, i);
+            ops += 1;
+        } else if (L->kind != GEW_ADD && !(L->kind == GEW_SUBTRACT && k == 0)) {
             out_b += layout_operand_bytes(c, l, i);
         }
         ops += L->kind == GEW_MULTIPLY   ? L->n_in - 1
                : L->kind == GEW_SUBTRACT ? (k > 0)
+               : L->kind == GEW_ADD      ? 0
                : L->kind == GEW_AVERAGE  ? 1
                                          : 2; /* compare, select */
     }

@@ -3,7 +3,7 @@
  * refusals, the lowering's cost against a hand count, --functional values
  * against the formulas computed here in double, partitioned runs equal to
  * one core, and gradients against central differences
- * (test/ops/ops-train.json). */
+ * (test/ops/ops-train.json; ops3-train.json for the per-position gates). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 
 #define TRAIN "test/ops/ops-train.json"
 #define TRAIN2 "test/ops/ops2-train.json"
+#define TRAIN3 "test/ops/ops3-train.json"
 
 static int parse(th_ctx *t, graph *g, const char *layers, const char *inputs,
                  const char *mode, tpu_error *err)
@@ -65,6 +66,36 @@ static void shape_cases(th_ctx *t)
     TH_CHECK(t, graph_layer_flops(&g, 5) == 3 * 8 * 8 * 16);
     graph_free(&g);
 
+    th_case(t, "elementwise broadcasts one value per position ([H,W,1], "
+               "C = 1) over the channels, whichever operand it is, for "
+               "multiply and add; [C] and [1,1,C] stay per channel");
+    ok = parse(t, &g,
+               "{\"name\": \"q\", \"op\": \"conv\", \"in\": \"x\", "
+               "\"filters\": 1, \"kernel\": [1, 1]},"
+               "{\"name\": \"m\", \"op\": \"elementwise\", \"kind\": "
+               "\"multiply\", \"in\": [\"q\", \"x\"]},"
+               "{\"name\": \"a\", \"op\": \"elementwise\", \"kind\": "
+               "\"add\", \"in\": [\"m\", \"q\"]},"
+               "{\"name\": \"g\", \"op\": \"global_avgpool\", \"in\": "
+               "\"a\"},"
+               "{\"name\": \"s\", \"op\": \"elementwise\", \"kind\": "
+               "\"add\", \"in\": [\"a\", \"g\"]}",
+               SE_IN, "infer", &err);
+    if (!TH_CHECKF(t, ok, "%s", err.msg))
+        return;
+    m = &g.layers[2];
+    a = &g.layers[3];
+    const glayer *sl = &g.layers[5];
+    TH_CHECK(t, m->out.nsp == 2 && m->out.sp[1] == 8 && m->out.c == 16);
+    TH_CHECK(t, graph_ew_broadcast(&g, m, 0) == GEW_BC_POSITION &&
+                    graph_ew_broadcast(&g, m, 1) == GEW_BC_NONE);
+    TH_CHECK(t,
+             a->out.c == 16 && graph_ew_broadcast(&g, a, 1) == GEW_BC_POSITION);
+    TH_CHECK(t, sl->out.c == 16 &&
+                    graph_ew_broadcast(&g, sl, 1) == GEW_BC_CHANNEL);
+    TH_CHECK(t, graph_layer_flops(&g, 3) == 8 * 8 * 16);
+    graph_free(&g);
+
     th_case(t, "refusals name the key: shapes that do not broadcast, "
                "subtract of 3, alpha where the kind has none");
     static const struct {
@@ -73,8 +104,16 @@ static void shape_cases(th_ctx *t)
         {"{\"name\": \"d\", \"op\": \"dense\", \"in\": \"x\", \"units\": 4},"
          "{\"name\": \"m\", \"op\": \"elementwise\", \"kind\": \"multiply\", "
          "\"in\": [\"x\", \"d\"]}",
-         "graph.layers[1].in: multiply needs identical shapes or one value "
-         "per channel"},
+         "graph.layers[1].in: multiply needs identical shapes, one value "
+         "per channel ([C] or [1,1,C]) or one per position ([H,W,1]) to "
+         "broadcast: 'x' is [8,8,16], 'd' is [8,8,4]"},
+        {"{\"name\": \"q\", \"op\": \"conv\", \"in\": \"x\", "
+         "\"filters\": 1, \"kernel\": [1, 1], \"strides\": [2, 2]},"
+         "{\"name\": \"m\", \"op\": \"elementwise\", \"kind\": \"add\", "
+         "\"in\": [\"x\", \"q\"]}",
+         "graph.layers[1].in: add needs identical shapes, one value per "
+         "channel ([C] or [1,1,C]) or one per position ([H,W,1]) to "
+         "broadcast: 'x' is [8,8,16], 'q' is [4,4,1]"},
         {"{\"name\": \"m\", \"op\": \"elementwise\", \"kind\": \"subtract\", "
          "\"in\": [\"x\", \"x\", \"x\"]}",
          "graph.layers[0].in: subtract takes exactly 2 inputs, found 3"},
@@ -178,6 +217,94 @@ static void cost_cases(th_ctx *t)
         TH_CHECKF(t, e == oe && ops == want[k].bwd,
                   "%s backward: %g elements at %g ops (want %g at %g)",
                   want[k].name, e, ops, oe, want[k].bwd);
+    }
+    fw_program_free(&prog);
+    graph_free(&g);
+}
+
+/* Layer l's collectives of one phase. */
+static int collectives(const fw_program *p, int l, int phase, int op)
+{
+    int n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        n += p->code[i].op == op && p->code[i].layer == l &&
+             p->code[i].phase == phase;
+    return n;
+}
+
+static void cost3_cases(th_ctx *t)
+{
+    th_case(t, "cost (ops3-train.json): a per-position operand streams with "
+               "the map; its gradient is one more operation an element (the "
+               "sum over the channels), local: no all-reduce where a "
+               "per-channel operand's has one");
+    graph g;
+    tpu_error err = {0};
+    if (!TH_CHECKF(t, graph_load(&g, TRAIN3, &err) == 0, "%s", err.msg))
+        return;
+    sim_opts o;
+    sim_opts_default(&o);
+    fw_program prog;
+    fw_memory mem;
+    /* the trace's 4-way split: no collective of any gate's own */
+    if (!TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &err) == 0, "%s",
+                   err.msg)) {
+        graph_free(&g);
+        return;
+    }
+    static const char *const gates[] = {"gm", "ga", "gs", "gx", "gv"};
+    for (size_t k = 0; k < sizeof gates / sizeof gates[0]; k++) {
+        int l = graph_find(&g, gates[k]);
+        TH_CHECKF(t,
+                  collectives(&prog, l, PHASE_BWD, FW_ALLREDUCE) == 0 &&
+                      collectives(&prog, l, PHASE_FWD, FW_ALLREDUCE) == 0,
+                  "%s: an all-reduce", gates[k]);
+    }
+    fw_program_free(&prog);
+    graph_free(&g);
+    graph g1;
+    if (TH_CHECKF(t, graph_load(&g1, TRAIN, &err) == 0, "%s", err.msg)) {
+        if (TH_CHECKF(t, sim_lower(&g1, &o, 0, &prog, &mem, &err) == 0, "%s",
+                      err.msg)) {
+            TH_CHECK(t, collectives(&prog, graph_find(&g1, "m"), PHASE_BWD,
+                                    FW_ALLREDUCE) == 1);
+            fw_program_free(&prog);
+        }
+        graph_free(&g1);
+    }
+    if (!TH_CHECKF(t, graph_load(&g, TRAIN3, &err) == 0, "%s", err.msg))
+        return;
+    g.pdims_rank = 0;
+    g.cores_per_replica = 1;
+    o.system = "v3-2";
+    if (!TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &err) == 0, "%s",
+                   err.msg)) {
+        graph_free(&g);
+        return;
+    }
+    static const struct {
+        const char *name;
+        double fwd, bwd;
+    } want[] = {
+        {"gm", 3, 4}, /* multiply: 1 + dx 1 + the gate's 1 and its sum */
+        {"ga", 3, 2}, /* add: 1 + the gate's sum (the map's dY aliased) */
+        {"gs", 3, 3}, /* subtract: 1 + negate + sum */
+        {"gx", 4, 8}, /* maximum of 3: compare + select each, + sum */
+        {"gv", 4, 4}, /* average: 1 + 1/n each + sum */
+    };
+    int64_t B = g.global_batch / 2;
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        int l = graph_find(&g, want[k].name);
+        double e, ops;
+        double oe = (double)(B * gshape_elems(&g.layers[l].out));
+        for (int ph = 0; ph < 2; ph++) {
+            double wo = ph ? want[k].bwd : want[k].fwd;
+            vec_sum(&prog, l, ph ? PHASE_BWD : PHASE_FWD, &e, &ops);
+            TH_CHECKF(t, e == oe && ops == wo,
+                      "%s %s: %g elements at %g ops (want %g at %g)",
+                      want[k].name, ph ? "backward" : "forward", e, ops, oe,
+                      wo);
+        }
     }
     fw_program_free(&prog);
     graph_free(&g);
@@ -573,11 +700,58 @@ static void train_cases(th_ctx *t, const char *path, const char *what)
     graph_free(&g);
 }
 
+/* Layer `name`'s output checksum in a --functional training step. */
+static int layer_sum(th_ctx *t, const graph *g, const char *sys,
+                     const char *name, uint64_t *sum)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    o.functional = 1;
+    o.system = sys;
+    o.output_layer = name;
+    emu_result r;
+    tpu_error err = {0};
+    if (!TH_CHECKF(t, sim_run(g, &o, &r, &err) == 0, "%s: %s", name, err.msg))
+        return 0;
+    *sum = r.output_checksum;
+    emu_result_free(&r);
+    return 1;
+}
+
+static void gate_forward_cases(th_ctx *t)
+{
+    th_case(t, "ops3-train.json: every gate's values, partitioned 2x2, 4x1 "
+               "and 1x4, are bit-identical to one core's (the gate is split "
+               "with the map)");
+    graph g;
+    tpu_error err = {0};
+    if (!TH_CHECKF(t, graph_load(&g, TRAIN3, &err) == 0, "%s", err.msg))
+        return;
+    static const char *const names[] = {"sg", "gm", "ga", "gs", "gx", "gv"};
+    static const int parts[][2] = {{2, 2}, {4, 1}, {1, 4}};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        uint64_t flat = 0, got = 0;
+        set_parts(&g, 1, 1);
+        if (!layer_sum(t, &g, "v3-2", names[k], &flat))
+            continue;
+        for (int p = 0; p < 3; p++) {
+            set_parts(&g, parts[p][0], parts[p][1]);
+            if (layer_sum(t, &g, NULL, names[k], &got))
+                TH_CHECKF(t, got == flat,
+                          "%s [%d,%d]: checksum %016llx, one core %016llx",
+                          names[k], parts[p][0], parts[p][1],
+                          (unsigned long long)got, (unsigned long long)flat);
+        }
+    }
+    graph_free(&g);
+}
+
 void th_suite_ops(th_ctx *t)
 {
     shape_cases(t);
     cost_cases(t);
     cost2_cases(t);
+    cost3_cases(t);
     value_cases(t);
     norm_value_cases(t);
     train_cases(t, TRAIN,
@@ -588,4 +762,8 @@ void th_suite_ops(th_ctx *t)
                 "training (ops2-train.json: normalize, group_norm, "
                 "layer_norm, pad, crop, resize, global_maxpool, reshape): "
                 "the same");
+    gate_forward_cases(t);
+    train_cases(t, TRAIN3,
+                "training (ops3-train.json: [H,W,1] gates into multiply, "
+                "add, subtract, maximum, average): the same");
 }

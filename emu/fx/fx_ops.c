@@ -1,8 +1,9 @@
 /* fx_ops: the values of the elementwise and activation layers in a
  * --functional run, forward and backward (docs/FUNCTIONAL.md).  Both are
  * position by position: an operand is taken in the output's box
- * (fxv_operand_box), except a broadcast one (one value per example and
- * channel), which every core holds whole. */
+ * (fxv_operand_box; a per-position gate [H,W,1] too, with its one
+ * channel), except a per-channel one (one value per example and channel),
+ * which every core holds whole. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,8 +180,9 @@ static tpu_status act_backward(fx_state *x, int core, int l, tpu_error *err)
 
 /* ---- elementwise ------------------------------------------------------ */
 
-/* The operands as the output's box (a broadcast one whole); bc[k] says
- * which broadcast.  tmp[] holds slices of replicated operands. */
+/* The operands as the output's box (a per-channel one whole, a
+ * per-position one the output's positions); bc[k] says how each
+ * broadcasts (graph_ew_bc).  tmp[] holds slices of replicated operands. */
 static tpu_status ew_operands(fx_state *x, int core, int l, const fxt_tens *o,
                               fxt_tens *tmp, const fxt_tens **ins, int *bc,
                               tpu_error *err)
@@ -189,8 +191,9 @@ static tpu_status ew_operands(fx_state *x, int core, int l, const fxt_tens *o,
     for (int k = 0; k < L->n_in; k++) {
         tpu_status rc;
         bc[k] = graph_ew_broadcast(x->g, L, k);
-        rc = bc[k] ? fx_act_of(x, core, L->in[k], &ins[k], err)
-                   : fxv_operand_box(x, core, l, k, o, &tmp[k], &ins[k], err);
+        rc = bc[k] == GEW_BC_CHANNEL
+                 ? fx_act_of(x, core, L->in[k], &ins[k], err)
+                 : fxv_operand_box(x, core, l, k, o, &tmp[k], &ins[k], err);
         if (rc)
             return rc;
     }
@@ -201,7 +204,9 @@ static tpu_status ew_operands(fx_state *x, int core, int l, const fxt_tens *o,
 static float ew_at(const fxt_tens *t, int bc, int64_t b, int64_t r,
                    int64_t C, int64_t ch)
 {
-    return bc ? t->v[b * C + ch] : t->v[r * C + ch];
+    return bc == GEW_BC_CHANNEL    ? t->v[b * C + ch]
+           : bc == GEW_BC_POSITION ? t->v[r]
+                                   : t->v[r * C + ch];
 }
 
 /* The combination of the n operand values v[] (fp32). */
@@ -215,6 +220,7 @@ static float ew_f(int kind, const float *v, int n)
         case GEW_MAXIMUM: r = v[k] > r ? v[k] : r; break;
         case GEW_MINIMUM: r = v[k] < r ? v[k] : r; break;
         case GEW_AVERAGE:
+        case GEW_ADD:
         case GEW_COUNT: r += v[k]; break;
         }
     return kind == GEW_AVERAGE ? r / (float)n : r;
@@ -243,6 +249,7 @@ static float ew_d(int kind, const float *v, int n, int k)
             if (v[j] == r)
                 return j == k ? 1.0f : 0.0f;
         return 0.0f;
+    case GEW_ADD:
     case GEW_COUNT:
         break;
     }
@@ -306,7 +313,8 @@ static int ew_split(const fx_state *x, int l)
     return 0;
 }
 
-/* Adds the (group-summed) partials into each broadcast operand's gradient. */
+/* Adds the (group-summed) partials into each per-channel operand's
+ * gradient. */
 static tpu_status ew_add_partials(fx_state *x, int core, int l,
                                   const float *part, int64_t B, tpu_error *err)
 {
@@ -315,7 +323,8 @@ static tpu_status ew_add_partials(fx_state *x, int core, int l,
     for (int k = 0; k < L->n_in; k++) {
         int i = L->in[k];
         fxt_tens *gk;
-        if (!graph_ew_broadcast(x->g, L, k) || !x->g->layers[i].needs_grad)
+        if (graph_ew_broadcast(x->g, L, k) != GEW_BC_CHANNEL ||
+            !x->g->layers[i].needs_grad)
             continue;
         tpu_status rc = fx_grad_of(x, core, i, &gk, err);
         if (rc)
@@ -350,10 +359,11 @@ static tpu_status ew_backward(fx_state *x, int core, int l, tpu_error *err)
     memset(part, 0, sizeof(float) * (size_t)(L->n_in * B * C));
     for (int k = 0; k < L->n_in && !rc; k++) {
         int i = L->in[k];
-        if (bc[k] || !x->g->layers[i].needs_grad)
+        if (bc[k] == GEW_BC_CHANNEL || !x->g->layers[i].needs_grad)
             continue;
         rc = fx_grad_of(x, core, i, &gk[k], err);
-        if (!rc && fxt_elems(gk[k]) != fxt_elems(gy))
+        if (!rc && fxt_elems(gk[k]) !=
+                       fxt_elems(gy) / C * (bc[k] == GEW_BC_POSITION ? 1 : C))
             rc = tpu_fail(err, TPU_ERR_INPUT,
                           "functional mode: elementwise '%s' backward into "
                           "a replicated operand of a split output: not "
@@ -371,8 +381,10 @@ static tpu_status ew_backward(fx_state *x, int core, int l, tpu_error *err)
                     if (!x->g->layers[L->in[k]].needs_grad)
                         continue;
                     float g = d * ew_d(L->kind, v, L->n_in, k);
-                    if (bc[k])
+                    if (bc[k] == GEW_BC_CHANNEL)
                         part[(k * B + b) * C + ch] += g;
+                    else if (bc[k] == GEW_BC_POSITION)
+                        gk[k]->v[r] += g; /* the sum over the channels */
                     else
                         gk[k]->v[r * C + ch] += g;
                 }
