@@ -204,6 +204,8 @@ void th_suite_import_tfjs(th_ctx *t)
         {"odd_sizes", "tfjs odd extents, transposed, Softmax layer", "probs"},
         {"two_inputs", "tfjs three inputs, shared backbone, softmax gate",
          NULL},
+        {"spatial_gate", "tfjs [H,W,1] gates: Multiply and Add broadcast",
+         NULL},
     };
     static th_cmd_result r;
     char file[128];
@@ -269,6 +271,24 @@ void th_suite_import_tfjs(th_ctx *t)
                           strcmp(lin->valuestring, "mask") == 0,
                       "loss %s on %s", lk ? lk : "?",
                       cJSON_IsString(lin) ? lin->valuestring : "?");
+            /* the folded sigmoid is gone: every layer but the loss is read */
+            const cJSON *ly, *ry;
+            cJSON_ArrayForEach(ly, ls)
+            {
+                const char *nm = cJSON_GetStringValue(
+                    cJSON_GetObjectItem(ly, "name"));
+                int read = ly == last;
+                cJSON_ArrayForEach(ry, ls)
+                {
+                    const cJSON *in = cJSON_GetObjectItem(ry, "in");
+                    const cJSON *e = cJSON_IsArray(in) ? in->child : in;
+                    for (; e; e = cJSON_IsArray(in) ? e->next : NULL)
+                        read |= nm && cJSON_IsString(e) &&
+                                !strcmp(e->valuestring, nm);
+                }
+                TH_CHECKF(t, read, "layer '%s' is read by none",
+                          nm ? nm : "?");
+            }
             cJSON_Delete(tj);
             free(tr);
         }
@@ -310,8 +330,6 @@ void th_suite_import_tfjs(th_ctx *t)
         {"refuse_concat_rows", "config.layers[3].config.axis: ",
          "axis 1 is not the channel axis (-1 or 3): the trace's Concatenate "
          "works on the channels"},
-        {"refuse_spatial_gate", "config.layers[3]: ",
-         "multiply needs identical shapes or one value per channel"},
         {"refuse_shared_bn", "config.layers[2].config.layers[2]: ",
          "'b_bn' (BatchNormalization) is called 2 times"},
         {"refuse_noise", "config.layers[0]: ",

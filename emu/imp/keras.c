@@ -1303,7 +1303,26 @@ static tpu_status map_dropout(kx *x, kcall *c)
     return new_ref(x, t, &c->out);
 }
 
-/* Add (arg 0) and Concatenate (arg 1). */
+/* Whether call c's inputs all have one shape. */
+static int same_shapes(const kx *x, const kcall *c)
+{
+    const gshape *a = shape_of(x, c->in[0]);
+    for (int k = 1; k < c->n_in; k++) {
+        const gshape *b = shape_of(x, c->in[k]);
+        if (b->nsp != a->nsp || b->c != a->c)
+            return 0;
+        for (int d = 0; d < a->nsp; d++)
+            if (b->sp[d] != a->sp[d])
+                return 0;
+    }
+    return 1;
+}
+
+static tpu_status map_ew(kx *x, kcall *c);
+
+/* Add (arg 0) and Concatenate (arg 1).  An Add whose operands broadcast
+ * (a per-position gate [H,W,1], a per-channel [1,1,C]) is the trace's
+ * elementwise add; the trace's add takes identical shapes. */
 static tpu_status map_merge(kx *x, kcall *c)
 {
     int t, in_t[GRAPH_MAX_IN];
@@ -1315,6 +1334,12 @@ static tpu_status map_merge(kx *x, kcall *c)
                      c->n_in, c->arg ? "concat" : "add", GRAPH_MAX_IN);
     if (c->arg && (st = channel_axis(x, c, 1)))
         return st;
+    if (!c->arg && !same_shapes(x, c)) {
+        c->arg = GEW_ADD;
+        if ((st = map_ew(x, c)))
+            return st;
+        return cfg_act(x, c);
+    }
     if ((st = grow(x)))
         return st;
     for (int k = 0; k < c->n_in; k++)
@@ -2680,6 +2705,29 @@ static tpu_status saved_loss(kx *x, const cJSON *doc, graph_loss *kind,
                 graph_loss_name(*kind), kshown(b, sizeof b, first), path);
 }
 
+/* Whether the loss kind applies its own sigmoid (docs/IMPORT.md): it reads
+ * logits, so a sigmoid ending the output is folded into it. */
+static int loss_reads_logits(graph_loss k)
+{
+    return k == GLOSS_SIGMOID_XENT || k == GLOSS_SIGMOID_FOCAL ||
+           k == GLOSS_DICE;
+}
+
+/* Takes the layer named `name` out of the trace's layers (a sigmoid the
+ * loss folded in, which nothing else reads). */
+static void drop_layer_json(kx *x, const char *name)
+{
+    int i = 0;
+    for (const cJSON *e = x->layers ? x->layers->child : NULL; e;
+         e = e->next, i++) {
+        const char *nm = get_str(e, "name");
+        if (nm && strcmp(nm, name) == 0) {
+            cJSON_DeleteItemFromArray(x->layers, i);
+            return;
+        }
+    }
+}
+
 /* Training attaches one loss to the model's outputs that no other layer
  * consumes: an output that is also an intermediate layer (a model
  * exposing features) trains through the rest of the network. */
@@ -2764,19 +2812,24 @@ static tpu_status attach_loss(kx *x, const cJSON *doc, const int *outs,
             continue;
         int src = r->t;
         const glayer *O = &x->g.layers[src];
-        if (kind == GLOSS_SIGMOID_XENT && O->op == GOP_SIGMOID) {
-            /* sigmoid_xent takes the logits: Keras's binary cross-entropy
-             * on a sigmoid output is that of the sigmoid's input */
+        if (!x->o->infer && loss_reads_logits(kind) &&
+            O->op == GOP_SIGMOID) {
+            /* sigmoid_xent, sigmoid_focal and dice apply the sigmoid
+             * themselves: Keras's loss on a sigmoid output is theirs on
+             * the sigmoid's input, and the sigmoid, read by nothing
+             * else, leaves the trace */
             char b2[64];
             src = O->in[0];
-            if ((st = note(x, "the sigmoid '%s' is part of the sigmoid_xent "
-                           "loss, which reads '%s' (the sigmoid stays in the "
-                           "trace, read by no loss: no work in training)",
+            if ((st = note(x, "the sigmoid '%s' is part of the %s loss, "
+                           "which reads its input '%s' (the logits); the "
+                           "sigmoid is left out of the trace",
                            kshown(b, sizeof b, O->name),
+                           graph_loss_name(kind),
                            kshown(b2, sizeof b2, x->g.layers[src].name)))) {
                 free(used);
                 return st;
             }
+            drop_layer_json(x, O->name);
             for (int j = 0; j < n; j++)
                 if (in_t[j] == src)
                     src = -1;

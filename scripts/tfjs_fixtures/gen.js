@@ -467,6 +467,23 @@ function twoInputs() {
   return tfl.model({name: 'two_inputs', inputs: [a, c, meta], outputs: o});
 }
 
+// CBAM's spatial attention and an Attention U-Net gate: one value per
+// position broadcast over the channels, by a Multiply and by an Add.
+function spatialGate() {
+  const x = tfl.input({name: 'img', shape: [16, 16, 3]});
+  const f = L.conv2d({name: 'feat', filters: 8, kernelSize: 3,
+                      padding: 'same', activation: 'relu'}).apply(x);
+  const s = L.conv2d({name: 'gate', filters: 1, kernelSize: 7,
+                      padding: 'same', activation: 'sigmoid'}).apply(f);
+  const y = L.multiply({name: 'gated'}).apply([f, s]);
+  const b = L.conv2d({name: 'shift', filters: 1, kernelSize: 1})
+                .apply(y);
+  const z = L.add({name: 'shifted'}).apply([b, y]);
+  const o = L.dense({name: 'out', units: 2}).apply(
+      L.globalAveragePooling2d({name: 'gap'}).apply(z));
+  return tfl.model({name: 'spatial_gate', inputs: x, outputs: o});
+}
+
 // Models the importer must refuse, one reason each, with the file, the
 // JSON path and why (test_import_tfjs.c lists what it expects of each).
 const refusals = {
@@ -481,19 +498,6 @@ const refusals = {
     const o = L.dense({name: 'out', units: 2})
                   .apply(L.flatten({name: 'f'}).apply(y));
     return tfl.model({name: 'refuse_concat_rows', inputs: x, outputs: o});
-  },
-  // CBAM's spatial attention: one gate per position broadcast over the
-  // channels, which the trace's elementwise does not broadcast.
-  refuse_spatial_gate: () => {
-    const x = tfl.input({name: 'img', shape: [16, 16, 3]});
-    const f = L.conv2d({name: 'feat', filters: 8, kernelSize: 3,
-                        padding: 'same', activation: 'relu'}).apply(x);
-    const s = L.conv2d({name: 'gate', filters: 1, kernelSize: 7,
-                        padding: 'same', activation: 'sigmoid'}).apply(f);
-    const y = L.multiply({name: 'gated'}).apply([f, s]);
-    const o = L.dense({name: 'out', units: 2}).apply(
-        L.globalAveragePooling2d({name: 'gap'}).apply(y));
-    return tfl.model({name: 'refuse_spatial_gate', inputs: x, outputs: o});
   },
   // A Siamese backbone with batchnorm: a shared BatchNormalization would
   // count its weights twice in the trace.
@@ -626,6 +630,7 @@ async function main() {
                   xception: xception, unet: unet, convnext: convnext,
                   heads: heads, seq_dense: seqDense, patches: patches,
                   odd_sizes: oddSizes, two_inputs: twoInputs,
+                  spatial_gate: spatialGate,
                   unmapped: unmapped, ...refusals};
   for (const [name, build] of Object.entries(models))
     await write(name, build());
