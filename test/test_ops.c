@@ -492,6 +492,55 @@ static void value_cases(th_ctx *t)
     graph_free(&g);
 }
 
+static void gate_value_cases(th_ctx *t)
+{
+    th_case(t, "values: a [H,W,1] gate multiplies and adds to each "
+               "position's channels, against the formulas in double (f32: "
+               "within 1e-6 of the scale)");
+    graph g;
+    tpu_error err = {0};
+    if (!TH_CHECKF(t,
+                   parse(t, &g,
+                         "{\"name\": \"c\", \"op\": \"conv\", \"in\": \"x\", "
+                         "\"filters\": 4, \"kernel\": [3, 3], \"dtype\": "
+                         "\"f32\"},"
+                         "{\"name\": \"q\", \"op\": \"conv\", \"in\": \"c\", "
+                         "\"filters\": 1, \"kernel\": [1, 1], \"dtype\": "
+                         "\"f32\"},"
+                         "{\"name\": \"m\", \"op\": \"elementwise\", "
+                         "\"kind\": \"multiply\", \"in\": [\"c\", \"q\"], "
+                         "\"dtype\": \"f32\"},"
+                         "{\"name\": \"a\", \"op\": \"elementwise\", "
+                         "\"kind\": \"add\", \"in\": [\"q\", \"m\"], "
+                         "\"dtype\": \"f32\"}",
+                         "{\"name\": \"x\", \"shape\": [6, 5, 3], "
+                         "\"dtype\": \"f32\"}",
+                         "infer", &err),
+                   "%s", err.msg))
+        return;
+    int64_t nc = 0, nq = 0, nm = 0, na = 0;
+    float *c = output_of(t, &g, "c", &nc), *q = output_of(t, &g, "q", &nq),
+          *m = output_of(t, &g, "m", &nm), *a = output_of(t, &g, "a", &na);
+    if (c && q && m && a && nc == nm && nm == na && nq * 4 == nc) {
+        double wm = 0, wa = 0, sc = 0;
+        for (int64_t i = 0; i < nc; i++) {
+            double gq = q[i / 4];
+            sc = fmax(sc, fabs(c[i]) * (1 + fabs(gq)) + fabs(gq));
+            wm = fmax(wm, fabs(m[i] - (double)c[i] * gq));
+            wa = fmax(wa, fabs(a[i] - (gq + m[i])));
+        }
+        TH_CHECKF(t, sc > 0 && wm <= 1e-6 * sc && wa <= 1e-6 * sc,
+                  "multiply off by %g, add %g (scale %g)", wm, wa, sc);
+    } else {
+        TH_FAIL(t, "outputs missing or of other sizes");
+    }
+    free(c);
+    free(q);
+    free(m);
+    free(a);
+    graph_free(&g);
+}
+
 static void norm_value_cases(th_ctx *t)
 {
     th_case(t, "values: layer_norm over each position's channels and "
@@ -753,6 +802,7 @@ void th_suite_ops(th_ctx *t)
     cost2_cases(t);
     cost3_cases(t);
     value_cases(t);
+    gate_value_cases(t);
     norm_value_cases(t);
     train_cases(t, TRAIN,
                 "training (ops-train.json): 4-way partitionings give one "
