@@ -51,7 +51,8 @@ void mem_mark_kept_for(lower_ctx *c)
                  (J->kind == GACT_GELU || J->kind == GACT_SWISH ||
                   J->kind == GACT_PRELU)) ||
                 (J->op == GOP_ELEMWISE && J->needs_grad &&
-                 J->kind != GEW_SUBTRACT && J->kind != GEW_AVERAGE) ||
+                 J->kind != GEW_SUBTRACT && J->kind != GEW_AVERAGE &&
+                 J->kind != GEW_ADD) ||
                 ((J->op == GOP_LAYERNORM || J->op == GOP_GROUPNORM) &&
                  J->needs_grad) ||
                 (J->op == GOP_GMAXPOOL && g->layers[l].needs_grad))
