@@ -163,16 +163,23 @@ static void vec_sum(const fw_program *p, int l, int phase, double *elems,
     }
 }
 
-static void cost_cases(th_ctx *t)
+/* A layer's vector passes: elements ('o' its output's, 'i' its input's,
+ * '-' no pass) and operations per element, forward and backward. */
+typedef struct {
+    const char *name;
+    char fe, be;
+    double fwd, bwd;
+} vec_want;
+
+/* Lowers the trace at path on one core (v3-2, no split) and checks each
+ * listed layer's vector passes. */
+static void check_vec(th_ctx *t, const char *path, const vec_want *want,
+                      size_t n)
 {
-    th_case(t, "cost: each activation's pass is its elements at the "
-               "documented operations per element, forward and backward; "
-               "multiply's at 3, its backward with the broadcast sum");
     graph g;
     tpu_error err = {0};
-    if (!TH_CHECKF(t, graph_load(&g, TRAIN, &err) == 0, "%s", err.msg))
+    if (!TH_CHECKF(t, graph_load(&g, path, &err) == 0, "%s", err.msg))
         return;
-    /* one core: every pass covers the layer's whole output */
     g.pdims_rank = 0;
     g.cores_per_replica = 1;
     sim_opts o;
@@ -185,41 +192,50 @@ static void cost_cases(th_ctx *t)
         graph_free(&g);
         return;
     }
-    static const struct {
-        const char *name;
-        double fwd, bwd;
-    } want[] = {
-        {"a1", 7, 9},  /* swish */
-        {"s", 5, 4},   /* hard_sigmoid */
-        {"a2", 7, 4},  /* elu */
-        {"a3", 5, 6},  /* prelu: dx 3 + slope gradient 3 */
-        {"a4", 7, 9},  /* gelu */
-        {"a5", 5, 4},  /* relu, max_value and alpha: 2+1+2, 2+1+1 */
-        {"a6", 3, 3},  /* tanh */
-        {"a7", 7, 4},  /* softmax */
-        {"a8", 3, 3},  /* leaky_relu */
-        {"a9", 3, 3},  /* relu6 */
-        {"m", 3, 4},   /* multiply of 2: dx of both (1 each) + 1 + sum */
-        {"sub", 3, 2}, /* subtract: second operand negated */
-        {"mx", 4, 7},  /* maximum of 3: compare + select for each */
-        {"av", 4, 4},  /* average: 1/n scale; broadcast sum */
-    };
-    int64_t B = g.global_batch / 2; /* v3-2: 2 replicas of one core */
-    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+    int64_t B = g.global_batch / 2;
+    for (size_t k = 0; k < n; k++) {
         int l = graph_find(&g, want[k].name);
-        double e, ops;
-        vec_sum(&prog, l, PHASE_FWD, &e, &ops);
         double oe = (double)(B * gshape_elems(&g.layers[l].out));
-        TH_CHECKF(t, e == oe && ops == want[k].fwd,
-                  "%s forward: %g elements at %g ops (want %g at %g)",
-                  want[k].name, e, ops, oe, want[k].fwd);
-        vec_sum(&prog, l, PHASE_BWD, &e, &ops);
-        TH_CHECKF(t, e == oe && ops == want[k].bwd,
-                  "%s backward: %g elements at %g ops (want %g at %g)",
-                  want[k].name, e, ops, oe, want[k].bwd);
+        const glayer *in = &g.layers[g.layers[l].in[0]];
+        double ie = (double)(B * gshape_elems(&in->out));
+        for (int ph = 0; ph < 2; ph++) {
+            char w = ph ? want[k].be : want[k].fe;
+            double e, ops, we = w == 'o' ? oe : w == 'i' ? ie : 0;
+            double wo = ph ? want[k].bwd : want[k].fwd;
+            vec_sum(&prog, l, ph ? PHASE_BWD : PHASE_FWD, &e, &ops);
+            TH_CHECKF(t, e == we && ops == wo,
+                      "%s %s: %g elements at %g ops (want %g at %g)",
+                      want[k].name, ph ? "backward" : "forward", e, ops, we,
+                      wo);
+        }
     }
     fw_program_free(&prog);
     graph_free(&g);
+}
+
+static void cost_cases(th_ctx *t)
+{
+    th_case(t, "cost: each activation's pass is its elements at the "
+               "documented operations per element, forward and backward; "
+               "multiply's at 3, its backward with the broadcast sum");
+    /* one core: every pass covers the layer's whole output */
+    static const vec_want want[] = {
+        {"a1", 'o', 'o', 7, 9},  /* swish */
+        {"s", 'o', 'o', 5, 4},   /* hard_sigmoid */
+        {"a2", 'o', 'o', 7, 4},  /* elu */
+        {"a3", 'o', 'o', 5, 6},  /* prelu: dx 3 + slope gradient 3 */
+        {"a4", 'o', 'o', 7, 9},  /* gelu */
+        {"a5", 'o', 'o', 5, 4},  /* relu, max_value and alpha: 2+1+2, 2+1+1 */
+        {"a6", 'o', 'o', 3, 3},  /* tanh */
+        {"a7", 'o', 'o', 7, 4},  /* softmax */
+        {"a8", 'o', 'o', 3, 3},  /* leaky_relu */
+        {"a9", 'o', 'o', 3, 3},  /* relu6 */
+        {"m", 'o', 'o', 3, 4},   /* multiply of 2: dx of both + 1 + sum */
+        {"sub", 'o', 'o', 3, 2}, /* subtract: second operand negated */
+        {"mx", 'o', 'o', 4, 7},  /* maximum of 3: compare + select each */
+        {"av", 'o', 'o', 4, 4},  /* average: 1/n scale; broadcast sum */
+    };
+    check_vec(t, TRAIN, want, sizeof want / sizeof want[0]);
 }
 
 /* Layer l's collectives of one phase. */
@@ -272,42 +288,14 @@ static void cost3_cases(th_ctx *t)
         }
         graph_free(&g1);
     }
-    if (!TH_CHECKF(t, graph_load(&g, TRAIN3, &err) == 0, "%s", err.msg))
-        return;
-    g.pdims_rank = 0;
-    g.cores_per_replica = 1;
-    o.system = "v3-2";
-    if (!TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &err) == 0, "%s",
-                   err.msg)) {
-        graph_free(&g);
-        return;
-    }
-    static const struct {
-        const char *name;
-        double fwd, bwd;
-    } want[] = {
-        {"gm", 3, 4}, /* multiply: 1 + dx 1 + the gate's 1 and its sum */
-        {"ga", 3, 2}, /* add: 1 + the gate's sum (the map's dY aliased) */
-        {"gs", 3, 3}, /* subtract: 1 + negate + sum */
-        {"gx", 4, 8}, /* maximum of 3: compare + select each, + sum */
-        {"gv", 4, 4}, /* average: 1 + 1/n each + sum */
+    /* multiply: 1 + dx 1 + the gate's 1 and its sum; add: 1 + the gate's
+     * sum (the map's dY aliased); subtract: 1 + negate + sum; maximum of
+     * 3: compare + select each, + sum; average: 1 + 1/n each + sum */
+    static const vec_want want[] = {
+        {"gm", 'o', 'o', 3, 4}, {"ga", 'o', 'o', 3, 2}, {"gs", 'o', 'o', 3, 3},
+        {"gx", 'o', 'o', 4, 8}, {"gv", 'o', 'o', 4, 4},
     };
-    int64_t B = g.global_batch / 2;
-    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
-        int l = graph_find(&g, want[k].name);
-        double e, ops;
-        double oe = (double)(B * gshape_elems(&g.layers[l].out));
-        for (int ph = 0; ph < 2; ph++) {
-            double wo = ph ? want[k].bwd : want[k].fwd;
-            vec_sum(&prog, l, ph ? PHASE_BWD : PHASE_FWD, &e, &ops);
-            TH_CHECKF(t, e == oe && ops == wo,
-                      "%s %s: %g elements at %g ops (want %g at %g)",
-                      want[k].name, ph ? "backward" : "forward", e, ops, oe,
-                      wo);
-        }
-    }
-    fw_program_free(&prog);
-    graph_free(&g);
+    check_vec(t, TRAIN3, want, sizeof want / sizeof want[0]);
 }
 
 static void cost2_cases(th_ctx *t)
@@ -316,50 +304,13 @@ static void cost2_cases(th_ctx *t)
                "operations an element and dx at 6, normalize 3, pad and "
                "crop 1 (backward over the input), resize 5 each way, "
                "global_maxpool 2 and 3 over its input");
-    graph g;
-    tpu_error err = {0};
-    if (!TH_CHECKF(t, graph_load(&g, TRAIN2, &err) == 0, "%s", err.msg))
-        return;
-    g.pdims_rank = 0;
-    g.cores_per_replica = 1;
-    sim_opts o;
-    sim_opts_default(&o);
-    o.system = "v3-2";
-    fw_program prog;
-    fw_memory mem;
-    if (!TH_CHECKF(t, sim_lower(&g, &o, 0, &prog, &mem, &err) == 0, "%s",
-                   err.msg)) {
-        graph_free(&g);
-        return;
-    }
     /* elements: 'o' the output's, 'i' the input's, '-' no pass */
-    static const struct {
-        const char *name;
-        char fe, be;
-        double fwd, bwd;
-    } want[] = {
+    static const vec_want want[] = {
         {"nz", 'o', '-', 3, 0}, {"gn", 'o', 'o', 4, 6}, {"ln", 'o', 'o', 4, 6},
         {"in", 'o', 'o', 4, 6}, {"p", 'o', 'i', 1, 1},  {"cr", 'o', 'i', 1, 1},
         {"r", 'o', 'o', 5, 5},  {"gm", 'i', 'i', 2, 3},
     };
-    int64_t B = g.global_batch / 2;
-    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
-        int l = graph_find(&g, want[k].name);
-        double oe = (double)(B * gshape_elems(&g.layers[l].out));
-        double ie = (double)(B * gshape_elems(&g.layers[g.layers[l].in[0]].out));
-        for (int ph = 0; ph < 2; ph++) {
-            char w = ph ? want[k].be : want[k].fe;
-            double e, ops, we = w == 'o' ? oe : w == 'i' ? ie : 0;
-            double wo = ph ? want[k].bwd : want[k].fwd;
-            vec_sum(&prog, l, ph ? PHASE_BWD : PHASE_FWD, &e, &ops);
-            TH_CHECKF(t, e == we && ops == wo,
-                      "%s %s: %g elements at %g ops (want %g at %g)",
-                      want[k].name, ph ? "backward" : "forward", e, ops, we,
-                      wo);
-        }
-    }
-    fw_program_free(&prog);
-    graph_free(&g);
+    check_vec(t, TRAIN2, want, sizeof want / sizeof want[0]);
 }
 
 /* Layer `name`'s output (and the layer `src`'s) of one step. */
