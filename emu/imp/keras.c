@@ -30,12 +30,22 @@
 #define KERAS_DEFAULT_SYSTEM "v3-8"
 #define KERAS_DEFAULT_PER_REPLICA 8
 
+/* A model's layout as its layers' data_format say it (kx.fmt). */
+#define KERAS_CL 0
+#define KERAS_CF 1
+#define KERAS_MIXED 2
+
 /* A tensor as the Keras side sees it: a trace layer's output, and whether
  * a softmax activation is pending after it.  On a model output it becomes
  * part of the softmax_xent loss; a layer that reads it first gets the
  * trace's softmax activation, named sm_name (softmax_read). */
 typedef struct {
     int t;                       /* index into the graph being built */
+    /* 1: the Keras tensor is channels-first ([C, spatial...]); its trace
+     * shape is channels-last all the same.  Per ref, not per trace layer:
+     * a Permute that only moves the channel axis is the same trace tensor
+     * read in the other layout. */
+    int cf;
     int softmax;
     char sm_path[KERAS_PATH_MAX];
     char sm_name[GRAPH_NAME_MAX];
@@ -57,6 +67,11 @@ typedef struct {
     graph g;                     /* the trace as built, shapes inferred */
     int cap_layers;
     int *krank;                  /* per trace layer: its Keras rank (no batch) */
+    int *kcf;                    /* per trace layer: channels-first in Keras */
+    /* The model's layers' data_format: any channels_first at all, and the
+     * model's own layout (KERAS_CL, KERAS_CF, or KERAS_MIXED when its
+     * layers say both). */
+    int any_cf, fmt;
     keras_ref *refs;
     int n_refs, cap_refs;
     keras_seen *seen;
@@ -335,20 +350,6 @@ static tpu_status cfg_padding(kx *x, kcall *c, const char *def, int *same)
     return TPU_OK;
 }
 
-/* Channels-last is all the trace format has (shapes are [.., C]). */
-static tpu_status cfg_channels_last(kx *x, kcall *c)
-{
-    const char *s = get_str(c->cfg, "data_format");
-    if (s && strcmp(s, "channels_last") != 0) {
-        char p[KERAS_PATH_MAX], b[64];
-        kpath(p, c->path, ".config.data_format");
-        return kfail(x, p, "'%s': tpuemu traces are channels-last; save "
-                     "the model with data_format=\"channels_last\"",
-                     kshown(b, sizeof b, s));
-    }
-    return TPU_OK;
-}
-
 /* ---- the graph being built --------------------------------------------- */
 
 static tpu_status new_ref(kx *x, int t, int *ref)
@@ -363,6 +364,7 @@ static tpu_status new_ref(kx *x, int t, int *ref)
     }
     memset(&x->refs[x->n_refs], 0, sizeof x->refs[0]);
     x->refs[x->n_refs].t = t;
+    x->refs[x->n_refs].cf = x->kcf[t];
     *ref = x->n_refs++;
     return TPU_OK;
 }
@@ -416,6 +418,10 @@ static tpu_status grow(kx *x)
     if (!k)
         return koom(x);
     x->krank = k;
+    k = realloc(x->kcf, (size_t)cap * sizeof *k);
+    if (!k)
+        return koom(x);
+    x->kcf = k;
     x->cap_layers = cap;
     tpu_error e;
     if (graph_index_reserve(&x->g, cap, &e))
@@ -580,17 +586,11 @@ static tpu_status layer_commit(kx *x, const char *path, int krank, int *t)
         return koom(x);
     }
     x->krank[i] = krank;
+    x->kcf[i] = 0;
     x->g.n_layers++;
     graph_index_add(&x->g, i);
     *t = i;
     return TPU_OK;
-}
-
-/* Emits one layer of the call c on trace tensor `in_t`, committed; the
- * layer must have been filled by the caller through *L. */
-static tpu_status emit(kx *x, kcall *c, int krank, int *t)
-{
-    return layer_commit(x, c->path, krank, t);
 }
 
 static int krank_of(const kx *x, int ref)
@@ -601,6 +601,80 @@ static int krank_of(const kx *x, int ref)
 static const gshape *shape_of(const kx *x, int ref)
 {
     return &x->g.layers[x->refs[ref].t].out;
+}
+
+/* Whether ref r is a channels-first tensor with a layout (rank 2 or more
+ * per example: a flat one has none). */
+static int is_cf(const kx *x, int r)
+{
+    return krank_of(x, r) > 1 && x->refs[r].cf;
+}
+
+/* Emits one layer of the call c, committed; the layer must have been
+ * filled by the caller through *L.  Its Keras tensor is channels-first
+ * when one it reads is (the layer checked that they agree) and it keeps
+ * a layout (rank 2 or more). */
+static tpu_status emit(kx *x, kcall *c, int krank, int *t)
+{
+    tpu_status st = layer_commit(x, c->path, krank, t);
+    for (int k = 0; !st && krank > 1 && k < c->n_in; k++)
+        if (is_cf(x, c->in[k]))
+            x->kcf[*t] = 1;
+    return st;
+}
+
+static const char *layout_name(int cf)
+{
+    return cf ? "channels_first" : "channels_last";
+}
+
+/* The layer's data_format: *cf 1 for channels_first, 0 for
+ * channels_last, -1 when the config does not say. */
+static tpu_status cfg_format(kx *x, kcall *c, int *cf)
+{
+    const cJSON *j = get(c->cfg, "data_format");
+    *cf = -1;
+    if (!j || cJSON_IsNull(j))
+        return TPU_OK;
+    if (cJSON_IsString(j) && strcmp(j->valuestring, "channels_last") == 0)
+        *cf = 0;
+    else if (cJSON_IsString(j) &&
+             strcmp(j->valuestring, "channels_first") == 0)
+        *cf = 1;
+    else {
+        char p[KERAS_PATH_MAX], b[64];
+        kpath(p, c->path, ".config.data_format");
+        if (!cJSON_IsString(j))
+            return kfail(x, p, "expected \"channels_last\" or "
+                         "\"channels_first\", found %s", jtype(j));
+        return kfail(x, p, "'%s' is not \"channels_last\" or "
+                     "\"channels_first\"",
+                     kshown(b, sizeof b, j->valuestring));
+    }
+    return TPU_OK;
+}
+
+/* A layer with a data_format (convolutions, pooling, padding, cropping,
+ * upsampling, global pooling) reads its input in that layout: the input
+ * tensor must be in it, as every layer before decided (the trace holds
+ * one layout per tensor; a model that reads one tensor both ways has no
+ * trace equivalent). */
+static tpu_status check_format(kx *x, kcall *c)
+{
+    int cf;
+    tpu_status st = cfg_format(x, c, &cf);
+    if (st || cf < 0 || krank_of(x, c->in[0]) < 2 ||
+        x->refs[c->in[0]].cf == cf)
+        return st;
+    char p[KERAS_PATH_MAX], b[64], b2[64];
+    kpath(p, c->path, ".config.data_format");
+    return kfail(x, p, "'%s' (%s) is %s, but its input '%s' is a %s tensor "
+                 "(as the layers before it read it): one tensor read in both "
+                 "layouts has no trace equivalent",
+                 kshown(b, sizeof b, c->kname), c->cls, layout_name(cf),
+                 kshown(b2, sizeof b2,
+                        x->g.layers[x->refs[c->in[0]].t].name),
+                 layout_name(!cf));
 }
 
 /* ---- activations ------------------------------------------------------- */
@@ -716,10 +790,19 @@ static tpu_status apply_act(kx *x, kcall *c, const cJSON *aj,
     if (ka->op == -1)
         return TPU_OK;
     if (ka->op == -2) {
-        int r;
+        int r, cf = x->refs[c->out].cf;
+        /* Keras's softmax is over the last axis; the Softmax layer has
+         * checked its own axis */
+        if (is_cf(x, c->out) && strcmp(c->cls, "Softmax") != 0)
+            return kfail(x, path, "activation 'softmax' acts on the last "
+                         "axis, which on the channels_first tensor of '%s' "
+                         "is a spatial one: the trace's softmax is over the "
+                         "channels (as Softmax(axis=1) is)",
+                         kshown(b, sizeof b, c->kname));
         tpu_status st = new_ref(x, x->refs[c->out].t, &r);
         if (st)
             return st;
+        x->refs[r].cf = cf;
         x->refs[r].softmax = 1;
         snprintf(x->refs[r].sm_path, sizeof x->refs[r].sm_path, "%s", path);
         /* the name the activation takes if another layer reads it: an
@@ -795,6 +878,7 @@ static tpu_status softmax_read(kx *x, int r)
     if ((st = layer_commit(x, R->sm_path, x->krank[in_t], &t)))
         return st;
     R = &x->refs[r];
+    x->kcf[t] = R->cf;
     R->t = t;
     R->softmax = 0;
     return TPU_OK;
@@ -891,7 +975,10 @@ static tpu_status causal_pad(kx *x, kcall *c, int k, int d, int *in_t)
     unique_name(x, c->tname, "/pad", name);
     glayer *L = layer_begin(x, name, GOP_PAD, in_t, 1);
     L->pad_lo[1] = (int64_t)(k - 1) * d; /* the steps: [1, steps, C] */
-    return layer_commit(x, c->path, 2, in_t);
+    if ((st = layer_commit(x, c->path, 2, in_t)))
+        return st;
+    x->kcf[*in_t] = x->refs[c->in[0]].cf;
+    return TPU_OK;
 }
 
 /* Conv1D/2D/3D (arg: dims); DepthwiseConv (arg: 10 + dims) as a conv with
@@ -906,7 +993,7 @@ static tpu_status map_conv(kx *x, kcall *c)
     const char *ps = get_str(c->cfg, "padding");
     causal = dims == 1 && ps && strcmp(ps, "causal") == 0;
     if ((st = single_input(x, c)) || (st = need_rank(x, c, dims)) ||
-        (st = cfg_channels_last(x, c)) ||
+        (st = check_format(x, c)) ||
         (st = cfg_dims(x, c, "kernel_size", dims, 0, kernel)) ||
         (st = cfg_dims(x, c, "strides", dims, 1, strides)) ||
         (st = cfg_dims(x, c, "dilation_rate", dims, 1, dil)) ||
@@ -994,7 +1081,7 @@ static tpu_status map_conv_t(kx *x, kcall *c)
     tpu_status st;
     const cJSON *op = get(c->cfg, "output_padding");
     if ((st = single_input(x, c)) || (st = need_rank(x, c, dims)) ||
-        (st = cfg_channels_last(x, c)) ||
+        (st = check_format(x, c)) ||
         (st = cfg_dims(x, c, "kernel_size", dims, 0, kernel)) ||
         (st = cfg_dims(x, c, "strides", dims, 1, strides)) ||
         (st = cfg_dims(x, c, "dilation_rate", dims, 1, dil)) ||
@@ -1045,6 +1132,16 @@ static tpu_status map_dense(kx *x, kcall *c)
         (st = cfg_int(x, c, "units", 1, GRAPH_DIM_MAX, 0, &units)) ||
         (st = cfg_bool(x, c, "use_bias", 1, &bias)) || (st = grow(x)))
         return st;
+    if (is_cf(x, c->in[0])) {
+        char b[64], b2[64];
+        return kfail(x, c->path, "'%s' (Dense) acts on the last axis, which "
+                     "on its channels_first input '%s' is a spatial one: the "
+                     "trace's dense acts on the channels (Flatten first, or "
+                     "Permute the channels last)",
+                     kshown(b, sizeof b, c->kname),
+                     kshown(b2, sizeof b2,
+                            x->g.layers[x->refs[c->in[0]].t].name));
+    }
     int in_t = x->refs[c->in[0]].t;
     glayer *L = layer_begin(x, c->tname, GOP_DENSE, &in_t, 1);
     L->filters = (int)units;
@@ -1058,26 +1155,36 @@ static tpu_status map_dense(kx *x, kcall *c)
     return cfg_act(x, c);
 }
 
-/* The axis key names the last (channel) axis: -1, or rank (Keras counts
- * the batch as axis 0), possibly as a one-entry list (Keras 2's
- * BatchNormalization writes [3]). */
+/* The axis key names the channel axis: on a channels-last tensor the last
+ * one, -1 or rank (Keras counts the batch as axis 0), on a channels-first
+ * one 1 or -rank; possibly as a one-entry list (Keras 2's
+ * BatchNormalization writes [3]).  Absent, it is Keras's default, -1. */
 static tpu_status channel_axis(kx *x, kcall *c, int def_ok)
 {
     const cJSON *j = get(c->cfg, "axis");
-    int kr = krank_of(x, c->in[0]);
+    int kr = krank_of(x, c->in[0]), cf = is_cf(x, c->in[0]), a = -1;
     char p[KERAS_PATH_MAX];
     kpath(p, c->path, ".config.axis");
     if (!j || cJSON_IsNull(j)) {
-        if (def_ok)
+        if (!def_ok)
+            return kfail(x, p, "missing");
+        if (!cf)
             return TPU_OK;
-        return kfail(x, p, "missing");
+    } else {
+        if (cJSON_IsArray(j) && cJSON_GetArraySize(j) == 1)
+            j = cJSON_GetArrayItem(j, 0);
+        if (!is_int(j, -64, 64))
+            return kfail(x, p, "expected an integer axis, found %s",
+                         jtype(j));
+        a = (int)j->valuedouble;
     }
-    if (cJSON_IsArray(j) && cJSON_GetArraySize(j) == 1)
-        j = cJSON_GetArrayItem(j, 0);
-    if (!is_int(j, -64, 64))
-        return kfail(x, p, "expected an integer axis, found %s", jtype(j));
-    int a = (int)j->valuedouble;
-    if (a != -1 && a != kr)
+    if (cf && a != 1 && a != -kr)
+        return kfail(x, p, "axis %d%s is not the channel axis of this "
+                     "channels_first tensor (1 or %d): the trace's %s works "
+                     "on the channels only", a,
+                     j && !cJSON_IsNull(j) ? "" : " (Keras's default)", -kr,
+                     c->cls);
+    if (!cf && a != -1 && a != kr)
         return kfail(x, p, "axis %d is not the channel axis (-1 or %d): the "
                      "trace's %s works on the channels (the last axis) "
                      "only", a, kr, c->cls);
@@ -1202,7 +1309,7 @@ static tpu_status map_pool(kx *x, kcall *c)
     tpu_status st;
     const cJSON *sj = get(c->cfg, "strides");
     if ((st = single_input(x, c)) || (st = need_rank(x, c, dims)) ||
-        (st = cfg_channels_last(x, c)) ||
+        (st = check_format(x, c)) ||
         (st = cfg_dims(x, c, "pool_size", dims, 2, win)) ||
         (st = cfg_padding(x, c, "valid", &same)))
         return st;
@@ -1244,7 +1351,7 @@ static tpu_status map_global_pool(kx *x, kcall *c, graph_op op)
     int t;
     tpu_status st;
     if ((st = single_input(x, c)) || (st = need_rank(x, c, c->arg)) ||
-        (st = cfg_channels_last(x, c)) || (st = grow(x)))
+        (st = check_format(x, c)) || (st = grow(x)))
         return st;
     int in_t = x->refs[c->in[0]].t;
     layer_begin(x, c->tname, op, &in_t, 1);
@@ -1258,11 +1365,15 @@ static tpu_status map_gap(kx *x, kcall *c)
     return map_global_pool(x, c, GOP_GAP);
 }
 
+/* Flatten: a channels-first tensor flattens in another order than the
+ * trace's channels-last one, to the same size, which is all a reader
+ * (Dense) counts; its data_format (Keras's hint for reordering weights)
+ * changes nothing else. */
 static tpu_status map_flatten(kx *x, kcall *c)
 {
-    int t;
+    int t, cf;
     tpu_status st;
-    if ((st = single_input(x, c)) || (st = cfg_channels_last(x, c)))
+    if ((st = single_input(x, c)) || (st = cfg_format(x, c, &cf)))
         return st;
     if (krank_of(x, c->in[0]) == 1) {
         c->out = c->in[0];
@@ -1284,6 +1395,8 @@ static tpu_status map_dropout(kx *x, kcall *c)
     int t;
     tpu_status st = single_input(x, c);
     if (st)
+        return st;
+    if ((st = check_format(x, c)))
         return st;
     kpath(p, c->path, ".config.rate");
     if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble < 1))
@@ -1320,6 +1433,47 @@ static int same_shapes(const kx *x, const kcall *c)
 
 static tpu_status map_ew(kx *x, kcall *c);
 
+/* A merge's inputs are in one layout.  A flat operand ([C]) broadcasts
+ * along Keras's last axis, which on a channels-first tensor is a spatial
+ * one (channels-first models reshape their gates to (C, 1, 1)). */
+static tpu_status merge_layouts(kx *x, kcall *c)
+{
+    int lay = -1, first = -1, flat = -1;
+    char b[64], b2[64], b3[64];
+    for (int k = 0; k < c->n_in; k++) {
+        int r = c->in[k];
+        if (krank_of(x, r) < 2) {
+            flat = flat < 0 ? k : flat;
+            continue;
+        }
+        if (lay < 0) {
+            lay = x->refs[r].cf;
+            first = k;
+        } else if (x->refs[r].cf != lay) {
+            return kfail(x, c->path, "'%s' (%s) joins '%s', a %s tensor, "
+                         "and '%s', a %s one: one of them is read in the "
+                         "wrong layout",
+                         kshown(b, sizeof b, c->kname), c->cls,
+                         kshown(b2, sizeof b2,
+                                x->g.layers[x->refs[c->in[first]].t].name),
+                         layout_name(lay),
+                         kshown(b3, sizeof b3, x->g.layers[x->refs[r].t].name),
+                         layout_name(!lay));
+        }
+    }
+    if (lay == 1 && flat >= 0)
+        return kfail(x, c->path, "'%s' (%s): the flat operand '%s' broadcasts "
+                     "along the last axis of the channels_first tensor '%s', "
+                     "a spatial one, not its channels (Reshape it to (C, 1, "
+                     "1) to scale the channels)",
+                     kshown(b, sizeof b, c->kname), c->cls,
+                     kshown(b2, sizeof b2,
+                            x->g.layers[x->refs[c->in[flat]].t].name),
+                     kshown(b3, sizeof b3,
+                            x->g.layers[x->refs[c->in[first]].t].name));
+    return TPU_OK;
+}
+
 /* Add (arg 0) and Concatenate (arg 1).  An Add whose operands broadcast
  * (a per-position gate [H,W,1], a per-channel [1,1,C]) is the trace's
  * elementwise add; the trace's add takes identical shapes. */
@@ -1332,7 +1486,7 @@ static tpu_status map_merge(kx *x, kcall *c)
         return kfail(x, c->path, "'%s' (%s) has %d inputs; the trace's %s "
                      "takes 2 to %d", kshown(b, sizeof b, c->kname), c->cls,
                      c->n_in, c->arg ? "concat" : "add", GRAPH_MAX_IN);
-    if (c->arg && (st = channel_axis(x, c, 1)))
+    if ((st = merge_layouts(x, c)) || (c->arg && (st = channel_axis(x, c, 1))))
         return st;
     if (!c->arg && !same_shapes(x, c)) {
         c->arg = GEW_ADD;
@@ -1367,7 +1521,7 @@ static tpu_status map_upsample(kx *x, kcall *c)
     int dims = c->arg, f[3], t;
     tpu_status st;
     if ((st = single_input(x, c)) || (st = need_rank(x, c, dims)) ||
-        (st = cfg_channels_last(x, c)) ||
+        (st = check_format(x, c)) ||
         (st = cfg_dims(x, c, dims == 1 ? "size" : "size", dims, 2, f)) ||
         (st = grow(x)))
         return st;
@@ -1413,19 +1567,21 @@ static tpu_status map_prelu(kx *x, kcall *c)
     int kr = krank_of(x, c->in[0]) - 1, seen[4] = {0, 0, 0, 0}, n = 0;
     if (st)
         return st;
+    /* the spatial axes: 1 .. kr channels-last, 2 .. kr + 1 channels-first */
+    int lo = is_cf(x, c->in[0]) ? 2 : 1;
     const cJSON *sa = get(c->cfg, "shared_axes");
     for (const cJSON *e = cJSON_IsArray(sa) ? sa->child : NULL; e;
          e = e->next)
-        if (cJSON_IsNumber(e) && e->valuedouble >= 1 &&
-            e->valuedouble <= kr && !seen[(int)e->valuedouble]++)
+        if (cJSON_IsNumber(e) && e->valuedouble >= lo &&
+            e->valuedouble < lo + kr && !seen[(int)e->valuedouble - lo]++)
             n++;
     if (kr > 0 && n != kr) {
         char p[KERAS_PATH_MAX], b[64];
         snprintf(p, sizeof p, "%s.config.shared_axes", c->path);
         return kfail(x, p, "'%s' (PReLU) learns a slope per element; the "
                      "trace's prelu has one per channel: shared_axes must "
-                     "list every spatial axis (1 to %d)",
-                     kshown(b, sizeof b, c->kname), kr);
+                     "list every spatial axis (%d to %d)",
+                     kshown(b, sizeof b, c->kname), lo, lo + kr - 1);
     }
     c->out = c->in[0];
     int t0 = x->g.n_layers;
@@ -1452,7 +1608,7 @@ static tpu_status map_ew(kx *x, kcall *c)
                      "elementwise takes 2 to %d",
                      kshown(b, sizeof b, c->kname), c->cls, c->n_in,
                      GRAPH_MAX_IN);
-    if ((st = grow(x)))
+    if ((st = merge_layouts(x, c)) || (st = grow(x)))
         return st;
     for (int k = 0; k < c->n_in; k++)
         in_t[k] = x->refs[c->in[k]].t;
@@ -1539,7 +1695,7 @@ static tpu_status map_pad(kx *x, kcall *c)
     char p[KERAS_PATH_MAX];
     tpu_status st;
     if ((st = single_input(x, c)) || (st = need_rank(x, c, dims)) ||
-        (st = cfg_channels_last(x, c)) || (st = grow(x)))
+        (st = check_format(x, c)) || (st = grow(x)))
         return st;
     const cJSON *j = get(c->cfg, key);
     kpath(p, c->path, ".config.%s", key);
@@ -1621,6 +1777,42 @@ static tpu_status map_reshape(kx *x, kcall *c)
             return st;
         return new_ref(x, t, &c->out);
     }
+    /* A channels-first result ([C, spatial...]) is the trace's [spatial...,
+     * C]: from a channels-first tensor when the channels stay the first
+     * axis, from a flat one in a channels-first model (or, in a model of
+     * both layouts, a (C, 1, 1) gate). */
+    int out_cf = is_cf(x, c->in[0]);
+    char b[64];
+    if (krank_of(x, c->in[0]) < 2) {
+        int ones_after = 1, ones_before = 1;
+        for (int d = 1; d < n; d++)
+            ones_after &= v[d] == 1;
+        for (int d = 0; d < n - 1; d++)
+            ones_before &= v[d] == 1;
+        out_cf = x->fmt == KERAS_CF;
+        if (x->fmt == KERAS_MIXED) {
+            if (ones_after == ones_before)
+                return kfail(x, p, "a flat tensor into %d axes in a model "
+                             "whose layers are channels_first and "
+                             "channels_last: which axis holds the channels "
+                             "is not clear", n);
+            out_cf = ones_after;
+        }
+    } else if (out_cf && v[0] != shape_of(x, c->in[0])->c) {
+        return kfail(x, p, "'%s' is channels_first with %lld channels; a "
+                     "target of %lld first moves elements across the channel "
+                     "axis (the trace reshapes the positions and keeps the "
+                     "channels)",
+                     kshown(b, sizeof b,
+                            x->g.layers[x->refs[c->in[0]].t].name),
+                     (long long)shape_of(x, c->in[0])->c, (long long)v[0]);
+    }
+    if (out_cf) {
+        int64_t ch = v[0];
+        for (int d = 0; d + 1 < n; d++)
+            v[d] = v[d + 1];
+        v[n - 1] = ch;
+    }
     glayer *L = layer_begin(x, c->tname, GOP_RESHAPE, &in_t, 1);
     gshape *s = &L->target;
     s->nsp = n == 2 ? 2 : n - 1;
@@ -1634,7 +1826,62 @@ static tpu_status map_reshape(kx *x, kcall *c)
     }
     if ((st = emit(x, c, n, &t)))
         return st;
+    x->kcf[t] = out_cf;
     return new_ref(x, t, &c->out);
+}
+
+/* Permute: the trace has no transpose, but a permutation that only moves
+ * the channel axis (channels-first to channels-last, (2, 3, 1), or back,
+ * (3, 1, 2); (2, 1) for a sequence) changes the layout Keras reads the
+ * tensor in, not the tensor: no layer, the same trace tensor. */
+static const char *check_permute(const cJSON *cfg, char *buf, size_t cap)
+{
+    const cJSON *j = get(cfg, "dims");
+    int n = cJSON_GetArraySize(j), first = 1, last = 1, k = 0;
+    const cJSON *e;
+    for (e = cJSON_IsArray(j) ? j->child : NULL; e; e = e->next) {
+        int v = cJSON_IsNumber(e) ? (int)e->valuedouble : 0;
+        k++;
+        first &= v == (k < n ? k + 1 : 1); /* 2, 3, ..., 1 */
+        last &= v == (k == 1 ? n : k - 1); /* n, 1, ..., n - 1 */
+    }
+    if (cJSON_IsArray(j) && n >= 2 && n <= 4 && (first || last))
+        return NULL;
+    char *t = cJSON_PrintUnformatted(j);
+    snprintf(buf, cap, "dims=%.40s", t ? t : "?");
+    free(t);
+    return buf;
+}
+
+static tpu_status map_permute(kx *x, kcall *c)
+{
+    const cJSON *j = get(c->cfg, "dims");
+    int n = cJSON_GetArraySize(j), kr = krank_of(x, c->in[0]);
+    char p[KERAS_PATH_MAX], b[64];
+    tpu_status st = single_input(x, c);
+    if (st)
+        return st;
+    kpath(p, c->path, ".config.dims");
+    /* check_permute let through a move of the first or the last axis */
+    int to_last = n == 2 ||
+                  (int)cJSON_GetArrayItem(j, n - 1)->valuedouble == 1;
+    int cf = x->refs[c->in[0]].cf;
+    if (n != kr)
+        return kfail(x, p, "%d axes for '%s', a tensor of rank %d", n,
+                     kshown(b, sizeof b,
+                            x->g.layers[x->refs[c->in[0]].t].name),
+                     kr + 1);
+    if (n > 2 && to_last != cf)
+        return kfail(x, p, "'%s' is %s: this permutation moves its %s axis, "
+                     "not the channels, and the trace has no transpose",
+                     kshown(b, sizeof b,
+                            x->g.layers[x->refs[c->in[0]].t].name),
+                     layout_name(cf), to_last ? "first (spatial)" :
+                                                "last (spatial)");
+    if ((st = new_ref(x, x->refs[c->in[0]].t, &c->out)))
+        return st;
+    x->refs[c->out].cf = !cf;
+    return TPU_OK;
 }
 
 static tpu_status map_model(kx *x, kcall *c);
@@ -1716,6 +1963,7 @@ static const keras_class keras_classes[] = {
     {"GlobalMaxPool2D", map_gmax, check_keepdims, 2},
     {"GlobalMaxPool3D", map_gmax, check_keepdims, 3},
     {"Reshape", map_reshape, NULL, 0},
+    {"Permute", map_permute, check_permute, 0},
     {"Sequential", map_model, NULL, 0},
     {"Functional", map_model, NULL, 0},
     {"Model", map_model, NULL, 0},
@@ -1879,6 +2127,136 @@ static const char *layer_name(const cJSON *l)
     return n ? n : get_str(get(l, "config"), "name");
 }
 
+/* ---- layouts ----------------------------------------------------------- */
+
+/* Counts the layers of model (nested models too) that say channels_first
+ * and channels_last.  Flatten's data_format is left out: it only tells
+ * Keras how to order a Dense's weights, and a channels-first model may
+ * well keep Keras's default on it. */
+static void count_formats(const cJSON *model, int depth, int *n_cf,
+                          int *n_cl)
+{
+    char lp[KERAS_PATH_MAX];
+    const cJSON *layers = model_layers(model, lp, "");
+    const cJSON *l;
+    if (depth > KERAS_NEST_MAX || !layers)
+        return;
+    cJSON_ArrayForEach(l, layers)
+    {
+        const char *cls = get_str(l, "class_name");
+        const char *f = get_str(get(l, "config"), "data_format");
+        if (cls && is_model_class(cls)) {
+            count_formats(l, depth + 1, n_cf, n_cl);
+            continue;
+        }
+        if (!f || (cls && strcmp(cls, "Flatten") == 0))
+            continue;
+        if (strcmp(f, "channels_first") == 0)
+            (*n_cf)++;
+        else if (strcmp(f, "channels_last") == 0)
+            (*n_cl)++;
+    }
+}
+
+/* The layout layer l says it reads its input in: 1 channels_first, 0
+ * channels_last, -1 when it says none (a nested model: its layers', when
+ * they agree). */
+static int layer_format(const cJSON *l)
+{
+    const char *cls = get_str(l, "class_name");
+    if (cls && is_model_class(cls)) {
+        int a = 0, b = 0;
+        count_formats(l, 1, &a, &b);
+        return a && !b ? 1 : b && !a ? 0 : -1;
+    }
+    const char *f = get_str(get(l, "config"), "data_format");
+    if (!f || (cls && strcmp(cls, "Flatten") == 0))
+        return -1;
+    return strcmp(f, "channels_first") == 0  ? 1
+           : strcmp(f, "channels_last") == 0 ? 0
+                                             : -1;
+}
+
+/* Whether the inbound nodes j (any of Keras's forms) read layer `name`:
+ * a reference is a list whose first entry is the layer's name (Keras 2's
+ * [name, node, tensor, kwargs], Keras 3's keras_history). */
+static int mentions(const cJSON *j, const char *name)
+{
+    if (cJSON_IsArray(j) && cJSON_IsString(j->child) &&
+        strcmp(j->child->valuestring, name) == 0)
+        return 1;
+    for (const cJSON *e = cJSON_IsArray(j) || cJSON_IsObject(j) ? j->child
+                                                                : NULL;
+         e; e = e->next)
+        if (mentions(e, name))
+            return 1;
+    return 0;
+}
+
+/* The layout a Functional model's layers read the output of layer `name`
+ * in: the data_format of the first layer reading it, directly or through
+ * layers that have none (breadth first, in file order); -1 when no such
+ * layer says, -2 out of memory. */
+static int reader_format(const cJSON *layers, const char *name)
+{
+    int n = cJSON_GetArraySize(layers), head = 0, tail = 0, res = -1;
+    const char **q = malloc((size_t)(n + 1) * sizeof *q);
+    char *seen = calloc((size_t)(n + 1), 1);
+    if (!q || !seen) {
+        free(q);
+        free(seen);
+        return -2;
+    }
+    q[tail++] = name;
+    while (head < tail && res < 0) {
+        const char *nm = q[head++];
+        const cJSON *l;
+        int i = 0;
+        cJSON_ArrayForEach(l, layers)
+        {
+            if (!seen[i] && mentions(get(l, "inbound_nodes"), nm)) {
+                const char *ln = layer_name(l);
+                seen[i] = 1;
+                res = layer_format(l);
+                if (res >= 0)
+                    break;
+                if (ln && tail <= n)
+                    q[tail++] = ln;
+            }
+            i++;
+        }
+    }
+    free(q);
+    free(seen);
+    return res;
+}
+
+/* A Sequential model's input layout: the first of its layers that says
+ * one; -1 when none does. */
+static int seq_format(const cJSON *layers)
+{
+    const cJSON *l;
+    cJSON_ArrayForEach(l, layers)
+    {
+        int f = layer_format(l);
+        if (f >= 0)
+            return f;
+    }
+    return -1;
+}
+
+/* A new model input's layout from what its readers say (`said`, -1
+ * none): else the model's own; -1 when the model has both and nothing
+ * tells (make_input refuses an input with a layout then). */
+static int input_format(const kx *x, int said)
+{
+    if (!x->any_cf)
+        return 0;
+    if (said >= 0)
+        return said;
+    return x->fmt == KERAS_MIXED ? -1 : x->fmt == KERAS_CF;
+}
+
 /* The batch shape a layer declares (InputLayer's batch_input_shape or
  * Keras 3's batch_shape; a first Sequential layer's batch_input_shape),
  * with its key's path. */
@@ -1900,9 +2278,10 @@ static const cJSON *declared_shape(const cJSON *l, const char *path,
 }
 
 /* Parses the per-example shape (Keras order, no batch) of a new model
- * input: from --input when given, else the file's. */
+ * input: from --input when given, else the file's; both in the input's
+ * layout (cf: channels first). */
 static tpu_status input_shape(kx *x, const cJSON *shape, int has_batch,
-                              const char *spath, const char *name,
+                              const char *spath, const char *name, int cf,
                               int64_t *dims, int *rank)
 {
     char b[64];
@@ -1938,8 +2317,10 @@ static tpu_status input_shape(kx *x, const cJSON *shape, int has_batch,
         if (fr >= 1 && n != fr)
             return kfail(x, "--input", "%d dimensions for input '%s', whose "
                          "shape has %d per example (%s): give one example's "
-                         "shape, without the batch and channels-last", n,
+                         "shape, without the batch and %s", n,
                          kshown(b, sizeof b, name), fr,
+                         cf ? "channels-first, as the model reads it"
+                            : "channels-last",
                          n == fr + 1 ? "the batch seems included" : "Keras "
                          "order");
         *rank = n;
@@ -1972,16 +2353,33 @@ static tpu_status input_shape(kx *x, const cJSON *shape, int has_batch,
     return TPU_OK;
 }
 
-/* A trace input for a model input. */
+/* A trace input for a model input; cf: the model reads it channels-first
+ * (its Keras shape [C, spatial...] is the trace's [spatial..., C]). */
 static tpu_status make_input(kx *x, const char *name, const cJSON *shape,
-                             int has_batch, const char *spath, int *ref)
+                             int has_batch, const char *spath, int cf,
+                             int *ref)
 {
     int64_t dims[4];
     int rank = 0;
     char tname[GRAPH_NAME_MAX];
-    tpu_status st = input_shape(x, shape, has_batch, spath, name, dims, &rank);
+    tpu_status st = input_shape(x, shape, has_batch, spath, name, cf > 0,
+                                dims, &rank);
     if (st || (st = grow(x)))
         return st;
+    if (cf < 0 && rank > 1) {
+        char b[64];
+        return kfail(x, spath[0] ? spath : NULL, "no layer reading input "
+                     "'%s' says its data_format, and the model's layers are "
+                     "channels_first and channels_last: its layout is not "
+                     "clear", kshown(b, sizeof b, name));
+    }
+    cf = cf > 0 && rank > 1;
+    if (cf) {
+        int64_t ch = dims[0];
+        for (int d = 0; d + 1 < rank; d++)
+            dims[d] = dims[d + 1];
+        dims[rank - 1] = ch;
+    }
     unique_name(x, name && *name ? name : "input", NULL, tname);
     int i = x->g.n_layers;
     glayer *L = layer_begin(x, tname, GOP_INPUT, NULL, 0);
@@ -2019,6 +2417,7 @@ static tpu_status make_input(kx *x, const char *name, const cJSON *shape,
     cJSON_AddItemToArray(s, cJSON_CreateNumber((double)L->out.c));
     cJSON_AddItemToObject(j, "shape", s);
     x->krank[i] = rank;
+    x->kcf[i] = cf;
     x->g.n_layers++;
     x->g.n_inputs++;
     graph_index_add(&x->g, i);
@@ -2188,7 +2587,8 @@ static tpu_status run_sequential(kx *x, const cJSON *layers,
             const char *nm = cls && strcmp(cls, "InputLayer") == 0
                                  ? layer_name(l)
                                  : "input";
-            if ((st = make_input(x, nm, sh, hb, spath, &cur)))
+            int cf = input_format(x, x->any_cf ? seq_format(layers) : -1);
+            if ((st = make_input(x, nm, sh, hb, spath, cf, &cur)))
                 return st;
             if (cls && strcmp(cls, "InputLayer") == 0)
                 continue;
@@ -2480,8 +2880,13 @@ static tpu_status run_functional(kx *x, const cJSON *cfg, const cJSON *layers,
             int hb = 1;
             kpath(lp, lpath, "[%d]", j);
             const cJSON *sh = declared_shape(fl[j].obj, lp, spath, &hb);
+            int said = x->any_cf ? reader_format(layers, fl[j].name) : -1;
+            if (said == -2) {
+                st = koom(x);
+                goto out;
+            }
             if ((st = make_input(x, fl[j].name, sh, hb, spath,
-                                 &fl[j].outs[0])))
+                                 input_format(x, said), &fl[j].outs[0])))
                 goto out;
         }
         fl[j].done = 1;
@@ -2876,7 +3281,8 @@ static int64_t system_cores(const char *sys)
     return v > 0 ? v : 1;
 }
 
-/* run.input_partition_dims from --partition (Keras order, N first). */
+/* run.input_partition_dims from --partition (Keras order, N first; the
+ * channels second for a channels-first input). */
 static tpu_status partition(kx *x, cJSON *run, int64_t *cpr)
 {
     int v[GRAPH_MAX_PDIMS + 1] = {0}, n = 0;
@@ -2901,6 +3307,13 @@ static tpu_status partition(kx *x, cJSON *run, int64_t *cpr)
         return kfail(x, "--partition", "%d factors for the input '%s' of "
                      "rank %d with the batch: give %d (N, ..., C)", n,
                      I->name, kr + 1, kr + 1);
+    if (x->kcf[0]) {
+        /* Keras's order for a channels-first input: N, C, spatial... */
+        int ch = v[1];
+        for (int k = 1; k + 1 < n; k++)
+            v[k] = v[k + 1];
+        v[n - 1] = ch;
+    }
     int d[GRAPH_MAX_PDIMS], m = 0;
     d[m++] = v[0];
     if (kr == 2)
@@ -3058,6 +3471,7 @@ static void kx_free(kx *x)
     free(x->g.layers);
     free(x->g.name_slots);
     free(x->krank);
+    free(x->kcf);
     free(x->refs);
     free(x->seen);
     free(x->notes);
@@ -3089,6 +3503,12 @@ tpu_status keras_to_trace(const cJSON *doc, const char *shown,
     const cJSON *model = find_model(&x, doc, mpath, &st);
     if (!model)
         return st;
+    {
+        int n_cf = 0, n_cl = 0;
+        count_formats(model, 0, &n_cf, &n_cl);
+        x.any_cf = n_cf > 0;
+        x.fmt = !n_cf ? KERAS_CL : n_cl ? KERAS_MIXED : KERAS_CF;
+    }
     memset(&scan, 0, sizeof scan);
     scan_model(&x, model, mpath, &scan, 0);
     if (scan.n)
