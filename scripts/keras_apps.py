@@ -13,7 +13,9 @@ Normalization at the input, squeeze-excite with Reshape, swish), DenseNet121
 8,062,504 (densenet.py).  ops_block is no
 application: one small model with every activation and merge class the
 importer maps beyond those (its total counted by hand in
-test/test_import.c).
+test/test_import.c).  unet3d_cf and cnn2d_cf are channels_first models (a
+3D U-Net for CT volumes, a 2D classifier with Flatten and Dense), each with
+a channels_last twin (_cl) that must import to the same trace.
 
     python3 scripts/keras_apps.py OUTDIR      # writes OUTDIR/vgg16.json, ...
 
@@ -451,9 +453,95 @@ def ops_block():
     return m.model([a])
 
 
+def unet3d(cf):
+    """A 3D U-Net for CT volumes as the widely used Keras code bases write
+    it (keras.backend.set_image_data_format("channels_first"), Input((1,
+    128, 128, 128))): conv-batchnorm-relu pairs, MaxPooling3D, one level up
+    by UpSampling3D and one by Conv3DTranspose, Concatenate on the
+    channels, a 1x1x1 sigmoid head.  cf=False writes its channels_last
+    twin, which must import to the same trace."""
+    fmt = "channels_first" if cf else "channels_last"
+    m = Functional("unet3d")
+    x = m.input("volume", [1, 128, 128, 128] if cf else [128, 128, 128, 1])
+
+    def block(x, name, filters):
+        x = m.layer("Conv3D", x, name + "_conv", filters=filters,
+                    kernel_size=[3, 3, 3], strides=[1, 1, 1], padding="same",
+                    data_format=fmt, dilation_rate=[1, 1, 1], groups=1,
+                    activation="linear", use_bias=False)
+        x = m.layer("BatchNormalization", x, name + "_bn",
+                    axis=[1] if cf else [4], momentum=0.99, epsilon=0.001,
+                    center=True, scale=True)
+        return m.act(x, name + "_relu", "relu")
+
+    def pool(x, name):
+        return m.layer("MaxPooling3D", x, name, pool_size=[2, 2, 2],
+                       padding="valid", strides=[2, 2, 2], data_format=fmt)
+
+    def cat(xs, name):
+        return m.layer("Concatenate", xs, name, axis=1 if cf else -1)
+
+    e1 = block(block(x, "enc1a", 8), "enc1b", 16)
+    e2 = block(block(pool(e1, "pool1"), "enc2a", 16), "enc2b", 32)
+    b = block(block(pool(e2, "pool2"), "bot_a", 32), "bot_b", 64)
+    u2 = m.layer("UpSampling3D", b, "up2", size=[2, 2, 2], data_format=fmt)
+    d2 = block(block(cat([u2, e2], "cat2"), "dec2a", 32), "dec2b", 32)
+    u1 = m.layer("Conv3DTranspose", d2, "up1", filters=32,
+                 kernel_size=[2, 2, 2], strides=[2, 2, 2], padding="valid",
+                 data_format=fmt, dilation_rate=[1, 1, 1],
+                 output_padding=None, activation="linear", use_bias=True)
+    d1 = block(block(cat([u1, e1], "cat1"), "dec1a", 16), "dec1b", 16)
+    out = m.layer("Conv3D", d1, "mask", filters=1, kernel_size=[1, 1, 1],
+                  strides=[1, 1, 1], padding="valid", data_format=fmt,
+                  dilation_rate=[1, 1, 1], groups=1, activation="sigmoid",
+                  use_bias=True)
+    return m.model([out])
+
+
+def cnn2d(cf):
+    """A 2D classifier as a model ported from PyTorch is written
+    (channels_first): conv, batchnorm on axis 1, pooling, ZeroPadding2D,
+    squeeze-excite whose gate is reshaped to (C, 1, 1), Flatten and Dense.
+    cf=False writes its channels_last twin."""
+    fmt = "channels_first" if cf else "channels_last"
+    m = Functional("cnn2d")
+    x = m.input("image", [3, 32, 32] if cf else [32, 32, 3])
+
+    def conv(x, name, filters, padding):
+        return m.layer("Conv2D", x, name, filters=filters, kernel_size=[3, 3],
+                       strides=[1, 1], padding=padding, data_format=fmt,
+                       dilation_rate=[1, 1], groups=1, activation="relu",
+                       use_bias=True)
+
+    x = conv(x, "conv1", 16, "same")
+    x = m.layer("BatchNormalization", x, "bn1", axis=[1] if cf else [3],
+                momentum=0.99, epsilon=0.001, center=True, scale=True)
+    x = m.layer("MaxPooling2D", x, "pool1", pool_size=[2, 2],
+                padding="valid", strides=[2, 2], data_format=fmt)
+    x = m.layer("ZeroPadding2D", x, "pad", padding=[[1, 1], [1, 1]],
+                data_format=fmt)
+    x = conv(x, "conv2", 32, "valid")
+    g = m.layer("GlobalAveragePooling2D", x, "se_pool", data_format=fmt,
+                keepdims=False)
+    g = m.dense(g, "se_reduce", 8, "relu")
+    g = m.dense(g, "se_expand", 32, "sigmoid")
+    g = m.layer("Reshape", g, "se_reshape",
+                target_shape=[32, 1, 1] if cf else [1, 1, 32])
+    x = m.layer("Multiply", [x, g], "se_mul")
+    x = m.layer("AveragePooling2D", x, "pool2", pool_size=[2, 2],
+                padding="valid", strides=[2, 2], data_format=fmt)
+    x = m.layer("Flatten", x, "flatten", data_format=fmt)
+    x = m.dense(x, "fc1", 64, "relu")
+    x = m.layer("Dropout", x, "drop", rate=0.5, noise_shape=None, seed=None)
+    x = m.dense(x, "predictions", 10, "softmax")
+    return m.model([x])
+
+
 APPS = {"vgg16": vgg16, "resnet50": resnet50, "mobilenetv2": mobilenet_v2,
         "mobilenet": mobilenet, "efficientnetb0": efficientnet_b0,
-        "densenet121": densenet121, "ops_block": ops_block}
+        "densenet121": densenet121, "ops_block": ops_block,
+        "unet3d_cf": lambda: unet3d(True), "unet3d_cl": lambda: unet3d(False),
+        "cnn2d_cf": lambda: cnn2d(True), "cnn2d_cl": lambda: cnn2d(False)}
 
 
 def main():

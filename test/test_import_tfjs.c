@@ -57,19 +57,34 @@ static int summary_shape(const char *out, const char *name, long long *dims,
 
 /* Whether the trace's dims equal tfjs's shape (batch first, null): the
  * batch is dropped, and a 1D layer's [steps, C] is the trace's
- * [1, steps, C]. */
-static int same_shape(const cJSON *tf, const long long *dims, int rank)
+ * [1, steps, C].  cf: tfjs's shape is channels-first, [C, spatial...],
+ * which is the trace's [spatial..., C]. */
+static int same_shape(const cJSON *tf, const long long *dims, int rank,
+                      int cf)
 {
     int n = cJSON_GetArraySize(tf) - 1, off = 0;
+    long long want[8];
+    if (n < 1 || n > 8)
+        return 0;
+    for (int d = 0; d < n; d++) {
+        const cJSON *v = cJSON_GetArrayItem(tf, d + 1);
+        if (!cJSON_IsNumber(v))
+            return 0;
+        want[d] = (long long)v->valuedouble;
+    }
+    if (cf && n >= 2) {
+        long long c = want[0];
+        for (int d = 0; d + 1 < n; d++)
+            want[d] = want[d + 1];
+        want[n - 1] = c;
+    }
     if (n == 2 && rank == 3 && dims[0] == 1)
         off = 1;
     if (n + off != rank)
         return 0;
-    for (int d = 0; d < n; d++) {
-        const cJSON *v = cJSON_GetArrayItem(tf, d + 1);
-        if (!cJSON_IsNumber(v) || (long long)v->valuedouble != dims[d + off])
+    for (int d = 0; d < n; d++)
+        if (want[d] != dims[d + off])
             return 0;
-    }
     return 1;
 }
 
@@ -98,7 +113,7 @@ static int is_model_class(const char *cls)
 /* The summary of `file` against tfjs's numbers in info; `folded` names a
  * layer (or NULL) whose softmax is the loss's, so it has no row. */
 static void check_summary(th_ctx *t, const char *file, const cJSON *info,
-                          const char *folded)
+                          const char *folded, int cf)
 {
     static th_cmd_result r;
     th_run(&r, "%s summary " TDIR "%s", th_bin(), file);
@@ -156,7 +171,7 @@ static void check_summary(th_ctx *t, const char *file, const cJSON *info,
             shape_text(s, want, sizeof want);
             if (TH_CHECKF(t, rank >= 0, "%s: no summary row '%s' (tfjs %s)",
                           file, name, want) &&
-                TH_CHECKF(t, same_shape(s, dims, rank),
+                TH_CHECKF(t, same_shape(s, dims, rank, cf),
                           "%s: '%s' has rank %d [%lld, %lld, ...], tfjs %s",
                           file, name, rank, dims[0], rank > 1 ? dims[1] : 0,
                           want))
@@ -183,29 +198,41 @@ static void check_runs(th_ctx *t, const char *file)
 void th_suite_import_tfjs(th_ctx *t)
 {
     /* th_case keeps the title's pointer: literals */
+    /* cf: a channels_first model, whose tfjs shapes have the channels
+     * first */
     static const struct {
         const char *name, *title, *folded;
+        int cf;
     } models[] = {
         {"seq_cnn", "tfjs Sequential CNN: countParams, layer shapes, runs",
-         NULL},
-        {"res_block", "tfjs residual blocks, shared conv: the same", NULL},
+         NULL, 0},
+        {"res_block", "tfjs residual blocks, shared conv: the same", NULL, 0},
         {"ops_block", "tfjs depthwise, separable, SE, pad, crop, resize, LN",
-         NULL},
-        {"conv1d", "tfjs Conv1D, 1D pooling, spatial dropout", NULL},
-        {"conv3d", "tfjs Conv3D, 3D pooling, Conv3DTranspose", NULL},
-        {"inception", "tfjs Inception blocks: 1x7/7x1, odd input, valid", NULL},
+         NULL, 0},
+        {"conv1d", "tfjs Conv1D, 1D pooling, spatial dropout", NULL, 0},
+        {"conv3d", "tfjs Conv3D, 3D pooling, Conv3DTranspose", NULL, 0},
+        {"inception", "tfjs Inception blocks: 1x7/7x1, odd input, valid", NULL, 0},
         {"xception", "tfjs Xception entry: strided separable, projection",
-         NULL},
-        {"unet", "tfjs U-Net: transposed convs, cropped skips", NULL},
-        {"convnext", "tfjs ConvNeXt: dw 7x7, LN, Dense on 4-D, gelu", NULL},
-        {"heads", "tfjs nested Sequential, dilation, two outputs", NULL},
-        {"seq_dense", "tfjs Dense on a sequence, dilated Conv1D", NULL},
-        {"patches", "tfjs patchify, Reshape to tokens, token MLP", NULL},
-        {"odd_sizes", "tfjs odd extents, transposed, Softmax layer", "probs"},
+         NULL, 0},
+        {"unet", "tfjs U-Net: transposed convs, cropped skips", NULL, 0},
+        {"convnext", "tfjs ConvNeXt: dw 7x7, LN, Dense on 4-D, gelu", NULL, 0},
+        {"heads", "tfjs nested Sequential, dilation, two outputs", NULL, 0},
+        {"seq_dense", "tfjs Dense on a sequence, dilated Conv1D", NULL, 0},
+        {"patches", "tfjs patchify, Reshape to tokens, token MLP", NULL, 0},
+        {"odd_sizes", "tfjs odd extents, transposed, Softmax layer", "probs", 0},
         {"two_inputs", "tfjs three inputs, shared backbone, softmax gate",
-         NULL},
+         NULL, 0},
         {"spatial_gate", "tfjs [H,W,1] gates: Multiply and Add broadcast",
-         NULL},
+         NULL, 0},
+        {"chfirst_seq", "tfjs channels_first Sequential: Conv2D, Flatten, "
+                        "Dense",
+         NULL, 1},
+        {"chfirst_cnn", "tfjs channels_first 2D layers, batchnorm axis 1, "
+                        "SE gate (C, 1, 1)",
+         NULL, 1},
+        {"chfirst_unet3d", "tfjs channels_first 3D U-Net: Conv3D, "
+                           "Concatenate axis 1, Conv3DTranspose",
+         NULL, 1},
     };
     static th_cmd_result r;
     char file[128];
@@ -222,7 +249,7 @@ void th_suite_import_tfjs(th_ctx *t)
         for (int form = 0; form < 2; form++) {
             snprintf(file, sizeof file, "%s%s", models[m].name,
                      form ? ".model.json" : ".json");
-            check_summary(t, file, info, models[m].folded);
+            check_summary(t, file, info, models[m].folded, models[m].cf);
             check_runs(t, file);
         }
         cJSON_Delete(info);
@@ -309,8 +336,11 @@ void th_suite_import_tfjs(th_ctx *t)
     TH_CHECKF(t, r.status == 2, "status %d: %s", r.status, r.err);
     TH_CHECK(t, strstr(r.err, "unmapped.json: config.layers[2]: layer 'thr' "
                               "(ThresholdedReLU)"));
+    /* a Permute that swaps rows and columns: only moving the channel axis
+     * maps (to no layer) */
     TH_CHECK(t, strstr(r.err, "the file's unmapped classes: ThresholdedReLU "
-                              "x1, Permute x1, RepeatVector x1, LSTM x1"));
+                              "x1, Permute(dims=[2,1,3]) x1, RepeatVector "
+                              "x1, LSTM x1"));
     th_run(&r,
            "%s import " TDIR "unmapped.model.json -o "
            "%s/tfjs_unmapped.json",
@@ -335,8 +365,9 @@ void th_suite_import_tfjs(th_ctx *t)
         {"refuse_noise", "config.layers[0]: ",
          "the file's unmapped classes: GaussianNoise x1, activation 'selu' "
          "x1, GaussianDropout x1, AlphaDropout x1"},
-        {"refuse_channels_first", "config.layers[0].config.data_format: ",
-         "tpuemu traces are channels-last"},
+        {"refuse_cf_dense", "config.layers[1]: ",
+         "'out' (Dense) acts on the last axis, which on its channels_first "
+         "input 'c' is a spatial one"},
     };
     th_case(t, "tfjs models the trace cannot express: refused, path, why");
     for (size_t m = 0; m < sizeof refused / sizeof *refused; m++)

@@ -526,14 +526,100 @@ const refusals = {
     m.add(L.dense({name: 'out', units: 2}));
     return m;
   },
-  // Channels-first, as a model ported from PyTorch or Theano is saved.
-  refuse_channels_first: () => {
-    const m = tfl.sequential({name: 'refuse_channels_first'});
+  // Dense on a channels-first feature map acts on its last axis, the
+  // columns, not the channels.
+  refuse_cf_dense: () => {
+    const m = tfl.sequential({name: 'refuse_cf_dense'});
     m.add(L.conv2d({name: 'c', inputShape: [3, 16, 16], filters: 4,
                     kernelSize: 3, dataFormat: 'channelsFirst'}));
+    m.add(L.dense({name: 'out', units: 2}));
+    return m;
+  },
+};
+
+// Channels-first, as a model ported from PyTorch or Theano is saved: the
+// importer reads each tensor's channels from axis 1 (test_import_tfjs.c
+// compares tfjs's shapes with the channels moved last).
+const channelsFirst = {
+  // Sequential: the input's layout is its first layer's.
+  chfirst_seq: () => {
+    const m = tfl.sequential({name: 'chfirst_seq'});
+    m.add(L.conv2d({name: 'c', inputShape: [3, 16, 16], filters: 4,
+                    kernelSize: 3, dataFormat: 'channelsFirst'}));
+    m.add(L.batchNormalization({name: 'bn', axis: 1}));
+    m.add(L.maxPooling2d({name: 'p', poolSize: 2,
+                          dataFormat: 'channelsFirst'}));
     m.add(L.flatten({name: 'f'}));
     m.add(L.dense({name: 'out', units: 2}));
     return m;
+  },
+  // Every 2D layer with a data_format, batchnorm on axis 1, and
+  // squeeze-excite with its gate reshaped to (C, 1, 1).
+  chfirst_cnn: () => {
+    const cf = 'channelsFirst';
+    const x = tfl.input({name: 'img', shape: [3, 32, 32]});
+    let y = L.conv2d({name: 'stem', filters: 16, kernelSize: 3,
+                      padding: 'same', dataFormat: cf, activation: 'relu'})
+                .apply(x);
+    y = L.batchNormalization({name: 'bn', axis: 1}).apply(y);
+    y = L.maxPooling2d({name: 'pool', poolSize: 2, dataFormat: cf}).apply(y);
+    y = L.zeroPadding2d({name: 'pad', padding: [[1, 0], [2, 1]],
+                         dataFormat: cf}).apply(y);
+    y = L.depthwiseConv2d({name: 'dw', kernelSize: 3, depthMultiplier: 2,
+                           dataFormat: cf}).apply(y);
+    y = L.separableConv2d({name: 'sep', filters: 24, kernelSize: 3,
+                           padding: 'same', dataFormat: cf}).apply(y);
+    let s = L.globalAveragePooling2d({name: 'se_gap', dataFormat: cf})
+                .apply(y);
+    s = L.dense({name: 'se_reduce', units: 6, activation: 'relu'}).apply(s);
+    s = L.dense({name: 'se_expand', units: 24, activation: 'sigmoid'})
+            .apply(s);
+    s = L.reshape({name: 'se_reshape', targetShape: [24, 1, 1]}).apply(s);
+    y = L.multiply({name: 'se_mul'}).apply([y, s]);
+    y = L.conv2dTranspose({name: 'deconv', filters: 8, kernelSize: 3,
+                           strides: 2, padding: 'same', dataFormat: cf})
+            .apply(y);
+    y = L.upSampling2d({name: 'up', size: [2, 1], dataFormat: cf}).apply(y);
+    y = L.cropping2D({name: 'crop', cropping: [[2, 2], [1, 0]],
+                      dataFormat: cf}).apply(y);
+    y = L.averagePooling2d({name: 'avg', poolSize: 2, dataFormat: cf})
+            .apply(y);
+    y = L.flatten({name: 'flat'}).apply(y);
+    const o = L.dense({name: 'out', units: 10}).apply(y);
+    return tfl.model({name: 'chfirst_cnn', inputs: x, outputs: o});
+  },
+  // A 3D U-Net on a one-channel CT volume, Input((1, D, H, W)): Conv3D,
+  // batchnorm and Concatenate on axis 1, MaxPooling3D, Conv3DTranspose up
+  // (tfjs-layers 4.22.0 has no UpSampling3D), a 1x1x1 sigmoid head.
+  chfirst_unet3d: () => {
+    const cf = 'channelsFirst';
+    const x = tfl.input({name: 'volume', shape: [1, 16, 16, 16]});
+    const block = (t, name, filters) => {
+      t = L.conv3d({name: name + '_conv', filters, kernelSize: 3,
+                    padding: 'same', useBias: false, dataFormat: cf})
+              .apply(t);
+      t = L.batchNormalization({name: name + '_bn', axis: 1}).apply(t);
+      return L.activation({name: name + '_relu', activation: 'relu'})
+          .apply(t);
+    };
+    const e1 = block(x, 'enc1', 8);
+    const p1 = L.maxPooling3d({name: 'pool1', poolSize: 2, dataFormat: cf})
+                   .apply(e1);
+    const e2 = block(p1, 'enc2', 16);
+    const p2 = L.maxPooling3d({name: 'pool2', poolSize: 2, dataFormat: cf})
+                   .apply(e2);
+    const b = block(p2, 'bottom', 32);
+    let u = L.conv3dTranspose({name: 'up2', filters: 16, kernelSize: 2,
+                               strides: 2, dataFormat: cf}).apply(b);
+    let d = block(L.concatenate({name: 'cat2', axis: 1}).apply([u, e2]),
+                  'dec2', 16);
+    u = L.conv3dTranspose({name: 'up1', filters: 8, kernelSize: 2,
+                           strides: 2, dataFormat: cf}).apply(d);
+    d = block(L.concatenate({name: 'cat1', axis: 1}).apply([u, e1]),
+              'dec1', 8);
+    const o = L.conv3d({name: 'mask', filters: 1, kernelSize: 1,
+                        activation: 'sigmoid', dataFormat: cf}).apply(d);
+    return tfl.model({name: 'chfirst_unet3d', inputs: x, outputs: o});
   },
 };
 
@@ -630,7 +716,7 @@ async function main() {
                   xception: xception, unet: unet, convnext: convnext,
                   heads: heads, seq_dense: seqDense, patches: patches,
                   odd_sizes: oddSizes, two_inputs: twoInputs,
-                  spatial_gate: spatialGate,
+                  spatial_gate: spatialGate, ...channelsFirst,
                   unmapped: unmapped, ...refusals};
   for (const [name, build] of Object.entries(models))
     await write(name, build());
