@@ -3,6 +3,7 @@
  * config.json and the same as a .keras zip; a TensorFlow.js model.json),
  * parameter totals against Keras's (the fixtures' by hand, VGG16 and
  * ResNet50 as Keras publishes them), and refusals with file and JSON path. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -492,6 +493,338 @@ static void causal_softmax(th_ctx *t)
     refuses(t, path, w);
 }
 
+/* The graph of the trace keras_import makes of path under o (NULL on
+ * failure, a failed check). */
+static cJSON *trace_graph(th_ctx *t, const char *path, const keras_opts *o)
+{
+    char *text = NULL, *notes = NULL;
+    tpu_error e;
+    cJSON *doc = NULL;
+    if (!TH_CHECKF(t, keras_import(path, o, &text, &notes, &e) == TPU_OK,
+                   "import %s: %s", path, e.msg))
+        return NULL;
+    doc = cJSON_Parse(text);
+    free(text);
+    free(notes);
+    cJSON *g = cJSON_DetachItemFromObject(doc, "graph");
+    cJSON_Delete(doc);
+    return g;
+}
+
+/* A model and its channels_last twin import to one trace: every layer,
+ * input, shape and parameter alike. */
+static void same_trace(th_ctx *t, const char *cf, const char *cl,
+                       const keras_opts *o)
+{
+    cJSON *a = trace_graph(t, cf, o), *b = trace_graph(t, cl, o);
+    TH_CHECKF(t, a && b && cJSON_Compare(a, b, 1),
+              "%s and %s import to different traces", cf, cl);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
+/* One layer of a Keras 2 Functional model kmodel writes (klayer's
+ * arguments: class, name, config, up to two sources). */
+typedef struct {
+    const char *cls, *name, *cfg, *src, *src2;
+} kspec;
+
+/* Writes the model of n layers, its inputs and outputs given as JSON
+ * lists of [name, 0, 0]. */
+static int kmodel(th_ctx *t, const char *path, const kspec *l, int n,
+                  const char *ins, const char *outs)
+{
+    FILE *f = fopen(path, "w");
+    int first = 1;
+    if (!TH_CHECK(t, f != NULL))
+        return 0;
+    fprintf(f, "{\"class_name\": \"Functional\", \"config\": {\"name\": "
+               "\"m\", \"layers\": [\n");
+    for (int k = 0; k < n; k++)
+        klayer(f, &first, l[k].cls, l[k].name, l[k].cfg, l[k].src,
+               l[k].src2);
+    fprintf(f, "], \"input_layers\": %s, \"output_layers\": %s}, "
+               "\"keras_version\": \"2.12.0\"}\n", ins, outs);
+    fclose(f);
+    return 1;
+}
+
+#define CF "\"data_format\": \"channels_first\""
+#define CL "\"data_format\": \"channels_last\""
+
+/* Channels-first models (Keras's 3D U-Nets for CT volumes, models ported
+ * from PyTorch): the same network as their channels-last twin, Keras's
+ * parameter counts, Keras's shapes with the channels moved last; a mix
+ * of layouts through Permute; what has no trace equivalent refused. */
+static void channels_first(th_ctx *t)
+{
+    keras_opts o;
+    graph g;
+    char path[512];
+    th_cmd_result r;
+    memset(&o, 0, sizeof o);
+
+    th_case(t, "channels_first 3D U-Net: Keras's 254,889 parameters, its "
+               "shapes channels last, the twin's trace");
+    if (imp(t, KDIR "unet3d_cf.json", &o, &g, NULL)) {
+        int64_t nt;
+        /* convolutions without bias, 27 taps: 1x8, 8x16, 16x16, 16x32,
+         * 32x32, 32x64, (64+32)x32, 32x32, (32+16)x16, 16x16 = 245,592;
+         * up1 (Conv3DTranspose 2x2x2, 32 -> 32, bias) 8,224; the head
+         * 16 + 1; batchnorm 4 per channel over 8+16+16+32+32+64+32+32+
+         * 16+16 = 264 channels: 1,056 (528 moving, not trained) */
+        TH_CHECKF(t, keras_total(&g, &nt) == 254889 && nt == 528,
+                  "%lld / %lld", (long long)keras_total(&g, NULL),
+                  (long long)nt);
+        int in = find(&g, "volume"), e1 = find(&g, "enc1b_relu"),
+            up = find(&g, "up2"), c2 = find(&g, "cat2"),
+            u1 = find(&g, "up1"), m = find(&g, "mask");
+        TH_CHECK(t, in == 0 && g.layers[in].out.nsp == 3 &&
+                        g.layers[in].out.sp[0] == 128 &&
+                        g.layers[in].out.c == 1);
+        TH_CHECK(t, e1 > 0 && g.layers[e1].out.sp[2] == 128 &&
+                        g.layers[e1].out.c == 16);
+        /* Keras: up2 [64, 64, 64, 64] (C first) upsampled from 32^3 */
+        TH_CHECK(t, up > 0 && g.layers[up].op == GOP_UPSAMPLE &&
+                        g.layers[up].out.sp[0] == 64 &&
+                        g.layers[up].out.c == 64);
+        TH_CHECK(t, c2 > 0 && g.layers[c2].op == GOP_CONCAT &&
+                        g.layers[c2].out.c == 96);
+        TH_CHECK(t, u1 > 0 && g.layers[u1].op == GOP_CONV_T &&
+                        g.layers[u1].out.sp[0] == 128 &&
+                        g.layers[u1].out.c == 32);
+        TH_CHECK(t, m > 0 && g.layers[m].out.c == 1);
+    }
+    graph_free(&g);
+    same_trace(t, KDIR "unet3d_cf.json", KDIR "unet3d_cl.json", &o);
+
+    th_case(t, "channels_first 2D CNN: Flatten + Dense, SE gate (C, 1, 1): "
+               "137,490, the twin's trace");
+    if (imp(t, KDIR "cnn2d_cf.json", &o, &g, NULL)) {
+        /* conv1 3x3x3x16 + 16 = 448, bn1 64, conv2 3x3x16x32 + 32 = 4,640,
+         * se 32x8 + 8 = 264 and 8x32 + 32 = 288, fc1 (8x8x32 = 2,048
+         * flattened) x 64 + 64 = 131,136, predictions 650 */
+        TH_CHECKF(t, keras_total(&g, NULL) == 137490, "%lld",
+                  (long long)keras_total(&g, NULL));
+        int f = find(&g, "flatten"), sr = find(&g, "se_reshape"),
+            p = find(&g, "pad");
+        TH_CHECK(t, f > 0 && g.layers[f].out.c == 2048);
+        TH_CHECK(t, sr > 0 && g.layers[sr].out.nsp == 2 &&
+                        g.layers[sr].out.sp[0] == 1 &&
+                        g.layers[sr].out.sp[1] == 1 &&
+                        g.layers[sr].out.c == 32);
+        TH_CHECK(t, p > 0 && g.layers[p].out.sp[0] == 18 &&
+                        g.layers[p].out.c == 16);
+    }
+    graph_free(&g);
+    same_trace(t, KDIR "cnn2d_cf.json", KDIR "cnn2d_cl.json", &o);
+
+    th_case(t, "--input and --partition in the input's Keras order "
+               "(N, C, D, H, W)");
+    o.input = "1x32x48x64";
+    o.partition = "1,1,2,1,1";
+    if (imp(t, KDIR "unet3d_cf.json", &o, &g, NULL)) {
+        TH_CHECK(t, g.layers[0].out.sp[0] == 32 &&
+                        g.layers[0].out.sp[2] == 64 &&
+                        g.layers[0].out.c == 1);
+        TH_CHECKF(t, g.cores_per_replica == 2 && g.pdims[1] == 2 &&
+                         g.pdims[4] == 1,
+                  "pdims %d %d %d %d %d", g.pdims[0], g.pdims[1],
+                  g.pdims[2], g.pdims[3], g.pdims[4]);
+    }
+    graph_free(&g);
+    memset(&o, 0, sizeof o);
+
+    th_case(t, "the 3D U-Net runs on v3-8, and its values at 16^3 "
+               "(--functional --steps 2)");
+    {
+        char out[512];
+        snprintf(out, sizeof out, "%s/unet3d.trace.json", th_tmpdir());
+        th_run(&r, "%s import " KDIR "unet3d_cf.json -o %s --loss dice",
+               th_bin(), out);
+        TH_CHECKF(t, r.status == 0, "%s", r.err);
+        th_run(&r, "%s run %s", th_bin(), out);
+        TH_CHECKF(t, r.status == 0 && strstr(r.out, "unet3d on v3-8"), "%s",
+                  r.err);
+        th_run(&r, "%s import " KDIR "unet3d_cf.json -o %s --loss dice "
+                   "--input 1x16x16x16 --batch 8",
+               th_bin(), out);
+        TH_CHECKF(t, r.status == 0, "%s", r.err);
+        th_run(&r, "%s run %s --functional --steps 2", th_bin(), out);
+        TH_CHECKF(t, r.status == 0 && strstr(r.out, "[8,16,16,16,1]"),
+                  "%s%s", r.out, r.err);
+    }
+
+    th_case(t, "a mix: channels_first convolutions, Permute to channels "
+               "last for a Dense and a channels_last conv, Permute back");
+    snprintf(path, sizeof path, "%s/mixed.json", th_tmpdir());
+    {
+        static const kspec l[] = {
+            {"InputLayer", "x", "\"batch_input_shape\": [null, 3, 16, 12]",
+             NULL, NULL},
+            {"Dropout", "drop", "\"rate\": 0.1", "x", NULL},
+            {"Conv2D", "a", "\"filters\": 8, \"kernel_size\": 3, " CF, "drop",
+             NULL},
+            {"BatchNormalization", "bn", "\"axis\": 1", "a", NULL},
+            {"Permute", "to_last", "\"dims\": [2, 3, 1]", "bn", NULL},
+            {"Dense", "mix", "\"units\": 6", "to_last", NULL},
+            {"LayerNormalization", "ln", "\"axis\": -1", "mix", NULL},
+            {"Conv2D", "b", "\"filters\": 4, \"kernel_size\": 1, " CL,
+             "ln", NULL},
+            {"Permute", "to_first", "\"dims\": [3, 1, 2]", "b", NULL},
+            {"Reshape", "rows", "\"target_shape\": [4, 140]", "to_first",
+             NULL},
+            {"Conv1D", "c", "\"filters\": 5, \"kernel_size\": 3, " CF,
+             "rows", NULL},
+            {"Softmax", "sm", "\"axis\": 1", "c", NULL},
+            {"GlobalAveragePooling1D", "gap", CF, "sm", NULL},
+            {"Dense", "out", "\"units\": 2", "gap", NULL},
+        };
+        if (kmodel(t, path, l, (int)(sizeof l / sizeof l[0]),
+                   "[[\"x\", 0, 0]]", "[[\"out\", 0, 0]]") &&
+            imp(t, path, &o, &g, NULL)) {
+            int a = find(&g, "a"), m = find(&g, "mix"), b = find(&g, "b"),
+                rw = find(&g, "rows"), c = find(&g, "c");
+            /* Keras: a [8, 14, 10], to_last [14, 10, 8], mix [14, 10, 6],
+             * b [14, 10, 4], to_first [4, 14, 10], rows [4, 140],
+             * c [5, 138] */
+            TH_CHECK(t, a > 0 && g.layers[a].out.sp[0] == 14 &&
+                            g.layers[a].out.sp[1] == 10 &&
+                            g.layers[a].out.c == 8);
+            TH_CHECK(t, m > 0 && g.layers[m].in[0] == find(&g, "bn") &&
+                            g.layers[m].out.c == 6);
+            TH_CHECK(t, b > 0 && g.layers[b].out.c == 4);
+            TH_CHECK(t, rw > 0 && g.layers[rw].op == GOP_RESHAPE &&
+                            g.layers[rw].out.sp[0] == 1 &&
+                            g.layers[rw].out.sp[1] == 140 &&
+                            g.layers[rw].out.c == 4);
+            TH_CHECK(t, c > 0 && g.layers[c].out.sp[1] == 138 &&
+                            g.layers[c].out.c == 5);
+            TH_CHECK(t, find(&g, "to_last") < 0 && find(&g, "to_first") < 0);
+            /* a 3x3x3x8 + 8, bn 32, mix 8x6 + 6, ln 12, b 6x4 + 4,
+             * c 3x4x5 + 5, out 5x2 + 2 */
+            TH_CHECKF(t, keras_total(&g, NULL) == 224 + 32 + 54 + 12 + 28 +
+                                                     65 + 12,
+                      "%lld", (long long)keras_total(&g, NULL));
+        }
+        graph_free(&g);
+    }
+
+    th_case(t, "channels_first layers that act on a spatial axis: refused "
+               "with the path and why");
+    {
+        static const struct {
+            kspec l[4];
+            const char *want;
+        } cases[] = {
+            {{{"InputLayer", "x", "\"batch_input_shape\": [null, 3, 8, 8]",
+               NULL, NULL},
+              {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, " CL, "x",
+               NULL},
+              {"Conv2D", "b", "\"filters\": 4, \"kernel_size\": 1, " CF, "x",
+               NULL},
+              {"Add", "out", "", "a", "b"}},
+             "mixed.json: config.layers[2].config.data_format: 'b' (Conv2D) "
+             "is channels_first, but its input 'x' is a channels_last tensor"},
+            {{{"InputLayer", "x", "\"batch_input_shape\": [null, 3, 8, 8]",
+               NULL, NULL},
+              {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, "
+                              "\"activation\": \"softmax\", " CF,
+               "x", NULL},
+              {"Flatten", "f", "", "a", NULL},
+              {"Dense", "out", "\"units\": 2", "f", NULL}},
+             "mixed.json: config.layers[1].config.activation: activation "
+             "'softmax' acts on the last axis, which on the channels_first "
+             "tensor of 'a' is a spatial one"},
+            {{{"InputLayer", "x", "\"batch_input_shape\": [null, 3, 8, 8]",
+               NULL, NULL},
+              {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, " CF, "x",
+               NULL},
+              {"BatchNormalization", "bn", "\"axis\": -1", "a", NULL},
+              {"Flatten", "out", "", "bn", NULL}},
+             "mixed.json: config.layers[2].config.axis: axis -1 is not the "
+             "channel axis of this channels_first tensor (1 or -3)"},
+            {{{"InputLayer", "x", "\"batch_input_shape\": [null, 3, 8, 8]",
+               NULL, NULL},
+              {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, " CF, "x",
+               NULL},
+              {"Reshape", "r", "\"target_shape\": [64, 4]", "a", NULL},
+              {"Flatten", "out", "", "r", NULL}},
+             "mixed.json: config.layers[2].config.target_shape: 'a' is "
+             "channels_first with 4 channels; a target of 64 first moves "
+             "elements across the channel axis"},
+            {{{"InputLayer", "x", "\"batch_input_shape\": [null, 8, 8, 3]",
+               NULL, NULL},
+              {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, " CL, "x",
+               NULL},
+              {"Permute", "p", "\"dims\": [2, 3, 1]", "a", NULL},
+              {"Conv2D", "out", "\"filters\": 4, \"kernel_size\": 1, " CF,
+               "p", NULL}},
+             "mixed.json: config.layers[2].config.dims: 'a' is channels_last: "
+             "this permutation moves its first (spatial) axis"},
+            {{{"InputLayer", "x", "\"batch_input_shape\": [null, 8, 8, 3]",
+               NULL, NULL},
+              {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, " CF, "x",
+               NULL},
+              {"Permute", "p", "\"dims\": [1, 3, 2]", "a", NULL},
+              {"Flatten", "out", "", "p", NULL}},
+             "the file's unmapped classes: Permute(dims=[1,3,2]) x1"},
+            {{{"InputLayer", "x", "\"batch_input_shape\": [null, 4, 8, 8]",
+               NULL, NULL},
+              {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, " CF, "x",
+               NULL},
+              {"GlobalAveragePooling2D", "g", CF, "a", NULL},
+              {"Multiply", "out", "", "a", "g"}},
+             "mixed.json: config.layers[3]: 'out' (Multiply): the flat operand "
+             "'g' broadcasts along the last axis of the channels_first tensor "
+             "'a'"},
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            const char *w[] = {cases[k].want, NULL};
+            if (kmodel(t, path, cases[k].l, 4, "[[\"x\", 0, 0]]",
+                       "[[\"out\", 0, 0]]"))
+                refuses(t, path, w);
+        }
+    }
+
+    th_case(t, "an input's layout is its first reader's with a data_format, "
+               "through layers without one; unclear in a mixed model");
+    {
+        static const kspec l[] = {
+            {"InputLayer", "x", "\"batch_input_shape\": [null, 4, 8, 6]",
+             NULL, NULL},
+            {"Activation", "r", "\"activation\": \"relu\"", "x", NULL},
+            {"Conv2D", "out", "\"filters\": 2, \"kernel_size\": 1, " CF,
+             "r", NULL},
+        };
+        if (kmodel(t, path, l, 3, "[[\"x\", 0, 0]]", "[[\"out\", 0, 0]]") &&
+            imp(t, path, &o, &g, NULL))
+            TH_CHECK(t, g.layers[0].out.sp[0] == 8 &&
+                            g.layers[0].out.sp[1] == 6 &&
+                            g.layers[0].out.c == 4);
+        graph_free(&g);
+        static const kspec m[] = {
+            {"InputLayer", "x", "\"batch_input_shape\": [null, 4, 8, 8]",
+             NULL, NULL},
+            {"InputLayer", "y", "\"batch_input_shape\": [null, 4, 8, 8]",
+             NULL, NULL},
+            {"Activation", "r", "\"activation\": \"relu\"", "x", NULL},
+            {"Conv2D", "a", "\"filters\": 4, \"kernel_size\": 1, " CF, "y",
+             NULL},
+            {"Conv2D", "b", "\"filters\": 4, \"kernel_size\": 1, " CL, "a",
+             NULL},
+        };
+        static const char *const w[] = {
+            "mixed.json: config.layers[0].config.batch_input_shape: no layer "
+            "reading input 'x' says its data_format, and the model's layers "
+            "are channels_first and channels_last",
+            NULL};
+        if (kmodel(t, path, m, 5, "[[\"x\", 0, 0], [\"y\", 0, 0]]",
+                   "[[\"r\", 0, 0], [\"b\", 0, 0]]"))
+            refuses(t, path, w);
+    }
+}
+
 /* A generated model of 500 layers (125 residual blocks of conv, batchnorm,
  * relu and add) imported and run: the issue's bound of 1 s of host time
  * (CPU time, so a busy machine does not fail it; not under ASan). */
@@ -677,6 +1010,7 @@ void th_suite_import(th_ctx *t)
     applications(t);
     bad(t);
     causal_softmax(t);
+    channels_first(t);
     saved_losses(t);
     speed(t);
 }
