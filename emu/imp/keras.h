@@ -6,7 +6,9 @@
  * `model.json` (the Keras config in `modelTopology`), a Keras 3
  * `config.json`, and a `.keras` archive (the zip holding config.json).
  * Every layer class the trace format can express maps to trace layers
- * through one table (keras.c, keras_classes); a layer that cannot be
+ * through one table (keras.c, keras_classes); a channels_first model is
+ * read as the same network with its channel axis moved last (the trace
+ * is channels-last in its shapes only); a layer that cannot be
  * mapped is an error naming it, listing every unmapped class of the file,
  * unless the options pass its class through as an identity.
  *
@@ -29,14 +31,15 @@ struct cJSON;
 
 typedef struct {
     /* One example's shape per model input as Keras writes it, without the
-     * batch ("224x224x3"; inputs separated by ','); NULL: the model's own,
+     * batch ("224x224x3"; channels first for an input the model reads
+     * channels-first; inputs separated by ','); NULL: the model's own,
      * which must then be fully given. */
     const char *input;
     int64_t batch;              /* global batch; 0: 8 per replica */
     const char *system;         /* slice; NULL: "v3-8" */
     /* input_partition_dims of the first input as Keras orders a batch
-     * ("1,4,2,1": N, H, W, C); NULL: not partitioned.  The replica size
-     * is its product. */
+     * ("1,4,2,1": N, H, W, C; N, C, H, W channels-first); NULL: not
+     * partitioned.  The replica size is its product. */
     const char *partition;
     int infer;                  /* 1: mode infer (no loss), 0: train */
     const char *loss;           /* loss kind; NULL: softmax_xent */
