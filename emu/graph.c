@@ -284,51 +284,120 @@ static tpu_status set_weights(glayer *L, double w, const char **key,
     return TPU_OK;
 }
 
-/* Weight sharing: the sharer must look exactly like the layer it reuses. */
-static tpu_status check_share(const graph *g, const glayer *L,
-                              const char **key, tpu_error *err)
+/* What a conv or conv_transpose sharer and its owner differ in, the
+ * first thing found (groups 8 against 4 with 32 input channels each
+ * differ in groups, not in channels); 0 when they look the same. */
+static int share_diff_conv(const glayer *S, const glayer *L,
+                           const glayer *sin, const glayer *lin, char *what,
+                           size_t cap)
 {
-    const glayer *S = &g->layers[L->share_from];
-    const glayer *sin = &g->layers[S->in[0]];
-    const glayer *lin = &g->layers[L->in[0]];
     int same = S->op == L->op && S->filters == L->filters &&
                S->use_bias == L->use_bias &&
                graph_groups(S) == graph_groups(L) &&
                sin->out.nsp == lin->out.nsp && sin->out.c == lin->out.c;
     for (int d = 0; same && d < lin->out.nsp; d++)
         same = S->kernel[d] == L->kernel[d];
-    if (!same) {
-        /* name the first thing that differs (groups 8 against 4 with 32
-         * input channels each differ in groups, not in channels) */
-        char what[160];
-        if (S->op != L->op)
-            snprintf(what, sizeof what, "%s here, %s there",
-                     graph_op_name(L->op), graph_op_name(S->op));
-        else if (S->filters != L->filters)
-            snprintf(what, sizeof what, "filters %lld here, %lld there",
-                     (long long)L->filters, (long long)S->filters);
-        else if (graph_groups(S) != graph_groups(L))
-            snprintf(what, sizeof what, "groups %lld here, %lld there",
-                     (long long)graph_groups(L), (long long)graph_groups(S));
-        else if (S->use_bias != L->use_bias)
-            snprintf(what, sizeof what, "use_bias %s here, %s there",
-                     L->use_bias ? "true" : "false",
-                     S->use_bias ? "true" : "false");
-        else if (sin->out.c != lin->out.c)
-            snprintf(what, sizeof what, "%lld input channels here, %lld "
-                     "there", (long long)lin->out.c, (long long)sin->out.c);
-        else if (sin->out.nsp != lin->out.nsp)
-            snprintf(what, sizeof what, "a %dD input here, %dD there",
-                     lin->out.nsp, sin->out.nsp);
-        else
-            snprintf(what, sizeof what, "kernels of other extents");
-        *key = "share_weights";
-        return tpu_fail(err, TPU_ERR_INPUT,
-                        "'%s' has different weights (op, kernel, filters, "
-                        "groups, use_bias and input channels must match: %s)",
-                        S->name, what);
+    if (same)
+        return 0;
+    if (S->op != L->op)
+        snprintf(what, cap, "%s here, %s there", graph_op_name(L->op),
+                 graph_op_name(S->op));
+    else if (S->filters != L->filters)
+        snprintf(what, cap, "filters %lld here, %lld there",
+                 (long long)L->filters, (long long)S->filters);
+    else if (graph_groups(S) != graph_groups(L))
+        snprintf(what, cap, "groups %lld here, %lld there",
+                 (long long)graph_groups(L), (long long)graph_groups(S));
+    else if (S->use_bias != L->use_bias)
+        snprintf(what, cap, "use_bias %s here, %s there",
+                 L->use_bias ? "true" : "false",
+                 S->use_bias ? "true" : "false");
+    else if (sin->out.c != lin->out.c)
+        snprintf(what, cap, "%lld input channels here, %lld there",
+                 (long long)lin->out.c, (long long)sin->out.c);
+    else if (sin->out.nsp != lin->out.nsp)
+        snprintf(what, cap, "a %dD input here, %dD there", lin->out.nsp,
+                 sin->out.nsp);
+    else
+        snprintf(what, cap, "kernels of other extents");
+    return 1;
+}
+
+/* The same for the other layers with weights: dense (units, bias and
+ * input features: its kernel is [in, units] whatever the spatial extent)
+ * and the normalisations (channels, gamma and beta present; group_norm's
+ * groups, which a call of one Keras layer cannot change). */
+static int share_diff_other(const glayer *S, const glayer *L,
+                            const glayer *sin, const glayer *lin, char *what,
+                            size_t cap)
+{
+    const char *chan = L->op == GOP_DENSE ? "input features" : "channels";
+    if (S->op != L->op)
+        snprintf(what, cap, "%s here, %s there", graph_op_name(L->op),
+                 graph_op_name(S->op));
+    else if (L->op == GOP_DENSE && S->filters != L->filters)
+        snprintf(what, cap, "units %lld here, %lld there",
+                 (long long)L->filters, (long long)S->filters);
+    else if (sin->out.c != lin->out.c)
+        snprintf(what, cap, "%lld %s here, %lld there", (long long)lin->out.c,
+                 chan, (long long)sin->out.c);
+    else if (L->op == GOP_DENSE && S->use_bias != L->use_bias)
+        snprintf(what, cap, "use_bias %s here, %s there",
+                 L->use_bias ? "true" : "false",
+                 S->use_bias ? "true" : "false");
+    else if (L->op == GOP_GROUPNORM && S->groups != L->groups)
+        snprintf(what, cap, "groups %d here, %d there", L->groups,
+                 S->groups);
+    else if (L->op != GOP_DENSE && !S->no_scale != !L->no_scale)
+        snprintf(what, cap, "scale %s here, %s there",
+                 L->no_scale ? "false" : "true",
+                 S->no_scale ? "false" : "true");
+    else if (L->op != GOP_DENSE && !S->no_center != !L->no_center)
+        snprintf(what, cap, "center %s here, %s there",
+                 L->no_center ? "false" : "true",
+                 S->no_center ? "false" : "true");
+    else
+        return 0;
+    return 1;
+}
+
+/* What must match for a share, as the refusal lists it. */
+static const char *share_keys(graph_op op)
+{
+    switch (op) {
+    case GOP_CONV:
+    case GOP_CONV_T:
+        return "op, kernel, filters, groups, use_bias and input channels";
+    case GOP_DENSE:
+        return "op, units, use_bias and input features";
+    case GOP_GROUPNORM:
+        return "op, channels, groups, scale and center";
+    case GOP_NORMALIZE:
+        return "op and channels";
+    default:
+        return "op, channels, scale and center";
     }
-    return TPU_OK;
+}
+
+/* Weight sharing: the sharer must look exactly like the layer it reuses
+ * (the same weights, so the same shapes).  The sharer keeps no weights of
+ * its own: the caller leaves L->weights at 0. */
+static tpu_status check_share(const graph *g, const glayer *L,
+                              const char **key, tpu_error *err)
+{
+    const glayer *S = &g->layers[L->share_from];
+    const glayer *sin = &g->layers[S->in[0]];
+    const glayer *lin = &g->layers[L->in[0]];
+    char what[160];
+    int differs = L->op == GOP_CONV || L->op == GOP_CONV_T
+                      ? share_diff_conv(S, L, sin, lin, what, sizeof what)
+                      : share_diff_other(S, L, sin, lin, what, sizeof what);
+    if (!differs)
+        return TPU_OK;
+    *key = "share_weights";
+    return tpu_fail(err, TPU_ERR_INPUT,
+                    "'%s' has different weights (%s must match: %s)", S->name,
+                    share_keys(L->op), what);
 }
 
 /* A conv's or conv_transpose's kernel (+ bias): its own, or none when it
@@ -520,9 +589,10 @@ static tpu_status infer_conv_t(const graph *g, glayer *L, const glayer *src,
     return conv_weights(g, L, src, nsp, key, err);
 }
 
-/* Keras Dense: a matrix product on the last axis, spatial kept. */
-static tpu_status infer_dense(glayer *L, const glayer *src, const char **key,
-                              tpu_error *err)
+/* Keras Dense: a matrix product on the last axis, spatial kept; a sharer
+ * counts all its MACs but no weights. */
+static tpu_status infer_dense(const graph *g, glayer *L, const glayer *src,
+                              const char **key, tpu_error *err)
 {
     tpu_status st;
     L->out.c = L->filters;
@@ -530,6 +600,8 @@ static tpu_status infer_dense(glayer *L, const glayer *src, const char **key,
     if ((st = check_shape(&L->out, err)))
         return st;
     L->macs = (double)gshape_elems(&L->out) * (double)src->out.c;
+    if (L->share_from >= 0)
+        return check_share(g, L, key, err);
     return set_weights(L,
                        (double)src->out.c * L->filters +
                            (L->use_bias ? L->filters : 0),
@@ -697,9 +769,10 @@ static tpu_status infer_more(const graph *g, glayer *L, const glayer *src,
 {
     tpu_status st;
     char a[96], b[96];
-    (void)g;
     switch (L->op) {
     case GOP_LAYERNORM: /* gamma and beta (Keras's center and scale) */
+        if (L->share_from >= 0)
+            return check_share(g, L, key, err);
         L->weights = graph_norm_params(L) * src->out.c;
         return TPU_OK;
     case GOP_GROUPNORM:
@@ -708,9 +781,13 @@ static tpu_status infer_more(const graph *g, glayer *L, const glayer *src,
             return tpu_fail(err, TPU_ERR_INPUT,
                             "%d does not divide the input's %lld channels",
                             L->groups, (long long)src->out.c);
+        if (L->share_from >= 0)
+            return check_share(g, L, key, err);
         L->weights = graph_norm_params(L) * src->out.c;
         return TPU_OK;
     case GOP_NORMALIZE: /* mean, variance and Keras's count */
+        if (L->share_from >= 0)
+            return check_share(g, L, key, err);
         L->weights = 2 * src->out.c + 1;
         return TPU_OK;
     case GOP_PAD:
@@ -785,8 +862,10 @@ static tpu_status infer_layer(graph *g, int i, const char **key,
     case GOP_CONV_T:
         return infer_conv_t(g, L, src, key, err);
     case GOP_DENSE:
-        return infer_dense(L, src, key, err);
+        return infer_dense(g, L, src, key, err);
     case GOP_BATCHNORM:
+        if (L->share_from >= 0)
+            return check_share(g, L, key, err);
         L->weights = graph_norm_params(L) * src->out.c; /* gamma, beta */
         return TPU_OK;
     case GOP_RELU:

@@ -165,7 +165,9 @@ typedef struct {
     graph_loss loss;
     int share_from;              /* optional "share_weights": index of the
                                     layer whose weights this one reuses
-                                    (RetinaNet's heads across FPN levels), -1 */
+                                    (RetinaNet's heads across FPN levels, a
+                                    Siamese encoder's convs, dense layers
+                                    and normalisations), -1 */
     int frozen;                  /* "trainable": false on a layer with
                                     weights: they get no gradient, no
                                     optimizer state and no update (a sharer

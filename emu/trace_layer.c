@@ -97,13 +97,13 @@ static const char *const *trace_op_keys(graph_op op)
         "name",    "op",      "in",       "dtype",        "comment",
         "filters", "kernel",  "strides",  "padding",      "use_bias",
         "share_weights", "trainable", "core", NULL};
-    static const char *const dense[] = {"name",     "op",    "in",
-                                        "dtype",    "comment", "units",
-                                        "use_bias", "trainable", "core", NULL};
+    static const char *const dense[] = {
+        "name",     "op",        "in",   "dtype",         "comment", "units",
+        "use_bias", "trainable", "core", "share_weights", NULL};
     static const char *const bn[] = {"name",    "op",        "in",
                                      "dtype",   "comment",   "trainable",
                                      "statistics", "core",   "scale",
-                                     "center",  NULL};
+                                     "center",  "share_weights", NULL};
     static const char *const plain[] = {"name",    "op",   "in", "dtype",
                                         "comment", "core", NULL};
     static const char *const flat[] = {"name",    "op",   "in", "dtype",
@@ -127,11 +127,14 @@ static const char *const *trace_op_keys(graph_op op)
     static const char *const ln[] = {"name",    "op",        "in",
                                      "dtype",   "comment",   "trainable",
                                      "core",    "scale",     "center",
-                                     NULL};
+                                     "share_weights", NULL};
     static const char *const gn[] = {"name",    "op",        "in",
                                      "dtype",   "comment",   "trainable",
                                      "groups",  "core",      "scale",
-                                     "center",  NULL};
+                                     "center",  "share_weights", NULL};
+    static const char *const nz[] = {"name",    "op",   "in", "dtype",
+                                     "comment", "core", "share_weights",
+                                     NULL};
     static const char *const pad[] = {"name",    "op",   "in", "dtype",
                                       "comment", "pads", "core", NULL};
     static const char *const crop[] = {"name",    "op",    "in", "dtype",
@@ -141,6 +144,7 @@ static const char *const *trace_op_keys(graph_op op)
     switch (op) {
     case GOP_LAYERNORM: return ln;
     case GOP_GROUPNORM: return gn;
+    case GOP_NORMALIZE: return nz;
     case GOP_PAD: return pad;
     case GOP_CROP: return crop;
     case GOP_RESIZE: return up;
@@ -351,8 +355,11 @@ static tpu_status trace_like_kernel(trace_ctx *c, const char *base,
     return trace_fail(c, p, "%d numbers for a %d-number kernel", rank, krank);
 }
 
-/* share_weights: an earlier conv or conv_transpose; a chain of sharers
- * resolves to the owner. */
+/* share_weights: an earlier layer whose weights this one uses, a conv or
+ * conv_transpose for either, otherwise one of the same op (dense,
+ * batchnorm, layer_norm, group_norm, normalize); a chain of sharers
+ * resolves to the owner.  That the weights look the same is shape
+ * inference's check (graph.c, check_share). */
 static tpu_status trace_share(trace_ctx *c, const graph *g, const cJSON *o,
                               const char *base, glayer *L)
 {
@@ -366,10 +373,12 @@ static tpu_status trace_share(trace_ctx *c, const graph *g, const cJSON *o,
     if (t < 0)
         return trace_fail(c, p, "no earlier layer named '%s'",
                           trace_q(q, sizeof q, sh));
-    if (g->layers[t].op != GOP_CONV && g->layers[t].op != GOP_CONV_T)
-        return trace_fail(c, p, "'%s' is a %s, not a conv",
-                          trace_q(q, sizeof q, sh),
-                          graph_op_name(g->layers[t].op));
+    int conv = L->op == GOP_CONV || L->op == GOP_CONV_T;
+    graph_op top = g->layers[t].op;
+    if (conv ? top != GOP_CONV && top != GOP_CONV_T : top != L->op)
+        return trace_fail(c, p, "'%s' is a %s, not a %s",
+                          trace_q(q, sizeof q, sh), graph_op_name(top),
+                          conv ? "conv" : graph_op_name(L->op));
     if (g->layers[t].share_from >= 0)
         t = g->layers[t].share_from;
     L->share_from = t;
@@ -647,7 +656,9 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
             return st;
         L->filters = (int)n64;
         L->use_bias = 1;
-        return trace_bool(c, o, base, "use_bias", &L->use_bias);
+        if ((st = trace_bool(c, o, base, "use_bias", &L->use_bias)))
+            return st;
+        return trace_share(c, g, o, base, L);
     case GOP_MAXPOOL:
     case GOP_AVGPOOL:
         return trace_pool(c, g, o, base, src, L);
@@ -674,7 +685,7 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
                              &k)))
             return st;
         L->bn_moving = k == 1;
-        return TPU_OK;
+        return trace_share(c, g, o, base, L);
     case GOP_ROI_ALIGN:
         return trace_roi(c, o, base, L);
     case GOP_FLATTEN:
@@ -688,7 +699,9 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
         if ((st = trace_int(c, o, base, "groups", 1, 1, GRAPH_DIM_MAX, &n64)))
             return st;
         L->groups = (int)n64;
-        return TPU_OK;
+        return trace_share(c, g, o, base, L);
+    case GOP_LAYERNORM:
+        return trace_share(c, g, o, base, L);
     case GOP_PAD:
     case GOP_CROP:
         return trace_pads(c, o, base, src, L);
@@ -700,7 +713,7 @@ static tpu_status trace_op_params(trace_ctx *c, const graph *g,
         return trace_shape(c, o, base, &L->target);
     case GOP_NORMALIZE:
         L->frozen = 1; /* statistics adapted before training, not trained */
-        return TPU_OK;
+        return trace_share(c, g, o, base, L);
     default:
         return TPU_OK;
     }

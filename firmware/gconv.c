@@ -48,7 +48,12 @@ static void emit_part(lower_ctx *c, int phase, const gconv *q, int part,
     const glayer *L = &c->g->layers[q->l];
     int64_t lane = c->hw->lane_pad, rows = c->hw->mxu.rows;
     int fx = part == 0 ? FX_FWD : part == 1 ? FX_DX : FX_DW;
-    double wcompact = (double)L->weights * q->wbytes_el;
+    /* the compact filter's elements: its owner's when it is shared (a
+     * sharer counts none of its own, but reads and forms them all) */
+    double nw = (double)(L->share_from >= 0
+                             ? c->g->layers[L->share_from].weights
+                             : L->weights);
+    double wcompact = nw * q->wbytes_el;
     if (cand == FW_GC_VECTOR) {
         /* Elements the vector unit produces: the output (forward, weight
          * gradient's products) or the input gradient, counted as every
@@ -76,7 +81,7 @@ static void emit_part(lower_ctx *c, int phase, const gconv *q, int part,
             /* dW[t, c] += x(window) dY: taps multiply-adds per output
              * element into fp32 partial sums, reduced and stored once */
             tile_pass_fx(c, fx, phase, q->l, q->in_b + q->o_b,
-                         (double)L->weights * 4, el,
+                         nw * 4, el,
                          madd * (double)q->taps + q->apply * (double)q->taps);
         return;
     }
@@ -122,7 +127,7 @@ static void emit_part(lower_ctx *c, int phase, const gconv *q, int part,
             c->fx = FX_NONE;
             /* the groups' blocks taken out of the dense fp32 gradient */
             tile_pass_fx(c, FX_NONE, phase, q->l, dense_w * 4,
-                         (double)L->weights * 4, dense_w, 1);
+                         nw * 4, dense_w, 1);
         }
         c->fx = keep;
         return;

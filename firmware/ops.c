@@ -121,8 +121,10 @@ static void norm_backward(lower_ctx *c, int l, int input_is_data)
                        FW_GROUP_PARTITION, 0, 0);
         tile_pass(c, ph, l, 2 * ob, ib, oe, OPS_BDX);
     }
+    /* a sharer's partial gamma and beta are its owner's size */
+    const glayer *O = L->share_from >= 0 ? &c->g->layers[L->share_from] : L;
     if (dw && c->hw->xla_dw_allreduce && layout_any_split(c, l))
-        lower_emit(c, FW_ALLREDUCE, ph, l, L->weights * 4, FW_GROUP_PARTITION,
+        lower_emit(c, FW_ALLREDUCE, ph, l, O->weights * 4, FW_GROUP_PARTITION,
                    0, 0);
 }
 

@@ -32,11 +32,13 @@ int cli_import_take(keras_opts *o, char *allow, size_t cap, int argc,
                     char **argv, int *i);
 
 /* Keras's parameter count of layer i: the trace's weights, plus a
- * batchnorm's moving mean and variance (non-trainable). */
+ * batchnorm's moving mean and variance (non-trainable; a sharer's are its
+ * owner's). */
 static int64_t keras_params(const graph *g, int i, int64_t *nontrain)
 {
     const glayer *L = &g->layers[i];
-    int64_t stats = L->op == GOP_BATCHNORM ? 2 * L->out.c : 0;
+    int64_t stats =
+        L->op == GOP_BATCHNORM && L->share_from < 0 ? 2 * L->out.c : 0;
     *nontrain = stats + (L->frozen && L->share_from < 0 ? L->weights : 0);
     return L->weights + stats;
 }
