@@ -861,6 +861,226 @@ static void norm_params_case(th_ctx *t)
             graph_free(&g[v]);
 }
 
+/* Bytes core 0's firmware all-reduces in `group` (FW_GROUP_*), in the
+ * backward pass of layer `name` (NULL: the whole program, every phase). */
+static int64_t allreduce_bytes(th_ctx *t, const graph *g, int group,
+                               const char *name)
+{
+    sim_opts o;
+    sim_opts_default(&o);
+    fw_program prog;
+    fw_memory mem;
+    tpu_error err = {0};
+    int l = name ? graph_find(g, name) : -1;
+    fw_program_init(&prog);
+    if (!TH_CHECKF(t, sim_lower(g, &o, 0, &prog, &mem, &err) == 0, "%s: %s",
+                   g->name, err.msg)) {
+        fw_program_free(&prog);
+        return -1;
+    }
+    int64_t b = 0;
+    for (size_t i = 0; i < prog.n; i++) {
+        const fw_insn *in = &prog.code[i];
+        if (in->op == FW_ALLREDUCE && in->b == group &&
+            (!name || (in->layer == l && in->phase == PHASE_BWD)))
+            b += in->a;
+    }
+    fw_program_free(&prog);
+    return b;
+}
+
+/* A Siamese pair: two convolutions, then batchnorm, layer_norm,
+ * group_norm and dense called on both branches, their weights shared
+ * (share != 0) or each branch's own (the unshared twin). */
+static int siamese(th_ctx *t, graph *g, int share)
+{
+    static const char *const sh[] = {
+        ",\"share_weights\":\"bnA\"", ",\"share_weights\":\"lnA\"",
+        ",\"share_weights\":\"gnA\"", ",\"share_weights\":\"dA\""};
+    char text[4096];
+    tpu_error err = {0};
+    snprintf(text, sizeof text,
+             "{\"format\":\"tpuemu-trace/1\",\"name\":\"siamese%d\","
+             "\"system\":\"v3-8\",\"run\":{\"mode\":\"train\","
+             "\"global_batch\":8,\"num_cores_per_replica\":2},"
+             "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[6,4,2],"
+             "\"dtype\":\"f32\"}],\"layers\":["
+             "{\"name\":\"c1\",\"op\":\"conv\",\"in\":\"x\",\"filters\":4,"
+             "\"kernel\":[1,1],\"dtype\":\"f32\"},"
+             "{\"name\":\"c2\",\"op\":\"conv\",\"in\":\"x\",\"filters\":4,"
+             "\"kernel\":[3,3],\"dtype\":\"f32\"},"
+             "{\"name\":\"bnA\",\"op\":\"batchnorm\",\"in\":\"c1\","
+             "\"dtype\":\"f32\"},"
+             "{\"name\":\"bnB\",\"op\":\"batchnorm\",\"in\":\"c2\","
+             "\"dtype\":\"f32\"%s},"
+             "{\"name\":\"lnA\",\"op\":\"layer_norm\",\"in\":\"bnA\","
+             "\"dtype\":\"f32\"},"
+             "{\"name\":\"lnB\",\"op\":\"layer_norm\",\"in\":\"bnB\","
+             "\"dtype\":\"f32\"%s},"
+             "{\"name\":\"gnA\",\"op\":\"group_norm\",\"in\":\"lnA\","
+             "\"groups\":2,\"dtype\":\"f32\"},"
+             "{\"name\":\"gnB\",\"op\":\"group_norm\",\"in\":\"lnB\","
+             "\"groups\":2,\"dtype\":\"f32\"%s},"
+             "{\"name\":\"sA\",\"op\":\"sigmoid\",\"in\":\"gnA\","
+             "\"dtype\":\"f32\"},"
+             "{\"name\":\"sB\",\"op\":\"sigmoid\",\"in\":\"gnB\","
+             "\"dtype\":\"f32\"},"
+             "{\"name\":\"dA\",\"op\":\"dense\",\"in\":\"sA\",\"units\":3,"
+             "\"dtype\":\"f32\"},"
+             "{\"name\":\"dB\",\"op\":\"dense\",\"in\":\"sB\",\"units\":3,"
+             "\"dtype\":\"f32\"%s},"
+             "{\"name\":\"s\",\"op\":\"add\",\"in\":[\"dA\",\"dB\"],"
+             "\"dtype\":\"f32\"},"
+             "{\"name\":\"l\",\"op\":\"loss\",\"kind\":\"l2\",\"in\":\"s\","
+             "\"dtype\":\"f32\"}]}}",
+             share, share ? sh[0] : "", share ? sh[1] : "",
+             share ? sh[2] : "", share ? sh[3] : "");
+    return TH_CHECKF(t, graph_parse(g, text, strlen(text), "siamese.json",
+                                    &err) == 0,
+                     "%s", err.msg);
+}
+
+/* Where each layer's weights start in the vector of owners' weights in
+ * layer order (-1: none of its own); a sharer starts where its owner
+ * does. */
+static void weight_offsets(const graph *g, int64_t *at)
+{
+    int64_t o = 0;
+    for (int l = 0; l < g->n_layers; l++) {
+        const glayer *L = &g->layers[l];
+        at[l] = -1;
+        if (L->share_from >= 0) {
+            at[l] = at[L->share_from];
+        } else if (L->weights > 0) {
+            at[l] = o;
+            o += L->weights;
+        }
+    }
+}
+
+/* Shared dense and normalisation weights: one set of parameters, the
+ * unshared twin's loss when the twin starts with both copies equal, the
+ * twin's two gradients summed, central differences, the weights'
+ * all-reduce and update once, and a split step equal to the unsplit. */
+static void shared_case(th_ctx *t)
+{
+    th_case(t, "training: shared batchnorm, layer_norm, group_norm and dense "
+               "give the unshared twin's loss and its two gradients summed; "
+               "central differences; [2,1] equal to unsplit");
+    graph g[2];
+    int ok0 = siamese(t, &g[0], 0), ok1 = ok0 && siamese(t, &g[1], 1);
+    if (!ok1) {
+        if (ok0)
+            graph_free(&g[0]);
+        return;
+    }
+    /* c1 8 + c2 72 + bn 8 + ln 8 + gn 8 + dense 15 once; the twin holds
+     * the last four twice */
+    int64_t nt = graph_weights(&g[0]), ns = graph_weights(&g[1]);
+    TH_CHECKF(t, ns == 119 && nt == 119 + 39 &&
+                     graph_trainable_weights(&g[1]) == 119,
+              "%lld parameters (%lld trainable), twin %lld", (long long)ns,
+              (long long)graph_trainable_weights(&g[1]), (long long)nt);
+    /* the gradients' all-reduce over the slice is the owners' only */
+    TH_CHECKF(t, allreduce_bytes(t, &g[1], FW_GROUP_ALL, NULL) == 119 * 4,
+              "final all-reduce %lld bytes, want %d",
+              (long long)allreduce_bytes(t, &g[1], FW_GROUP_ALL, NULL),
+              119 * 4);
+    int64_t at[2][16];
+    float *ws = calloc((size_t)ns + 1, sizeof(float)),
+          *wt = calloc((size_t)nt + 1, sizeof(float));
+    if (!TH_CHECK(t, ws && wt && g[0].n_layers <= 16 &&
+                         seed_weights(&g[1], 1, ws, ns) == 0)) {
+        free(ws);
+        free(wt);
+        graph_free(&g[0]);
+        graph_free(&g[1]);
+        return;
+    }
+    weight_offsets(&g[0], at[0]);
+    weight_offsets(&g[1], at[1]);
+    /* gamma and beta moved off 1 and 0, so that their gradients reach
+     * every term */
+    for (int64_t i = 0; i < ns; i++)
+        ws[i] += 0.05f * (float)((i * 7) % 11 - 5) / 5.0f;
+    /* the twin starts from the same values: each copy its owner's */
+    for (int l = 0; l < g[0].n_layers; l++)
+        if (at[0][l] >= 0)
+            memcpy(wt + at[0][l], ws + at[1][l],
+                   sizeof(float) * (size_t)g[0].layers[l].weights);
+    emu_result rs, rt;
+    sim_opts o;
+    sim_opts_default(&o);
+    o.functional = 1;
+    tpu_error err = {0};
+    o.init_weights = ws;
+    o.n_init_weights = ns;
+    int have_s = TH_CHECKF(t, sim_run(&g[1], &o, &rs, &err) == 0, "%s",
+                           err.msg);
+    o.init_weights = wt;
+    o.n_init_weights = nt;
+    int have_t = TH_CHECKF(t, sim_run(&g[0], &o, &rt, &err) == 0, "%s",
+                           err.msg);
+    if (have_s && have_t) {
+        TH_CHECKF(t, rs.loss == rt.loss && rs.n_grads == ns &&
+                         rt.n_grads == nt,
+                  "loss %.9g, twin %.9g; %lld and %lld gradients", rs.loss,
+                  rt.loss, (long long)rs.n_grads, (long long)rt.n_grads);
+        /* owner l's gradient: the twin's l plus the twin's sharer of l */
+        float *sum = calloc((size_t)ns + 1, sizeof(float));
+        for (int l = 0; sum && l < g[1].n_layers; l++) {
+            const glayer *L = &g[1].layers[l];
+            if (at[0][l] < 0)
+                continue;
+            int64_t n = g[0].layers[l].weights;
+            for (int64_t i = 0; i < n; i++)
+                sum[at[1][l] + i] += rt.grads[at[0][l] + i];
+            TH_CHECK(t, L->share_from < 0 || L->weights == 0);
+        }
+        double d = sum ? max_rel(rs.grads, sum, ns) : 1;
+        TH_CHECKF(t, sum && d < 1e-6,
+                  "shared gradients differ from the twin's sums by %.3g", d);
+        free(sum);
+    }
+    /* split rows [2,1]: the same replicas, the sharers' partial gamma and
+     * beta all-reduced over the pair at their owner's size */
+    if (have_s) {
+        static const int two[2] = {2, 1};
+        set_parts(&g[1], two);
+        TH_CHECKF(t,
+                  allreduce_bytes(t, &g[1], FW_GROUP_PARTITION, "lnB") ==
+                      8 * 4,
+                  "lnB's partial gamma and beta: %lld bytes all-reduced",
+                  (long long)allreduce_bytes(t, &g[1], FW_GROUP_PARTITION,
+                                             "lnB"));
+        emu_result sp;
+        o.init_weights = ws;
+        o.n_init_weights = ns;
+        if (TH_CHECKF(t, sim_run(&g[1], &o, &sp, &err) == 0, "%s",
+                      err.msg)) {
+            TH_CHECKF(t,
+                      sp.n_grads == ns &&
+                          max_rel(sp.grads, rs.grads, ns) < 1e-5 &&
+                          fabs(sp.loss - rs.loss) <= 1e-6 * fabs(rs.loss),
+                      "[2,1]: gradients differ by %.3g, loss %.9g vs %.9g",
+                      max_rel(sp.grads, rs.grads, ns), sp.loss, rs.loss);
+            emu_result_free(&sp);
+        }
+        set_parts(&g[1], NULL);
+        g[1].cores_per_replica = 2;
+    }
+    if (have_s)
+        emu_result_free(&rs);
+    if (have_t)
+        emu_result_free(&rt);
+    /* every weight of the shared graph (119; a third under ASan) */
+    grad_check(t, &g[1], th_asan() ? 40 : 150);
+    free(ws);
+    free(wt);
+    graph_free(&g[0]);
+    graph_free(&g[1]);
+}
+
 /* Every op's backward in one f32 net: central differences, and the
  * partitionings with 2 replicas of 4 cores against one chip (v3-2: the
  * same replicas, so batchnorm sees the same examples). */
@@ -938,6 +1158,7 @@ void th_suite_functional(th_ctx *t)
     train_cases(t);
     spatial_loss_case(t);
     norm_params_case(t);
+    shared_case(t);
     train_ops_case(t);
     pe_model_case(t);
 }

@@ -288,6 +288,59 @@ void th_suite_graph(th_ctx *t)
     }
     graph_free(&g);
 
+    th_case(t, "share_weights on dense and the normalisations: weights "
+               "once, MACs and backward FLOPs per call, dense on another "
+               "spatial extent");
+    st = parse(&g, &e, "{\"name\": \"x\", \"shape\": [8, 8, 4]}",
+               "{\"name\": \"bn\", \"op\": \"batchnorm\", \"in\": \"x\"},"
+               "{\"name\": \"ln\", \"op\": \"layer_norm\", \"in\": \"bn\"},"
+               "{\"name\": \"gn\", \"op\": \"group_norm\", \"in\": \"ln\", "
+               "\"groups\": 2},"
+               "{\"name\": \"nz\", \"op\": \"normalize\", \"in\": \"gn\"},"
+               "{\"name\": \"d\", \"op\": \"dense\", \"in\": \"nz\", "
+               "\"units\": 3},"
+               "{\"name\": \"bn2\", \"op\": \"batchnorm\", \"in\": \"d\"},"
+               "{\"name\": \"bn3\", \"op\": \"batchnorm\", \"in\": \"x\", "
+               "\"share_weights\": \"bn\", \"statistics\": \"moving\"},"
+               "{\"name\": \"ln3\", \"op\": \"layer_norm\", \"in\": \"bn3\", "
+               "\"share_weights\": \"ln\"},"
+               "{\"name\": \"gn3\", \"op\": \"group_norm\", \"in\": \"ln3\", "
+               "\"groups\": 2, \"share_weights\": \"gn\"},"
+               "{\"name\": \"nz3\", \"op\": \"normalize\", \"in\": \"gn3\", "
+               "\"share_weights\": \"nz\"},"
+               "{\"name\": \"f\", \"op\": \"flatten\", \"in\": \"nz3\", "
+               "\"keep\": 1},"
+               "{\"name\": \"p\", \"op\": \"global_avgpool\", \"in\": \"nz3\"},"
+               "{\"name\": \"d3\", \"op\": \"dense\", \"in\": \"p\", "
+               "\"units\": 3, \"share_weights\": \"d\"},"
+               "{\"name\": \"d4\", \"op\": \"dense\", \"in\": \"nz3\", "
+               "\"units\": 3, \"share_weights\": \"d3\"}",
+               NULL);
+    if (OK(t, st, e)) {
+        /* bn 8, ln 8, gn 8, normalize 9 (never trained), dense 15 */
+        TH_CHECKF(t, graph_weights(&g) == 8 + 8 + 8 + 9 + 15 + 6, "%lld",
+                  (long long)graph_weights(&g));
+        TH_CHECKF(t, graph_trainable_weights(&g) == 8 + 8 + 8 + 15 + 6,
+                  "%lld", (long long)graph_trainable_weights(&g));
+        static const char *const sh[] = {"bn3", "ln3", "gn3", "nz3", "d3",
+                                         "d4"};
+        static const char *const own[] = {"bn", "ln", "gn", "nz", "d", "d"};
+        for (int k = 0; k < 6; k++)
+            TH_CHECKF(t, layer(&g, sh[k])->weights == 0 &&
+                             layer(&g, sh[k])->share_from ==
+                                 graph_find(&g, own[k]),
+                      "%s", sh[k]);
+        TH_CHECK(t, layer(&g, "nz3")->frozen && !layer(&g, "d4")->frozen);
+        /* d4 reads [8,8,4] like d: all of d's MACs; d3 one position's */
+        TH_CHECK(t, layer(&g, "d4")->macs == layer(&g, "d")->macs &&
+                        layer(&g, "d3")->macs == 4 * 3);
+        /* the sharers train their owners' weights: a weight gradient */
+        TH_CHECK(t, graph_layer_trains(&g, graph_find(&g, "d3")) &&
+                        graph_layer_trains(&g, graph_find(&g, "bn3")) &&
+                        !graph_layer_trains(&g, graph_find(&g, "nz3")));
+    }
+    graph_free(&g);
+
     th_case(t, "dtype, run section, partition dims, reference");
     st = parse(&g, &e, "{\"name\": \"x\", \"shape\": [64, 32, 3], "
                        "\"dtype\": \"f32\"}",
