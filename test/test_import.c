@@ -114,6 +114,23 @@ static void schemas(th_ctx *t)
     }
     graph_free(&g);
 
+    th_case(t, "a shared Dense shares its weights: counted once");
+    {
+        char path[512];
+        snprintf(path, sizeof path, "%s/shdense.json", th_tmpdir());
+        th_put(path, "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
+                     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8], \"name\": \"a\"}, \"name\": \"a\", \"inbound_nodes\": []},"
+                     "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 8}, \"name\": \"d\", \"inbound_nodes\": [[[\"a\", 0, 0, {}]], [[\"d\", 0, 0, {}]]]}],"
+                     "\"input_layers\": [[\"a\", 0, 0]], \"output_layers\": [[\"d\", 1, 0]]}}");
+        if (imp(t, path, &o, &g, NULL)) {
+            int a = find(&g, "d"), b = find(&g, "d@1");
+            TH_CHECK(t, a > 0 && b > a && g.layers[b].share_from == a);
+            TH_CHECK(t, g.layers[b].weights == 0 && graph_weights(&g) == 72 &&
+                            keras_total(&g, NULL) == 72);
+        }
+        graph_free(&g);
+    }
+
     th_case(t, "Keras 3 config.json with --input, and the same as a .keras zip");
     o.input = "64x64x1";
     o.loss = "dice";
@@ -387,18 +404,6 @@ static void bad(th_ctx *t)
         refuses(t, KDIR "vgg16.json --input 1x224x224x3", w2);
         static const char *const w3[] = {"--partition: 3 factors", NULL};
         refuses(t, KDIR "vgg16.json --partition 1,4,2", w3);
-    }
-
-    th_case(t, "a shared Dense is refused (the trace shares conv weights only)");
-    snprintf(path, sizeof path, "%s/shdense.json", th_tmpdir());
-    th_put(path, "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
-                 "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8], \"name\": \"a\"}, \"name\": \"a\", \"inbound_nodes\": []},"
-                 "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 8}, \"name\": \"d\", \"inbound_nodes\": [[[\"a\", 0, 0, {}]], [[\"d\", 0, 0, {}]]]}],"
-                 "\"input_layers\": [[\"a\", 0, 0]], \"output_layers\": [[\"d\", 1, 0]]}}");
-    {
-        static const char *const w[] = {"shdense.json: config.layers[1]: 'd' (Dense) "
-                                        "is called 2 times", NULL};
-        refuses(t, path, w);
     }
 }
 

@@ -224,6 +224,9 @@ void th_suite_import_tfjs(th_ctx *t)
          0},
         {"two_inputs", "tfjs three inputs, shared backbone, softmax gate",
          NULL, 0},
+        {"shared_bn", "tfjs Siamese: shared batchnorm, Dense, "
+                      "LayerNormalization counted once",
+         NULL, 0},
         {"spatial_gate", "tfjs [H,W,1] gates: Multiply and Add broadcast",
          NULL, 0},
         {"chfirst_seq", "tfjs channels_first Sequential: Conv2D, Flatten, "
@@ -362,8 +365,6 @@ void th_suite_import_tfjs(th_ctx *t)
         {"refuse_concat_rows", "config.layers[3].config.axis: ",
          "axis 1 is not the channel axis (-1 or 3): the trace's Concatenate "
          "works on the channels"},
-        {"refuse_shared_bn", "config.layers[2].config.layers[2]: ",
-         "'b_bn' (BatchNormalization) is called 2 times"},
         {"refuse_noise", "config.layers[0]: ",
          "the file's unmapped classes: GaussianNoise x1, activation 'selu' "
          "x1, GaussianDropout x1, AlphaDropout x1"},

@@ -564,6 +564,9 @@ static cJSON *layer_json(const kx *x, const glayer *L)
         if (L->no_center)
             cJSON_AddBoolToObject(j, "center", 0);
     }
+    if (L->share_from >= 0 && L->op != GOP_CONV && L->op != GOP_CONV_T)
+        cJSON_AddStringToObject(j, "share_weights",
+                                g->layers[L->share_from].name);
     if (L->frozen && L->share_from < 0 && L->op != GOP_NORMALIZE)
         cJSON_AddBoolToObject(j, "trainable", 0);
     return j;
@@ -893,8 +896,10 @@ static tpu_status cfg_act(kx *x, kcall *c)
 
 /* ---- weights: trainable, shared ---------------------------------------- */
 
-/* A layer with weights called again shares its first call's (conv and
- * conv_transpose only: the trace's share_weights). */
+/* A layer with weights called again shares its first call's (the trace's
+ * share_weights: convolutions, Dense, the normalisations; Keras counts
+ * them once, and a shared BatchNormalization's calls each normalise with
+ * their own batch's statistics, as the trace's sharer does). */
 static tpu_status weights_of(kx *x, kcall *c, glayer *L, int slot)
 {
     int tr = 1;
@@ -903,15 +908,6 @@ static tpu_status weights_of(kx *x, kcall *c, glayer *L, int slot)
         return st;
     L->frozen = c->frozen || !tr;
     if (c->seen->calls > 1) {
-        if (L->op != GOP_CONV && L->op != GOP_CONV_T) {
-            char b[64];
-            return kfail(x, c->path, "'%s' (%s) is called %d times: the trace "
-                         "format shares weights only between convolutions "
-                         "(share_weights), so a shared %s cannot be imported "
-                         "without counting its weights twice",
-                         kshown(b, sizeof b, c->kname), c->cls,
-                         c->seen->calls, c->cls);
-        }
         TPU_ASSERT(slot < c->seen->n_w);
         L->share_from = c->seen->w[slot];
         L->frozen = x->g.layers[L->share_from].frozen;
@@ -1656,14 +1652,13 @@ static tpu_status map_norm(kx *x, kcall *c)
         L->no_scale = !scale;
         L->no_center = !center;
     }
-    if (c->arg != GOP_NORMALIZE && (st = weights_of(x, c, L, 0)))
+    if ((st = weights_of(x, c, L, 0)))
         return st;
-    if (c->arg == GOP_NORMALIZE)
+    if (c->arg == GOP_NORMALIZE) /* adapted, never trained */
         L->frozen = 1;
     if ((st = emit(x, c, krank_of(x, c->in[0]), &t)))
         return st;
-    if (c->arg != GOP_NORMALIZE)
-        weights_done(c, 0, t);
+    weights_done(c, 0, t);
     return new_ref(x, t, &c->out);
 }
 

@@ -484,6 +484,29 @@ function spatialGate() {
   return tfl.model({name: 'spatial_gate', inputs: x, outputs: o});
 }
 
+// A Siamese network, as change detection on image pairs uses: a nested
+// backbone (conv, batchnorm, pooling, a dense embedding) called on both
+// images, then a LayerNormalization and a Dense called on both
+// embeddings.  Every shared layer's weights count once, batchnorm's moving
+// statistics included.
+function sharedBn() {
+  const bi = tfl.input({name: 'b_in', shape: [16, 16, 3]});
+  let b = L.conv2d({name: 'b_c', filters: 4, kernelSize: 3}).apply(bi);
+  b = L.batchNormalization({name: 'b_bn'}).apply(b);
+  b = L.globalAveragePooling2d({name: 'b_gap'}).apply(b);
+  b = L.dense({name: 'b_emb', units: 8}).apply(b);
+  const bb = tfl.model({name: 'bb', inputs: bi, outputs: b});
+  const a = tfl.input({name: 'left', shape: [16, 16, 3]});
+  const c = tfl.input({name: 'right', shape: [16, 16, 3]});
+  const ln = L.layerNormalization({name: 'ln'});
+  const proj = L.dense({name: 'proj', units: 6, activation: 'relu'});
+  const ya = proj.apply(ln.apply(bb.apply(a)));
+  const yc = proj.apply(ln.apply(bb.apply(c)));
+  const y = L.concatenate({name: 'cat'}).apply([ya, yc]);
+  const o = L.dense({name: 'out', units: 1}).apply(y);
+  return tfl.model({name: 'shared_bn', inputs: [a, c], outputs: o});
+}
+
 // Models the importer must refuse, one reason each, with the file, the
 // JSON path and why (test_import_tfjs.c lists what it expects of each).
 const refusals = {
@@ -498,20 +521,6 @@ const refusals = {
     const o = L.dense({name: 'out', units: 2})
                   .apply(L.flatten({name: 'f'}).apply(y));
     return tfl.model({name: 'refuse_concat_rows', inputs: x, outputs: o});
-  },
-  // A Siamese backbone with batchnorm: a shared BatchNormalization would
-  // count its weights twice in the trace.
-  refuse_shared_bn: () => {
-    const bi = tfl.input({name: 'b_in', shape: [16, 16, 3]});
-    let b = L.conv2d({name: 'b_c', filters: 4, kernelSize: 3}).apply(bi);
-    b = L.batchNormalization({name: 'b_bn'}).apply(b);
-    b = L.globalAveragePooling2d({name: 'b_gap'}).apply(b);
-    const bb = tfl.model({name: 'bb', inputs: bi, outputs: b});
-    const a = tfl.input({name: 'left', shape: [16, 16, 3]});
-    const c = tfl.input({name: 'right', shape: [16, 16, 3]});
-    const y = L.concatenate({name: 'cat'}).apply([bb.apply(a), bb.apply(c)]);
-    const o = L.dense({name: 'out', units: 1}).apply(y);
-    return tfl.model({name: 'refuse_shared_bn', inputs: [a, c], outputs: o});
   },
   // Regularisers a CNN user adds for training: noise layers, no trace op.
   refuse_noise: () => {
@@ -716,7 +725,8 @@ async function main() {
                   xception: xception, unet: unet, convnext: convnext,
                   heads: heads, seq_dense: seqDense, patches: patches,
                   odd_sizes: oddSizes, two_inputs: twoInputs,
-                  spatial_gate: spatialGate, ...channelsFirst,
+                  shared_bn: sharedBn, spatial_gate: spatialGate,
+                  ...channelsFirst,
                   unmapped: unmapped, ...refusals};
   for (const [name, build] of Object.entries(models))
     await write(name, build());
