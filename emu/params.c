@@ -126,6 +126,18 @@ void tpu_params_default(tpu_params *p, int gen)
      * features).  16 is the smallest power of two above 12.  Plausible:
      * 4-32. */
     p->xla_conv_pad_min_features = 16;
+    /* [U] A stored activation's (8, 128) tile takes its lanes from the
+     * channels, the width or the batch, whichever pads least.  The batch
+     * is a candidate because XLA's TPU layouts use it: the public MLPerf
+     * v0.6 ResNet-50 code feeds images batch-minor (HWCN) above 8 examples
+     * per core, so that the model's transpose back to NHWC is a layout
+     * change, not a copy ("TPU double transpose optimization",
+     * --transpose_input in resnet_main.py), and the Cloud TPU notes above
+     * pad a weight-gradient convolution's batch to 128 (the batch on the
+     * lanes).  For every activation, not only the image, it is [U]: at
+     * 128 examples per core a 64-channel map is stored unpadded instead of
+     * at 2x.  0 keeps the lanes to channels and width. */
+    p->xla_batch_lanes = 1;
     /* [U] XLA SPMD's ReshardAsWindowedInput calls ExchangeHaloAndGetValidData
      * once per split dimension (openxla/xla spmd/spmd_partitioner.cc,
      * spmd_partitioner_util.cc): collective-permutes, a concatenate, a pad
@@ -370,6 +382,9 @@ static const pentry table[] = {
     I("xla.conv_pad_min_features", xla_conv_pad_min_features, "features", 1,
       1 << 20, "[U] thinner inputs fold their taps (ResNet-50 stem, "
       "space-to-depth stems)"),
+    I("xla.batch_lanes", xla_batch_lanes, "0/1", 0, 1,
+      "[U] stored activations may take the batch as their lanes (MLPerf "
+      "ResNet-50's batch-minor images)"),
     I("xla.halo_fused", xla_halo_fused, "0/1", 0, 1,
       "[U] SPMD halo ops fused per dimension"),
     I("xla.dw_halo", xla_dw_halo, "0/1", 0, 1,
@@ -504,6 +519,9 @@ static const pspan spans[] = {
      NULL},
     {"xla.conv_pad_batch", 0, 1, 0, 1,
      "a 3D layout pads the features alone (0) or the batch too (1)", NULL},
+    {"xla.batch_lanes", 0, 1, 0, 1,
+     "lanes from the channels or width only (0) or the batch too (1)",
+     NULL},
     {"xla.conv_pad_min_features", 4, 32, 4, 32,
      "half the sublane tile (an RGBA image folds) up to 32 features (a "
      "layer that 32-feature tiles would pad 4x to the lanes)",

@@ -39,6 +39,9 @@ typedef struct {
                                 sublanes); 0: features only */
     int xla_conv_pad_min_features; /* inputs with fewer features fold their
                                 taps into K even under that layout */
+    int xla_batch_lanes;     /* 1: layout assignment may put the batch on
+                                the lanes when that pads less than the
+                                channels or the width */
     int xla_halo_fused;      /* 1: each split dimension's concatenate, pad,
                                 slice and mask are one fused pass */
     int xla_dw_halo;         /* 1: the weight-gradient conv exchanges the

@@ -63,24 +63,36 @@ double layout_batch_scale(const lower_ctx *c)
  * layout assignment is free to place a degenerate dimension major, so the
  * tiled pair is the channels and the innermost dimension longer than one
  * [U]: a 1-column halo along W is not shipped padded to 8 columns (8x
- * its bytes), as a 33-row one along H is not. */
+ * its bytes), as a 33-row one along H is not.  With xla.batch_lanes the
+ * batch may be the lanes instead, over the channels on the sublanes,
+ * where that pads least (128 examples per core: a 64-channel map is
+ * stored unpadded, not at twice its size). */
 double layout_bytes(const lower_ctx *c, int nsp, const int64_t ext[],
                     int64_t ch, int dtype)
 {
     int64_t lane = c->hw->lane_pad, sub = c->hw->sublane_pad;
+    int64_t bl = rup((int64_t)ceil(c->B), lane);
     int inner = nsp - 1;
     while (inner >= 0 && ext[inner] == 1)
         inner--;
-    if (inner < 0) /* [B, C]: the batch is the second-minor dimension */
-        return (double)rup((int64_t)c->B, sub) * (double)rup(ch, lane) * dtype;
-    int64_t w = ext[inner];
-    double minor =
-        (double)min64(rup(ch, lane) * rup(w, sub), rup(w, lane) * rup(ch, sub));
-    double rest = 1;
+    double pos = 1; /* positions: every spatial extent */
     for (int d = 0; d < nsp; d++)
-        if (d != inner)
-            rest *= (double)ext[d];
-    return c->B * rest * minor * dtype;
+        pos *= (double)ext[d];
+    double bytes;
+    if (inner < 0) /* [B, C]: the batch is the second-minor dimension */
+        bytes = (double)rup((int64_t)c->B, sub) * (double)rup(ch, lane);
+    else {
+        int64_t w = ext[inner];
+        double minor = (double)min64(rup(ch, lane) * rup(w, sub),
+                                     rup(w, lane) * rup(ch, sub));
+        bytes = c->B * (pos / (double)w) * minor;
+    }
+    if (c->hw->xla_batch_lanes) {
+        double lanes = (double)bl * (double)rup(ch, sub) * pos;
+        if (lanes < bytes)
+            bytes = lanes;
+    }
+    return bytes * dtype;
 }
 
 double layout_out_bytes(const lower_ctx *c, int l)

@@ -104,6 +104,68 @@ static void halo_layout_cases(th_ctx *t)
               "exit %d: W halo %g B for %g B of data", c.status, bytes, data);
 }
 
+/* Bytes a program loads from HBM (loops unrolled). */
+static double loaded_bytes(const fw_program *p)
+{
+    double rep = 1, sum = 0;
+    for (size_t j = 0; j < p->n; j++) {
+        const fw_insn *in = &p->code[j];
+        if (in->op == FW_LOOP)
+            rep = (double)in->a;
+        else if (in->op == FW_ENDLOOP)
+            rep = 1;
+        else if (in->op == FW_DMA_LD)
+            sum += (double)in->a * rep;
+    }
+    return sum;
+}
+
+/* xla.batch_lanes: a 64-channel map is stored unpadded with the batch on
+ * the lanes when the batch fills them, and at twice its size otherwise. */
+static void batch_lane_cases(th_ctx *t)
+{
+    char path[512], text[768];
+    tpu_error e;
+    th_case(t, "a 1x1 conv on a 56x56x64 map loads its input about once at "
+               "128 examples per core (the batch on the lanes) and twice "
+               "with xla.batch_lanes=0 or at 64 per core");
+    static const char *const key[] = {"xla.batch_lanes"};
+    static const char *const val[] = {"1", "0"};
+    static const int batch[] = {1024, 512};
+    double got[2][2] = {{0, 0}, {0, 0}};
+    for (int b = 0; b < 2; b++)
+        for (int v = 0; v < 2; v++) {
+            snprintf(path, sizeof path, "%s/lower-blanes.json", th_tmpdir());
+            snprintf(text, sizeof text,
+                     "{\"format\":\"tpuemu-trace/1\",\"name\":\"b\","
+                     "\"system\":\"v3-8\",\"run\":{\"mode\":\"infer\","
+                     "\"global_batch\":%d,\"num_cores_per_replica\":1},"
+                     "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":"
+                     "[56,56,64]}],\"layers\":[{\"name\":\"c\",\"op\":"
+                     "\"conv\",\"in\":\"x\",\"filters\":64,\"kernel\":"
+                     "[1,1]}]}}\n",
+                     batch[b]);
+            th_put(path, text);
+            emu_result r;
+            fw_program p;
+            fw_program_init(&p);
+            if (!TH_CHECKF(t, th_sim_trace(path, key, &val[v], 1, 0, &r, &p,
+                                           &e) == TPU_OK,
+                           "%s", e.msg))
+                continue;
+            double data = batch[b] / 8.0 * 56 * 56 * 64 * 2;
+            got[b][v] = loaded_bytes(&p) / data;
+            emu_result_free(&r);
+            fw_program_free(&p);
+        }
+    TH_CHECKF(t,
+              got[0][0] >= 1 && got[0][0] < 1.05 && got[0][1] > 1.9 &&
+                  got[1][0] > 1.9 && got[1][0] == got[1][1],
+              "input loaded x data: 128 per core %.3f (batch lanes) %.3f "
+              "(without); 64 per core %.3f, %.3f",
+              got[0][0], got[0][1], got[1][0], got[1][1]);
+}
+
 static const char *const trace_head =
     "{\"format\":\"tpuemu-trace/1\",\"system\":\"v3-8\",\"run\":{";
 
@@ -182,6 +244,7 @@ void th_suite_lower(th_ctx *t)
         return;
     chunk_cases(t);
     halo_layout_cases(t);
+    batch_lane_cases(t);
     gather_cases(t, c);
     lower_nofit(t);
     free(c);
