@@ -75,9 +75,12 @@ double layout_bytes(const lower_ctx *c, int nsp, const int64_t ext[],
     int inner = nsp - 1;
     while (inner >= 0 && ext[inner] == 1)
         inner--;
-    double pos = 1; /* positions: every spatial extent */
-    for (int d = 0; d < nsp; d++)
+    double pos = 1, rest = 1; /* every spatial extent; all but inner's */
+    for (int d = 0; d < nsp; d++) {
         pos *= (double)ext[d];
+        if (d != inner)
+            rest *= (double)ext[d];
+    }
     double bytes;
     if (inner < 0) /* [B, C]: the batch is the second-minor dimension */
         bytes = (double)rup((int64_t)c->B, sub) * (double)rup(ch, lane);
@@ -85,7 +88,7 @@ double layout_bytes(const lower_ctx *c, int nsp, const int64_t ext[],
         int64_t w = ext[inner];
         double minor = (double)min64(rup(ch, lane) * rup(w, sub),
                                      rup(w, lane) * rup(ch, sub));
-        bytes = c->B * (pos / (double)w) * minor;
+        bytes = c->B * rest * minor;
     }
     if (c->hw->xla_batch_lanes) {
         double lanes = (double)bl * (double)rup(ch, sub) * pos;
