@@ -392,6 +392,18 @@ static void bad(th_ctx *t)
         refuses(t, path, w);
     }
 
+    th_case(t, "a PReLU called twice is refused: its slopes cannot be shared");
+    {
+        snprintf(path, sizeof path, "%s/shprelu.json", th_tmpdir());
+        th_put(path, "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
+                     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": [null, 8, 8, 4], \"name\": \"a\"}, \"name\": \"a\", \"inbound_nodes\": []},"
+                     "{\"class_name\": \"PReLU\", \"config\": {\"name\": \"p\", \"shared_axes\": [1, 2]}, \"name\": \"p\", \"inbound_nodes\": [[[\"a\", 0, 0, {}]], [[\"p\", 0, 0, {}]]]}],"
+                     "\"input_layers\": [[\"a\", 0, 0]], \"output_layers\": [[\"p\", 1, 0]]}}");
+        static const char *const w[] = {"shprelu.json: config.layers[1]: 'p' (PReLU) is called 2 times",
+                                        "share_weights", NULL};
+        refuses(t, path, w);
+    }
+
     th_case(t, "unknown input shape, and --input with the batch folded in");
     {
         static const char *const w[] = {

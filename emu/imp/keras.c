@@ -1563,6 +1563,15 @@ static tpu_status map_prelu(kx *x, kcall *c)
     int kr = krank_of(x, c->in[0]) - 1, seen[4] = {0, 0, 0, 0}, n = 0;
     if (st)
         return st;
+    char b[64];
+    /* share_weights does not reach an activation: a second call would
+     * count the slopes again */
+    if (c->seen->calls > 1)
+        return kfail(x, c->path, "'%s' (PReLU) is called %d times: the "
+                     "trace shares weights between convolutions, dense and "
+                     "normalisation layers only (share_weights), so its "
+                     "slopes would be counted once a call",
+                     kshown(b, sizeof b, c->kname), c->seen->calls);
     /* the spatial axes: 1 .. kr channels-last, 2 .. kr + 1 channels-first */
     int lo = is_cf(x, c->in[0]) ? 2 : 1;
     const cJSON *sa = get(c->cfg, "shared_axes");
@@ -1572,7 +1581,7 @@ static tpu_status map_prelu(kx *x, kcall *c)
             e->valuedouble < lo + kr && !seen[(int)e->valuedouble - lo]++)
             n++;
     if (kr > 0 && n != kr) {
-        char p[KERAS_PATH_MAX], b[64];
+        char p[KERAS_PATH_MAX];
         snprintf(p, sizeof p, "%s.config.shared_axes", c->path);
         return kfail(x, p, "'%s' (PReLU) learns a slope per element; the "
                      "trace's prelu has one per channel: shared_axes must "
