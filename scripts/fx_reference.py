@@ -279,9 +279,217 @@ def infer_shape(layers, L):
         sp = [a * b for a, b in zip(sp, f)]
     elif op == "loss":
         sp, c = [], 1
+    elif op == "activation":
+        act_params(L)
+    elif op == "elementwise":
+        sp, c = elementwise_shape(layers, L)
     elif op not in ("batchnorm", "relu", "sigmoid", "add", "dropout"):
         raise BadInput("unknown op %r" % op)
     L["sp"], L["c"] = sp, c
+
+
+ACT_KINDS = ("relu", "relu6", "leaky_relu", "elu", "gelu", "swish", "hard_sigmoid", "tanh",
+             "softmax", "prelu")
+EW_KINDS = ("multiply", "subtract", "maximum", "minimum", "average", "add")
+
+
+def act_params(L):
+    """activation's kind and parameters, with docs/TRACE.md's defaults:
+    alpha 0 (relu's negative slope), 0.3 (leaky_relu), 1 (elu); relu's
+    max_value none."""
+    kind = L.get("kind")
+    if kind not in ACT_KINDS:
+        raise BadInput("activation %r: kind %r" % (L["name"], kind))
+    has_alpha = kind in ("relu", "leaky_relu", "elu")
+    if ("alpha" in L and not has_alpha) or ("max_value" in L and kind != "relu"):
+        raise BadInput("activation %r: %s takes no %s" % (L["name"], kind,
+                                                          "alpha" if "alpha" in L else "max_value"))
+    L["alpha_"] = float(L.get("alpha", {"leaky_relu": 0.3, "elu": 1.0}.get(kind, 0.0)))
+    L["max_value_"] = float(L["max_value"]) if "max_value" in L else None
+
+
+def elementwise_shape(layers, L):
+    """The largest operand's shape (the first of equals); every other operand
+    has it, or is one value per example and channel ([C] or [1,1,C]), or one
+    per position (the output's spatial extent, C = 1)."""
+    if L.get("kind") not in EW_KINDS:
+        raise BadInput("elementwise %r: kind %r" % (L["name"], L.get("kind")))
+    ops = [layers[j] for j in L["in"]]
+    if not 2 <= len(ops) <= 16 or (L["kind"] == "subtract" and len(ops) != 2):
+        raise BadInput("elementwise %r: %d operands" % (L["name"], len(ops)))
+    size = [int(np.prod(M["sp"])) * M["c"] for M in ops]
+    big = ops[size.index(max(size))]
+    sp, c = list(big["sp"]), big["c"]
+    for M in ops:
+        if ew_broadcast(M, sp, c) is None:
+            raise BadInput("elementwise %r: operand %r %s does not broadcast to %s"
+                           % (L["name"], M["name"], M["sp"] + [M["c"]], sp + [c]))
+    return sp, c
+
+
+def ew_broadcast(M, sp, c):
+    """How operand M meets an output [sp..., c]: "same", "channel",
+    "position", or None (refused)."""
+    if list(M["sp"]) == sp and M["c"] == c:
+        return "same"
+    if M["c"] == 1 and sp and list(M["sp"]) == sp:
+        return "position"
+    if M["c"] == c and sp and all(d == 1 for d in M["sp"]):
+        return "channel"
+    return None
+
+
+# ---- activations: the value, where it may turn, what fp32 evaluation adds ----
+
+# A libm call (expf, erff, tanhf) is taken to be within 4 ulps (glibc's
+# tables give 1, 1 and 2); one fp32 ulp is at most 2^-23 |y| = 2 u32 |y|.
+LIB = 8 * U32
+
+
+def _erf(x):
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _newton(f, df, x):
+    for _ in range(60):
+        x -= f(x) / df(x)
+    return x
+
+
+# The minima of gelu and swish, where the interval evaluation must look
+# (f' = 0): gelu' = Phi(x) + x phi(x), swish' = s (1 + x (1 - s)).
+_PHI = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))      # noqa: E731
+_phi = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+_sg = lambda x: 1 / (1 + math.exp(-x))                         # noqa: E731
+GELU_MIN = _newton(lambda x: _PHI(x) + x * _phi(x), lambda x: 2 * _phi(x) - x * x * _phi(x), -0.75)
+SWISH_MIN = _newton(lambda x: _sg(x) * (1 + x * (1 - _sg(x))),
+                    lambda x: _sg(x) * (1 - _sg(x)) * (2 + x * (1 - 2 * _sg(x))), -1.28)
+
+
+def interval_err(f, x, E, turns):
+    """max |f(x') - f(x)| over |x' - x| <= E, for f monotone between the
+    points `turns` (its kinks and extrema): f at both ends and at every
+    turning point inside gives the range exactly."""
+    y = f(x)
+    lo, hi = x - E, x + E
+    pts = [lo, hi] + [np.clip(t, lo, hi) for t in turns]
+    vs = [f(p) for p in pts]
+    return np.maximum(np.maximum.reduce(vs) - y, y - np.minimum.reduce(vs))
+
+
+def act_forward(L, x, E, slopes):
+    """activation per docs/TRACE.md: the value, and its bound (the input's
+    error through the function, plus the fp32 evaluation's own).  slopes:
+    prelu's, one per channel."""
+    kind, a, mv = L["kind"], L["alpha_"], L["max_value_"]
+    u = U32
+    neg = (x - E) < 0           # the negative branch may be taken
+    if kind == "softmax":
+        m = x.max(axis=-1, keepdims=True)
+        ex = np.exp(x - m)
+        y = ex / ex.sum(axis=-1, keepdims=True)
+        # d y_c = y_c (d x_c - sum_j y_j d x_j) (first order); fp32: x - m
+        # (u |x - m| through exp), expf, the sum of C terms, the divide
+        ein = y * (E + (y * E).sum(axis=-1, keepdims=True))
+        arg = u * np.abs(x - m)
+        rel = arg + LIB + arg.max(axis=-1, keepdims=True) + LIB + x.shape[-1] * u + u
+        return y, ein + rel * y
+    if kind == "relu":
+        def f(v):
+            return np.clip(v, 0.0, mv if mv is not None else np.inf) + a * np.minimum(v, 0.0)
+        turns = [0.0] + ([mv] if mv is not None else [])
+        y = f(x)
+        # alpha rounded to fp32 and its product; the clip's fp32 max_value
+        ev = np.where(neg, 2 * u * np.abs(a * np.minimum(x, 0.0)), 0.0)
+        if mv is not None:
+            ev = ev + np.where(x + E >= mv, abs(mv - float(np.float32(mv))), 0.0)
+        return y, interval_err(f, x, E, turns) + ev
+    if kind == "relu6":
+        def f(v):
+            return np.clip(v, 0.0, 6.0)
+        return f(x), interval_err(f, x, E, [0.0, 6.0])
+    if kind in ("leaky_relu", "prelu"):
+        s = a if kind == "leaky_relu" else slopes
+
+        def f(v):
+            return np.where(v > 0, v, s * v)
+        y = f(x)
+        return y, interval_err(f, x, E, [0.0]) + np.where(neg, 2 * u * np.abs(s * x), 0.0)
+    if kind == "elu":
+        def f(v):
+            return np.where(v > 0, v, a * np.expm1(np.minimum(v, 0.0)))
+        y = f(x)
+        # alpha (fp32) * (expf(v) - 1): expf's error, the subtraction, the product
+        ex = np.exp(np.minimum(x, 0.0))
+        ev = np.where(neg, abs(a) * (LIB * ex + u * np.abs(ex - 1)) + 2 * u * np.abs(y), 0.0)
+        return y, interval_err(f, x, E, [0.0]) + ev
+    if kind == "gelu":
+        def f(v):
+            return 0.5 * v * (1.0 + _erf(v / math.sqrt(2.0)))
+        y = f(x)
+        # erff's argument v * fp32(1/sqrt2) off by 2 u |v| / sqrt2, times
+        # erf' = sqrt(2/pi) e^(-v^2/2); erff; 1 + erf; the product with 0.5 v
+        er = _erf(x / math.sqrt(2.0))
+        darg = 2 * u * np.abs(x) * math.sqrt(2 / math.pi) * np.exp(-0.5 * x * x)
+        ev = 0.5 * np.abs(x) * (darg + LIB * np.abs(er) + u * np.abs(1 + er)) + u * np.abs(y)
+        return y, interval_err(f, x, E, [GELU_MIN]) + ev
+    if kind == "swish":
+        def f(v):
+            return v * _sigmoid(v)
+        y = f(x)
+        # expf(-v), 1 + e, the divide, the product: (LIB + 3 u) relative
+        return y, interval_err(f, x, E, [SWISH_MIN]) + (LIB + 3 * u) * np.abs(y)
+    if kind == "hard_sigmoid":
+        def f(v):
+            return np.clip(0.2 * v + 0.5, 0.0, 1.0)
+        y = f(x)
+        # fp32(0.2) and its product, the sum: before the (exact) clip
+        t = 0.2 * x + 0.5
+        et = 2 * u * 0.2 * np.abs(x) + u * np.abs(t)
+        inside = (t + 0.2 * E + et > 0) & (t - 0.2 * E - et < 1)
+        return y, interval_err(f, x, E, [-2.5, 2.5]) + np.where(inside, et, 0.0)
+    # tanh
+    y = np.tanh(x)
+    return y, interval_err(np.tanh, x, E, []) + LIB * np.abs(y)
+
+
+def ew_forward(kind, xs, Es):
+    """elementwise per docs/TRACE.md, the operands already broadcast to the
+    output (numpy's rules), combined in input order in fp32: the value and
+    its bound."""
+    n, u = len(xs), U32
+    ax = [np.abs(v) for v in xs]
+    if kind in ("add", "average"):
+        z = sum(xs)
+        ez = sum(Es) + (n - 1) * u * sum(ax)      # n - 1 fp32 additions
+        if kind == "average":
+            z = z / n
+            ez = ez / n + u * np.abs(z)
+    elif kind == "subtract":
+        z = xs[0] - xs[1]
+        ez = Es[0] + Es[1] + u * np.abs(z)
+    elif kind == "multiply":
+        z = xs[0]
+        for v in xs[1:]:
+            z = z * v
+        ez = (n - 1) * u * np.abs(z)
+        for k in range(n):
+            p = Es[k]
+            for j in range(n):
+                if j != k:
+                    p = p * ax[j]
+            ez = ez + p
+    else:   # maximum, minimum: exact; an interval in the inputs
+        red = np.maximum if kind == "maximum" else np.minimum
+        z = red.reduce(np.broadcast_arrays(*xs))
+        lo = red.reduce(np.broadcast_arrays(*[v - e for v, e in zip(xs, Es)]))
+        hi = red.reduce(np.broadcast_arrays(*[v + e for v, e in zip(xs, Es)]))
+        ez = np.maximum(hi - z, z - lo)
+    return z, np.broadcast_to(ez, np.shape(z)).copy()
 
 
 # ---- forward with error bounds ----------------------------------------------
@@ -337,6 +545,12 @@ class Ref:
         if L["dtype"] == "bf16":
             w = to_bf16(w)
         return w.reshape(taps, cin, cout)
+
+    def slopes(self, c):
+        """prelu's slopes as a fresh layer holds them: Keras's
+        alpha_initializer, zeros (docs/FUNCTIONAL.md), as batchnorm's gamma
+        1 and beta 0 are a fresh layer's."""
+        return np.zeros(c)
 
     def input(self, n):
         L = self.layers[n]
@@ -468,6 +682,20 @@ class Ref:
                     z, ez = x, E
             elif op == "batchnorm":
                 z, ez = self.batchnorm(x, E)
+            elif op == "activation":
+                z, ez = act_forward(L, x, E, self.slopes(L["c"]))
+            elif op == "elementwise":
+                xs, es = [], []
+                for j in L["in"]:
+                    M = self.layers[j]
+                    # a per-channel operand ([C] or [1,1,C]) as [B, 1.., C];
+                    # a per-position one [B, sp.., 1] broadcasts as it is
+                    shp = [self.gb] + ([1] * len(L["sp"]) + [L["c"]]
+                                       if ew_broadcast(M, L["sp"], L["c"]) == "channel"
+                                       else list(vals[j].shape[1:]))
+                    xs.append(vals[j].reshape(shp))
+                    es.append(errs[j].reshape(shp))
+                z, ez = ew_forward(L["kind"], xs, es)
             else:
                 raise BadInput("op %r has no forward value" % op)
             y, ey = store(z, ez, to_bf16 if L["dtype"] == "bf16" else to_f32)
