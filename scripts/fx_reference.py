@@ -52,6 +52,21 @@ u16 = 2^-8 (bf16's unit roundoff, round to nearest even) and u32 = 2^-24:
   - add of n: sum of E + n u32 sum |x|; avgpool / global_avgpool over n:
     mean E + (n + 1) u32 mean |x|; sigmoid: its interval (at most E / 4) + 4 u32 |y|;
     dropout: E / (1 - rate) + u32 |y|.
+  - activation (docs/TRACE.md's formulas, fp32 on the emulator): the input
+    interval through the function, evaluated at both ends and at every
+    turning point inside it (relu's kinks at 0 and max_value, gelu's and
+    swish's minima), so exact for piecewise monotone functions; plus the
+    fp32 evaluation: 2 u32 |y| for a product with fp32(alpha), LIB = 8 u32
+    (4 ulps) relative per libm call (expf, erff, tanhf), u32 per other
+    operation, and nothing where the emulator computes exactly (relu
+    without alpha, relu6, the clips).  softmax: y_c (E_c + sum_j y_j E_j)
+    (first order) + y_c (2 LIB + u32 (|x_c - m| + max_j |x_j - m| + C + 1)).
+    prelu's slopes are a fresh layer's, zeros (Keras's alpha_initializer).
+  - elementwise, the operands broadcast (per channel [C] or [1,1,C], per
+    position [H,W,1]) and combined in input order: add of n: sum E +
+    (n - 1) u32 sum |x|, average that / n + u32 |y|; subtract E0 + E1 +
+    u32 |y|; multiply sum_k E_k prod_{j != k} |x_j| + (n - 1) u32 |y|;
+    maximum and minimum exact, their interval [ext(x - E), ext(x + E)].
   - batchnorm in inference: y = x r with r = 1/sqrt(1 + eps) (the moving
     statistics of a fresh layer, mean 0 and variance 1): E' = E r + 4 u32 |y|.
   - batchnorm with "scale": false or "center": false (no gamma, no beta) computes
@@ -399,6 +414,8 @@ def act_forward(L, x, E, slopes):
         rel = arg + LIB + arg.max(axis=-1, keepdims=True) + LIB + x.shape[-1] * u + u
         return y, ein + rel * y
     if kind == "relu":
+        # Keras's relu(x, alpha, max_value): clip(x, 0, max_value) + alpha
+        # min(x, 0); the negative part is not clipped
         def f(v):
             return np.clip(v, 0.0, mv if mv is not None else np.inf) + a * np.minimum(v, 0.0)
         turns = [0.0] + ([mv] if mv is not None else [])
