@@ -562,7 +562,11 @@ static tpu_status trace_act(trace_ctx *c, const cJSON *o, const char *base,
                           "leaky_relu, elu; max_value: relu)",
                           trace_act_words[k]);
     }
-    if ((st = trace_real(c, o, base, "alpha", -1e6, 1e6, &L->alpha)))
+    /* relu's slope is Keras's ReLU negative_slope, which Keras keeps at
+     * or above 0: a negative one would make clip(x, 0, max_value) +
+     * alpha min(x, 0) and max_value applied after the slope differ */
+    if ((st = trace_real(c, o, base, "alpha", k == GACT_RELU ? 0 : -1e6, 1e6,
+                         &L->alpha)))
         return st;
     if ((st = trace_real(c, o, base, "max_value", 0, 1e30, &L->max_value)))
         return st;
