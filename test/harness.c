@@ -167,6 +167,12 @@ int th_run(th_cmd_result *r, const char *fmt, ...)
     return r->status;
 }
 
+int th_have_numpy(th_cmd_result *r)
+{
+    th_run(r, "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
+    return r->status == 0;
+}
+
 /* The live children of this process, from /proc (each /proc/PID/stat is
  * "PID (COMM) STATE PPID ..."): their pids into pids[cap], their count. */
 static int live_children(pid_t *pids, int cap)

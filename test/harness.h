@@ -55,6 +55,9 @@ const char *th_bin(void);
  * ("" if the working directory cannot be read). */
 const char *th_bin_abs(void);
 int th_run(th_cmd_result *r, const char *fmt, ...);
+/* 1 when python3 with numpy (the functional reference's, which make deps
+ * installs) can be run; r holds the probe's result. */
+int th_have_numpy(th_cmd_result *r);
 /* Reads a PNG as 8-bit RGB rows (*rgb owned by the caller, NULL on
  * failure).  1 on success. */
 int th_png_rgb(const char *path, int *w, int *h, unsigned char **rgb);

@@ -1371,9 +1371,7 @@ void th_suite_functional_cli(th_ctx *t)
     static const char *const npy_traces[] = {
         "conv2d", "conv3d",     "deconv", "dense-heads", "pool-up-concat",
         "resadd", "tiny-train", "chunks", "views-dtype"};
-    th_run(&c,
-           "test -x /usr/bin/python3 && /usr/bin/python3 -c 'import numpy'");
-    if (c.status == 0) {
+    if (th_have_numpy(&c)) {
         for (size_t i = 0; i < sizeof npy_traces / sizeof *npy_traces; i++) {
             th_run(&c,
                    "%s run " TR "%s.json --functional --seed 7 "
