@@ -15,12 +15,28 @@
 #include "mxu/mxu.h"
 #include "test/harness.h"
 
+/* Writes text as a trace named name in the test directory and lowers and
+ * times it with key = val; 1 on success (r and p then the caller's to
+ * free), 0 after a failed check. */
+static int sim_text(th_ctx *t, const char *name, const char *text,
+                    const char *key, const char *val, emu_result *r,
+                    fw_program *p)
+{
+    char path[512];
+    tpu_error e;
+    snprintf(path, sizeof path, "%s/%s", th_tmpdir(), name);
+    th_put(path, text);
+    fw_program_init(p);
+    return TH_CHECKF(t, th_sim_trace(path, &key, &val, 1, 0, r, p, &e) ==
+                            TPU_OK,
+                     "%s", e.msg);
+}
+
 /* A product whose weights exceed half of VMEM: no load larger than VMEM,
  * and each N chunk streams every row exactly once (its own last tile). */
 static void chunk_cases(th_ctx *t)
 {
-    char path[512];
-    tpu_error e;
+    char name[64];
     th_case(t, "N-chunked products: every chunk covers the M rows exactly "
                "once and its own columns (a ragged last chunk is narrower), "
                "and no load exceeds VMEM (3x3 conv 1024 -> 1024, "
@@ -32,12 +48,12 @@ static void chunk_cases(th_ctx *t)
         "\"units\":4096,\"use_bias\":false}]"};
     static const char *const shape[] = {"[16,16,1024]", "[4096]"};
     static const int64_t rows[] = {64 * 16 * 16, 64}, cout[] = {1024, 4096};
-    static const char *const key[] = {"xla.tile_search"};
+    static const char *const key = "xla.tile_search";
     static const char *const val[] = {"1", "0"};
     char text[1024];
     for (int i = 0; i < 2; i++)
         for (int v = 0; v < 2; v++) {
-            snprintf(path, sizeof path, "%s/lower-chunk%d.json", th_tmpdir(), i);
+            snprintf(name, sizeof name, "lower-chunk%d.json", i);
             snprintf(text, sizeof text,
                      "{\"format\":\"tpuemu-trace/1\",\"name\":\"w\","
                      "\"system\":\"v3-8\",\"run\":{\"mode\":\"infer\","
@@ -45,13 +61,9 @@ static void chunk_cases(th_ctx *t)
                      "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":"
                      "%s}],\"layers\":%s}}\n",
                      shape[i], layer[i]);
-            th_put(path, text);
             emu_result r;
             fw_program p;
-            fw_program_init(&p);
-            if (!TH_CHECKF(t, th_sim_trace(path, key, &val[v], 1, 0, &r, &p,
-                                           &e) == TPU_OK,
-                           "%s", e.msg))
+            if (!sim_text(t, name, text, key, val[v], &r, &p))
                 continue;
             int64_t rep = 1, big = 0, covered = 0, cc = 0;
             for (size_t j = 0; j < p.n; j++) {
@@ -124,18 +136,16 @@ static double loaded_bytes(const fw_program *p)
  * the lanes when the batch fills them, and at twice its size otherwise. */
 static void batch_lane_cases(th_ctx *t)
 {
-    char path[512], text[768];
-    tpu_error e;
+    char text[768];
     th_case(t, "a 1x1 conv on a 56x56x64 map loads its input about once at "
                "128 examples per core (the batch on the lanes) and twice "
                "with xla.batch_lanes=0 or at 64 per core");
-    static const char *const key[] = {"xla.batch_lanes"};
+    static const char *const key = "xla.batch_lanes";
     static const char *const val[] = {"1", "0"};
     static const int batch[] = {1024, 512};
     double got[2][2] = {{0, 0}, {0, 0}};
     for (int b = 0; b < 2; b++)
         for (int v = 0; v < 2; v++) {
-            snprintf(path, sizeof path, "%s/lower-blanes.json", th_tmpdir());
             snprintf(text, sizeof text,
                      "{\"format\":\"tpuemu-trace/1\",\"name\":\"b\","
                      "\"system\":\"v3-8\",\"run\":{\"mode\":\"infer\","
@@ -145,13 +155,9 @@ static void batch_lane_cases(th_ctx *t)
                      "\"conv\",\"in\":\"x\",\"filters\":64,\"kernel\":"
                      "[1,1]}]}}\n",
                      batch[b]);
-            th_put(path, text);
             emu_result r;
             fw_program p;
-            fw_program_init(&p);
-            if (!TH_CHECKF(t, th_sim_trace(path, key, &val[v], 1, 0, &r, &p,
-                                           &e) == TPU_OK,
-                           "%s", e.msg))
+            if (!sim_text(t, "lower-blanes.json", text, key, val[v], &r, &p))
                 continue;
             double data = batch[b] / 8.0 * 56 * 56 * 64 * 2;
             got[b][v] = loaded_bytes(&p) / data;
