@@ -6,7 +6,7 @@
  * `model.json` (the Keras config in `modelTopology`), a Keras 3
  * `config.json`, and a `.keras` archive (the zip holding config.json).
  * Every layer class the trace format can express maps to trace layers
- * through one table (keras.c, keras_classes); a channels_first model is
+ * through one table (keras_layers.c, keras_classes); a channels_first model is
  * read as the same network with its channel axis moved last (the trace
  * is channels-last in its shapes only); a layer that cannot be
  * mapped is an error naming it, listing every unmapped class of the file,
