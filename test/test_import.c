@@ -1,4 +1,4 @@
-/* tpuemu import (emu/imp/keras.c): the Keras schemas it reads (Keras 2
+/* tpuemu import (emu/imp/keras*.c): the Keras schemas it reads (Keras 2
  * Sequential, Functional, a nested model, a shared layer; Keras 3
  * config.json and the same as a .keras zip; a TensorFlow.js model.json),
  * parameter totals against Keras's (the fixtures' by hand, VGG16 and

@@ -1,5 +1,5 @@
 /* tpuemu import: a Keras or TensorFlow.js model's architecture as a trace
- * (emu/imp/keras.c does the work; docs/IMPORT.md). */
+ * (emu/imp/keras*.c do the work; docs/IMPORT.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
