@@ -71,16 +71,13 @@ double layout_bytes(const lower_ctx *c, int nsp, const int64_t ext[],
                     int64_t ch, int dtype)
 {
     int64_t lane = c->hw->lane_pad, sub = c->hw->sublane_pad;
-    int64_t bl = rup((int64_t)ceil(c->B), lane);
     int inner = nsp - 1;
     while (inner >= 0 && ext[inner] == 1)
         inner--;
-    double pos = 1, rest = 1; /* every spatial extent; all but inner's */
-    for (int d = 0; d < nsp; d++) {
-        pos *= (double)ext[d];
+    double rest = 1; /* the spatial extents but inner's */
+    for (int d = 0; d < nsp; d++)
         if (d != inner)
             rest *= (double)ext[d];
-    }
     double bytes;
     if (inner < 0) /* [B, C]: the batch is the second-minor dimension */
         bytes = (double)rup((int64_t)c->B, sub) * (double)rup(ch, lane);
@@ -91,7 +88,10 @@ double layout_bytes(const lower_ctx *c, int nsp, const int64_t ext[],
         bytes = c->B * rest * minor;
     }
     if (c->hw->xla_batch_lanes) {
-        double lanes = (double)bl * (double)rup(ch, sub) * pos;
+        /* every position, whole integers: exact in either order */
+        double pos = inner < 0 ? rest : rest * (double)ext[inner];
+        double lanes = (double)rup((int64_t)ceil(c->B), lane) *
+                       (double)rup(ch, sub) * pos;
         if (lanes < bytes)
             bytes = lanes;
     }

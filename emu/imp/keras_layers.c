@@ -768,8 +768,6 @@ static int same_shapes(const kx *x, const kcall *c)
     return 1;
 }
 
-static tpu_status map_ew(kx *x, kcall *c);
-
 /* A merge's inputs are in one layout.  A flat operand ([C]) broadcasts
  * along Keras's last axis, which on a channels-first tensor is a spatial
  * one (channels-first models reshape their gates to (C, 1, 1)). */
@@ -815,6 +813,42 @@ static tpu_status merge_layouts(kx *x, kcall *c)
     return TPU_OK;
 }
 
+/* A merge's inputs: 2 to GRAPH_MAX_IN of them (the trace's op named
+ * for the message), in layouts that agree (merge_layouts). */
+static tpu_status merge_inputs(kx *x, kcall *c, const char *op)
+{
+    char b[64];
+    if (c->n_in < 2 || c->n_in > GRAPH_MAX_IN)
+        return keras_fail(x, c->path,
+                          "'%s' (%s) has %d inputs; the trace's %s "
+                          "takes 2 to %d",
+                          keras_shown(b, sizeof b, c->kname), c->cls, c->n_in,
+                          op, GRAPH_MAX_IN);
+    return merge_layouts(x, c);
+}
+
+/* The trace's elementwise of kind c->arg over the merge's inputs, which
+ * merge_inputs accepted; its rank is the largest operand's. */
+static tpu_status emit_ew(kx *x, kcall *c)
+{
+    int t, in_t[GRAPH_MAX_IN];
+    tpu_status st;
+    if ((st = keras_grow(x)))
+        return st;
+    for (int k = 0; k < c->n_in; k++)
+        in_t[k] = x->refs[c->in[k]].t;
+    int kr = keras_krank_of(x, c->in[0]);
+    for (int k = 1; k < c->n_in; k++)
+        if (gshape_elems(keras_shape_of(x, c->in[k])) >
+            gshape_elems(keras_shape_of(x, c->in[0])))
+            kr = keras_krank_of(x, c->in[k]);
+    glayer *L = keras_layer_begin(x, c->tname, GOP_ELEMWISE, in_t, c->n_in);
+    L->kind = c->arg;
+    if ((st = keras_emit(x, c, kr, &t)))
+        return st;
+    return keras_new_ref(x, t, &c->out);
+}
+
 /* Add (arg 0) and Concatenate (arg 1).  An Add whose operands broadcast
  * (a per-position gate [H,W,1], a per-channel [1,1,C]) is the trace's
  * elementwise add; the trace's add takes identical shapes. */
@@ -822,18 +856,12 @@ static tpu_status map_merge(kx *x, kcall *c)
 {
     int t, in_t[GRAPH_MAX_IN];
     tpu_status st;
-    char b[64];
-    if (c->n_in < 2 || c->n_in > GRAPH_MAX_IN)
-        return keras_fail(x, c->path,
-                          "'%s' (%s) has %d inputs; the trace's %s "
-                          "takes 2 to %d",
-                          keras_shown(b, sizeof b, c->kname), c->cls, c->n_in,
-                          c->arg ? "concat" : "add", GRAPH_MAX_IN);
-    if ((st = merge_layouts(x, c)) || (c->arg && (st = channel_axis(x, c, 1))))
+    if ((st = merge_inputs(x, c, c->arg ? "concat" : "add")) ||
+        (c->arg && (st = channel_axis(x, c, 1))))
         return st;
     if (!c->arg && !same_shapes(x, c)) {
         c->arg = GEW_ADD;
-        if ((st = map_ew(x, c)))
+        if ((st = emit_ew(x, c)))
             return st;
         return cfg_act(x, c);
     }
@@ -950,37 +978,12 @@ static tpu_status map_prelu(kx *x, kcall *c)
     return TPU_OK;
 }
 
-/* Activation with a kind only the trace's activation op has: the name
- * is looked up in keras_acts (via cfg_act). */
-
 /* Multiply, Subtract, Maximum, Minimum, Average (arg: graph_ew). */
 static tpu_status map_ew(kx *x, kcall *c)
 {
-    int t, in_t[GRAPH_MAX_IN];
-    tpu_status st;
-    char b[64];
-    if (c->n_in < 2 || c->n_in > GRAPH_MAX_IN)
-        return keras_fail(x, c->path,
-                          "'%s' (%s) has %d inputs; the trace's "
-                          "elementwise takes 2 to %d",
-                          keras_shown(b, sizeof b, c->kname), c->cls, c->n_in,
-                          GRAPH_MAX_IN);
-    if ((st = merge_layouts(x, c)) || (st = keras_grow(x)))
-        return st;
-    for (int k = 0; k < c->n_in; k++)
-        in_t[k] = x->refs[c->in[k]].t;
-    int kr = keras_krank_of(x, c->in[0]);
-    for (int k = 1; k < c->n_in; k++)
-        if (gshape_elems(keras_shape_of(x, c->in[k])) >
-            gshape_elems(keras_shape_of(x, c->in[0])))
-            kr = keras_krank_of(x, c->in[k]);
-    glayer *L = keras_layer_begin(x, c->tname, GOP_ELEMWISE, in_t, c->n_in);
-    L->kind = c->arg;
-    if ((st = keras_emit(x, c, kr, &t)))
-        return st;
-    return keras_new_ref(x, t, &c->out);
+    tpu_status st = merge_inputs(x, c, "elementwise");
+    return st ? st : emit_ew(x, c);
 }
-
 /* Rescaling (x * scale + offset) is folded into the reader of its
  * output, as XLA fuses it: no layer, no parameters (Keras counts none). */
 static tpu_status map_folded(kx *x, kcall *c)
