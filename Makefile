@@ -32,11 +32,14 @@ CLI_SRCS   := $(wildcard emu/cli/*.c emu/cli/sweep/*.c)
 VIEW_PURE_SRCS := emu/view/index.c emu/view/layout.c emu/view/demo.c
 VIEW_SRCS  := $(filter-out $(VIEW_PURE_SRCS),$(wildcard emu/view/*.c))
 TEST_SRCS  := $(wildcard test/test_*.c) test/harness.c
+# The CLI's files the tests call directly (the rest they run as tpuemu).
+CLI_PURE_SRCS := emu/cli/pool.c
 
 CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 VIEW_OBJS := $(VIEW_SRCS:%.c=$(BUILD)/%.o)
 VIEW_PURE_OBJS := $(VIEW_PURE_SRCS:%.c=$(BUILD)/%.o)
+CLI_PURE_OBJS := $(CLI_PURE_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/test/registry.o
 LIB       := $(BUILD)/libtpuemu.a
 
@@ -66,8 +69,8 @@ $(BUILD)/test/registry.c: $(wildcard test/test_*.c) scripts/gen_registry.sh
 $(BUILD)/test/registry.o: $(BUILD)/test/registry.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/test_runner: $(TEST_OBJS) $(VIEW_PURE_OBJS) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(VIEW_PURE_OBJS) $(LIB) $(CORE_LIBS)
+$(BUILD)/test_runner: $(TEST_OBJS) $(VIEW_PURE_OBJS) $(CLI_PURE_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(VIEW_PURE_OBJS) $(CLI_PURE_OBJS) $(LIB) $(CORE_LIBS)
 
 # First-time set-up on a fresh Debian machine: installs what pkg-config
 # cannot find (as root, with apt-get), otherwise says what to install.

@@ -170,5 +170,42 @@ void th_suite_validate_fit(th_ctx *t)
     TH_CHECKF(t, c.status == 0 &&
                      strstr(c.out, "its baseline 'nobody' is no trace"),
               "status %d: %s", c.status, c.out);
+
+    th_case(t, "--jobs 1 and worker processes print, report and exit the "
+               "same, byte for byte, with a bad and a too-large trace among "
+               "the rows");
+    {
+        char bad[600], big[600], r1[600], r3[600];
+        snprintf(bad, sizeof bad, "%s/c-bad.json", dir);
+        snprintf(big, sizeof big, "%s/d-big.json", dir);
+        snprintf(r1, sizeof r1, "%s/../validate-jobs1.json", dir);
+        snprintf(r3, sizeof r3, "%s/../validate-jobs3.json", dir);
+        th_put(bad, "{\"format\": \"tpuemu-trace/1\", \"graph\": [}\n");
+        th_put(big, "{\"format\": \"tpuemu-trace/1\", \"name\": \"big\", "
+                    "\"system\": \"v3-8\", \"run\": {\"mode\": \"train\", "
+                    "\"global_batch\": 64}, \"reference\": {\"step_time_s\": "
+                    "1, \"source\": \"t\", \"family\": \"b\"}, \"graph\": "
+                    "{\"inputs\": [{\"name\": \"x\", \"shape\": [4096, "
+                    "4096, 64]}], \"layers\": [{\"name\": \"c\", \"op\": "
+                    "\"conv\", \"in\": \"x\", \"filters\": 256, \"kernel\": "
+                    "[3, 3]}, {\"name\": \"l\", \"op\": \"loss\", \"kind\": "
+                    "\"l2\", \"in\": \"c\"}]}}\n");
+        th_cmd_result c1, c3;
+        th_run(&c1, "%s validate --dir %s --jobs 1 --report %s", th_bin(), dir,
+               r1);
+        th_run(&c3, "%s validate --dir %s --jobs 3 --report %s", th_bin(), dir,
+               r3);
+        char *j1 = th_slurp(r1, NULL), *j3 = th_slurp(r3, NULL);
+        TH_CHECKF(t, c1.status == 2 && strstr(c1.out, "does not fit") &&
+                         strstr(c1.err, "c-bad.json"),
+                  "status %d: %s%s", c1.status, c1.out, c1.err);
+        TH_CHECKF(t, c3.status == c1.status && !strcmp(c1.out, c3.out) &&
+                         !strcmp(c1.err, c3.err) && j1 && j3 &&
+                         !strcmp(j1, j3),
+                  "--jobs 1 [%s%s] against --jobs 3 [%s%s]", c1.out, c1.err,
+                  c3.out, c3.err);
+        free(j1);
+        free(j3);
+    }
     th_run(&c, "rm -rf %s", dir);
 }

@@ -37,6 +37,7 @@
 #include <cjson/cJSON.h>
 
 #include "emu/cli/cli.h"
+#include "emu/cli/pool.h"
 #include "emu/cost.h"
 #include "emu/graph.h"
 #include "emu/params.h"
@@ -52,7 +53,7 @@
 
 static const char usage_text[] =
     "usage: tpuemu validate [--report R.json] [--dir DIR] [--sources]\n"
-    "                       [--no-range]\n"
+    "                       [--no-range] [--jobs|-j N]\n"
     "                       [--set KEY=VALUE ...] [--fit KEY=V1,V2,...]\n"
     "\n"
     "Runs every DIR/*.json (default traces/reference, sorted by name) with\n"
@@ -77,6 +78,11 @@ static const char usage_text[] =
     "cross-validation, docs/VALIDATION.md); --report writes tpuemu-fit/1.\n"
     "List the prior first: where the other families cannot tell the values\n"
     "apart, the first stands for them (and the line says so).\n"
+    "\n"
+    "--jobs N (-j N) runs the traces in at most N worker processes\n"
+    "(default: one per CPU; 1: one after another in this process, each\n"
+    "range too); the table, --report and exit status are the same byte\n"
+    "for byte whatever N.\n"
     "\n"
     "Without --dir, traces/reference is looked for in the current\n"
     "directory, then next to the tpuemu binary and up to two directories\n"
@@ -434,6 +440,8 @@ typedef struct {
     int no_range; /* skip the ranges (--no-range, and every --fit pass) */
     int n_sets;  /* --set (and --fit's) overrides for every trace */
     const char *const *set_keys, *const *set_values;
+    int range_jobs; /* range_compute's workers: 0 one per CPU, 1 in-process */
+    int jobs;       /* --jobs: worker processes for the rows, 0 one per CPU */
 } vtable;
 
 /* A row that says what went wrong instead of figures. */
@@ -600,7 +608,7 @@ static void validate_one(vtable *t, const char *path, const char *file)
     tpu_status st = sim_run(&g, &o, &r, &err);
     if (st == TPU_OK && !t->no_range) {
         range_result rr;
-        tpu_status rs = range_compute(&g, &o, &r, 0, &rr, &err);
+        tpu_status rs = range_compute(&g, &o, &r, t->range_jobs, &rr, &err);
         if (rs == TPU_OK) {
             rs = range_to_result(&rr, &r, &err);
             range_free(&rr);
@@ -658,14 +666,161 @@ static int write_report(const char *out, const cJSON *doc, int rc)
     return rc;
 }
 
-/* Every trace of f through t (t->ordered holds f->n rows). */
-static void run_rows(vtable *t, const vfiles *f)
+static void run_row(vtable *t, const vfiles *f, int i)
 {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", f->dir, f->names[i]);
+    validate_one(t, path, f->names[i]);
+}
+
+/* What a row run in a worker (pool.h) hands back: the totals it added
+ * to its own table, its vrow when it counted, then its report row as
+ * JSON text. */
+typedef struct {
+    int rc, counted, unfit;
+    double sum_abs;
+    vrow v;
+} vrow_msg;
+
+typedef struct {
+    vtable *t;
+    const vfiles *f;
+} vpool;
+
+/* In a worker: row i through a table of its own, packed for row_merge. */
+static int row_task(void *ctx, int i, char **blob, size_t *len)
+{
+    const vpool *p = ctx;
+    vtable w = *p->t;
+    vrow v;
+    memset(&v, 0, sizeof v);
+    w.doc = cJSON_CreateObject();
+    w.rows = w.doc ? cJSON_AddArrayToObject(w.doc, "traces") : NULL;
+    if (!w.rows) {
+        cJSON_Delete(w.doc);
+        return 1;
+    }
+    w.ordered = &v;
+    w.counted = w.unfit = w.rc = 0;
+    w.sum_abs = 0;
+    w.range_jobs = 1; /* the pool's workers fill the CPUs already */
+    run_row(&w, p->f, i);
+    char *row = cJSON_PrintUnformatted(cJSON_GetArrayItem(w.rows, 0));
+    cJSON_Delete(w.doc);
+    if (!row)
+        return 1;
+    size_t nrow = strlen(row) + 1;
+    vrow_msg m;
+    memset(&m, 0, sizeof m); /* its padding goes down the pipe too */
+    m.rc = w.rc;
+    m.counted = w.counted;
+    m.unfit = w.unfit;
+    m.sum_abs = w.sum_abs;
+    m.v = v;
+    *blob = malloc(sizeof m + nrow);
+    if (!*blob) {
+        free(row);
+        return 1;
+    }
+    memcpy(*blob, &m, sizeof m);
+    memcpy(*blob + sizeof m, row, nrow);
+    *len = sizeof m + nrow;
+    free(row);
+    return 0;
+}
+
+/* In the parent, in row order: a worker's row into the table, as if it
+ * had run here. */
+static void row_merge(void *ctx, int i, const char *blob, size_t len, int ok)
+{
+    const vpool *p = ctx;
+    vtable *t = p->t;
+    vrow_msg m;
+    cJSON *row = NULL;
+    if (ok && blob && len > sizeof m && blob[len - 1] == '\0') {
+        memcpy(&m, blob, sizeof m);
+        row = cJSON_Parse(blob + sizeof m);
+    }
+    if (!row) {
+        tpu_error err = {0};
+        tpu_fail(&err, TPU_ERR_SYSTEM,
+                 "%s: the worker process running it failed", p->f->names[i]);
+        row = cJSON_CreateObject();
+        cJSON_AddItemToArray(t->rows, row);
+        row_error(t, row, p->f->names[i], "-", &err, 4);
+        return;
+    }
+    cJSON_AddItemToArray(t->rows, row);
+    if (m.counted)
+        t->ordered[t->counted++] = m.v;
+    t->unfit += m.unfit;
+    t->sum_abs += m.sum_abs;
+    if (m.rc)
+        note_fail(&t->rc, m.rc);
+}
+
+typedef struct {
+    int i, chips; /* chips: the slice's cores, a proxy of its cost */
+} vcost;
+
+static int cmp_cost(const void *a, const void *b)
+{
+    const vcost *x = a, *y = b;
+    if (x->chips != y->chips)
+        return (x->chips < y->chips) - (x->chips > y->chips);
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* The order to start the rows in: the largest slices first, since a
+ * slice's gradient all-reduce is most of a large row's host time (its
+ * range simulates it again per interconnect variant); then file order.
+ * NULL when out of memory. */
+static int *row_order(const vfiles *f)
+{
+    vcost *c = calloc((size_t)f->n, sizeof *c);
+    int *order = malloc((size_t)f->n * sizeof *order);
+    if (!c || !order) {
+        free(c);
+        free(order);
+        return NULL;
+    }
     for (int i = 0; i < f->n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", f->dir, f->names[i]);
-        validate_one(t, path, f->names[i]);
+        graph g;
+        tpu_error err = {0};
+        c[i].i = i;
+        if (graph_load(&g, path, &err) == TPU_OK) {
+            const tpu_system *sys = tpu_system_find(g.system);
+            c[i].chips = sys ? sys->cores : 0;
+            graph_free(&g);
+        }
     }
+    qsort(c, (size_t)f->n, sizeof *c, cmp_cost);
+    for (int i = 0; i < f->n; i++)
+        order[i] = c[i].i;
+    free(c);
+    return order;
+}
+
+/* Every trace of f through t (t->ordered holds f->n rows): over worker
+ * processes where there is more than one CPU and row, each row's range
+ * then run in its worker; the table, report and exit status are the
+ * same as one row after another here. */
+static void run_rows(vtable *t, const vfiles *f)
+{
+    vpool p = {t, f};
+    int jobs = t->jobs > 0 ? t->jobs : pool_cpus();
+    int *order = f->n > 1 && jobs > 1 ? row_order(f) : NULL;
+    int pooled =
+        order && pool_run(f->n, jobs, order, row_task, row_merge, &p) == 0;
+    free(order);
+    if (pooled)
+        return;
+    /* one after another here: each range over the CPUs --jobs allows */
+    t->range_jobs = t->jobs;
+    for (int i = 0; i < f->n; i++)
+        run_row(t, f, i);
 }
 
 /* The what-ifs every trace runs under: --set pairs, and --fit's key with
@@ -675,6 +830,7 @@ typedef struct {
     const char *keys[VALIDATE_MAX_SETS + 1];
     const char *values[VALIDATE_MAX_SETS + 1];
     int no_range;
+    int jobs; /* --jobs, 0 when not given */
     const char *fit_key;
     char *fit_values; /* "KEY=V1,V2,...", owned, cut in place */
     char *fit_list;   /* the values, within fit_values */
@@ -704,6 +860,7 @@ static int run_table(const vfiles *f, const char *out, int sources,
     t.rows = cJSON_AddArrayToObject(t.doc, "traces");
     t.sources = sources;
     t.no_range = w->no_range;
+    t.jobs = w->jobs;
     vtable_sets(&t, w, NULL);
     if (w->n) {
         cJSON *sets = cJSON_AddObjectToObject(t.doc, "set");
@@ -780,6 +937,7 @@ static int run_fit(const vfiles *f, const char *out, vsets *w)
         vtable t = {0};
         t.quiet = 1;
         t.no_range = 1;
+        t.jobs = w->jobs;
         t.doc = cJSON_CreateObject();
         t.rows = cJSON_AddArrayToObject(t.doc, "traces");
         t.ordered = rows + (size_t)v * (size_t)f->n;
@@ -933,6 +1091,7 @@ int cli_validate(int argc, char **argv)
         return 0;
     }
     const char *out = NULL, *dir = NULL, *set = NULL, *fit = NULL;
+    const char *jobs = NULL;
     int sources = 0;
     vsets w;
     memset(&w, 0, sizeof w);
@@ -962,6 +1121,12 @@ int cli_validate(int argc, char **argv)
         } else if ((r = cli_take(argc, argv, &i, "--fit", &fit)) != 0) {
             if (r < 0)
                 return 2;
+        } else if ((r = cli_take(argc, argv, &i, "--jobs", &jobs)) != 0 ||
+                   (r = cli_take(argc, argv, &i, "-j", &jobs)) != 0) {
+            int64_t n;
+            if (r < 0 || cli_int("--jobs", jobs, 1, 64, &n))
+                return 2;
+            w.jobs = (int)n;
         } else if ((r = cli_take(argc, argv, &i, "--report", &out)) != 0 ||
             (r = cli_take(argc, argv, &i, "--dir", &dir)) != 0) {
             if (r < 0)
