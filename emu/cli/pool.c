@@ -103,12 +103,10 @@ static void rewind_fd(int fd)
 }
 
 /* A worker's life: tasks from cmd until it closes, one message each on
- * res.  Never returns. */
-static void worker_main(int cmd, int res, pool_task_fn task, void *ctx)
+ * res, its stdout and stderr caught in out and err.  Never returns. */
+static void worker_main(int cmd, int res, FILE *out, FILE *err,
+                        pool_task_fn task, void *ctx)
 {
-    FILE *out = tmpfile(), *err = tmpfile();
-    if (!out || !err)
-        _exit(3);
     fflush(stdout);
     fflush(stderr);
     if (dup2(fileno(out), 1) < 0 || dup2(fileno(err), 2) < 0)
@@ -156,13 +154,20 @@ static int worker_start(pool_worker *ws, int w, pool_task_fn task, void *ctx)
         close(c[1]);
         return -1;
     }
+    /* the files that catch its output, made here: when they cannot be,
+     * no worker starts and the caller runs the tasks itself */
+    FILE *out = tmpfile(), *err = out ? tmpfile() : NULL;
     fflush(NULL); /* a worker must not write the parent's buffers again */
-    pid_t pid = fork();
+    pid_t pid = err ? fork() : -1;
     if (pid < 0) {
         close(c[0]);
         close(c[1]);
         close(r[0]);
         close(r[1]);
+        if (out)
+            fclose(out);
+        if (err)
+            fclose(err);
         return -1;
     }
     if (pid == 0) {
@@ -173,8 +178,10 @@ static int worker_start(pool_worker *ws, int w, pool_task_fn task, void *ctx)
                 close(ws[k].cmd);
                 close(ws[k].res);
             }
-        worker_main(c[0], r[1], task, ctx);
+        worker_main(c[0], r[1], out, err, task, ctx);
     }
+    fclose(out);
+    fclose(err);
     close(c[0]);
     close(r[1]);
     ws[w] = (pool_worker){pid, c[1], r[0], -1, 1, NULL, 0, 0};
