@@ -64,14 +64,16 @@ int64_t cost_vec_ps(const tpu_params *hw, const fw_insn *in)
 /* A block's duration is measured on a private HBM model as the average of
  * repeated back-to-back copies of it after the first (so open rows and the
  * refresh schedule are in their steady state), which makes it a pure
- * function of the transfer. */
+ * function of the transfer's size: the model times a read and a write of
+ * one block alike (hbm_access), so one measurement serves both
+ * directions. */
 typedef struct {
     int64_t key;
     int64_t ps;
 } cost_ent;
 
 struct cost_dma {
-    cost_ent *tab; /* open addressing, keys bytes*2+write (never 0) */
+    cost_ent *tab; /* open addressing, keys bytes (never 0) */
     size_t cap, n;
     hbm *h;
     double refi_s;
@@ -109,14 +111,13 @@ void cost_dma_free(cost_dma *d)
     free(d);
 }
 
-static int64_t dma_measure(cost_dma *d, int64_t bytes, int write)
+static int64_t dma_measure(cost_dma *d, int64_t bytes)
 {
     hbm_xfer x = {0};
     x.addr = 0;
     x.chunk_bytes = (uint64_t)bytes;
     x.nchunks = 1;
     x.stride = (uint64_t)bytes;
-    x.is_write = write;
     hbm_reset(d->h);
     double t = hbm_access(d->h, 0.0, &x);
     double t1 = t;
@@ -138,12 +139,12 @@ int64_t cost_dma_ps(cost_dma *d, int64_t bytes, int write)
 {
     if (bytes <= 0)
         return 0;
-    int64_t key = bytes * 2 + (write ? 1 : 0);
+    int64_t key = bytes;
     if (d->n * 2 >= d->cap) {
         size_t ncap = d->cap ? d->cap * 2 : 1024;
         cost_ent *nt = calloc(ncap, sizeof *nt);
         if (!nt) /* no room to remember it: measure every time */
-            return dma_measure(d, bytes, write);
+            return dma_measure(d, bytes);
         for (size_t i = 0; i < d->cap; i++)
             if (d->tab[i].key) {
                 size_t j = slot_of(d->tab[i].key, ncap);
@@ -161,7 +162,7 @@ int64_t cost_dma_ps(cost_dma *d, int64_t bytes, int write)
             return d->tab[j].ps;
         j = (j + 1) & (d->cap - 1);
     }
-    int64_t ps = dma_measure(d, bytes, write);
+    int64_t ps = dma_measure(d, bytes);
     d->tab[j].key = key;
     d->tab[j].ps = ps;
     d->n++;

@@ -29,8 +29,9 @@ void cost_matmul_ps(const tpu_params *hw, const fw_insn *in, int stream,
 /* A vector pass. */
 int64_t cost_vec_ps(const tpu_params *hw, const fw_insn *in);
 
-/* DMA block costs, measured once per (bytes, direction) and cached: the
- * cache is the only state, and it changes no answer. */
+/* DMA block costs, measured once per block size and cached (the HBM
+ * model times both directions alike): the cache is the only state, and
+ * it changes no answer. */
 typedef struct cost_dma cost_dma;
 
 /* NULL when host memory runs out. */
@@ -39,8 +40,8 @@ void cost_dma_free(cost_dma *d);
 /* 1 when d was made for hw's HBM (the only parameters its costs depend
  * on): a run with hw may then borrow it (sim_opts.dma_costs). */
 int cost_dma_matches(const cost_dma *d, const tpu_params *hw);
-/* Duration of one block of `bytes` (write: VMEM -> HBM) in steady state;
- * 0 for no bytes. */
+/* Duration of one block of `bytes` (write: VMEM -> HBM, which takes as
+ * long as the read) in steady state; 0 for no bytes. */
 int64_t cost_dma_ps(cost_dma *d, int64_t bytes, int write);
 
 /* The prices of whole instruction sequences, remembered by their

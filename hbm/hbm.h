@@ -91,7 +91,9 @@ typedef struct {
  * than the contiguous span from its first byte to its last (the memory
  * moves whole bursts, and a controller can always read the span and drop
  * the gaps): gaps shorter than a burst make it that span, and a pattern
- * the closed form times slower than the span is timed as the span. */
+ * the closed form times slower than the span is timed as the span.  A
+ * read and a write of one block take the same time (is_write sorts the
+ * byte counters only): emu/cost.c measures a block size once for both. */
 double hbm_access(hbm *h, double t_start, const hbm_xfer *x);
 
 /* The same timing model applied chunk by chunk (cost grows with nchunks):

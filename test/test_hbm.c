@@ -236,6 +236,41 @@ static void test_determinism(th_ctx *t)
     hbm_free(b);
 }
 
+/* emu/cost.c measures a DMA block size once for both directions. */
+static void test_direction(th_ctx *t)
+{
+    th_case(t, "a write takes as long as the read of the same block");
+    tpu_params p;
+    tpu_params_default(&p, 3);
+    hbm *r = hbm_new(&p.hbm), *w = hbm_new(&p.hbm);
+    TH_CHECK(t, r && w);
+    if (!r || !w) {
+        hbm_free(r);
+        hbm_free(w);
+        return;
+    }
+    int n = th_asan() ? 500 : 5000, same = 1;
+    uint64_t s = 7;
+    double tr = 0;
+    for (int i = 0; i < n; i++) {
+        hbm_xfer x;
+        x.addr = lcg(&s) % (8 * GIB);
+        x.chunk_bytes = 1 + lcg(&s) % (i % 4 ? 8192 : 4 * MIB);
+        x.nchunks = 1 + lcg(&s) % 64;
+        x.stride = x.chunk_bytes + (lcg(&s) % 3) * (lcg(&s) % 70000);
+        x.is_write = 0;
+        double t0 = (double)(lcg(&s) % 1000) * 1e-8 + tr * 0.5;
+        tr = hbm_access(r, t0, &x);
+        x.is_write = 1;
+        double tw = hbm_access(w, t0, &x);
+        if (memcmp(&tr, &tw, sizeof tr) != 0)
+            same = 0;
+    }
+    TH_CHECK(t, same);
+    hbm_free(r);
+    hbm_free(w);
+}
+
 static void test_reference(th_ctx *t)
 {
     th_case(t, "closed form agrees with the chunk-by-chunk reference");
@@ -514,6 +549,7 @@ void th_suite_hbm(th_ctx *t)
     test_faster_never_slower(t);
     test_refresh_rows(t);
     test_determinism(t);
+    test_direction(t);
     test_reference(t);
     test_bank_cycle(t);
     test_span_bound(t);
