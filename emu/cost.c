@@ -183,7 +183,7 @@ typedef struct {
 struct cost_memo {
     memo_ent *tab; /* open addressing; n == 0 marks an empty slot */
     size_t cap, used;
-    int64_t *pool;
+    uint64_t *pool; /* MEMO_W words per instruction (memo_words) */
     size_t npool, cappool;
     tpu_params hw; /* what it prices for (memo_params) */
 };
@@ -199,29 +199,57 @@ static void memo_params(const tpu_params *hw, tpu_params *k)
     k->hbm_peak_gbs_set = 0;
 }
 
-static void memo_words(const fw_insn *in, int64_t w[MEMO_W])
+/* The first word: the small fields and the layer. */
+static inline uint64_t memo_word0(const fw_insn *in)
 {
-    w[0] = (int64_t)in->op | (int64_t)in->phase << 8 |
-           (int64_t)in->passes << 16 | (int64_t)in->fx << 24 |
-           (int64_t)in->recompute << 32 | (int64_t)in->gconv << 40;
-    w[1] = in->layer;
-    w[2] = in->a;
-    w[3] = in->b;
-    w[4] = in->c;
-    w[5] = in->d;
-    w[6] = in->e;
-    w[7] = in->kparts;
+    return (uint64_t)in->op | (uint64_t)in->phase << 8 |
+           (uint64_t)in->passes << 16 | (uint64_t)in->fx << 24 |
+           (uint64_t)(uint32_t)in->layer << 32;
 }
 
+/* The last word: the fields only the listings and --functional read. */
+static inline uint64_t memo_word7(const fw_insn *in)
+{
+    return (uint64_t)in->recompute | (uint64_t)in->gconv << 8;
+}
+
+static void memo_words(const fw_insn *in, uint64_t w[MEMO_W])
+{
+    w[0] = memo_word0(in);
+    w[1] = (uint64_t)in->a;
+    w[2] = (uint64_t)in->b;
+    w[3] = (uint64_t)in->c;
+    w[4] = (uint64_t)in->d;
+    w[5] = (uint64_t)in->e;
+    w[6] = (uint64_t)in->kparts;
+    w[7] = memo_word7(in);
+}
+
+/* Every lookup hashes the whole sequence, so an instruction's words are
+ * mixed by independent multiplies (one per word, in parallel) and only
+ * their sum goes through the serial chain; the finaliser (MurmurHash3's)
+ * spreads every bit to the high ones that pick the slot.  The value only
+ * places entries: memo_same decides. */
 static uint64_t memo_hash(const fw_program *p)
 {
     uint64_t h = 1469598103934665603ULL ^ (uint64_t)p->n;
     for (size_t i = 0; i < p->n; i++) {
-        int64_t w[MEMO_W];
-        memo_words(&p->code[i], w);
-        for (int k = 0; k < MEMO_W; k++)
-            h = (h ^ (uint64_t)w[k]) * 1099511628211ULL;
+        const fw_insn *in = &p->code[i];
+        uint64_t s = memo_word0(in) * 0x9E3779B97F4A7C15ull +
+                     (uint64_t)in->a * 0xC2B2AE3D27D4EB4Full +
+                     (uint64_t)in->b * 0x165667B19E3779F9ull +
+                     (uint64_t)in->c * 0xD6E8FEB86659FD93ull +
+                     (uint64_t)in->d * 0xFF51AFD7ED558CCDull +
+                     (uint64_t)in->e * 0xC4CEB9FE1A85EC53ull +
+                     (uint64_t)in->kparts * 0x94D049BB133111EBull +
+                     memo_word7(in) * 0xBF58476D1CE4E5B9ull;
+        h = (h ^ s) * 1099511628211ULL;
     }
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 33;
     return h ? h : 1;
 }
 
@@ -230,11 +258,14 @@ static int memo_same(const cost_memo *m, const memo_ent *e,
 {
     if (e->n != p->n)
         return 0;
-    const int64_t *q = m->pool + e->off;
+    const uint64_t *q = m->pool + e->off;
     for (size_t i = 0; i < p->n; i++, q += MEMO_W) {
-        int64_t w[MEMO_W];
-        memo_words(&p->code[i], w);
-        if (memcmp(w, q, sizeof w))
+        const fw_insn *in = &p->code[i];
+        uint64_t d = (q[0] ^ memo_word0(in)) | (q[1] ^ (uint64_t)in->a) |
+                     (q[2] ^ (uint64_t)in->b) | (q[3] ^ (uint64_t)in->c) |
+                     (q[4] ^ (uint64_t)in->d) | (q[5] ^ (uint64_t)in->e) |
+                     (q[6] ^ (uint64_t)in->kparts) | (q[7] ^ memo_word7(in));
+        if (d)
             return 0;
     }
     return 1;
@@ -304,7 +335,7 @@ void cost_memo_put(cost_memo *m, const fw_program *prog, int64_t ps)
         size_t nc = m->cappool ? m->cappool : 4096;
         while (nc < need)
             nc *= 2;
-        int64_t *np = realloc(m->pool, nc * sizeof *np);
+        uint64_t *np = realloc(m->pool, nc * sizeof *np);
         if (!np)
             return;
         m->pool = np;

@@ -10,7 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "emu/cost.h"
 #include "emu/graph.h"
+#include "emu/params.h"
 #include "mxu/mxu.h"
 #include "test/harness.h"
 
@@ -240,6 +242,71 @@ static void mxu_cases(th_ctx *t, th_cmd_result *c)
               "128x128 %g ms, 256x256 %g ms", ms[0], ms[1]);
 }
 
+/* Program k of the memo cases: k % 13 instructions after the first,
+ * k / 13 + 120 (no field's value in the others) set into field k % 12 of
+ * the last: no two alike. */
+static void memo_prog(fw_program *p, int k)
+{
+    fw_program_init(p);
+    for (int i = 0; i <= k % 13; i++)
+        fw_emit(p, FW_MATMUL, 0, 3, 128, 256, 512, 1024);
+    if (p->oom || p->n == 0)
+        return;
+    fw_insn *in = &p->code[p->n - 1];
+    uint8_t v = (uint8_t)(k / 13 + 120);
+    switch (k % 12) {
+    case 0: in->op = v; break;
+    case 1: in->phase = v; break;
+    case 2: in->passes = v; break;
+    case 3: in->fx = v; break;
+    case 4: in->layer = -v; break;
+    case 5: in->a = (int64_t)v << 40; break;
+    case 6: in->b = -v; break;
+    case 7: in->c = v; break;
+    case 8: in->d = v; break;
+    case 9: in->e = v; break;
+    case 10: in->kparts = v; break;
+    default: in->recompute = v; in->gconv = v; break;
+    }
+}
+
+static void memo_cases(th_ctx *t)
+{
+    th_case(t, "the memo of sequence prices returns each price for its "
+               "sequence only, across table growth");
+    tpu_params hw;
+    tpu_params_default(&hw, 3);
+    cost_memo *m = cost_memo_new(&hw);
+    TH_CHECK(t, m != NULL);
+    if (!m)
+        return;
+    enum { N = 1500 }; /* the table grows twice */
+    int bad = 0;
+    fw_program p;
+    for (int k = 0; k < N; k++) {
+        memo_prog(&p, k);
+        if (cost_memo_get(m, &p) != -1)
+            bad++;
+        cost_memo_put(m, &p, 1000 + k);
+        fw_program_free(&p);
+    }
+    TH_CHECKF(t, bad == 0, "%d found before they were put", bad);
+    for (int k = 0; k < N; k++) { /* fresh copies, other buffers */
+        memo_prog(&p, k);
+        if (cost_memo_get(m, &p) != 1000 + k)
+            bad++;
+        cost_memo_put(m, &p, 7); /* already there: keeps its price */
+        if (cost_memo_get(m, &p) != 1000 + k)
+            bad++;
+        fw_program_free(&p);
+    }
+    TH_CHECKF(t, bad == 0, "%d prices wrong", bad);
+    memo_prog(&p, N); /* never put */
+    TH_CHECK(t, cost_memo_get(m, &p) == -1);
+    fw_program_free(&p);
+    cost_memo_free(m);
+}
+
 void th_suite_cost(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c); /* 72 KiB: not on the stack */
@@ -250,5 +317,6 @@ void th_suite_cost(th_ctx *t)
     run_small_batch_note(t);
     grouped_cases(t, c);
     mxu_cases(t, c);
+    memo_cases(t);
     free(c);
 }
