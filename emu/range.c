@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "emu/cost.h"
+#include "emu/fdio.h"
 #include "emu/params.h"
 
 /* What a variant needs to know of the trace to tell whether a key can
@@ -173,22 +174,6 @@ static void run_task(const graph *g, const sim_opts *o, const tpu_params *hw,
     free(vals);
 }
 
-/* Writes all of buf to fd; 0, or -1. */
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* The order the tasks are handed out: the interconnect's variants first
  * (each simulates the step's collectives again, most of a large slice's
  * range: 0.5-0.8 s each against some 0.02 s for the others), then the
@@ -232,7 +217,7 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
     for (int rank = 0; rank < 2 && !rc; rank++)
         for (int t = 0; t < nt && !rc; t++)
             if (t != done && task_rank(items, &tasks[t]) == rank &&
-                write_all(q[1], &t, sizeof t) != 0)
+                fdio_write_all(q[1], &t, sizeof t) != 0)
                 rc = tpu_fail(err, TPU_ERR_SYSTEM, "range: pipe: %s",
                               strerror(errno));
     close(q[1]);
@@ -263,7 +248,7 @@ static tpu_status run_forked(const graph *g, const sim_opts *o,
                     break;
                 task_out r = {t, 0, 0};
                 run_task(g, o, hw, &items[tasks[t].item], &tasks[t], &r);
-                bad = write_all(p[1], &r, sizeof r) != 0;
+                bad = fdio_write_all(p[1], &r, sizeof r) != 0;
             }
             close(p[1]);
             _exit(bad ? 1 : 0);

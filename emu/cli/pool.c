@@ -23,6 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "emu/fdio.h"
+
 #define POOL_MAX_JOBS 64
 
 enum { T_PENDING, T_RUNNING, T_DONE, T_LOST, T_DELIVERED };
@@ -52,21 +54,6 @@ int pool_cpus(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > POOL_MAX_JOBS ? POOL_MAX_JOBS : (int)n;
-}
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
 }
 
 /* The whole of file descriptor fd (from offset 0) into a new buffer;
@@ -128,10 +115,10 @@ static void worker_main(int cmd, int res, FILE *out, FILE *err,
         size_t nout, nerr;
         char *o = read_back(1, &nout), *e = read_back(2, &nerr);
         pool_hdr h = {i, rc == 0, nout, nerr, blob ? nblob : 0};
-        int bad = write_all(res, &h, sizeof h) != 0 ||
-                  (nout && write_all(res, o, nout) != 0) ||
-                  (nerr && write_all(res, e, nerr) != 0) ||
-                  (h.nblob && write_all(res, blob, nblob) != 0);
+        int bad = fdio_write_all(res, &h, sizeof h) != 0 ||
+                  (nout && fdio_write_all(res, o, nout) != 0) ||
+                  (nerr && fdio_write_all(res, e, nerr) != 0) ||
+                  (h.nblob && fdio_write_all(res, blob, nblob) != 0);
         free(o);
         free(e);
         free(blob);
