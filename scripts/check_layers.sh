@@ -9,8 +9,9 @@
 #
 # The layers, lowest first.  A file may include files of its own layer and
 # of lower ones; test/ may include anything.
-#   1 base        emu/status, emu/rfile, emu/out/outfile: errors, reading
-#                 and writing whole files; everything else uses them.
+#   1 base        emu/status, emu/rfile, emu/out/outfile, emu/fdio: errors,
+#                 reading and writing whole files and buffers; everything
+#                 else uses them.
 #   2 hardware    mxu/, hbm/, interconnect/: the unit models, which know
 #                 nothing of graphs or firmware.
 #   3 model       emu/params, emu/graph, emu/trace, emu/plan, emu/result,
@@ -39,7 +40,7 @@ cd "$root" || exit 2
 # The layer of a path: "N name", or nothing when the path has no layer.
 layer_of() {
     case $1 in
-    emu/status*.[ch] | emu/rfile*.[ch] | emu/out/outfile*.[ch])
+    emu/status*.[ch] | emu/rfile*.[ch] | emu/out/outfile*.[ch] | emu/fdio*.[ch])
         echo "1 base" ;;
     mxu/*.[ch] | hbm/*.[ch] | interconnect/*.[ch])
         echo "2 hardware" ;;
