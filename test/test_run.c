@@ -148,8 +148,8 @@ static void layers_cases(th_ctx *t, th_cmd_result *c)
         rows++;
         line = strchr(line + 1, '\n');
     }
-    const char *st = strstr(c->out, "step time ");
-    double step = st ? atof(st + 10) * 1e3 : -1;
+    const char *st = strstr(c->out, "\nstep time ");
+    double step = st ? atof(st + 11) * 1e3 : -1;
     TH_CHECKF(t, c->status == 0 && nt == N && rows >= N + 1 &&
                      /* "step time 0.5537 s": to 0.05 ms; each row to
                         0.0005 ms */
@@ -321,8 +321,8 @@ static void run_small_step(th_ctx *t)
     th_cmd_result c;
     th_run(&c, "%s run traces/functional/conv2d.json --report %s", th_bin(),
            rep);
-    const char *p = strstr(c.out, "step time ");
-    double shown = p ? atof(p + 10) : 0;
+    const char *p = strstr(c.out, "\nstep time ");
+    double shown = p ? atof(p + 11) : 0;
     char *text = th_slurp(rep, NULL);
     const char *q = text ? strstr(text, "\"step_time_s\":") : NULL;
     double real = q ? atof(q + 14) : 0;
@@ -399,6 +399,42 @@ static void run_text_cases(th_ctx *t, th_cmd_result *c)
                     strstr(c->out, "layers[].time_s"));
 }
 
+/* A trace's published step time is printed beside the prediction when
+ * the trace runs as it is, and not for a what-if of it (another batch
+ * is another configuration) nor with --quiet. */
+static void published_cases(th_ctx *t, th_cmd_result *c)
+{
+    const char *tr = "traces/reference/ssd-v3-256.json";
+    th_case(t, "a trace's published step time, run as it is: printed with "
+               "the prediction's error, before the step time line");
+    th_run(c, "%s run %s --no-range", th_bin(), tr);
+    const char *p = strstr(c->out, "published step time 0.0232 s for this "
+                                   "configuration");
+    const char *st = strstr(c->out, "\nstep time ");
+    double pred = 0, err = -1;
+    char dir[8] = "";
+    if (st)
+        pred = atof(st + 11);
+    if (p)
+        sscanf(strstr(p, "the prediction is ") ? strstr(p, "the prediction "
+                                                           "is ")
+                                               : "",
+               "the prediction is %lf%% %7s", &err, dir);
+    double want = 100 * (pred - 0.02316) / 0.02316;
+    TH_CHECKF(t, c->status == 0 && p && st && p < st && err >= 0 &&
+                     fabs((strcmp(dir, "below") ? err : -err) - want) < 0.06,
+              "status %d, error %g %s against %g: %s", c->status, err, dir,
+              want, c->out);
+    th_case(t, "a what-if of the trace, or --quiet: no published time");
+    th_run(c, "%s run %s --no-range --batch 512", th_bin(), tr);
+    TH_CHECKF(t, c->status == 0 && strstr(c->out, "\nstep time ") &&
+                     !strstr(c->out, "published"),
+              "%s", c->out);
+    th_run(c, "%s run %s --quiet", th_bin(), tr);
+    TH_CHECKF(t, c->status == 0 && !strstr(c->out, "published"), "%s",
+              c->out);
+}
+
 void th_suite_run(th_ctx *t)
 {
     th_cmd_result *c = malloc(sizeof *c); /* 72 KiB: not on the stack */
@@ -413,5 +449,6 @@ void th_suite_run(th_ctx *t)
     name_cases(t, c);
     run_nofit(t);
     run_text_cases(t, c);
+    published_cases(t, c);
     free(c);
 }

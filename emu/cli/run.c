@@ -1,5 +1,6 @@
 /* tpuemu run: simulate one step of a trace and print each core's time. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,10 @@ static const char usage[] =
     "slowest core's step time with its range over the unconfirmed ([U])\n"
     "assumptions: each one at a time at both ends of its plausible range\n"
     "(the --set table below), the others at their defaults, and the one\n"
-    "that moves it most.  Cores with identical figures are grouped.\n"
+    "that moves it most.  Cores with identical figures are grouped.  A\n"
+    "trace that carries a published step time (its reference), run\n"
+    "without a what-if option, also prints that time and how far the\n"
+    "prediction is from it.\n"
     "\n";
 
 static void print_usage(FILE *f)
@@ -453,13 +457,37 @@ static void print_range_lines(const emu_result *r, const range_result *rr,
            st, lo, sci ? " to " : "-", hi, slow);
 }
 
-static void print_table(const emu_result *r, const range_result *rr)
+/* The published step time of the configuration the trace describes,
+ * beside the prediction: where a model family misses the public record
+ * (docs/VALIDATION.md), a run of it says so. */
+static void print_published(const emu_result *r, double pub)
+{
+    if (pub <= 0 || r->step_time_s <= 0)
+        return;
+    char p[32];
+    fmt_step(p, sizeof p, pub);
+    double e = 100 * (r->step_time_s - pub) / pub;
+    if (fabs(e) < 0.05)
+        printf("published step time %s s for this configuration (the "
+               "trace's reference): the prediction matches it "
+               "(docs/VALIDATION.md)\n",
+               p);
+    else
+        printf("published step time %s s for this configuration (the "
+               "trace's reference): the prediction is %.1f%% %s it "
+               "(docs/VALIDATION.md)\n",
+               p, fabs(e), e < 0 ? "below" : "above");
+}
+
+static void print_table(const emu_result *r, const range_result *rr,
+                        double published_s)
 {
     int slow = cli_slowest_core(r);
     print_heading(r);
     print_cores(r);
     print_rates(r, slow);
     print_memory(r);
+    print_published(r, published_s);
     if (rr) {
         print_range_lines(r, rr, slow);
         return;
@@ -625,6 +653,8 @@ typedef struct {
     int64_t layers; /* --layers N: 0 none */
     cli_whatif w;
     sim_opts o;
+    double published_s; /* the trace's reference step time when it ran as
+                           it is (no what-if), else 0 */
 } run_args;
 
 /* The --functional options at argv[*i]: 1 taken, 0 not one of them, -1
@@ -762,6 +792,9 @@ static int simulate(run_args *ra, emu_result *r, range_result *rr,
     graph g;
     if (graph_load(&g, ra->trace, err))
         return cli_fail(err);
+    /* a published figure is for the configuration the trace describes,
+     * not for a what-if of it */
+    ra->published_s = !ra->w.first && g.has_reference ? g.reference_step_s : 0;
     int code = cli_whatif_apply(&ra->w, &g, ra->trace, &ra->o);
     if (!code && (ra->path[OUT_LOSS] || ra->o.steps > 1) && !g.train)
         code = cli_error(2, "run: --steps and --loss-png need a training "
@@ -906,7 +939,7 @@ int cli_run(int argc, char **argv)
     if (!code && ra.quiet)
         printf("%.9g\n", r.step_time_s);
     else if (!code)
-        print_table(&r, r.has_range ? &rr : NULL);
+        print_table(&r, r.has_range ? &rr : NULL, ra.published_s);
     if (!code && !ra.quiet && ra.layers)
         print_layers(&r, ra.layers);
     if (!code && r.has_values && !ra.quiet)
