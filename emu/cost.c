@@ -253,6 +253,9 @@ static uint64_t memo_hash(const fw_program *p)
     return h ? h : 1;
 }
 
+/* The stored words against the instructions' fields read in place: the
+ * same comparison through memo_words' array makes a range-heavy validate
+ * 6-8% slower (gcc 12, -O2), so the hash and this name the fields again. */
 static int memo_same(const cost_memo *m, const memo_ent *e,
                      const fw_program *p)
 {
